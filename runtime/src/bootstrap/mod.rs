@@ -1,0 +1,2 @@
+//! Bootstrap: who am I, who are my peers.
+pub mod wire;
