@@ -1,4 +1,90 @@
 //! mpr: a message-passing runtime in the spirit of MPI.
+//!
+//! ```no_run
+//! fn main() -> mpr::Result<()> {
+//!     let universe = mpr::init()?;
+//!     let world = universe.world();
+//!     let (rank, size) = (world.rank(), world.size());
+//!     if rank == 0 {
+//!         for src in 1..size {
+//!             let mut msg = [0u64; 1];
+//!             world.recv(&mut msg, src, 0)?;
+//!         }
+//!     } else {
+//!         world.send(&[rank as u64], 0, 0)?;
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Layers (see the design notes): the public API ([`Comm`], [`Request`]) sits on one
+//! progress engine per process (sans-I/O, `engine/`), which a driver (`progress.rs`) connects
+//! to transports (`transport/`) found at start-up from the launcher's bootstrap service.
 #![warn(missing_docs)]
 
 pub mod bootstrap;
+mod buf;
+mod comm;
+mod engine;
+mod error;
+mod init;
+mod progress;
+mod request;
+mod status;
+mod transport;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+pub use comm::{Comm, Communicator, ANY_SOURCE, ANY_TAG, TAG_UB};
+pub use error::{Error, ErrorClass, Result};
+pub use request::{scope, test_all, wait_all, wait_any, Request, Scope};
+pub use status::Status;
+
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+/// The running job, as seen by this process. Dropping it finalizes (`MPI_Finalize`).
+#[derive(Debug)]
+pub struct Universe {
+    rt: Rc<RefCell<progress::Runtime>>,
+    world: Comm,
+}
+
+/// Joins the job (`MPI_Init`): connects to the launcher, meets the peers, sets up transports.
+/// A process started without a launcher is a job of one rank. Calling it twice is an error.
+pub fn init() -> Result<Universe> {
+    if INITIALIZED.swap(true, Ordering::SeqCst) {
+        return Err(Error::Other("mpr::init called twice".into()));
+    }
+    let _ = wtime();
+    let rt = Rc::new(RefCell::new(init::start()?));
+    let world = Comm::world(rt.clone());
+    Ok(Universe { rt, world })
+}
+
+impl Universe {
+    /// The communicator of all ranks (`MPI_COMM_WORLD`).
+    pub fn world(&self) -> Comm {
+        self.world.clone()
+    }
+
+    /// Leaves the job, reporting errors that dropping would hide (`MPI_Finalize`).
+    pub fn finalize(self) -> Result<()> {
+        self.rt.borrow_mut().finalize()
+    }
+}
+
+impl Drop for Universe {
+    fn drop(&mut self) {
+        let _ = self.rt.borrow_mut().finalize();
+    }
+}
+
+/// Seconds since an arbitrary point in this process's past (`MPI_Wtime`).
+pub fn wtime() -> f64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
+}

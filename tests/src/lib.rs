@@ -1,1 +1,57 @@
+//! Shared helpers for the test programs (run as ranks) and the integration tests (which
+//! launch them through `mprun`).
 
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Deterministic content for message `seq` from `src` to `dst`: a test can check every byte.
+pub fn pattern(src: usize, dst: usize, seq: usize, len: usize) -> Vec<u8> {
+    let mut x = (src as u64) << 40 ^ (dst as u64) << 20 ^ seq as u64 ^ 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Panics (exit 101 through the rank's panic) unless `got` is the expected pattern.
+pub fn check(got: &[u8], src: usize, dst: usize, seq: usize, len: usize) {
+    assert_eq!(got.len(), len, "message {seq} from {src} to {dst}: length");
+    let want = pattern(src, dst, seq, len);
+    if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+        panic!("message {seq} from {src} to {dst} ({len} bytes): first wrong byte at {i}");
+    }
+}
+
+/// The directory holding the workspace's built binaries (next to the test executable).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().expect("deps dir");
+    let dir = if dir.ends_with("deps") { dir.parent().expect("profile dir") } else { dir };
+    dir.to_path_buf()
+}
+
+/// Path of the `mprun` binary built with the tests.
+pub fn mprun_path() -> PathBuf {
+    let p = bin_dir().join("mprun");
+    assert!(p.exists(), "{} not built: run the tests with `cargo test --workspace`", p.display());
+    p
+}
+
+/// Runs `mprun ARGS...` with extra environment and returns its output.
+pub fn mprun(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(mprun_path());
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run mprun")
+}
+
+/// Text of an output stream.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}

@@ -1,2 +1,148 @@
 //! Bootstrap: who am I, who are my peers.
+//!
+//! A rank learns its rank, the job's size, id and secret from its launcher (environment and
+//! the PMI-1 service, pmi.rs), publishes a business card (host, pid, later transport
+//! addresses) and reads everyone's after a fence. Without a launcher the process is a
+//! job of one (MPI's singleton init).
+
+pub(crate) mod pmi;
 pub mod wire;
+
+use crate::error::Error;
+use pmi::Pmi;
+
+/// What one rank tells the others about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Card {
+    /// Host identity: ranks with equal hosts share memory.
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+}
+
+impl Card {
+    pub(crate) fn encode(&self) -> String {
+        format!("h={};p={}", self.host, self.pid)
+    }
+
+    pub(crate) fn decode(s: &str) -> Result<Card, Error> {
+        let mut host = None;
+        let mut pid = None;
+        for part in s.split(';') {
+            match part.split_once('=') {
+                Some(("h", v)) => host = Some(v.to_string()),
+                Some(("p", v)) => pid = v.parse().ok(),
+                _ => {}
+            }
+        }
+        match (host, pid) {
+            (Some(host), Some(pid)) => Ok(Card { host, pid }),
+            _ => Err(Error::Bootstrap(format!("malformed business card {s:?}"))),
+        }
+    }
+}
+
+/// This rank's place in the job.
+#[derive(Debug)]
+pub(crate) struct Bootstrap {
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    /// Job id: names shared resources (`/dev/shm/mpr-<jobid>-*`).
+    pub(crate) jobid: String,
+    /// Per-job secret shared by all ranks (authenticates network connections).
+    pub(crate) secret: String,
+    pub(crate) host: String,
+    pmi: Option<Pmi>,
+}
+
+fn env_num(name: &str) -> Result<Option<usize>, Error> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::Bootstrap(format!("{name}={v} is not a number"))),
+        Err(_) => Ok(None),
+    }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+impl Bootstrap {
+    /// Reads the launcher's environment and connects to its PMI service.
+    pub(crate) fn from_env() -> Result<Bootstrap, Error> {
+        let pmi = Pmi::from_env()?;
+        let rank = env_num("MPR_RANK")?.or(env_num("PMI_RANK")?);
+        let size = env_num("MPR_SIZE")?.or(env_num("PMI_SIZE")?);
+        let host = std::env::var("MPR_HOST").ok().filter(|h| !h.is_empty()).unwrap_or_else(hostname);
+        let host: String = host.chars().map(|c| if c.is_ascii_graphic() && c != ';' && c != '=' { c } else { '_' }).collect();
+        let (rank, size) = match (pmi.is_some(), rank, size) {
+            (true, Some(r), Some(s)) if r < s => (r, s),
+            (true, ..) => {
+                return Err(Error::Bootstrap(
+                    "started with PMI_FD but without a valid rank and size (MPR_RANK/PMI_RANK, MPR_SIZE/PMI_SIZE)"
+                        .into(),
+                ))
+            }
+            (false, _, _) => (0, 1),
+        };
+        let jobid = match std::env::var("MPR_JOBID") {
+            Ok(j) if !j.is_empty() => j,
+            _ => match &pmi {
+                Some(p) => p.kvsname().to_string(),
+                None => format!("single{}", std::process::id()),
+            },
+        };
+        let jobid: String = jobid.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let secret = std::env::var("MPR_SECRET").unwrap_or_default();
+        Ok(Bootstrap { rank, size, jobid, secret, host, pmi })
+    }
+
+    /// Publishes `card`, fences, and returns every rank's card (index = rank).
+    pub(crate) fn exchange(&mut self, card: &Card) -> Result<Vec<Card>, Error> {
+        let Some(pmi) = self.pmi.as_mut() else { return Ok(vec![card.clone()]) };
+        pmi.put(&format!("mpr-card-{}", self.rank), &card.encode())?;
+        pmi.barrier()?;
+        (0..self.size)
+            .map(|r| if r == self.rank { Ok(card.clone()) } else { Card::decode(&pmi.get(&format!("mpr-card-{r}"))?) })
+            .collect()
+    }
+
+    /// A fence across all ranks (no-op for a job of one).
+    pub(crate) fn fence(&mut self) -> Result<(), Error> {
+        match self.pmi.as_mut() {
+            Some(p) => p.barrier(),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn finalize(&mut self) {
+        if let Some(p) = self.pmi.as_mut() {
+            let _ = p.finalize();
+        }
+    }
+
+    pub(crate) fn abort(&mut self, code: i32, msg: &str) {
+        if let Some(p) = self.pmi.as_mut() {
+            p.abort(code, msg);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn card_round_trip() {
+        let c = Card { host: "node-1.local".into(), pid: 4242 };
+        assert_eq!(Card::decode(&c.encode()).unwrap(), c);
+        assert!(Card::decode("h=x").is_err());
+        assert!(Card::decode("garbage").is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! Communicators and point-to-point communication (MPI 4.1, chapters 3 and 7).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use bytemuck::Pod;
+
+use crate::buf::{RawBuf, RawBufMut};
+use crate::engine::ReqId;
+use crate::error::Error;
+use crate::progress::Runtime;
+use crate::request::{Request, Scope};
+use crate::status::Status;
+
+/// Receive from any source (`MPI_ANY_SOURCE`).
+pub const ANY_SOURCE: usize = usize::MAX;
+/// Receive with any tag (`MPI_ANY_TAG`).
+pub const ANY_TAG: i32 = -1;
+/// Largest valid tag (`MPI_TAG_UB`). Negative tags are reserved for the runtime.
+pub const TAG_UB: i32 = i32::MAX;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// What every communicator offers (sealed: implemented by mpr's communicator types).
+pub trait Communicator: sealed::Sealed {
+    /// The underlying communicator.
+    fn as_comm(&self) -> &Comm;
+
+    /// This process's rank in the communicator (`MPI_Comm_rank`).
+    fn rank(&self) -> usize {
+        self.as_comm().inner.rank
+    }
+
+    /// Number of ranks in the communicator (`MPI_Comm_size`).
+    fn size(&self) -> usize {
+        self.as_comm().inner.group.len()
+    }
+}
+
+#[derive(Debug)]
+struct CommInner {
+    rt: Rc<RefCell<Runtime>>,
+    /// Context id: messages of different communicators never match.
+    ctx: u32,
+    rank: usize,
+    /// World rank of each rank of this communicator.
+    group: Vec<usize>,
+}
+
+/// A communicator: a group of ranks and a private context for their messages.
+///
+/// Cheap to clone (shared handle). Not `Send`: one thread drives communication
+/// (`MPI_THREAD_FUNNELED`).
+#[derive(Clone, Debug)]
+pub struct Comm {
+    inner: Rc<CommInner>,
+}
+
+impl sealed::Sealed for Comm {}
+
+impl Communicator for Comm {
+    fn as_comm(&self) -> &Comm {
+        self
+    }
+}
+
+impl Comm {
+    pub(crate) fn world(rt: Rc<RefCell<Runtime>>) -> Comm {
+        let (rank, size) = {
+            let r = rt.borrow();
+            (r.boot.rank, r.boot.size)
+        };
+        Comm { inner: Rc::new(CommInner { rt, ctx: 0, rank, group: (0..size).collect() }) }
+    }
+
+    pub(crate) fn runtime(&self) -> &Rc<RefCell<Runtime>> {
+        &self.inner.rt
+    }
+
+    fn check_dest(&self, dest: usize, tag: i32) -> Result<usize, Error> {
+        if !(0..=TAG_UB).contains(&tag) {
+            return Err(Error::Tag(tag));
+        }
+        self.inner.group.get(dest).copied().ok_or(Error::Rank { rank: dest, size: self.size() })
+    }
+
+    fn check_src(&self, src: usize, tag: i32) -> Result<(Option<u32>, Option<usize>, Option<i32>), Error> {
+        let tag = match tag {
+            ANY_TAG => None,
+            t if (0..=TAG_UB).contains(&t) => Some(t),
+            t => return Err(Error::Tag(t)),
+        };
+        if src == ANY_SOURCE {
+            return Ok((None, None, tag));
+        }
+        let world = self.inner.group.get(src).copied().ok_or(Error::Rank { rank: src, size: self.size() })?;
+        Ok((Some(src as u32), Some(world), tag))
+    }
+
+    fn start_send(&self, bytes: RawBuf, dest: usize, tag: i32) -> Result<ReqId, Error> {
+        let peer = self.check_dest(dest, tag)?;
+        let mut rt = self.inner.rt.borrow_mut();
+        let id = rt.engine.isend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes);
+        rt.progress()?;
+        Ok(id)
+    }
+
+    fn start_recv(&self, bytes: RawBufMut, src: usize, tag: i32) -> Result<ReqId, Error> {
+        let (s, peer, t) = self.check_src(src, tag)?;
+        let mut rt = self.inner.rt.borrow_mut();
+        Ok(rt.engine.irecv(self.inner.ctx, s, t, peer, bytes))
+    }
+
+    /// Sends `buf` to rank `dest` with `tag`; returns when `buf` may be reused (`MPI_Send`).
+    pub fn send<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<(), Error> {
+        // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
+        let id = self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)?;
+        self.inner.rt.borrow_mut().wait(id).map(|_| ())
+    }
+
+    /// Receives into `buf` from `src` (or [`ANY_SOURCE`]) with `tag` (or [`ANY_TAG`])
+    /// (`MPI_Recv`). A message larger than `buf` is an [`Error::Truncate`].
+    pub fn recv<T: Pod>(&self, buf: &mut [T], src: usize, tag: i32) -> Result<Status, Error> {
+        // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
+        let id = self.start_recv(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }, src, tag)?;
+        self.inner.rt.borrow_mut().wait(id)
+    }
+
+    /// Receives a message of any size from `src` with `tag` into a new vector.
+    /// A size that is not a whole number of `T` is an [`Error::Count`].
+    pub fn recv_vec<T: Pod>(&self, src: usize, tag: i32) -> Result<(Vec<T>, Status), Error> {
+        let st = self.probe(src, tag)?;
+        let elem = std::mem::size_of::<T>();
+        let n = st.count::<T>().ok_or(Error::Count { bytes: st.bytes, elem })?;
+        let mut v = vec![T::zeroed(); n];
+        let st = self.recv(&mut v[..], st.source, st.tag)?;
+        Ok((v, st))
+    }
+
+    /// Sends and receives in one call, without deadlock between pairs (`MPI_Sendrecv`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<T: Pod, U: Pod>(
+        &self,
+        sendbuf: &[T],
+        dest: usize,
+        sendtag: i32,
+        recvbuf: &mut [U],
+        src: usize,
+        recvtag: i32,
+    ) -> Result<Status, Error> {
+        crate::request::scope(|s| {
+            let r = self.irecv(s, recvbuf, src, recvtag)?;
+            let q = self.isend(s, sendbuf, dest, sendtag)?;
+            let st = r.wait();
+            q.wait()?;
+            st
+        })
+    }
+
+    /// Starts sending `buf` (`MPI_Isend`); `buf` stays borrowed until the scope ends.
+    pub fn isend<'a, T: Pod>(&self, scope: &Scope<'a>, buf: &'a [T], dest: usize, tag: i32) -> Result<Request<'a>, Error> {
+        // SAFETY: `buf` is borrowed for 'a, the lifetime of `scope`, which completes the request
+        // before 'a ends (see request.rs).
+        let id = self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)?;
+        Ok(Request::new(&self.inner.rt, scope, id))
+    }
+
+    /// Starts receiving into `buf` (`MPI_Irecv`); `buf` stays borrowed until the scope ends.
+    pub fn irecv<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut [T],
+        src: usize,
+        tag: i32,
+    ) -> Result<Request<'a>, Error> {
+        // SAFETY: `buf` is borrowed for 'a, the lifetime of `scope`, which completes the request
+        // before 'a ends (see request.rs).
+        let id = self.start_recv(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }, src, tag)?;
+        Ok(Request::new(&self.inner.rt, scope, id))
+    }
+
+    /// Returns the status of a matching message without receiving it, if one has arrived
+    /// (`MPI_Iprobe`).
+    pub fn iprobe(&self, src: usize, tag: i32) -> Result<Option<Status>, Error> {
+        let (s, _, t) = self.check_src(src, tag)?;
+        let mut rt = self.inner.rt.borrow_mut();
+        rt.progress()?;
+        Ok(rt.engine.probe(self.inner.ctx, s, t))
+    }
+
+    /// Blocks until a matching message has arrived and returns its status (`MPI_Probe`).
+    pub fn probe(&self, src: usize, tag: i32) -> Result<Status, Error> {
+        let (s, _, t) = self.check_src(src, tag)?;
+        let ctx = self.inner.ctx;
+        let mut rt = self.inner.rt.borrow_mut();
+        let mut found = None;
+        rt.wait_until(None, |rt| {
+            found = rt.engine.probe(ctx, s, t);
+            found.is_some()
+        })?;
+        Ok(found.expect("wait_until returned on success"))
+    }
+
+    /// Ends the whole job with `code` (`MPI_Abort`): tells the launcher, then exits.
+    pub fn abort(&self, code: i32) -> ! {
+        self.inner.rt.borrow_mut().boot.abort(code, "MPI_Abort");
+        std::process::exit(code)
+    }
+}

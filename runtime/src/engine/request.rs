@@ -1,0 +1,103 @@
+//! Request table: generation-checked handles to the state machines of in-flight operations.
+
+use slab::Slab;
+
+use crate::buf::{RawBuf, RawBufMut};
+use crate::error::Error;
+use crate::status::Status;
+
+/// Handle of a request in the engine. Generation-checked: a stale handle never aliases a
+/// newer request that reuses the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ReqId {
+    key: u32,
+    gen: u32,
+}
+
+impl ReqId {
+    /// The 64-bit form carried in frames.
+    pub(crate) fn to_wire(self) -> u64 {
+        ((self.gen as u64) << 32) | self.key as u64
+    }
+
+    pub(crate) fn from_wire(v: u64) -> ReqId {
+        ReqId { key: v as u32, gen: (v >> 32) as u32 }
+    }
+}
+
+/// Where a request stands.
+#[derive(Debug)]
+pub(crate) enum State {
+    /// An eager send whose frame has not yet been taken by the transport.
+    SendEager { peer: usize },
+    /// A rendezvous send waiting for the receiver's `Cts` or `Fin`.
+    SendRndv { peer: usize, buf: RawBuf },
+    /// A rendezvous send whose `Data` frames are queued; done when the last one is sent.
+    SendStreaming { peer: usize },
+    /// A large send to self, parked in the unexpected queue until a receive matches it.
+    SendSelf { buf: RawBuf },
+    /// A posted receive; `peer` is the world rank of a specific source.
+    RecvPosted { buf: RawBufMut, peer: Option<usize> },
+    /// A matched rendezvous receive, its data arriving (frames or single-copy read).
+    RecvRndv { buf: RawBufMut, peer: usize, got: usize, status: Status },
+    /// Finished; waiting for its owner to collect the result.
+    Done(Result<Status, Error>),
+}
+
+#[derive(Debug)]
+struct Slot {
+    gen: u32,
+    state: State,
+}
+
+/// All live requests of one engine.
+#[derive(Debug, Default)]
+pub(crate) struct Requests {
+    slots: Slab<Slot>,
+    next_gen: u32,
+}
+
+impl Requests {
+    pub(crate) fn insert(&mut self, state: State) -> ReqId {
+        self.next_gen = self.next_gen.wrapping_add(1);
+        let gen = self.next_gen;
+        let key = self.slots.insert(Slot { gen, state }) as u32;
+        ReqId { key, gen }
+    }
+
+    pub(crate) fn get_mut(&mut self, id: ReqId) -> Option<&mut State> {
+        match self.slots.get_mut(id.key as usize) {
+            Some(s) if s.gen == id.gen => Some(&mut s.state),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn get(&self, id: ReqId) -> Option<&State> {
+        match self.slots.get(id.key as usize) {
+            Some(s) if s.gen == id.gen => Some(&s.state),
+            _ => None,
+        }
+    }
+
+    /// Moves the request to `Done(result)`.
+    pub(crate) fn complete(&mut self, id: ReqId, result: Result<Status, Error>) {
+        if let Some(s) = self.get_mut(id) {
+            *s = State::Done(result);
+        }
+    }
+
+    /// Takes the result of a finished request and frees its slot.
+    pub(crate) fn take_done(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
+        if !matches!(self.get(id), Some(State::Done(_))) {
+            return None;
+        }
+        match self.slots.remove(id.key as usize).state {
+            State::Done(r) => Some(r),
+            _ => unreachable!("checked above"),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+}

@@ -1,0 +1,115 @@
+//! Errors of the public API, with MPI-like classes (MPI 4.1, section 9.4).
+
+use std::fmt;
+
+/// The class of an error, as MPI names them (`MPI_ERR_TRUNCATE`, `MPI_ERR_RANK`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// A message was larger than the receive buffer (`MPI_ERR_TRUNCATE`).
+    Truncate,
+    /// A rank out of range (`MPI_ERR_RANK`).
+    Rank,
+    /// An invalid tag (`MPI_ERR_TAG`).
+    Tag,
+    /// A buffer or count that does not fit the datatype (`MPI_ERR_COUNT`).
+    Count,
+    /// A peer died or left the job (`MPI_ERR_PROC_FAILED` in ULFM terms).
+    ProcFailed,
+    /// The job could not be set up (`MPI_ERR_OTHER` at init).
+    Bootstrap,
+    /// A transport failed or a peer sent bytes that are not mpr's protocol.
+    Transport,
+    /// A wait exceeded the configured time limit.
+    Timeout,
+    /// Anything else (`MPI_ERR_OTHER`).
+    Other,
+}
+
+/// An error returned by mpr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The matched message (`message` bytes) does not fit the receive buffer (`buffer` bytes).
+    Truncate {
+        /// Size of the incoming message in bytes.
+        message: usize,
+        /// Size of the receive buffer in bytes.
+        buffer: usize,
+    },
+    /// `rank` is not a rank of a communicator of `size` ranks.
+    Rank {
+        /// The offending rank.
+        rank: usize,
+        /// The communicator's size.
+        size: usize,
+    },
+    /// A tag that is negative (only `ANY_TAG` may be, and only on receive) or too large.
+    Tag(i32),
+    /// A message whose byte count is not a whole number of elements of the receive type.
+    Count {
+        /// Size of the message in bytes.
+        bytes: usize,
+        /// Size of one element of the receive type.
+        elem: usize,
+    },
+    /// The peer (a world rank) died or finalized while this rank still depended on it.
+    PeerGone {
+        /// World rank of the peer.
+        rank: usize,
+        /// What happened to it.
+        detail: String,
+    },
+    /// Start-up failed: missing environment, key-value service errors.
+    Bootstrap(String),
+    /// A transport-level failure or a malformed frame from a peer.
+    Transport(String),
+    /// A wait exceeded `MPR_WAIT_TIMEOUT`.
+    Timeout(std::time::Duration),
+    /// Anything else.
+    Other(String),
+}
+
+impl Error {
+    /// The MPI-like class of this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::Truncate { .. } => ErrorClass::Truncate,
+            Error::Rank { .. } => ErrorClass::Rank,
+            Error::Tag(_) => ErrorClass::Tag,
+            Error::Count { .. } => ErrorClass::Count,
+            Error::PeerGone { .. } => ErrorClass::ProcFailed,
+            Error::Bootstrap(_) => ErrorClass::Bootstrap,
+            Error::Transport(_) => ErrorClass::Transport,
+            Error::Timeout(_) => ErrorClass::Timeout,
+            Error::Other(_) => ErrorClass::Other,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Truncate { message, buffer } => write!(
+                f,
+                "message truncated: {message} bytes arrived for a receive buffer of {buffer} bytes"
+            ),
+            Error::Rank { rank, size } => {
+                write!(f, "invalid rank {rank}: the communicator has {size} ranks")
+            }
+            Error::Tag(t) => write!(f, "invalid tag {t}: tags must be in 0..={}", crate::TAG_UB),
+            Error::Count { bytes, elem } => write!(
+                f,
+                "message of {bytes} bytes is not a whole number of {elem}-byte elements"
+            ),
+            Error::PeerGone { rank, detail } => write!(f, "rank {rank} is gone: {detail}"),
+            Error::Bootstrap(m) => write!(f, "bootstrap failed: {m}"),
+            Error::Transport(m) => write!(f, "transport error: {m}"),
+            Error::Timeout(d) => write!(f, "wait timed out after {:.3} s", d.as_secs_f64()),
+            Error::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// `Result` with mpr's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,70 @@
+//! Start-up: bootstrap, business cards, transports per peer, the engine.
+
+use crate::bootstrap::{Bootstrap, Card};
+use crate::engine::{Engine, PeerLimits};
+use crate::error::Error;
+use crate::progress::{Runtime, WaitPolicy, SELF_ROUTE};
+use crate::transport::shm::segment::Segment;
+use crate::transport::shm::{ShmConfig, ShmTransport};
+use crate::transport::Transport;
+
+/// Name of the job's segment on `host`: `/mpr-<jobid>-<hash of host>`.
+fn segment_name(jobid: &str, host: &str) -> String {
+    // FNV-1a: a short, stable tag for the host name.
+    let h = host.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    format!("/mpr-{jobid}-{:08x}", h as u32)
+}
+
+/// Builds this rank's runtime.
+pub(crate) fn start() -> Result<Runtime, Error> {
+    let mut boot = Bootstrap::from_env()?;
+    let me = boot.rank;
+    let card = Card { host: boot.host.clone(), pid: std::process::id() };
+    let cards = boot.exchange(&card)?;
+    let locals: Vec<usize> = (0..boot.size).filter(|&r| cards[r].host == card.host).collect();
+    let nlocal = locals.len();
+
+    let mut transports: Vec<Box<dyn Transport>> = Vec::new();
+    let mut route = vec![SELF_ROUTE; boot.size];
+    let self_limits = PeerLimits { max_payload: usize::MAX, eager: 64 << 10, bulk_read: false };
+    let mut limits = vec![self_limits; boot.size];
+
+    if nlocal > 1 {
+        let cfg = ShmConfig::from_env(nlocal);
+        let name = segment_name(&boot.jobid, &card.host);
+        let leader = locals[0] == me;
+        let created = if leader { Some(Segment::create(&name, cfg.geometry(nlocal))) } else { None };
+        // Everyone fences even if the leader failed, so nobody waits forever on it.
+        let fenced = boot.fence();
+        let seg = match created {
+            Some(r) => r?,
+            None => {
+                fenced?;
+                Segment::open(&name, nlocal)?
+            }
+        };
+        if seg.attach() {
+            Segment::unlink(&name);
+        }
+        let shm = ShmTransport::new(seg, &locals, me, boot.size, &cfg);
+        let caps = shm.caps();
+        let idx = transports.len();
+        transports.push(Box::new(shm));
+        for &r in locals.iter().filter(|&&r| r != me) {
+            route[r] = idx;
+            limits[r] = PeerLimits {
+                max_payload: caps.max_frame - crate::engine::wire::HEADER_LEN,
+                eager: caps.eager_limit,
+                bulk_read: caps.bulk_read,
+            };
+        }
+    }
+    if let Some(r) = (0..boot.size).find(|&r| r != me && route[r] == SELF_ROUTE) {
+        return Err(Error::Bootstrap(format!(
+            "no transport reaches rank {r} on host {} from host {} (this build has shared memory only)",
+            cards[r].host, card.host
+        )));
+    }
+    let engine = Engine::new(me, limits);
+    Ok(Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(nlocal)))
+}

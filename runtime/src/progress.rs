@@ -1,0 +1,248 @@
+//! The I/O driver around the sans-I/O engine: hands its frames to transports, feeds it what
+//! arrives, performs its single-copy reads, and waits (spin, then yield) with liveness checks
+//! and an optional time limit. Everything that touches a transport or a clock lives here.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::bootstrap::Bootstrap;
+use crate::engine::{Action, Engine, ReqId, Transmit};
+use crate::error::Error;
+use crate::status::Status;
+use crate::transport::{PeerState, Transport};
+
+/// `route` value for this rank itself (the engine handles self-sends).
+pub(crate) const SELF_ROUTE: usize = usize::MAX;
+
+/// How waits behave, from the environment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WaitPolicy {
+    /// Idle polls before yielding the CPU (`MPR_WAIT_SPIN`).
+    pub(crate) spin: u32,
+    /// Idle time between liveness checks of peers.
+    pub(crate) check: Duration,
+    /// Longest a single wait may take (`MPR_WAIT_TIMEOUT`, seconds; unset: no limit).
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl WaitPolicy {
+    pub(crate) fn from_env(nlocal: usize) -> WaitPolicy {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        // Oversubscribed: spinning only steals the core from the rank we wait for.
+        let default_spin = if nlocal > cores { 16 } else { 20_000 };
+        let spin = std::env::var("MPR_WAIT_SPIN").ok().and_then(|v| v.parse().ok()).unwrap_or(default_spin);
+        let timeout = std::env::var("MPR_WAIT_TIMEOUT")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|s| *s > 0.0)
+            .map(Duration::from_secs_f64);
+        WaitPolicy { spin, check: Duration::from_millis(50), timeout }
+    }
+}
+
+/// Everything one rank's communication needs: engine, transports, queues.
+#[derive(Debug)]
+pub(crate) struct Runtime {
+    pub(crate) engine: Engine,
+    pub(crate) boot: Bootstrap,
+    transports: Vec<Box<dyn Transport>>,
+    /// Transport index for each world rank.
+    route: Vec<usize>,
+    /// Frames waiting for room in their transport, per peer, in order.
+    pending: Vec<VecDeque<Transmit>>,
+    pending_total: usize,
+    policy: WaitPolicy,
+    finalized: bool,
+}
+
+impl Runtime {
+    pub(crate) fn new(
+        engine: Engine,
+        boot: Bootstrap,
+        transports: Vec<Box<dyn Transport>>,
+        route: Vec<usize>,
+        policy: WaitPolicy,
+    ) -> Runtime {
+        let n = route.len();
+        Runtime {
+            engine,
+            boot,
+            transports,
+            route,
+            pending: (0..n).map(|_| VecDeque::new()).collect(),
+            pending_total: 0,
+            policy,
+            finalized: false,
+        }
+    }
+
+    fn flush_outbox(&mut self) -> Result<(), Error> {
+        while let Some(t) = self.engine.outbox.pop_front() {
+            if self.pending[t.peer].is_empty() {
+                let tr = &mut self.transports[self.route[t.peer]];
+                if tr.try_send(t.peer, &t.hdr, t.payload.bytes())? {
+                    if let Some(id) = t.on_sent {
+                        self.engine.on_sent(id);
+                    }
+                    continue;
+                }
+            }
+            self.pending[t.peer].push_back(t);
+            self.pending_total += 1;
+        }
+        Ok(())
+    }
+
+    fn flush_pending(&mut self) -> Result<usize, Error> {
+        let mut sent = 0;
+        for peer in 0..self.pending.len() {
+            while let Some(t) = self.pending[peer].front() {
+                let tr = &mut self.transports[self.route[peer]];
+                if !tr.try_send(peer, &t.hdr, t.payload.bytes())? {
+                    break;
+                }
+                let t = self.pending[peer].pop_front().expect("front exists");
+                self.pending_total -= 1;
+                sent += 1;
+                if let Some(id) = t.on_sent {
+                    self.engine.on_sent(id);
+                }
+            }
+        }
+        Ok(sent)
+    }
+
+    /// One round of progress; returns how many events happened (0: nothing to do).
+    pub(crate) fn progress(&mut self) -> Result<usize, Error> {
+        self.flush_outbox()?;
+        let mut n = if self.pending_total > 0 { self.flush_pending()? } else { 0 };
+        let engine = &mut self.engine;
+        for t in self.transports.iter_mut() {
+            n += t.poll(&mut |peer, frame| engine.on_frame(peer, frame))?;
+        }
+        while let Some(a) = self.engine.actions.pop() {
+            let Action::BulkRead { peer, addr, mut dst, rreq, sreq } = a;
+            let len = dst.len();
+            let tr = &mut self.transports[self.route[peer]];
+            let ok = match dst.range_mut(0, len) {
+                Some(d) => tr.bulk_read(peer, addr, d).is_ok(),
+                None => false,
+            };
+            self.engine.on_bulk_read(peer, rreq, sreq, ok);
+            n += 1;
+        }
+        if n > 0 {
+            self.flush_outbox()?;
+        }
+        Ok(n)
+    }
+
+    fn peer_state(&self, peer: usize) -> PeerState {
+        match self.route.get(peer) {
+            Some(&r) if r != SELF_ROUTE => self.transports[r].peer_state(peer),
+            _ => PeerState::Alive,
+        }
+    }
+
+    /// Checks whether `id` can still complete; an error names the peer that is gone.
+    fn check_peers(&self, id: Option<ReqId>) -> Result<(), Error> {
+        let target = id.and_then(|id| self.engine.waits_on(id));
+        for peer in 0..self.route.len() {
+            match self.peer_state(peer) {
+                PeerState::Dead => {
+                    return Err(Error::PeerGone { rank: peer, detail: "the process died".into() })
+                }
+                PeerState::Finalized if target == Some(peer) => {
+                    return Err(Error::PeerGone {
+                        rank: peer,
+                        detail: "it finalized before this operation completed".into(),
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails request `id`, dropping any of its frames still queued (its buffer is released).
+    fn fail(&mut self, id: ReqId, err: Error) -> Error {
+        if let Some(p) = self.engine.waits_on(id) {
+            self.pending_total -= self.pending[p].len();
+            self.pending[p].clear();
+        }
+        self.engine.fail(id, err.clone());
+        let _ = self.engine.take(id);
+        err
+    }
+
+    /// Drives progress until `done(self)` holds. Errors: a peer gone, the time limit.
+    pub(crate) fn wait_until(
+        &mut self,
+        about: Option<ReqId>,
+        mut done: impl FnMut(&mut Runtime) -> bool,
+    ) -> Result<(), Error> {
+        let mut idle: u32 = 0;
+        let mut start: Option<Instant> = None;
+        let mut last_check: Option<Instant> = None;
+        loop {
+            if done(self) {
+                return Ok(());
+            }
+            if self.progress()? > 0 {
+                idle = 0;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if idle < self.policy.spin {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            if idle % 256 == 0 {
+                let now = Instant::now();
+                let t0 = *start.get_or_insert(now);
+                if now.duration_since(*last_check.get_or_insert(now)) >= self.policy.check {
+                    last_check = Some(now);
+                    if let Err(e) = self.check_peers(about) {
+                        return Err(match about {
+                            Some(id) => self.fail(id, e),
+                            None => e,
+                        });
+                    }
+                }
+                if let Some(limit) = self.policy.timeout {
+                    if now.duration_since(t0) > limit {
+                        let e = Error::Timeout(limit);
+                        return Err(match about {
+                            Some(id) => self.fail(id, e),
+                            None => e,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for request `id` and returns its result.
+    pub(crate) fn wait(&mut self, id: ReqId) -> Result<Status, Error> {
+        if let Some(r) = self.engine.take(id) {
+            return r;
+        }
+        self.wait_until(Some(id), |rt| rt.engine.is_done(id))?;
+        self.engine.take(id).unwrap_or(Ok(Status { source: 0, tag: 0, bytes: 0 }))
+    }
+
+    /// Leaves the job: sends what is queued, marks this rank finalized, tells the launcher.
+    pub(crate) fn finalize(&mut self) -> Result<(), Error> {
+        if self.finalized {
+            return Ok(());
+        }
+        self.finalized = true;
+        let r = self.wait_until(None, |rt| rt.pending_total == 0 && rt.engine.outbox.is_empty());
+        for t in self.transports.iter_mut() {
+            t.finalize();
+        }
+        self.boot.finalize();
+        r
+    }
+}

@@ -1,0 +1,174 @@
+//! Nonblocking requests and the scopes that keep their buffers alive (rsmpi's model).
+//!
+//! A nonblocking call borrows its buffer for the lifetime `'a` of a [`Scope`]. The scope is
+//! only available inside [`scope`], and when that call returns (or unwinds), every request
+//! started in it has completed: the scope waits for the ones its caller did not. So a buffer
+//! can never be freed or reused while the engine still reads or writes it, even if a request
+//! is leaked with `mem::forget`.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+use crate::engine::ReqId;
+use crate::error::Error;
+use crate::progress::Runtime;
+use crate::status::Status;
+
+/// The region within which nonblocking operations may borrow buffers for `'a`.
+pub struct Scope<'a> {
+    started: RefCell<Vec<(Rc<RefCell<Runtime>>, ReqId)>>,
+    // Invariant in 'a, so the borrow cannot be shortened after the fact.
+    _marker: PhantomData<&'a mut &'a ()>,
+}
+
+impl std::fmt::Debug for Scope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope").field("started", &self.started.borrow().len()).finish()
+    }
+}
+
+/// Runs `f` with a [`Scope`] for nonblocking operations; returns once all of them completed.
+///
+/// ```no_run
+/// # fn main() -> mpr::Result<()> {
+/// let universe = mpr::init()?;
+/// let world = universe.world();
+/// let send = vec![1u32; 4];
+/// let mut recv = vec![0u32; 4];
+/// let peer = (world.rank() + 1) % world.size();
+/// let from = (world.rank() + world.size() - 1) % world.size();
+/// mpr::scope(|s| -> mpr::Result<()> {
+///     let r = world.irecv(s, &mut recv[..], from, 7)?;
+///     let q = world.isend(s, &send[..], peer, 7)?;
+///     mpr::wait_all(vec![r, q])?;
+///     Ok(())
+/// })?;
+/// # Ok(()) }
+/// ```
+pub fn scope<'a, R>(f: impl FnOnce(&Scope<'a>) -> R) -> R {
+    let s = Scope { started: RefCell::new(Vec::new()), _marker: PhantomData };
+    f(&s)
+    // `s` drops here (also on unwind) and completes what is still in flight.
+}
+
+impl Scope<'_> {
+    pub(crate) fn register(&self, rt: &Rc<RefCell<Runtime>>, id: ReqId) {
+        let mut v = self.started.borrow_mut();
+        // Forget requests already collected, so long-running scopes stay small.
+        if v.len() >= 64 && v.len().is_power_of_two() {
+            v.retain(|(rt, id)| !rt.borrow().engine.is_collected(*id));
+        }
+        v.push((rt.clone(), id));
+    }
+}
+
+impl Drop for Scope<'_> {
+    fn drop(&mut self) {
+        for (rt, id) in self.started.get_mut().drain(..) {
+            let mut rt = rt.borrow_mut();
+            if rt.engine.is_collected(id) {
+                continue;
+            }
+            // The buffer must not be released while in flight: wait even after an error.
+            let _ = rt.wait(id);
+        }
+    }
+}
+
+/// A nonblocking operation in flight, borrowing its buffer for `'a` (`MPI_Request`).
+#[must_use = "a request must be waited for or tested (the scope waits for it otherwise)"]
+pub struct Request<'a> {
+    rt: Rc<RefCell<Runtime>>,
+    id: ReqId,
+    _marker: PhantomData<&'a ()>,
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request").field("id", &self.id).finish()
+    }
+}
+
+impl<'a> Request<'a> {
+    pub(crate) fn new(rt: &Rc<RefCell<Runtime>>, scope: &Scope<'a>, id: ReqId) -> Request<'a> {
+        scope.register(rt, id);
+        Request { rt: rt.clone(), id, _marker: PhantomData }
+    }
+
+    /// Blocks until the operation completes (`MPI_Wait`).
+    pub fn wait(self) -> Result<Status, Error> {
+        self.rt.borrow_mut().wait(self.id)
+    }
+
+    /// Makes progress once; returns the status if complete, or the request back
+    /// (`MPI_Test`).
+    pub fn test(self) -> Result<Result<Status, Error>, Request<'a>> {
+        let mut rt = self.rt.borrow_mut();
+        if !rt.engine.is_done(self.id) {
+            if let Err(e) = rt.progress() {
+                return Ok(Err(e));
+            }
+        }
+        match rt.engine.take(self.id) {
+            Some(r) => Ok(r),
+            None => {
+                drop(rt);
+                Err(self)
+            }
+        }
+    }
+
+    /// Whether the operation has completed (without collecting it).
+    pub fn is_complete(&self) -> bool {
+        self.rt.borrow().engine.is_done(self.id)
+    }
+}
+
+/// Waits for all requests (`MPI_Waitall`); every request is completed even if one fails, and
+/// the first error is returned.
+pub fn wait_all(reqs: Vec<Request<'_>>) -> Result<Vec<Status>, Error> {
+    let mut out = Vec::with_capacity(reqs.len());
+    let mut first_err = None;
+    for r in reqs {
+        match r.wait() {
+            Ok(s) => out.push(s),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Waits until any one request completes, removes it from `reqs` and returns its former
+/// index and result (`MPI_Waitany`). An empty list is an error.
+pub fn wait_any(reqs: &mut Vec<Request<'_>>) -> Result<(usize, Status), Error> {
+    let Some(first) = reqs.first() else {
+        return Err(Error::Other("wait_any on an empty list of requests".into()));
+    };
+    let rt = first.rt.clone();
+    let ids: Vec<ReqId> = reqs.iter().map(|r| r.id).collect();
+    let mut found = None;
+    rt.borrow_mut().wait_until(None, |rt| {
+        found = ids.iter().position(|&id| rt.engine.is_done(id));
+        found.is_some()
+    })?;
+    let i = found.expect("wait_until returned on success");
+    let r = reqs.remove(i);
+    r.wait().map(|s| (i, s))
+}
+
+/// Progresses once and, if every request is complete, collects them all (`MPI_Testall`).
+pub fn test_all(reqs: &mut Vec<Request<'_>>) -> Result<Option<Vec<Status>>, Error> {
+    let Some(first) = reqs.first() else { return Ok(Some(Vec::new())) };
+    let rt = first.rt.clone();
+    rt.borrow_mut().progress()?;
+    if !reqs.iter().all(|r| r.is_complete()) {
+        return Ok(None);
+    }
+    wait_all(std::mem::take(reqs)).map(Some)
+}

@@ -1,0 +1,56 @@
+//! Transports move frames between processes; they know nothing of tags or communicators.
+//!
+//! Each transport implements [`Transport`] and describes itself with [`Caps`]; the engine
+//! picks protocols from the caps alone (no code matches on a transport's name). Every
+//! transport carries whole frames (an engine header plus payload, at most `max_frame`
+//! bytes) in order per peer: that is the active-message path everything else can fall back
+//! on. Optional abilities, such as reading a peer's memory in one copy, are flags in `Caps`.
+
+pub(crate) mod shm;
+
+use crate::error::Error;
+
+/// What a transport can do, per peer it serves.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Caps {
+    /// Name for logs and `--verbose` (never matched on).
+    pub(crate) name: &'static str,
+    /// Largest frame (header + payload) `try_send` accepts.
+    pub(crate) max_frame: usize,
+    /// Messages up to this size should go eagerly.
+    pub(crate) eager_limit: usize,
+    /// `bulk_read` can read a peer's memory directly (single copy).
+    pub(crate) bulk_read: bool,
+}
+
+/// How a peer is doing, as far as its transport can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PeerState {
+    Alive,
+    /// It left the job cleanly (finalized); frames it sent before are still delivered.
+    Finalized,
+    /// It died without finalizing.
+    Dead,
+}
+
+/// One way of moving frames to a set of peers (world ranks).
+pub(crate) trait Transport: std::fmt::Debug {
+    /// Capabilities towards the peers this transport serves.
+    fn caps(&self) -> Caps;
+
+    /// Sends one frame made of `hdr` followed by `payload` to `peer`. `Ok(false)` means no
+    /// room now (back-pressure): try again after polling. Never sends part of a frame.
+    fn try_send(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error>;
+
+    /// Delivers arrived frames, in order per peer, to `sink(peer, frame)`; returns how many.
+    fn poll(&mut self, sink: &mut dyn FnMut(usize, &[u8]) -> Result<(), Error>) -> Result<usize, Error>;
+
+    /// Reads `dst.len()` bytes at address `addr` of `peer`'s memory (only if `caps().bulk_read`).
+    fn bulk_read(&mut self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<(), Error>;
+
+    /// Liveness of `peer`.
+    fn peer_state(&self, peer: usize) -> PeerState;
+
+    /// Marks this process as finalized for its peers.
+    fn finalize(&mut self);
+}

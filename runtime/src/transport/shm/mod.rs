@@ -1,0 +1,182 @@
+//! Shared-memory transport between ranks of one host.
+//!
+//! One segment per job and host (segment.rs) holds a ring per ordered pair of local ranks
+//! (ring.rs). Frames go through the rings (two copies: into the cell, out of it); large
+//! messages are read by the receiver straight from the sender's memory in one copy where the
+//! OS allows it (cma.rs: Linux `process_vm_readv`), and otherwise stream through the rings
+//! in cell-sized frames (the engine's pipelined fallback).
+//!
+//! Tunables (environment): `MPR_SHM_CELL_SIZE` (bytes per cell, default 8192),
+//! `MPR_SHM_CELLS` (cells per ring, default 64), `MPR_SHM_EAGER` (largest eager message,
+//! default: what one cell holds), `MPR_SHM_CMA=0` (disable single-copy reads).
+
+mod cma;
+mod ring;
+pub(crate) mod segment;
+
+use std::sync::atomic::Ordering;
+
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+
+use super::{Caps, PeerState, Transport};
+use crate::engine::wire::HEADER_LEN;
+use crate::error::Error;
+use ring::Ring;
+use segment::{Geometry, Segment, SLOT_ALIVE, SLOT_FINALIZED};
+
+/// Ring shape and protocol thresholds, from the environment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ShmConfig {
+    pub(crate) cells: usize,
+    pub(crate) cell_size: usize,
+    pub(crate) eager: Option<usize>,
+    pub(crate) cma: bool,
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+impl ShmConfig {
+    pub(crate) fn from_env(nlocal: usize) -> ShmConfig {
+        let cell_size = env_usize("MPR_SHM_CELL_SIZE").unwrap_or(8192).clamp(256, 1 << 22);
+        let cell_size = cell_size.div_ceil(segment::LINE) * segment::LINE;
+        // Keep the whole segment within ~256 MiB however many ranks share the host.
+        let budget = 256usize << 20;
+        let fit = budget / (nlocal * nlocal * cell_size).max(1);
+        let cells = env_usize("MPR_SHM_CELLS").unwrap_or_else(|| fit.clamp(4, 64)).clamp(2, 1 << 16);
+        ShmConfig {
+            cells,
+            cell_size,
+            eager: env_usize("MPR_SHM_EAGER"),
+            cma: cma::AVAILABLE && std::env::var("MPR_SHM_CMA").map(|v| v != "0").unwrap_or(true),
+        }
+    }
+
+    pub(crate) fn geometry(&self, nlocal: usize) -> Geometry {
+        Geometry { nlocal, cells: self.cells, cell_size: self.cell_size }
+    }
+}
+
+/// The shared-memory transport of one rank.
+#[derive(Debug)]
+pub(crate) struct ShmTransport {
+    seg: Segment,
+    me: usize,
+    /// World rank of each local rank.
+    world_of: Vec<usize>,
+    /// Local index of each world rank (`usize::MAX`: not on this host).
+    local_of: Vec<usize>,
+    tx: Vec<Option<Ring>>,
+    rx: Vec<Option<Ring>>,
+    caps: Caps,
+    next_poll: usize,
+}
+
+impl ShmTransport {
+    /// Wraps an attached segment. `locals` are the world ranks on this host in order (the
+    /// segment's local indices); `me` is this rank's world rank.
+    pub(crate) fn new(seg: Segment, locals: &[usize], me: usize, world_size: usize, cfg: &ShmConfig) -> ShmTransport {
+        let geo = seg.geometry();
+        let mut local_of = vec![usize::MAX; world_size];
+        for (i, &w) in locals.iter().enumerate() {
+            local_of[w] = i;
+        }
+        let me_local = local_of[me];
+        let (pid, state) = seg.slot(me_local);
+        pid.store(std::process::id(), Ordering::Relaxed);
+        state.store(SLOT_ALIVE, Ordering::Release);
+        let mk = |from: usize, to: usize| {
+            // SAFETY: ring (from -> to) lies inside the segment, which `self.seg` keeps mapped
+            // for as long as the rings live; this rank is the only producer of its outgoing
+            // rings and the only consumer of its incoming ones.
+            (from != to).then(|| unsafe { Ring::new(seg.ring(from, to), geo.cells, geo.cell_size) })
+        };
+        let tx = (0..geo.nlocal).map(|j| mk(me_local, j)).collect();
+        let rx = (0..geo.nlocal).map(|i| mk(i, me_local)).collect();
+        let max_frame = geo.cell_size - ring::CELL_HDR;
+        let eager = cfg.eager.unwrap_or(max_frame - HEADER_LEN).min(max_frame - HEADER_LEN);
+        ShmTransport {
+            seg,
+            me: me_local,
+            world_of: locals.to_vec(),
+            local_of,
+            tx,
+            rx,
+            caps: Caps { name: "shm", max_frame, eager_limit: eager, bulk_read: cfg.cma },
+            next_poll: 0,
+        }
+    }
+
+    fn local(&self, peer: usize) -> Result<usize, Error> {
+        match self.local_of.get(peer) {
+            Some(&i) if i != usize::MAX => Ok(i),
+            _ => Err(Error::Transport(format!("rank {peer} is not reachable through shared memory"))),
+        }
+    }
+}
+
+impl Transport for ShmTransport {
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    #[inline]
+    fn try_send(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
+        let j = self.local(peer)?;
+        match self.tx[j].as_mut() {
+            Some(r) => Ok(r.push(hdr, payload)),
+            None => Err(Error::Transport("shared-memory send to self".into())),
+        }
+    }
+
+    #[inline]
+    fn poll(&mut self, sink: &mut dyn FnMut(usize, &[u8]) -> Result<(), Error>) -> Result<usize, Error> {
+        let n = self.rx.len();
+        let mut got = 0;
+        for k in 0..n {
+            let i = (self.next_poll + k) % n;
+            let Some(r) = self.rx[i].as_mut() else { continue };
+            let peer = self.world_of[i];
+            for _ in 0..32 {
+                match r.pop(|f| sink(peer, f)) {
+                    Some(res) => {
+                        res?;
+                        got += 1;
+                    }
+                    None => break,
+                }
+            }
+        }
+        self.next_poll = (self.next_poll + 1) % n.max(1);
+        Ok(got)
+    }
+
+    fn bulk_read(&mut self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<(), Error> {
+        let i = self.local(peer)?;
+        let pid = self.seg.slot(i).0.load(Ordering::Acquire);
+        cma::read(pid, addr, dst)
+    }
+
+    fn peer_state(&self, peer: usize) -> PeerState {
+        let Ok(i) = self.local(peer) else { return PeerState::Alive };
+        let (pid, state) = self.seg.slot(i);
+        match state.load(Ordering::Acquire) {
+            SLOT_FINALIZED => PeerState::Finalized,
+            SLOT_ALIVE => {
+                let pid = pid.load(Ordering::Relaxed);
+                if kill(Pid::from_raw(pid as i32), None) == Err(nix::errno::Errno::ESRCH) {
+                    PeerState::Dead
+                } else {
+                    PeerState::Alive
+                }
+            }
+            _ => PeerState::Alive, // not attached yet
+        }
+    }
+
+    fn finalize(&mut self) {
+        self.seg.slot(self.me).1.store(SLOT_FINALIZED, Ordering::Release);
+    }
+}

@@ -1,0 +1,372 @@
+//! Point-to-point conformance checks, run as the ranks of a job: `mprun -np N ptp SCENARIO`.
+//! Each scenario checks what arrived and exits non-zero (with a message) on any mismatch.
+
+use mpr::{Communicator, Error, ANY_SOURCE, ANY_TAG};
+use mpr_tests::{check, pattern};
+use rand::{Rng, SeedableRng};
+
+type R = mpr::Result<()>;
+
+fn main() {
+    let scenario = std::env::args().nth(1).unwrap_or_default();
+    let universe = match mpr::init() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("init failed: {e}");
+            std::process::exit(2);
+        }
+    };
+    let w = universe.world();
+    let r = match scenario.as_str() {
+        "ring" => ring(&w),
+        "pairs" => pairs(&w),
+        "anysource" => anysource(&w),
+        "order" => order(&w),
+        "probe" => probe(&w),
+        "truncate" => truncate(&w),
+        "many" => many(&w),
+        "self" => selfsend(&w),
+        "badargs" => badargs(&w),
+        "peer-dies" => peer_dies(&w),
+        "exit" => exit_code(&w),
+        other => {
+            eprintln!("unknown scenario {other:?}");
+            std::process::exit(2)
+        }
+    };
+    if let Err(e) = r {
+        eprintln!("rank {}: {scenario} failed: {e}", w.rank());
+        std::process::exit(1);
+    }
+    if let Err(e) = universe.finalize() {
+        eprintln!("finalize failed: {e}");
+        std::process::exit(1);
+    }
+    println!("{scenario} ok");
+}
+
+/// A token goes around the ring several times; each rank adds its rank.
+fn ring(w: &mpr::Comm) -> R {
+    let (me, n) = (w.rank(), w.size());
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let laps = 50u64;
+    let mut tok = [0u64; 2];
+    for lap in 0..laps {
+        if me == 0 {
+            tok = [lap, tok[1]];
+            w.send(&tok, next, 5)?;
+            w.recv(&mut tok, prev, 5)?;
+            assert_eq!(tok[0], lap);
+        } else {
+            w.recv(&mut tok, prev, 5)?;
+            tok[1] += me as u64;
+            w.send(&tok, next, 5)?;
+        }
+    }
+    if me == 0 {
+        let want = laps * (0..n as u64).sum::<u64>();
+        assert_eq!(tok[1], want, "token sum");
+    }
+    Ok(())
+}
+
+/// Every ordered pair exchanges messages of random sizes from 0 B to 16 MiB.
+fn pairs(w: &mpr::Comm) -> R {
+    let (me, n) = (w.rank(), w.size());
+    let max: usize = std::env::var("PTP_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(16 << 20);
+    let sizes = |a: usize, b: usize| -> Vec<usize> {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64((a * 1000 + b) as u64);
+        let mut v = vec![0, 1, 8, 8143, 8144, 8145, 65536, max];
+        v.extend((0..6).map(|_| rng.gen_range(0..=max)));
+        v.extend((0..6).map(|_| 1usize << rng.gen_range(0..=max.ilog2())));
+        v.into_iter().map(|s| s.min(max)).collect()
+    };
+    for k in 1..n {
+        let to = (me + k) % n;
+        let from = (me + n - k) % n;
+        let (out, inn) = (sizes(me, to), sizes(from, me));
+        for (seq, (&so, &si)) in out.iter().zip(&inn).enumerate() {
+            let msg = pattern(me, to, seq, so);
+            let mut got = vec![0u8; si];
+            let st = w.sendrecv(&msg, to, seq as i32, &mut got, from, seq as i32)?;
+            assert_eq!((st.source, st.tag, st.bytes), (from, seq as i32, si));
+            check(&got, from, me, seq, si);
+        }
+    }
+    Ok(())
+}
+
+/// Rank 0 receives from anyone with any tag; per-sender order must hold.
+fn anysource(w: &mpr::Comm) -> R {
+    let (me, n) = (w.rank(), w.size());
+    let per = 200usize;
+    if me == 0 {
+        let mut next_seq = vec![0usize; n];
+        for _ in 0..per * (n - 1) {
+            let mut buf = vec![0u8; 20000];
+            let st = w.recv(&mut buf, ANY_SOURCE, ANY_TAG)?;
+            let seq = next_seq[st.source];
+            assert_eq!(st.tag as usize, seq % 7, "tag from {}", st.source);
+            let len = (seq * 97) % 20000;
+            check(&buf[..st.bytes], st.source, 0, seq, len);
+            next_seq[st.source] += 1;
+        }
+        assert!(next_seq[1..].iter().all(|&c| c == per), "counts {next_seq:?}");
+    } else {
+        for seq in 0..per {
+            let len = (seq * 97) % 20000;
+            w.send(&pattern(me, 0, seq, len), 0, (seq % 7) as i32)?;
+        }
+    }
+    Ok(())
+}
+
+/// Messages between one pair on one tag arrive in send order, eager and rendezvous mixed,
+/// while the receiver is late (everything unexpected) and while it is early (all posted).
+fn order(w: &mpr::Comm) -> R {
+    let (me, n) = (w.rank(), w.size());
+    let count = 300usize;
+    let len_of = |seq: usize| if seq % 5 == 0 { 100_000 + seq } else { seq * 13 };
+    for round in 0..2 {
+        if me % 2 == 0 && me + 1 < n {
+            let to = me + 1;
+            // Nonblocking, so that a late receiver cannot deadlock the large (rendezvous) sends.
+            let msgs: Vec<Vec<u8>> = (0..count).map(|seq| pattern(me, to, seq, len_of(seq))).collect();
+            mpr::scope(|s| -> R {
+                let reqs = msgs.iter().map(|m| w.isend(s, &m[..], to, 3)).collect::<Result<Vec<_>, _>>()?;
+                w.send(&[0u8], to, 4)?;
+                mpr::wait_all(reqs)?;
+                Ok(())
+            })?;
+        } else if me % 2 == 1 {
+            let from = me - 1;
+            if round == 0 {
+                // Late receiver: wait until the end marker is there (all of them unexpected).
+                w.probe(from, 4)?;
+            }
+            let tag = if round == 0 { 3 } else { ANY_TAG };
+            for seq in 0..count {
+                let (v, st) = w.recv_vec::<u8>(from, tag)?;
+                assert_eq!(st.tag, 3);
+                check(&v, from, me, seq, len_of(seq));
+            }
+            w.recv(&mut [0u8], from, 4)?;
+        }
+    }
+    Ok(())
+}
+
+/// probe / iprobe report source, tag and size; recv_vec takes a message of unknown size.
+fn probe(w: &mpr::Comm) -> R {
+    let (me, n) = (w.rank(), w.size());
+    if me == 0 {
+        for src in 1..n {
+            for seq in 0..3 {
+                let st = w.probe(src, ANY_TAG)?;
+                assert_eq!(st.source, src);
+                let len = 1000 * src + seq * 50_000;
+                assert_eq!(st.bytes, len);
+                assert_eq!(st.count::<u8>(), Some(len));
+                let (v, st2) = w.recv_vec::<u8>(src, st.tag)?;
+                assert_eq!(st2, st);
+                check(&v, src, 0, seq, len);
+            }
+        }
+        // iprobe finds nothing when nothing was sent, and finds the final message.
+        assert!(w.iprobe(ANY_SOURCE, 99)?.is_none());
+        w.send(&[1u8], 1, 98)?;
+        loop {
+            if let Some(st) = w.iprobe(1, 99)? {
+                assert_eq!((st.source, st.tag, st.bytes), (1, 99, 16));
+                let (v, _) = w.recv_vec::<u64>(1, 99)?;
+                assert_eq!(v, vec![7u64, 9]);
+                break;
+            }
+        }
+        // A size that is not a whole number of elements is a Count error.
+        let e = w.recv_vec::<u64>(1, 97).unwrap_err();
+        assert_eq!(e, Error::Count { bytes: 5, elem: 8 });
+        w.recv(&mut [0u8; 5], 1, 97)?;
+    } else {
+        for seq in 0..3 {
+            let len = 1000 * me + seq * 50_000;
+            w.send(&pattern(me, 0, seq, len), 0, 10 + seq as i32)?;
+        }
+        if me == 1 {
+            w.recv(&mut [0u8], 0, 98)?;
+            w.send(&[7u64, 9], 0, 99)?;
+            w.send(&[0u8; 5], 0, 97)?;
+        }
+    }
+    Ok(())
+}
+
+/// A message larger than the receive buffer is a Truncate error naming both sizes, for
+/// eager and rendezvous sizes; communication goes on afterwards.
+fn truncate(w: &mpr::Comm) -> R {
+    let me = w.rank();
+    for (i, &(len, cap)) in [(100usize, 10usize), (1 << 20, 1 << 19)].iter().enumerate() {
+        if me == 0 {
+            w.send(&vec![7u8; len], 1, i as i32)?;
+        } else if me == 1 {
+            let mut buf = vec![0u8; cap];
+            match w.recv(&mut buf, 0, i as i32) {
+                Err(e @ Error::Truncate { message, buffer }) => {
+                    assert_eq!((message, buffer), (len, cap));
+                    assert_eq!(e.class(), mpr::ErrorClass::Truncate);
+                    println!("rank 1 got the expected error: {e}");
+                }
+                other => panic!("expected a truncation error, got {other:?}"),
+            }
+        }
+    }
+    if me == 0 {
+        w.send(&pattern(0, 1, 0, 5000), 1, 50)?;
+    } else if me == 1 {
+        let mut v = vec![0u8; 5000];
+        w.recv(&mut v, 0, 50)?;
+        check(&v, 0, 1, 0, 5000);
+    }
+    Ok(())
+}
+
+/// Thousands of outstanding nonblocking requests, completed with wait_all, wait_any and
+/// test_all.
+fn many(w: &mpr::Comm) -> R {
+    let (me, n) = (w.rank(), w.size());
+    let count = 4000usize;
+    let len_of = |i: usize| (i * 31) % 3000;
+    let (to, from) = ((me + 1) % n, (me + n - 1) % n);
+    let outs: Vec<Vec<u8>> = (0..count).map(|i| pattern(me, to, i, len_of(i))).collect();
+    let mut ins: Vec<Vec<u8>> = (0..count).map(|i| vec![0u8; len_of(i)]).collect();
+    mpr::scope(|s| -> R {
+        let mut recvs = Vec::new();
+        for (i, b) in ins.iter_mut().enumerate() {
+            recvs.push(w.irecv(s, &mut b[..], from, (i % 100) as i32)?);
+        }
+        let mut sends = Vec::new();
+        for (i, b) in outs.iter().enumerate() {
+            sends.push(w.isend(s, &b[..], to, (i % 100) as i32)?);
+        }
+        // Half the receives by wait_any, the rest by test_all polling, sends by wait_all.
+        let mut seen = vec![false; count];
+        let idx: Vec<usize> = (0..count).collect();
+        let mut live = idx.clone();
+        for _ in 0..count / 2 {
+            let (i, st) = mpr::wait_any(&mut recvs)?;
+            let orig = live.remove(i);
+            assert!(!seen[orig]);
+            seen[orig] = true;
+            assert_eq!(st.bytes, len_of(orig));
+        }
+        loop {
+            if let Some(sts) = mpr::test_all(&mut recvs)? {
+                for (k, st) in sts.iter().enumerate() {
+                    assert_eq!(st.bytes, len_of(live[k]));
+                }
+                break;
+            }
+        }
+        mpr::wait_all(sends)?;
+        Ok(())
+    })?;
+    for (i, b) in ins.iter().enumerate() {
+        check(b, from, me, i, len_of(i));
+    }
+    // Leaked requests: the scope still completes them before the buffers are released.
+    let mut b = vec![0u8; 64];
+    let out = pattern(me, to, 0, 64);
+    mpr::scope(|s| -> R {
+        let r = w.irecv(s, &mut b[..], from, 777)?;
+        std::mem::forget(r);
+        let q = w.isend(s, &out[..], to, 777)?;
+        drop(q);
+        Ok(())
+    })?;
+    check(&b, from, me, 0, 64);
+    Ok(())
+}
+
+/// Sends to self, small (buffered) and large (matched later), before and after the receive.
+fn selfsend(w: &mpr::Comm) -> R {
+    let me = w.rank();
+    for (seq, len) in [0usize, 10, 100_000, 5 << 20].into_iter().enumerate() {
+        let msg = pattern(me, me, seq, len);
+        if len < 100_000 {
+            w.send(&msg, me, seq as i32)?;
+            let (v, st) = w.recv_vec::<u8>(me, seq as i32)?;
+            assert_eq!(st.source, me);
+            check(&v, me, me, seq, len);
+        } else {
+            let mut got = vec![0u8; len];
+            mpr::scope(|s| -> R {
+                let q = w.isend(s, &msg[..], me, seq as i32)?;
+                let r = w.irecv(s, &mut got[..], me, seq as i32)?;
+                r.wait()?;
+                q.wait()?;
+                Ok(())
+            })?;
+            check(&got, me, me, seq, len);
+        }
+    }
+    Ok(())
+}
+
+/// Invalid ranks and tags are errors, not panics.
+fn badargs(w: &mpr::Comm) -> R {
+    let n = w.size();
+    assert_eq!(w.send(&[1u8], n, 0), Err(Error::Rank { rank: n, size: n }));
+    assert_eq!(w.send(&[1u8], 0, -5), Err(Error::Tag(-5)));
+    assert_eq!(w.recv(&mut [0u8], n + 3, 0).unwrap_err().class(), mpr::ErrorClass::Rank);
+    assert_eq!(w.recv(&mut [0u8], 0, -7), Err(Error::Tag(-7)));
+    Ok(())
+}
+
+/// Rank 1 dies by SIGKILL while rank 0 waits for it: rank 0 must get an error, not hang.
+/// (Rank 0 ignores SIGTERM so that it outlives mprun's first stop signal and can report.)
+fn peer_dies(w: &mpr::Comm) -> R {
+    match w.rank() {
+        0 => {
+            // SAFETY: setting a signal disposition to SIG_IGN has no handler to race with.
+            unsafe { libc_ignore_sigterm() };
+            w.send(&[1u8], 1, 0)?;
+            let mut b = [0u8; 8];
+            match w.recv(&mut b, 1, 1) {
+                Err(e @ Error::PeerGone { .. }) => {
+                    println!("rank 0 saw: {e}");
+                    std::process::exit(0);
+                }
+                other => panic!("expected PeerGone, got {other:?}"),
+            }
+        }
+        1 => {
+            w.recv(&mut [0u8], 0, 0)?;
+            let _ = std::process::Command::new("kill").args(["-9", &std::process::id().to_string()]).status();
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// # Safety
+/// Changes the process-wide SIGTERM disposition.
+unsafe fn libc_ignore_sigterm() {
+    extern "C" {
+        fn signal(sig: i32, handler: usize) -> usize;
+    }
+    // SAFETY: SIG_IGN (1) for SIGTERM (15) installs no handler code.
+    unsafe {
+        signal(15, 1);
+    }
+}
+
+/// Rank `PTP_FAIL_RANK` exits with code 3 after a first exchange; the others wait.
+fn exit_code(w: &mpr::Comm) -> R {
+    let fail: usize = std::env::var("PTP_FAIL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    if w.rank() == fail {
+        std::process::exit(3);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(30));
+    Ok(())
+}
