@@ -1,1 +1,186 @@
-fn main() {}
+//! mpr-bench: OSU-style micro-benchmarks for mpr, printing the OSU micro-benchmarks' table
+//! format (comment lines starting with `#`, then `SIZE VALUE` rows), so scripts that read
+//! OSU output read these.
+//!
+//! `mprun -np 2 mpr-bench latency` - one-way latency (us), ping-pong between ranks 0 and 1.
+//! `mprun -np 2 mpr-bench bw`      - windowed bandwidth (MB/s), rank 0 to rank 1.
+//!
+//! Options: `--min SIZE`, `--max SIZE` (bytes), `--iters N` (small messages; large ones use
+//! a tenth), `--window N` (bw, default 64).
+
+use mpr::{Comm, Communicator};
+
+struct Opts {
+    min: usize,
+    max: usize,
+    iters: usize,
+    window: usize,
+}
+
+fn parse_opts(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts { min: 0, max: 4 << 20, iters: 10_000, window: 64 };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| -> Result<usize, String> {
+            let v = it.next().ok_or(format!("{name} needs a value"))?;
+            v.parse().map_err(|_| format!("{name}: not a number: {v}"))
+        };
+        match a.as_str() {
+            "--min" => o.min = val("--min")?,
+            "--max" => o.max = val("--max")?,
+            "--iters" => o.iters = val("--iters")?.max(1),
+            "--window" => o.window = val("--window")?.max(1),
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    Ok(o)
+}
+
+fn sizes(min: usize, max: usize, with_zero: bool) -> Vec<usize> {
+    let mut v = Vec::new();
+    if with_zero && min == 0 {
+        v.push(0);
+    }
+    let mut s = 1;
+    while s <= max {
+        if s >= min {
+            v.push(s);
+        }
+        s *= 2;
+    }
+    v
+}
+
+fn iters_for(size: usize, o: &Opts) -> (usize, usize) {
+    if size > 64 << 10 {
+        ((o.iters / 10).max(10), 10)
+    } else {
+        (o.iters, (o.iters / 10).max(10))
+    }
+}
+
+fn latency(w: &Comm, o: &Opts) -> mpr::Result<()> {
+    let me = w.rank();
+    if me == 0 {
+        println!("# mpr-bench Latency Test");
+        println!("# Size          Latency (us)");
+    }
+    let mut sbuf = vec![b'a'; o.max];
+    let mut rbuf = vec![b'b'; o.max];
+    for size in sizes(o.min, o.max, true) {
+        let (iters, skip) = iters_for(size, o);
+        let mut t0 = 0.0;
+        for i in 0..iters + skip {
+            if i == skip {
+                t0 = mpr::wtime();
+            }
+            match me {
+                0 => {
+                    w.send(&sbuf[..size], 1, 1)?;
+                    w.recv(&mut rbuf[..size], 1, 1)?;
+                }
+                1 => {
+                    w.recv(&mut rbuf[..size], 0, 1)?;
+                    w.send(&sbuf[..size], 0, 1)?;
+                }
+                _ => {}
+            }
+        }
+        if me == 0 {
+            let us = (mpr::wtime() - t0) * 1e6 / (2.0 * iters as f64);
+            println!("{size:<10}{us:>18.2}");
+        }
+        sbuf[..size.min(1)].fill(b'c');
+    }
+    Ok(())
+}
+
+fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
+    let me = w.rank();
+    if me == 0 {
+        println!("# mpr-bench Bandwidth Test");
+        println!("# Size      Bandwidth (MB/s)");
+    }
+    let win = o.window;
+    let max = o.max.max(1);
+    let sbuf = vec![b'a'; max * win];
+    let mut rbuf = vec![b'b'; max * win];
+    for size in sizes(o.min.max(1), max, false) {
+        let (iters, skip) = iters_for(size, &Opts { iters: o.iters / 50, ..*o });
+        let mut t0 = 0.0;
+        for i in 0..iters + skip {
+            if i == skip {
+                t0 = mpr::wtime();
+            }
+            match me {
+                0 => {
+                    mpr::scope(|s| -> mpr::Result<()> {
+                        let reqs = sbuf
+                            .chunks(size)
+                            .take(win)
+                            .map(|c| w.isend(s, c, 1, 100))
+                            .collect::<mpr::Result<Vec<_>>>()?;
+                        mpr::wait_all(reqs)?;
+                        Ok(())
+                    })?;
+                    w.recv(&mut [0u8; 4], 1, 101)?;
+                }
+                1 => {
+                    mpr::scope(|s| -> mpr::Result<()> {
+                        let reqs = rbuf
+                            .chunks_mut(size)
+                            .take(win)
+                            .map(|c| w.irecv(s, c, 0, 100))
+                            .collect::<mpr::Result<Vec<_>>>()?;
+                        mpr::wait_all(reqs)?;
+                        Ok(())
+                    })?;
+                    w.send(&[0u8; 4], 0, 101)?;
+                }
+                _ => {}
+            }
+        }
+        if me == 0 {
+            let secs = mpr::wtime() - t0;
+            let mbs = (size * win * iters) as f64 / secs / 1e6;
+            println!("{size:<10}{mbs:>18.2}");
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(what) = args.first().cloned() else {
+        eprintln!("usage: mprun -np 2 mpr-bench latency|bw [--min B] [--max B] [--iters N] [--window N]");
+        std::process::exit(2);
+    };
+    let opts = match parse_opts(&args[1..]) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("mpr-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let universe = mpr::init().unwrap_or_else(|e| {
+        eprintln!("mpr-bench: {e}");
+        std::process::exit(1)
+    });
+    let w = universe.world();
+    if w.size() < 2 {
+        eprintln!("mpr-bench {what}: needs at least 2 ranks (mprun -np 2 mpr-bench {what})");
+        std::process::exit(2);
+    }
+    let r = match what.as_str() {
+        "latency" => latency(&w, &opts),
+        "bw" => bandwidth(&w, &opts),
+        other => {
+            eprintln!("mpr-bench: unknown benchmark {other} (latency, bw)");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = r.and_then(|_| universe.finalize()) {
+        eprintln!("mpr-bench: {e}");
+        std::process::exit(1);
+    }
+}

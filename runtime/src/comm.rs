@@ -33,6 +33,11 @@ pub trait Communicator: sealed::Sealed {
         self.as_comm().inner.rank
     }
 
+    /// The world rank of rank `r` of this communicator.
+    fn world_rank(&self, r: usize) -> Option<usize> {
+        self.as_comm().inner.group.get(r).copied()
+    }
+
     /// Number of ranks in the communicator (`MPI_Comm_size`).
     fn size(&self) -> usize {
         self.as_comm().inner.group.len()
@@ -75,8 +80,14 @@ impl Comm {
         Comm { inner: Rc::new(CommInner { rt, ctx: 0, rank, group: (0..size).collect() }) }
     }
 
-    pub(crate) fn runtime(&self) -> &Rc<RefCell<Runtime>> {
-        &self.inner.rt
+    /// This process's rank in the communicator (`MPI_Comm_rank`).
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Number of ranks in the communicator (`MPI_Comm_size`).
+    pub fn size(&self) -> usize {
+        self.inner.group.len()
     }
 
     fn check_dest(&self, dest: usize, tag: i32) -> Result<usize, Error> {

@@ -400,3 +400,6 @@ impl Engine {
         self.reqs.len()
     }
 }
+
+#[cfg(test)]
+mod tests;

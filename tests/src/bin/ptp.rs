@@ -17,6 +17,9 @@ fn main() {
         }
     };
     let w = universe.world();
+    if w.rank() == 0 {
+        println!("jobid {}", std::env::var("MPR_JOBID").unwrap_or_default());
+    }
     let r = match scenario.as_str() {
         "ring" => ring(&w),
         "pairs" => pairs(&w),

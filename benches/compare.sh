@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# compare.sh - run mpr's micro-benchmarks side by side with MPICH and Open MPI.
+#
+# usage: benches/compare.sh [WHAT...]
+#   WHAT: latency bw allreduce bcast allgather alltoall barrier startup
+#         (default: latency bw startup)
+#
+# For each WHAT it runs, REPEATS times and interleaved,
+#   mpr:     target/release/mprun -np NP target/release/mpr-bench WHAT
+#   MPICH:   mpiexec.mpich -n NP benches/c/build/osu_mini.mpich WHAT
+#   Open MPI mpirun.openmpi --allow-run-as-root --oversubscribe -np NP benches/c/build/osu_mini.openmpi WHAT
+# takes the median per size and implementation, and prints one table
+#   size  mpr  mpich  openmpi  mpr/mpich  mpr/openmpi
+# `startup` times `-np NP /bin/true` under each launcher (median of STARTUP_RUNS, ms).
+# An implementation that is missing or whose runs all fail shows `n/a`.
+#
+# Environment:
+#   NP=2             ranks for every implementation
+#   REPEATS=5        runs per benchmark and implementation (median is reported)
+#   STARTUP_RUNS=20  runs per launcher for `startup`
+#   TIMEOUT=300      seconds before one run is killed (counts as failed)
+#   BENCH_ARGS=      extra arguments for every benchmark run (all three implementations),
+#                    e.g. "--max 65536" or "--iters 100"; osu_mini and mpr-bench both take
+#                    --min B, --max B, --iters N, --window N (iteration schedules differ)
+#   MPR_BUILD=1      0 skips `cargo build --release` of mprun and mpr-bench
+#   RAW_DIR=         keep raw outputs in this directory (default: temporary, deleted)
+#
+# Running as root: Open MPI refuses without OMPI_ALLOW_RUN_AS_ROOT=1 and
+# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (or --allow-run-as-root), both set below.
+# MPICH (ch4:ucx, Hydra) needs nothing. Open MPI needs --oversubscribe when
+# NP > cores. MPICH busy-polls without ever yielding, so with NP > cores its
+# collectives take milliseconds per call (scheduler time slices); use BENCH_ARGS
+# to cut iterations or raise TIMEOUT in that case.
+set -euo pipefail
+export LC_ALL=C
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$HERE")
+SRC=$HERE/c/osu_mini.c
+BUILD=$HERE/c/build
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}/release
+
+NP=${NP:-2}
+REPEATS=${REPEATS:-5}
+STARTUP_RUNS=${STARTUP_RUNS:-20}
+TIMEOUT=${TIMEOUT:-300}
+MPR_BUILD=${MPR_BUILD:-1}
+read -r -a EXTRA <<<"${BENCH_ARGS:-}"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+IMPLS=(mpr mpich openmpi)
+KNOWN="latency bw allreduce bcast allgather alltoall barrier startup"
+
+log() { printf '%s\n' "$*" >&2; }
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
+
+WHATS=("$@")
+[[ ${#WHATS[@]} -gt 0 ]] || WHATS=(latency bw startup)
+for w in "${WHATS[@]}"; do
+    case $w in
+        -h | --help) usage; exit 0 ;;
+    esac
+    case " $KNOWN " in
+        *" $w "*) ;;
+        *) log "compare.sh: unknown benchmark '$w'"; usage; exit 2 ;;
+    esac
+done
+for v in NP REPEATS STARTUP_RUNS TIMEOUT; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { log "compare.sh: $v must be a positive integer"; exit 2; }
+done
+
+if [[ -n ${RAW_DIR:-} ]]; then
+    RAW=$RAW_DIR
+    mkdir -p "$RAW"
+else
+    RAW=$(mktemp -d "${TMPDIR:-/tmp}/mpr-compare.XXXXXX")
+    trap 'rm -rf "$RAW"' EXIT
+fi
+
+# ---------------------------------------------------------------- build
+declare -A OK=([mpr]=0 [mpich]=0 [openmpi]=0)
+
+mkdir -p "$BUILD"
+for impl in mpich openmpi; do
+    cc=mpicc.$impl
+    if ! command -v "$cc" >/dev/null; then
+        log "compare.sh: $cc not found; $impl column will be n/a"
+    elif "$cc" -O2 -Wall -o "$BUILD/osu_mini.$impl" "$SRC"; then
+        OK[$impl]=1
+    else
+        log "compare.sh: building osu_mini with $cc failed; $impl column will be n/a"
+    fi
+done
+command -v mpiexec.mpich >/dev/null || OK[mpich]=0
+command -v mpirun.openmpi >/dev/null || OK[openmpi]=0
+
+if [[ $MPR_BUILD != 0 ]]; then
+    log "compare.sh: cargo build --release (mprun, mpr-bench)"
+    (cd "$ROOT" && cargo build --release --bin mprun --bin mpr-bench) ||
+        log "compare.sh: cargo build failed; using whatever is in $TARGET"
+fi
+[[ -x $TARGET/mprun ]] && OK[mpr]=1 || log "compare.sh: no $TARGET/mprun; mpr column will be n/a"
+
+# ---------------------------------------------------------------- running
+# launcher IMPL: prints nothing, sets LAUNCH to the launcher prefix for IMPL.
+launcher() {
+    case $1 in
+        mpr) LAUNCH=("$TARGET/mprun" -np "$NP") ;;
+        mpich) LAUNCH=(mpiexec.mpich -n "$NP") ;;
+        openmpi) LAUNCH=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$NP") ;;
+    esac
+}
+
+program() {
+    case $1 in
+        mpr) PROG=("$TARGET/mpr-bench") ;;
+        *) PROG=("$BUILD/osu_mini.$1") ;;
+    esac
+}
+
+# run IMPL OUTFILE CMD...: run bounded; stdout goes to OUTFILE on success, to
+# OUTFILE.part on failure (rows printed before a crash or timeout are still used,
+# and the table says how many runs were partial).
+run() {
+    local impl=$1 out=$2
+    shift 2
+    if timeout -k 10 "$TIMEOUT" "$@" >"$out.tmp" 2>"$out.err" </dev/null; then
+        mv "$out.tmp" "$out"
+        return 0
+    else
+        local rc=$?
+        local why="exit $rc"
+        [[ $rc == 124 || $rc == 137 ]] && why="timed out after ${TIMEOUT}s"
+        log "compare.sh: $impl failed ($why): $*"
+        sed -n '1,5s/^/    /p' "$out.err" >&2
+        mv "$out.tmp" "$out.part"
+        return 1
+    fi
+}
+
+run_bench() {
+    local what=$1 rep impl
+    rm -f "$RAW/$what".*
+    for ((rep = 1; rep <= REPEATS; rep++)); do
+        for impl in "${IMPLS[@]}"; do
+            [[ ${OK[$impl]} == 1 ]] || continue
+            launcher "$impl"
+            program "$impl"
+            if [[ ! -x ${PROG[0]} ]]; then
+                ((rep > 1)) || log "compare.sh: no ${PROG[0]}; $impl column will be n/a"
+                continue
+            fi
+            log "compare.sh: $what: run $rep/$REPEATS: $impl"
+            run "$impl" "$RAW/$what.$impl.$rep.out" \
+                "${LAUNCH[@]}" "${PROG[@]}" "$what" "${EXTRA[@]}" || true
+        done
+    done
+}
+
+now_us() { local t=$EPOCHREALTIME; echo "${t/./}"; }
+
+run_startup() {
+    local i impl t0 t1
+    rm -f "$RAW"/startup.*
+    log "compare.sh: startup: $STARTUP_RUNS runs of -np $NP /bin/true per launcher"
+    for ((i = 1; i <= STARTUP_RUNS; i++)); do
+        for impl in "${IMPLS[@]}"; do
+            [[ ${OK[$impl]} == 1 ]] || continue
+            launcher "$impl"
+            t0=$(now_us)
+            if timeout -k 10 "$TIMEOUT" "${LAUNCH[@]}" /bin/true >/dev/null 2>"$RAW/startup.err" </dev/null; then
+                t1=$(now_us)
+                printf '%d %d.%03d\n' "$NP" $(((t1 - t0) / 1000)) $(((t1 - t0) % 1000)) \
+                    >"$RAW/startup.$impl.$i.out"
+            else
+                log "compare.sh: $impl startup run $i failed (exit $?)"
+            fi
+        done
+    done
+}
+
+# ---------------------------------------------------------------- report
+report() { # WHAT RUNS
+    python3 - "$RAW" "$1" "$2" "$NP" "${IMPLS[@]}" <<'PY'
+import glob, os, statistics, sys
+
+raw, what, runs, np, impls = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+META = {
+    "latency":   ("one-way latency", "us", False),
+    "bw":        ("bandwidth, window 64", "MB/s", True),
+    "allreduce": ("MPI_Allreduce avg latency (float sum)", "us", False),
+    "bcast":     ("MPI_Bcast avg latency", "us", False),
+    "allgather": ("MPI_Allgather avg latency", "us", False),
+    "alltoall":  ("MPI_Alltoall avg latency", "us", False),
+    "barrier":   ("MPI_Barrier avg latency", "us", False),
+    "startup":   ("launch of /bin/true, wall time", "ms", False),
+}
+title, unit, higher = META[what]
+
+def parse(path):
+    rows = {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split()
+            if len(parts) != 2:
+                continue
+            try:
+                rows[int(parts[0])] = float(parts[1])
+            except ValueError:
+                continue
+    return rows
+
+med, nok = {}, {}
+for impl in impls:
+    full = [r for r in (parse(p) for p in glob.glob(os.path.join(raw, f"{what}.{impl}.*.out"))) if r]
+    part = [r for r in (parse(p) for p in glob.glob(os.path.join(raw, f"{what}.{impl}.*.out.part"))) if r]
+    nok[impl] = f"{len(full)}/{runs}" + (f" (+{len(part)} partial)" if part else "")
+    samples = {}
+    for r in full + part:
+        for size, v in r.items():
+            samples.setdefault(size, []).append(v)
+    med[impl] = {s: statistics.median(v) for s, v in samples.items()}
+
+sizes = sorted(set().union(*(m.keys() for m in med.values())))
+label = "np" if what == "startup" else "size"
+print(f"== {what}: {title} ({unit}), median of {runs} runs, NP={np}")
+print("   runs ok: " + ", ".join(f"{i} {nok[i]}" for i in impls))
+others = [i for i in impls if i != "mpr"]
+hdr = f"{label:<10}" + "".join(f"{i:>13}" for i in impls) + "".join(f"{'mpr/' + o:>13}" for o in others)
+print(hdr)
+
+def fmt(v):
+    return "n/a" if v is None else f"{v:.2f}"
+
+for s in sizes:
+    vals = [med[i].get(s) for i in impls]
+    m = med.get("mpr", {}).get(s)
+    ratios = []
+    for o in others:
+        ov = med[o].get(s)
+        ratios.append(None if m is None or ov is None or ov == 0 else m / ov)
+    print(f"{s:<10}" + "".join(f"{fmt(v):>13}" for v in vals) + "".join(f"{fmt(r):>13}" for r in ratios))
+if not sizes:
+    print("(no results)")
+if higher:
+    print(f"-> higher {unit} is better: mpr/X > 1 means mpr is faster than X")
+else:
+    print(f"-> lower {unit} is better: mpr/X < 1 means mpr is faster than X")
+print()
+PY
+}
+
+ncpu=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+if ((NP > ncpu)); then
+    log "compare.sh: NP=$NP > $ncpu cores: oversubscribed; busy-polling runtimes (MPICH) will be very slow"
+fi
+
+for what in "${WHATS[@]}"; do
+    if [[ $what == startup ]]; then
+        run_startup
+        report startup "$STARTUP_RUNS"
+    else
+        run_bench "$what"
+        report "$what" "$REPEATS"
+    fi
+done

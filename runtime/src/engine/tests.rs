@@ -1,0 +1,238 @@
+//! Engine tests without processes or transports: engines exchange frames through in-memory
+//! pipes of bounded capacity, stepped by hand (virtual time), so every interleaving the test
+//! picks is reproducible.
+
+use std::collections::VecDeque;
+
+use rand::{Rng, SeedableRng};
+
+use super::*;
+
+/// N engines joined by FIFO pipes holding at most `cap` frames each.
+struct Net {
+    engines: Vec<Engine>,
+    pipes: Vec<Vec<VecDeque<Vec<u8>>>>,
+    held: Vec<VecDeque<Transmit>>,
+    cap: usize,
+}
+
+impl Net {
+    fn new(n: usize, eager: usize, max_payload: usize, cap: usize) -> Net {
+        let lim = PeerLimits { max_payload, eager, bulk_read: false };
+        Net {
+            engines: (0..n).map(|me| Engine::new(me, vec![lim; n])).collect(),
+            pipes: (0..n).map(|_| (0..n).map(|_| VecDeque::new()).collect()).collect(),
+            held: (0..n).map(|_| VecDeque::new()).collect(),
+            cap,
+        }
+    }
+
+    /// One round: every engine's frames go into the pipes (as room allows), then every pipe
+    /// delivers up to `burst` frames. Returns whether anything moved.
+    fn step(&mut self, burst: usize) -> bool {
+        let mut moved = false;
+        for me in 0..self.engines.len() {
+            let e = &mut self.engines[me];
+            self.held[me].extend(e.outbox.drain(..));
+            let mut keep = VecDeque::new();
+            while let Some(t) = self.held[me].pop_front() {
+                let pipe = &mut self.pipes[me][t.peer];
+                // Per-peer order: once a frame to a peer waits, later ones wait behind it.
+                if pipe.len() < self.cap && !keep.iter().any(|k: &Transmit| k.peer == t.peer) {
+                    let mut f = t.hdr.to_vec();
+                    f.extend_from_slice(t.payload.bytes());
+                    pipe.push_back(f);
+                    if let Some(id) = t.on_sent {
+                        e.on_sent(id);
+                    }
+                    moved = true;
+                } else {
+                    keep.push_back(t);
+                }
+            }
+            self.held[me] = keep;
+        }
+        for src in 0..self.engines.len() {
+            for dst in 0..self.engines.len() {
+                for _ in 0..burst {
+                    let Some(f) = self.pipes[src][dst].pop_front() else { break };
+                    self.engines[dst].on_frame(src, &f).expect("valid frame");
+                    moved = true;
+                }
+            }
+        }
+        moved
+    }
+
+    fn run_until(&mut self, mut done: impl FnMut(&Net) -> bool) {
+        for _ in 0..1_000_000 {
+            if done(self) {
+                return;
+            }
+            assert!(self.step(3) || done(self), "deadlock: nothing moves");
+        }
+        panic!("did not finish");
+    }
+}
+
+fn rb(b: &[u8]) -> RawBuf {
+    // SAFETY: every buffer in these tests outlives the engines' use of it (the tests wait for
+    // completion before the buffers go out of scope).
+    unsafe { RawBuf::new(b) }
+}
+
+fn rbm(b: &mut [u8]) -> RawBufMut {
+    // SAFETY: as for `rb`.
+    unsafe { RawBufMut::new(b) }
+}
+
+fn data(seed: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(31) ^ seed.wrapping_mul(7)) as u8).collect()
+}
+
+#[test]
+fn eager_and_rendezvous_posted_and_unexpected() {
+    let mut net = Net::new(2, 64, 100, 2);
+    let msgs: Vec<Vec<u8>> = [0usize, 10, 64, 65, 1000].iter().enumerate().map(|(i, &n)| data(i, n)).collect();
+    let mut bufs: Vec<Vec<u8>> = msgs.iter().map(|m| vec![0u8; m.len()]).collect();
+    // The first two receives are posted before the sends, the rest after (unexpected).
+    let mut recvs = Vec::new();
+    for (i, b) in bufs.iter_mut().enumerate().take(2) {
+        recvs.push(net.engines[1].irecv(0, Some(0), Some(i as i32), Some(0), rbm(b)));
+    }
+    let sends: Vec<ReqId> = msgs.iter().enumerate().map(|(i, m)| net.engines[0].isend(0, 0, i as i32, 1, rb(m))).collect();
+    for _ in 0..3 {
+        net.step(1);
+    }
+    for (i, b) in bufs.iter_mut().enumerate().skip(2) {
+        recvs.push(net.engines[1].irecv(0, Some(0), Some(i as i32), Some(0), rbm(b)));
+    }
+    net.run_until(|n| recvs.iter().all(|&r| n.engines[1].is_done(r)) && sends.iter().all(|&s| n.engines[0].is_done(s)));
+    for (i, r) in recvs.iter().enumerate() {
+        let st = net.engines[1].take(*r).unwrap().unwrap();
+        assert_eq!((st.source, st.tag, st.bytes), (0, i as i32, msgs[i].len()));
+    }
+    assert_eq!(bufs, msgs);
+    for s in sends {
+        net.engines[0].take(s).unwrap().unwrap();
+    }
+    assert_eq!(net.engines[0].live_requests() + net.engines[1].live_requests(), 0);
+}
+
+#[test]
+fn truncation_completes_both_sides() {
+    let mut net = Net::new(2, 64, 100, 4);
+    for len in [50usize, 500] {
+        let m = data(1, len);
+        let mut small = vec![0u8; 20];
+        let r = net.engines[1].irecv(0, None, None, None, rbm(&mut small));
+        let s = net.engines[0].isend(0, 0, 0, 1, rb(&m));
+        net.run_until(|n| n.engines[1].is_done(r) && n.engines[0].is_done(s));
+        assert_eq!(net.engines[1].take(r).unwrap(), Err(Error::Truncate { message: len, buffer: 20 }));
+        assert!(net.engines[0].take(s).unwrap().is_ok(), "the sender is not told about truncation");
+    }
+}
+
+#[test]
+fn contexts_and_wildcards() {
+    let mut net = Net::new(3, 64, 100, 4);
+    let (a, b) = (data(1, 8), data(2, 8));
+    let s1 = net.engines[0].isend(7, 0, 5, 2, rb(&a)); // other context
+    let s2 = net.engines[1].isend(0, 1, 9, 2, rb(&b));
+    net.run_until(|n| n.engines[0].is_done(s1) && n.engines[1].is_done(s2));
+    // A wildcard receive on context 0 sees only rank 1's message.
+    assert_eq!(net.engines[2].probe(0, None, None).map(|s| s.source), Some(1));
+    let mut buf = vec![0u8; 8];
+    let r = net.engines[2].irecv(0, None, None, None, rbm(&mut buf));
+    assert_eq!(net.engines[2].take(r).unwrap().unwrap().source, 1);
+    assert_eq!(buf, b);
+    let mut buf2 = vec![0u8; 8];
+    let r = net.engines[2].irecv(7, Some(0), None, Some(0), rbm(&mut buf2));
+    assert_eq!(net.engines[2].take(r).unwrap().unwrap().tag, 5);
+    assert_eq!(buf2, a);
+}
+
+#[test]
+fn random_traffic_keeps_order_and_content() {
+    for seed in 0..20u64 {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let n = rng.gen_range(2..5);
+        let mut net = Net::new(n, rng.gen_range(0..200), rng.gen_range(1..300), rng.gen_range(1..4));
+        let count = 30;
+        // msgs[src][dst][k]
+        let msgs: Vec<Vec<Vec<Vec<u8>>>> = (0..n)
+            .map(|s| (0..n).map(|d| (0..count).map(|k| data(s * 1000 + d * 100 + k, rng.gen_range(0..2000))).collect()).collect())
+            .collect();
+        let mut bufs: Vec<Vec<Vec<Vec<u8>>>> =
+            (0..n).map(|d| (0..n).map(|s| (0..count).map(|k| vec![0u8; msgs[s][d][k].len()]).collect()).collect()).collect();
+        let mut sends = Vec::new();
+        let mut recvs = Vec::new();
+        // Interleave posting receives, sends and steps at random.
+        let mut next_send = vec![vec![0usize; n]; n];
+        let mut ops: Vec<(usize, usize, bool)> = Vec::new();
+        for s in 0..n {
+            for d in 0..n {
+                if s != d {
+                    for _ in 0..count {
+                        ops.push((s, d, true));
+                        ops.push((s, d, false));
+                    }
+                }
+            }
+        }
+        // Receives for one pair are posted in order; so are sends.
+        let mut next_recv = vec![vec![0usize; n]; n];
+        let mut recv_slices: Vec<Vec<Vec<RawBufMut>>> = bufs
+            .iter_mut()
+            .map(|per_src| per_src.iter_mut().map(|v| v.iter_mut().map(|b| rbm(b)).collect()).collect())
+            .collect();
+        while !ops.is_empty() {
+            let i = rng.gen_range(0..ops.len());
+            let (s, d, is_send) = ops.swap_remove(i);
+            if is_send {
+                let k = next_send[s][d];
+                next_send[s][d] += 1;
+                sends.push((s, net.engines[s].isend(0, s as u32, 1, d, rb(&msgs[s][d][k]))));
+            } else {
+                let k = next_recv[d][s];
+                next_recv[d][s] += 1;
+                let buf = recv_slices[d][s][k];
+                recvs.push((d, s, k, net.engines[d].irecv(0, Some(s as u32), Some(1), Some(s), buf)));
+            }
+            if rng.gen_bool(0.3) {
+                net.step(rng.gen_range(1..4));
+            }
+        }
+        recv_slices.clear();
+        net.run_until(|net| {
+            sends.iter().all(|&(s, id)| net.engines[s].is_done(id))
+                && recvs.iter().all(|&(d, _, _, id)| net.engines[d].is_done(id))
+        });
+        for &(d, s, k, id) in &recvs {
+            let st = net.engines[d].take(id).unwrap().unwrap();
+            assert_eq!(st.bytes, msgs[s][d][k].len(), "seed {seed}");
+        }
+        for d in 0..n {
+            for s in 0..n {
+                if s != d {
+                    assert_eq!(bufs[d][s], msgs[s][d], "seed {seed}: content and order from {s} to {d}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn malformed_frames_are_errors() {
+    let mut e = Engine::new(0, vec![PeerLimits { max_payload: 100, eager: 50, bulk_read: false }; 2]);
+    assert!(e.on_frame(1, &[1, 2, 3]).is_err());
+    let mut h = Header::new(Kind::Eager);
+    h.len = 10;
+    assert!(e.on_frame(1, &h.encode()).is_err(), "payload shorter than announced");
+    let mut h = Header::new(Kind::Data);
+    h.a = 12345;
+    assert!(e.on_frame(1, &h.encode()).is_err(), "data for no receive");
+    let mut h = Header::new(Kind::Fin);
+    h.a = 999;
+    assert!(e.on_frame(1, &h.encode()).is_err(), "fin for no send");
+}

@@ -1,0 +1,87 @@
+//! Point-to-point conformance through mprun: real processes, shared memory, every scenario
+//! of the `ptp` rank program, in the default configuration and in the fallbacks (no
+//! single-copy reads; tiny rings that force back-pressure and wrap-around).
+
+use mpr_tests::{bin_dir, mprun, text};
+
+fn run(np: usize, scenario: &str, env: &[(&str, &str)]) {
+    let ptp = bin_dir().join("ptp");
+    let np = np.to_string();
+    let out = mprun(&["-np", &np, "--timeout", "120", ptp.to_str().unwrap(), scenario], env);
+    let (so, se) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{scenario} on {np} ranks {env:?} failed: {:?}\nstdout:\n{so}\nstderr:\n{se}", out.status);
+    let oks = so.lines().filter(|l| *l == format!("{scenario} ok")).count();
+    assert_eq!(oks, np.parse::<usize>().unwrap(), "every rank reports success:\n{so}\n{se}");
+}
+
+const NO_CMA: &[(&str, &str)] = &[("MPR_SHM_CMA", "0")];
+const TINY_RINGS: &[(&str, &str)] = &[("MPR_SHM_CELLS", "4"), ("MPR_SHM_CELL_SIZE", "512"), ("MPR_SHM_CMA", "0")];
+
+#[test]
+fn ring_pass() {
+    for np in [1, 2, 3, 5] {
+        run(np, "ring", &[]);
+    }
+}
+
+#[test]
+fn pairs_random_sizes_up_to_16mib() {
+    run(3, "pairs", &[]);
+}
+
+#[test]
+fn pairs_without_single_copy() {
+    run(2, "pairs", NO_CMA);
+}
+
+#[test]
+fn pairs_with_tiny_rings() {
+    run(3, "pairs", &[("PTP_MAX", "300000"), TINY_RINGS[0], TINY_RINGS[1], TINY_RINGS[2]]);
+}
+
+#[test]
+fn any_source_any_tag() {
+    run(4, "anysource", &[]);
+}
+
+#[test]
+fn non_overtaking_under_load() {
+    run(4, "order", &[]);
+    run(2, "order", TINY_RINGS);
+}
+
+#[test]
+fn probe_then_recv_vec() {
+    run(3, "probe", &[]);
+}
+
+#[test]
+fn truncation_is_an_error_naming_both_sizes() {
+    run(2, "truncate", &[]);
+    run(2, "truncate", NO_CMA);
+}
+
+#[test]
+fn thousands_of_outstanding_requests() {
+    run(3, "many", &[]);
+    run(2, "many", TINY_RINGS);
+}
+
+#[test]
+fn send_to_self() {
+    run(1, "self", &[]);
+    run(2, "self", &[]);
+}
+
+#[test]
+fn invalid_rank_and_tag() {
+    run(2, "badargs", &[]);
+}
+
+#[test]
+fn singleton_without_launcher() {
+    // Started directly, a program is a job of one rank (MPI singleton init).
+    let out = std::process::Command::new(bin_dir().join("ptp")).arg("self").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).lines().any(|l| l == "self ok"));
+}
