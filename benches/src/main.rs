@@ -8,7 +8,7 @@
 //! Options: `--min SIZE`, `--max SIZE` (bytes), `--iters N` (small messages; large ones use
 //! a tenth), `--window N` (bw, default 64).
 
-use mpr::{Comm, Communicator};
+use mpr::Comm;
 
 struct Opts {
     min: usize,
@@ -18,7 +18,12 @@ struct Opts {
 }
 
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { min: 0, max: 4 << 20, iters: 10_000, window: 64 };
+    let mut o = Opts {
+        min: 0,
+        max: 4 << 20,
+        iters: 10_000,
+        window: 64,
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = |name: &str| -> Result<usize, String> {
@@ -106,7 +111,13 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
     let sbuf = vec![b'a'; max * win];
     let mut rbuf = vec![b'b'; max * win];
     for size in sizes(o.min.max(1), max, false) {
-        let (iters, skip) = iters_for(size, &Opts { iters: o.iters / 50, ..*o });
+        let (iters, skip) = iters_for(
+            size,
+            &Opts {
+                iters: o.iters / 50,
+                ..*o
+            },
+        );
         let mut t0 = 0.0;
         for i in 0..iters + skip {
             if i == skip {
@@ -152,7 +163,9 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(what) = args.first().cloned() else {
-        eprintln!("usage: mprun -np 2 mpr-bench latency|bw [--min B] [--max B] [--iters N] [--window N]");
+        eprintln!(
+            "usage: mprun -np 2 mpr-bench latency|bw [--min B] [--max B] [--iters N] [--window N]"
+        );
         std::process::exit(2);
     };
     let opts = match parse_opts(&args[1..]) {

@@ -23,12 +23,18 @@ pub(crate) struct RawBufMut {
 
 impl RawBuf {
     /// The empty view.
-    pub(crate) const EMPTY: RawBuf = RawBuf { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), len: 0 };
+    pub(crate) const EMPTY: RawBuf = RawBuf {
+        ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
+        len: 0,
+    };
 
     /// # Safety
     /// `bytes` must stay valid and unmodified until every request holding this view completes.
     pub(crate) unsafe fn new(bytes: &[u8]) -> Self {
-        RawBuf { ptr: bytes.as_ptr(), len: bytes.len() }
+        RawBuf {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -51,7 +57,10 @@ impl RawBuf {
         let off = off.min(self.len);
         let len = len.min(self.len - off);
         // `off <= self.len`, so the pointer stays inside (or one past) the same allocation.
-        RawBuf { ptr: self.ptr.wrapping_add(off), len }
+        RawBuf {
+            ptr: self.ptr.wrapping_add(off),
+            len,
+        }
     }
 }
 
@@ -60,7 +69,10 @@ impl RawBufMut {
     /// `bytes` must stay valid and otherwise unaccessed until every request holding this view
     /// completes.
     pub(crate) unsafe fn new(bytes: &mut [u8]) -> Self {
-        RawBufMut { ptr: bytes.as_mut_ptr(), len: bytes.len() }
+        RawBufMut {
+            ptr: bytes.as_mut_ptr(),
+            len: bytes.len(),
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -69,7 +81,10 @@ impl RawBufMut {
 
     /// The first `len` bytes of this view (clamped), under the same contract.
     pub(crate) fn prefix(&self, len: usize) -> RawBufMut {
-        RawBufMut { ptr: self.ptr, len: len.min(self.len) }
+        RawBufMut {
+            ptr: self.ptr,
+            len: len.min(self.len),
+        }
     }
 
     /// Mutable access to `off..off+len`; `None` if that range is outside the buffer.

@@ -19,6 +19,9 @@ pub const ANY_TAG: i32 = -1;
 /// Largest valid tag (`MPI_TAG_UB`). Negative tags are reserved for the runtime.
 pub const TAG_UB: i32 = i32::MAX;
 
+/// A validated receive selector: comm source, its world rank, tag (`None`: any).
+type Selector = (Option<u32>, Option<usize>, Option<i32>);
+
 mod sealed {
     pub trait Sealed {}
 }
@@ -77,7 +80,14 @@ impl Comm {
             let r = rt.borrow();
             (r.boot.rank, r.boot.size)
         };
-        Comm { inner: Rc::new(CommInner { rt, ctx: 0, rank, group: (0..size).collect() }) }
+        Comm {
+            inner: Rc::new(CommInner {
+                rt,
+                ctx: 0,
+                rank,
+                group: (0..size).collect(),
+            }),
+        }
     }
 
     /// This process's rank in the communicator (`MPI_Comm_rank`).
@@ -94,10 +104,14 @@ impl Comm {
         if !(0..=TAG_UB).contains(&tag) {
             return Err(Error::Tag(tag));
         }
-        self.inner.group.get(dest).copied().ok_or(Error::Rank { rank: dest, size: self.size() })
+        self.inner.group.get(dest).copied().ok_or(Error::Rank {
+            rank: dest,
+            size: self.size(),
+        })
     }
 
-    fn check_src(&self, src: usize, tag: i32) -> Result<(Option<u32>, Option<usize>, Option<i32>), Error> {
+    /// Validates a receive selector: (comm source or any, world source or any, tag or any).
+    fn check_src(&self, src: usize, tag: i32) -> Result<Selector, Error> {
         let tag = match tag {
             ANY_TAG => None,
             t if (0..=TAG_UB).contains(&t) => Some(t),
@@ -106,14 +120,19 @@ impl Comm {
         if src == ANY_SOURCE {
             return Ok((None, None, tag));
         }
-        let world = self.inner.group.get(src).copied().ok_or(Error::Rank { rank: src, size: self.size() })?;
+        let world = self.inner.group.get(src).copied().ok_or(Error::Rank {
+            rank: src,
+            size: self.size(),
+        })?;
         Ok((Some(src as u32), Some(world), tag))
     }
 
     fn start_send(&self, bytes: RawBuf, dest: usize, tag: i32) -> Result<ReqId, Error> {
         let peer = self.check_dest(dest, tag)?;
         let mut rt = self.inner.rt.borrow_mut();
-        let id = rt.engine.isend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes);
+        let id = rt
+            .engine
+            .isend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes);
         rt.progress()?;
         Ok(id)
     }
@@ -135,7 +154,11 @@ impl Comm {
     /// (`MPI_Recv`). A message larger than `buf` is an [`Error::Truncate`].
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: usize, tag: i32) -> Result<Status, Error> {
         // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
-        let id = self.start_recv(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }, src, tag)?;
+        let id = self.start_recv(
+            unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) },
+            src,
+            tag,
+        )?;
         self.inner.rt.borrow_mut().wait(id)
     }
 
@@ -144,7 +167,10 @@ impl Comm {
     pub fn recv_vec<T: Pod>(&self, src: usize, tag: i32) -> Result<(Vec<T>, Status), Error> {
         let st = self.probe(src, tag)?;
         let elem = std::mem::size_of::<T>();
-        let n = st.count::<T>().ok_or(Error::Count { bytes: st.bytes, elem })?;
+        let n = st.count::<T>().ok_or(Error::Count {
+            bytes: st.bytes,
+            elem,
+        })?;
         let mut v = vec![T::zeroed(); n];
         let st = self.recv(&mut v[..], st.source, st.tag)?;
         Ok((v, st))
@@ -171,7 +197,13 @@ impl Comm {
     }
 
     /// Starts sending `buf` (`MPI_Isend`); `buf` stays borrowed until the scope ends.
-    pub fn isend<'a, T: Pod>(&self, scope: &Scope<'a>, buf: &'a [T], dest: usize, tag: i32) -> Result<Request<'a>, Error> {
+    pub fn isend<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'a>, Error> {
         // SAFETY: `buf` is borrowed for 'a, the lifetime of `scope`, which completes the request
         // before 'a ends (see request.rs).
         let id = self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)?;
@@ -188,7 +220,11 @@ impl Comm {
     ) -> Result<Request<'a>, Error> {
         // SAFETY: `buf` is borrowed for 'a, the lifetime of `scope`, which completes the request
         // before 'a ends (see request.rs).
-        let id = self.start_recv(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }, src, tag)?;
+        let id = self.start_recv(
+            unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) },
+            src,
+            tag,
+        )?;
         Ok(Request::new(&self.inner.rt, scope, id))
     }
 

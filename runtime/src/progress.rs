@@ -27,16 +27,25 @@ pub(crate) struct WaitPolicy {
 
 impl WaitPolicy {
     pub(crate) fn from_env(nlocal: usize) -> WaitPolicy {
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         // Oversubscribed: spinning only steals the core from the rank we wait for.
         let default_spin = if nlocal > cores { 16 } else { 20_000 };
-        let spin = std::env::var("MPR_WAIT_SPIN").ok().and_then(|v| v.parse().ok()).unwrap_or(default_spin);
+        let spin = std::env::var("MPR_WAIT_SPIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default_spin);
         let timeout = std::env::var("MPR_WAIT_TIMEOUT")
             .ok()
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|s| *s > 0.0)
             .map(Duration::from_secs_f64);
-        WaitPolicy { spin, check: Duration::from_millis(50), timeout }
+        WaitPolicy {
+            spin,
+            check: Duration::from_millis(50),
+            timeout,
+        }
     }
 }
 
@@ -115,13 +124,23 @@ impl Runtime {
     /// One round of progress; returns how many events happened (0: nothing to do).
     pub(crate) fn progress(&mut self) -> Result<usize, Error> {
         self.flush_outbox()?;
-        let mut n = if self.pending_total > 0 { self.flush_pending()? } else { 0 };
+        let mut n = if self.pending_total > 0 {
+            self.flush_pending()?
+        } else {
+            0
+        };
         let engine = &mut self.engine;
         for t in self.transports.iter_mut() {
             n += t.poll(&mut |peer, frame| engine.on_frame(peer, frame))?;
         }
         while let Some(a) = self.engine.actions.pop() {
-            let Action::BulkRead { peer, addr, mut dst, rreq, sreq } = a;
+            let Action::BulkRead {
+                peer,
+                addr,
+                mut dst,
+                rreq,
+                sreq,
+            } = a;
             let len = dst.len();
             let tr = &mut self.transports[self.route[peer]];
             let ok = match dst.range_mut(0, len) {
@@ -150,7 +169,10 @@ impl Runtime {
         for peer in 0..self.route.len() {
             match self.peer_state(peer) {
                 PeerState::Dead => {
-                    return Err(Error::PeerGone { rank: peer, detail: "the process died".into() })
+                    return Err(Error::PeerGone {
+                        rank: peer,
+                        detail: "the process died".into(),
+                    })
                 }
                 PeerState::Finalized if target == Some(peer) => {
                     return Err(Error::PeerGone {
@@ -229,7 +251,11 @@ impl Runtime {
             return r;
         }
         self.wait_until(Some(id), |rt| rt.engine.is_done(id))?;
-        self.engine.take(id).unwrap_or(Ok(Status { source: 0, tag: 0, bytes: 0 }))
+        self.engine.take(id).unwrap_or(Ok(Status {
+            source: 0,
+            tag: 0,
+            bytes: 0,
+        }))
     }
 
     /// Leaves the job: sends what is queued, marks this rank finalized, tells the launcher.
@@ -238,7 +264,9 @@ impl Runtime {
             return Ok(());
         }
         self.finalized = true;
-        let r = self.wait_until(None, |rt| rt.pending_total == 0 && rt.engine.outbox.is_empty());
+        let r = self.wait_until(None, |rt| {
+            rt.pending_total == 0 && rt.engine.outbox.is_empty()
+        });
         for t in self.transports.iter_mut() {
             t.finalize();
         }

@@ -24,7 +24,9 @@ pub struct Scope<'a> {
 
 impl std::fmt::Debug for Scope<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scope").field("started", &self.started.borrow().len()).finish()
+        f.debug_struct("Scope")
+            .field("started", &self.started.borrow().len())
+            .finish()
     }
 }
 
@@ -47,7 +49,10 @@ impl std::fmt::Debug for Scope<'_> {
 /// # Ok(()) }
 /// ```
 pub fn scope<'a, R>(f: impl FnOnce(&Scope<'a>) -> R) -> R {
-    let s = Scope { started: RefCell::new(Vec::new()), _marker: PhantomData };
+    let s = Scope {
+        started: RefCell::new(Vec::new()),
+        _marker: PhantomData,
+    };
     f(&s)
     // `s` drops here (also on unwind) and completes what is still in flight.
 }
@@ -93,7 +98,11 @@ impl std::fmt::Debug for Request<'_> {
 impl<'a> Request<'a> {
     pub(crate) fn new(rt: &Rc<RefCell<Runtime>>, scope: &Scope<'a>, id: ReqId) -> Request<'a> {
         scope.register(rt, id);
-        Request { rt: rt.clone(), id, _marker: PhantomData }
+        Request {
+            rt: rt.clone(),
+            id,
+            _marker: PhantomData,
+        }
     }
 
     /// Blocks until the operation completes (`MPI_Wait`).
@@ -164,7 +173,9 @@ pub fn wait_any(reqs: &mut Vec<Request<'_>>) -> Result<(usize, Status), Error> {
 
 /// Progresses once and, if every request is complete, collects them all (`MPI_Testall`).
 pub fn test_all(reqs: &mut Vec<Request<'_>>) -> Result<Option<Vec<Status>>, Error> {
-    let Some(first) = reqs.first() else { return Ok(Some(Vec::new())) };
+    let Some(first) = reqs.first() else {
+        return Ok(Some(Vec::new()));
+    };
     let rt = first.rt.clone();
     rt.borrow_mut().progress()?;
     if !reqs.iter().all(|r| r.is_complete()) {

@@ -2,8 +2,6 @@
 //!
 //! `mprun -np 4 mpr-hello`
 
-use mpr::Communicator;
-
 fn main() -> mpr::Result<()> {
     let universe = mpr::init()?;
     let world = universe.world();
@@ -19,7 +17,10 @@ fn main() -> mpr::Result<()> {
         world.send(&token, next, 0)?;
         world.recv(&mut token, prev, 0)?;
         let expect: u64 = (0..size as u64).sum();
-        println!("token came back to rank 0 with {} (expected {expect})", token[0]);
+        println!(
+            "token came back to rank 0 with {} (expected {expect})",
+            token[0]
+        );
         if token[0] != expect {
             std::process::exit(1);
         }

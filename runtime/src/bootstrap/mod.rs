@@ -48,8 +48,6 @@ pub(crate) struct Bootstrap {
     pub(crate) size: usize,
     /// Job id: names shared resources (`/dev/shm/mpr-<jobid>-*`).
     pub(crate) jobid: String,
-    /// Per-job secret shared by all ranks (authenticates network connections).
-    pub(crate) secret: String,
     pub(crate) host: String,
     pmi: Option<Pmi>,
 }
@@ -79,8 +77,20 @@ impl Bootstrap {
         let pmi = Pmi::from_env()?;
         let rank = env_num("MPR_RANK")?.or(env_num("PMI_RANK")?);
         let size = env_num("MPR_SIZE")?.or(env_num("PMI_SIZE")?);
-        let host = std::env::var("MPR_HOST").ok().filter(|h| !h.is_empty()).unwrap_or_else(hostname);
-        let host: String = host.chars().map(|c| if c.is_ascii_graphic() && c != ';' && c != '=' { c } else { '_' }).collect();
+        let host = std::env::var("MPR_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(hostname);
+        let host: String = host
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() && c != ';' && c != '=' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
         let (rank, size) = match (pmi.is_some(), rank, size) {
             (true, Some(r), Some(s)) if r < s => (r, s),
             (true, ..) => {
@@ -98,18 +108,34 @@ impl Bootstrap {
                 None => format!("single{}", std::process::id()),
             },
         };
-        let jobid: String = jobid.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        let secret = std::env::var("MPR_SECRET").unwrap_or_default();
-        Ok(Bootstrap { rank, size, jobid, secret, host, pmi })
+        let jobid: String = jobid
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        Ok(Bootstrap {
+            rank,
+            size,
+            jobid,
+            host,
+            pmi,
+        })
     }
 
     /// Publishes `card`, fences, and returns every rank's card (index = rank).
     pub(crate) fn exchange(&mut self, card: &Card) -> Result<Vec<Card>, Error> {
-        let Some(pmi) = self.pmi.as_mut() else { return Ok(vec![card.clone()]) };
+        let Some(pmi) = self.pmi.as_mut() else {
+            return Ok(vec![card.clone()]);
+        };
         pmi.put(&format!("mpr-card-{}", self.rank), &card.encode())?;
         pmi.barrier()?;
         (0..self.size)
-            .map(|r| if r == self.rank { Ok(card.clone()) } else { Card::decode(&pmi.get(&format!("mpr-card-{r}"))?) })
+            .map(|r| {
+                if r == self.rank {
+                    Ok(card.clone())
+                } else {
+                    Card::decode(&pmi.get(&format!("mpr-card-{r}"))?)
+                }
+            })
             .collect()
     }
 
@@ -140,7 +166,10 @@ mod tests {
 
     #[test]
     fn card_round_trip() {
-        let c = Card { host: "node-1.local".into(), pid: 4242 };
+        let c = Card {
+            host: "node-1.local".into(),
+            pid: 4242,
+        };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
         assert!(Card::decode("h=x").is_err());
         assert!(Card::decode("garbage").is_err());

@@ -20,8 +20,8 @@ use std::collections::VecDeque;
 use crate::buf::{RawBuf, RawBufMut};
 use crate::error::Error;
 use crate::status::Status;
-use request::{Requests, State};
 pub(crate) use request::ReqId;
+use request::{Requests, State};
 use wire::{Header, Kind, FLAG_TRUNCATED, HEADER_LEN};
 
 /// What the engine needs to know about the path to one peer (from its transport's caps).
@@ -50,7 +50,13 @@ pub(crate) struct Transmit {
 pub(crate) enum Action {
     /// Read `dst.len()` bytes at `addr` in `peer`'s memory into `dst`, then call
     /// [`Engine::on_bulk_read`].
-    BulkRead { peer: usize, addr: u64, dst: RawBufMut, rreq: ReqId, sreq: u64 },
+    BulkRead {
+        peer: usize,
+        addr: u64,
+        dst: RawBufMut,
+        rreq: ReqId,
+        sreq: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -77,7 +83,14 @@ struct Unexpected {
     body: Body,
 }
 
-fn fits(ctx: u32, src: u32, tag: i32, want_ctx: u32, want_src: Option<u32>, want_tag: Option<i32>) -> bool {
+fn fits(
+    ctx: u32,
+    src: u32,
+    tag: i32,
+    want_ctx: u32,
+    want_src: Option<u32>,
+    want_tag: Option<i32>,
+) -> bool {
     ctx == want_ctx && want_src.is_none_or(|s| s == src) && want_tag.is_none_or(|t| t == tag)
 }
 
@@ -110,7 +123,14 @@ impl Engine {
     }
 
     /// Starts sending `buf` to world rank `peer` as `(ctx, src, tag)`.
-    pub(crate) fn isend(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, buf: RawBuf) -> ReqId {
+    pub(crate) fn isend(
+        &mut self,
+        ctx: u32,
+        src: u32,
+        tag: i32,
+        peer: usize,
+        buf: RawBuf,
+    ) -> ReqId {
         if peer == self.me {
             return self.send_self(ctx, src, tag, buf);
         }
@@ -122,20 +142,34 @@ impl Engine {
         h.len = buf.len() as u64;
         if buf.len() <= lim.eager.min(lim.max_payload) {
             let id = self.reqs.insert(State::SendEager { peer });
-            self.outbox.push_back(Transmit { peer, hdr: h.encode(), payload: buf, on_sent: Some(id) });
+            self.outbox.push_back(Transmit {
+                peer,
+                hdr: h.encode(),
+                payload: buf,
+                on_sent: Some(id),
+            });
             id
         } else {
             let id = self.reqs.insert(State::SendRndv { peer, buf });
             h.kind = Kind::Rts;
             h.a = id.to_wire();
             h.b = if lim.bulk_read { buf.addr() } else { 0 };
-            self.outbox.push_back(Transmit { peer, hdr: h.encode(), payload: RawBuf::EMPTY, on_sent: None });
+            self.outbox.push_back(Transmit {
+                peer,
+                hdr: h.encode(),
+                payload: RawBuf::EMPTY,
+                on_sent: None,
+            });
             id
         }
     }
 
     fn send_self(&mut self, ctx: u32, src: u32, tag: i32, buf: RawBuf) -> ReqId {
-        let status = Status { source: src as usize, tag, bytes: buf.len() };
+        let status = Status {
+            source: src as usize,
+            tag,
+            bytes: buf.len(),
+        };
         if let Some(i) = self.find_posted(ctx, src, tag) {
             let p = self.posted.remove(i).expect("index from find_posted");
             self.deliver(p.req, status, buf.bytes());
@@ -145,11 +179,23 @@ impl Engine {
         let len = buf.len();
         if len <= lim_eager {
             let body = Body::Eager(buf.bytes().to_vec());
-            self.unexpected.push_back(Unexpected { ctx, src, tag, len, body });
+            self.unexpected.push_back(Unexpected {
+                ctx,
+                src,
+                tag,
+                len,
+                body,
+            });
             self.reqs.insert(State::Done(Ok(status)))
         } else {
             let id = self.reqs.insert(State::SendSelf { buf });
-            self.unexpected.push_back(Unexpected { ctx, src, tag, len, body: Body::SelfSend(id) });
+            self.unexpected.push_back(Unexpected {
+                ctx,
+                src,
+                tag,
+                len,
+                body: Body::SelfSend(id),
+            });
             id
         }
     }
@@ -165,9 +211,17 @@ impl Engine {
         buf: RawBufMut,
     ) -> ReqId {
         let id = self.reqs.insert(State::RecvPosted { buf, peer });
-        if let Some(i) = self.unexpected.iter().position(|u| fits(u.ctx, u.src, u.tag, ctx, src, tag)) {
+        if let Some(i) = self
+            .unexpected
+            .iter()
+            .position(|u| fits(u.ctx, u.src, u.tag, ctx, src, tag))
+        {
             let u = self.unexpected.remove(i).expect("index from position");
-            let status = Status { source: u.src as usize, tag: u.tag, bytes: u.len };
+            let status = Status {
+                source: u.src as usize,
+                tag: u.tag,
+                bytes: u.len,
+            };
             match u.body {
                 Body::Eager(data) => self.deliver(id, status, &data),
                 Body::Rts { peer, sreq, addr } => self.start_rndv(id, peer, status, sreq, addr),
@@ -180,7 +234,12 @@ impl Engine {
                 }
             }
         } else {
-            self.posted.push_back(Posted { ctx, src, tag, req: id });
+            self.posted.push_back(Posted {
+                ctx,
+                src,
+                tag,
+                req: id,
+            });
         }
         id
     }
@@ -190,11 +249,17 @@ impl Engine {
         self.unexpected
             .iter()
             .find(|u| fits(u.ctx, u.src, u.tag, ctx, src, tag))
-            .map(|u| Status { source: u.src as usize, tag: u.tag, bytes: u.len })
+            .map(|u| Status {
+                source: u.src as usize,
+                tag: u.tag,
+                bytes: u.len,
+            })
     }
 
     fn find_posted(&self, ctx: u32, src: u32, tag: i32) -> Option<usize> {
-        self.posted.iter().position(|p| fits(ctx, src, tag, p.ctx, p.src, p.tag))
+        self.posted
+            .iter()
+            .position(|p| fits(ctx, src, tag, p.ctx, p.src, p.tag))
     }
 
     /// Completes receive `id` with a whole message `data`.
@@ -204,7 +269,10 @@ impl Engine {
                 if buf.write_at(0, data) {
                     Ok(status)
                 } else {
-                    Err(Error::Truncate { message: data.len(), buffer: buf.len() })
+                    Err(Error::Truncate {
+                        message: data.len(),
+                        buffer: buf.len(),
+                    })
                 }
             }
             _ => return,
@@ -214,10 +282,18 @@ impl Engine {
 
     /// Receive `id` matched a rendezvous message from `peer`.
     fn start_rndv(&mut self, id: ReqId, peer: usize, status: Status, sreq: u64, addr: u64) {
-        let Some(State::RecvPosted { buf, .. }) = self.reqs.get_mut(id) else { return };
+        let Some(State::RecvPosted { buf, .. }) = self.reqs.get_mut(id) else {
+            return;
+        };
         let buf = *buf;
         if status.bytes > buf.len() {
-            self.reqs.complete(id, Err(Error::Truncate { message: status.bytes, buffer: buf.len() }));
+            self.reqs.complete(
+                id,
+                Err(Error::Truncate {
+                    message: status.bytes,
+                    buffer: buf.len(),
+                }),
+            );
             let mut h = Header::new(Kind::Fin);
             h.a = sreq;
             h.flags = FLAG_TRUNCATED;
@@ -225,11 +301,22 @@ impl Engine {
             return;
         }
         if let Some(s) = self.reqs.get_mut(id) {
-            *s = State::RecvRndv { buf, peer, got: 0, status };
+            *s = State::RecvRndv {
+                buf,
+                peer,
+                got: 0,
+                status,
+            };
         }
         if addr != 0 && self.limits[peer].bulk_read {
             let dst = buf.prefix(status.bytes);
-            self.actions.push(Action::BulkRead { peer, addr, dst, rreq: id, sreq });
+            self.actions.push(Action::BulkRead {
+                peer,
+                addr,
+                dst,
+                rreq: id,
+                sreq,
+            });
         } else {
             self.send_cts(peer, sreq, id);
         }
@@ -243,7 +330,12 @@ impl Engine {
     }
 
     fn push_control(&mut self, peer: usize, h: Header) {
-        self.outbox.push_back(Transmit { peer, hdr: h.encode(), payload: RawBuf::EMPTY, on_sent: None });
+        self.outbox.push_back(Transmit {
+            peer,
+            hdr: h.encode(),
+            payload: RawBuf::EMPTY,
+            on_sent: None,
+        });
     }
 
     /// The driver finished (or failed) a [`Action::BulkRead`].
@@ -266,9 +358,11 @@ impl Engine {
     /// The transport took the frame that named `id` in `on_sent`.
     pub(crate) fn on_sent(&mut self, id: ReqId) {
         let status = match self.reqs.get(id) {
-            Some(State::SendEager { .. }) | Some(State::SendStreaming { .. }) => {
-                Status { source: self.me, tag: 0, bytes: 0 }
-            }
+            Some(State::SendEager { .. }) | Some(State::SendStreaming { .. }) => Status {
+                source: self.me,
+                tag: 0,
+                bytes: 0,
+            },
             _ => return,
         };
         self.reqs.complete(id, Ok(status));
@@ -280,7 +374,11 @@ impl Engine {
             .map_err(|e| Error::Transport(format!("bad frame from rank {peer}: {e}")))?;
         match h.kind {
             Kind::Eager | Kind::Rts => {
-                let status = Status { source: h.src as usize, tag: h.tag, bytes: h.len as usize };
+                let status = Status {
+                    source: h.src as usize,
+                    tag: h.tag,
+                    bytes: h.len as usize,
+                };
                 if h.kind == Kind::Eager && payload.len() as u64 != h.len {
                     return Err(Error::Transport(format!(
                         "eager frame from rank {peer} carries {} bytes but announces {}",
@@ -301,9 +399,19 @@ impl Engine {
                         let body = if h.kind == Kind::Eager {
                             Body::Eager(payload.to_vec())
                         } else {
-                            Body::Rts { peer, sreq: h.a, addr: h.b }
+                            Body::Rts {
+                                peer,
+                                sreq: h.a,
+                                addr: h.b,
+                            }
                         };
-                        let u = Unexpected { ctx: h.ctx, src: h.src, tag: h.tag, len: h.len as usize, body };
+                        let u = Unexpected {
+                            ctx: h.ctx,
+                            src: h.src,
+                            tag: h.tag,
+                            len: h.len as usize,
+                            body,
+                        };
                         self.unexpected.push_back(u);
                     }
                 }
@@ -311,7 +419,9 @@ impl Engine {
             Kind::Cts => {
                 let sid = ReqId::from_wire(h.a);
                 let Some(State::SendRndv { peer: p, buf }) = self.reqs.get(sid) else {
-                    return Err(Error::Transport(format!("rank {peer} sent a CTS for no pending send")));
+                    return Err(Error::Transport(format!(
+                        "rank {peer} sent a CTS for no pending send"
+                    )));
                 };
                 let (p, buf) = (*p, *buf);
                 if let Some(s) = self.reqs.get_mut(sid) {
@@ -336,11 +446,20 @@ impl Engine {
             }
             Kind::Data => {
                 let rid = ReqId::from_wire(h.a);
-                let Some(State::RecvRndv { buf, got, status, .. }) = self.reqs.get_mut(rid) else {
-                    return Err(Error::Transport(format!("rank {peer} sent data for no pending receive")));
+                let Some(State::RecvRndv {
+                    buf, got, status, ..
+                }) = self.reqs.get_mut(rid)
+                else {
+                    return Err(Error::Transport(format!(
+                        "rank {peer} sent data for no pending receive"
+                    )));
                 };
-                if h.b as usize + payload.len() > status.bytes || !buf.write_at(h.b as usize, payload) {
-                    return Err(Error::Transport(format!("rank {peer} sent data outside the message")));
+                if h.b as usize + payload.len() > status.bytes
+                    || !buf.write_at(h.b as usize, payload)
+                {
+                    return Err(Error::Transport(format!(
+                        "rank {peer} sent data outside the message"
+                    )));
                 }
                 *got += payload.len();
                 if *got == status.bytes {
@@ -352,10 +471,18 @@ impl Engine {
                 let sid = ReqId::from_wire(h.a);
                 match self.reqs.get(sid) {
                     Some(State::SendRndv { .. }) => {
-                        let st = Status { source: self.me, tag: 0, bytes: 0 };
+                        let st = Status {
+                            source: self.me,
+                            tag: 0,
+                            bytes: 0,
+                        };
                         self.reqs.complete(sid, Ok(st));
                     }
-                    _ => return Err(Error::Transport(format!("rank {peer} sent a FIN for no pending send"))),
+                    _ => {
+                        return Err(Error::Transport(format!(
+                            "rank {peer} sent a FIN for no pending send"
+                        )))
+                    }
                 }
             }
         }
@@ -380,9 +507,9 @@ impl Engine {
     /// The world rank request `id` waits on, if it waits on one peer.
     pub(crate) fn waits_on(&self, id: ReqId) -> Option<usize> {
         match self.reqs.get(id)? {
-            State::SendEager { peer } | State::SendRndv { peer, .. } | State::SendStreaming { peer } => {
-                Some(*peer)
-            }
+            State::SendEager { peer }
+            | State::SendRndv { peer, .. }
+            | State::SendStreaming { peer } => Some(*peer),
             State::RecvPosted { peer, .. } => *peer,
             State::RecvRndv { peer, .. } => Some(*peer),
             State::SendSelf { .. } | State::Done(_) => None,
@@ -396,6 +523,7 @@ impl Engine {
     }
 
     /// Requests in flight or not yet collected.
+    #[cfg(test)]
     pub(crate) fn live_requests(&self) -> usize {
         self.reqs.len()
     }

@@ -21,7 +21,10 @@ impl ReqId {
     }
 
     pub(crate) fn from_wire(v: u64) -> ReqId {
-        ReqId { key: v as u32, gen: (v >> 32) as u32 }
+        ReqId {
+            key: v as u32,
+            gen: (v >> 32) as u32,
+        }
     }
 }
 
@@ -39,7 +42,12 @@ pub(crate) enum State {
     /// A posted receive; `peer` is the world rank of a specific source.
     RecvPosted { buf: RawBufMut, peer: Option<usize> },
     /// A matched rendezvous receive, its data arriving (frames or single-copy read).
-    RecvRndv { buf: RawBufMut, peer: usize, got: usize, status: Status },
+    RecvRndv {
+        buf: RawBufMut,
+        peer: usize,
+        got: usize,
+        status: Status,
+    },
     /// Finished; waiting for its owner to collect the result.
     Done(Result<Status, Error>),
 }
@@ -97,6 +105,7 @@ impl Requests {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.slots.len()
     }

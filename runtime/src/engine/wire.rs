@@ -76,7 +76,9 @@ impl std::fmt::Display for WireError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WireError::Short(n) => write!(f, "frame of {n} bytes is shorter than a header"),
-            WireError::Version(v) => write!(f, "frame of wire version {v}, expected {WIRE_VERSION}"),
+            WireError::Version(v) => {
+                write!(f, "frame of wire version {v}, expected {WIRE_VERSION}")
+            }
             WireError::Kind(k) => write!(f, "frame of unknown kind {k}"),
         }
     }
@@ -84,7 +86,16 @@ impl std::fmt::Display for WireError {
 
 impl Header {
     pub(crate) fn new(kind: Kind) -> Header {
-        Header { kind, flags: 0, ctx: 0, src: 0, tag: 0, len: 0, a: 0, b: 0 }
+        Header {
+            kind,
+            flags: 0,
+            ctx: 0,
+            src: 0,
+            tag: 0,
+            len: 0,
+            a: 0,
+            b: 0,
+        }
     }
 
     pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {

@@ -33,6 +33,9 @@ pub(crate) enum PeerState {
     Dead,
 }
 
+/// Where [`Transport::poll`] delivers frames: `(peer, frame)`.
+pub(crate) type FrameSink<'a> = dyn FnMut(usize, &[u8]) -> Result<(), Error> + 'a;
+
 /// One way of moving frames to a set of peers (world ranks).
 pub(crate) trait Transport: std::fmt::Debug {
     /// Capabilities towards the peers this transport serves.
@@ -43,7 +46,7 @@ pub(crate) trait Transport: std::fmt::Debug {
     fn try_send(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error>;
 
     /// Delivers arrived frames, in order per peer, to `sink(peer, frame)`; returns how many.
-    fn poll(&mut self, sink: &mut dyn FnMut(usize, &[u8]) -> Result<(), Error>) -> Result<usize, Error>;
+    fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error>;
 
     /// Reads `dst.len()` bytes at address `addr` of `peer`'s memory (only if `caps().bulk_read`).
     fn bulk_read(&mut self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<(), Error>;

@@ -1,7 +1,7 @@
 //! Point-to-point conformance checks, run as the ranks of a job: `mprun -np N ptp SCENARIO`.
 //! Each scenario checks what arrived and exits non-zero (with a message) on any mismatch.
 
-use mpr::{Communicator, Error, ANY_SOURCE, ANY_TAG};
+use mpr::{Error, ANY_SOURCE, ANY_TAG};
 use mpr_tests::{check, pattern};
 use rand::{Rng, SeedableRng};
 
@@ -76,7 +76,10 @@ fn ring(w: &mpr::Comm) -> R {
 /// Every ordered pair exchanges messages of random sizes from 0 B to 16 MiB.
 fn pairs(w: &mpr::Comm) -> R {
     let (me, n) = (w.rank(), w.size());
-    let max: usize = std::env::var("PTP_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(16 << 20);
+    let max: usize = std::env::var("PTP_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16 << 20);
     let sizes = |a: usize, b: usize| -> Vec<usize> {
         let mut rng = rand::rngs::SmallRng::seed_from_u64((a * 1000 + b) as u64);
         let mut v = vec![0, 1, 8, 8143, 8144, 8145, 65536, max];
@@ -114,7 +117,10 @@ fn anysource(w: &mpr::Comm) -> R {
             check(&buf[..st.bytes], st.source, 0, seq, len);
             next_seq[st.source] += 1;
         }
-        assert!(next_seq[1..].iter().all(|&c| c == per), "counts {next_seq:?}");
+        assert!(
+            next_seq[1..].iter().all(|&c| c == per),
+            "counts {next_seq:?}"
+        );
     } else {
         for seq in 0..per {
             let len = (seq * 97) % 20000;
@@ -129,14 +135,25 @@ fn anysource(w: &mpr::Comm) -> R {
 fn order(w: &mpr::Comm) -> R {
     let (me, n) = (w.rank(), w.size());
     let count = 300usize;
-    let len_of = |seq: usize| if seq % 5 == 0 { 100_000 + seq } else { seq * 13 };
+    let len_of = |seq: usize| {
+        if seq.is_multiple_of(5) {
+            100_000 + seq
+        } else {
+            seq * 13
+        }
+    };
     for round in 0..2 {
         if me % 2 == 0 && me + 1 < n {
             let to = me + 1;
             // Nonblocking, so that a late receiver cannot deadlock the large (rendezvous) sends.
-            let msgs: Vec<Vec<u8>> = (0..count).map(|seq| pattern(me, to, seq, len_of(seq))).collect();
+            let msgs: Vec<Vec<u8>> = (0..count)
+                .map(|seq| pattern(me, to, seq, len_of(seq)))
+                .collect();
             mpr::scope(|s| -> R {
-                let reqs = msgs.iter().map(|m| w.isend(s, &m[..], to, 3)).collect::<Result<Vec<_>, _>>()?;
+                let reqs = msgs
+                    .iter()
+                    .map(|m| w.isend(s, &m[..], to, 3))
+                    .collect::<Result<Vec<_>, _>>()?;
                 w.send(&[0u8], to, 4)?;
                 mpr::wait_all(reqs)?;
                 Ok(())
@@ -320,7 +337,10 @@ fn badargs(w: &mpr::Comm) -> R {
     let n = w.size();
     assert_eq!(w.send(&[1u8], n, 0), Err(Error::Rank { rank: n, size: n }));
     assert_eq!(w.send(&[1u8], 0, -5), Err(Error::Tag(-5)));
-    assert_eq!(w.recv(&mut [0u8], n + 3, 0).unwrap_err().class(), mpr::ErrorClass::Rank);
+    assert_eq!(
+        w.recv(&mut [0u8], n + 3, 0).unwrap_err().class(),
+        mpr::ErrorClass::Rank
+    );
     assert_eq!(w.recv(&mut [0u8], 0, -7), Err(Error::Tag(-7)));
     Ok(())
 }
@@ -344,7 +364,9 @@ fn peer_dies(w: &mpr::Comm) -> R {
         }
         1 => {
             w.recv(&mut [0u8], 0, 0)?;
-            let _ = std::process::Command::new("kill").args(["-9", &std::process::id().to_string()]).status();
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &std::process::id().to_string()])
+                .status();
             std::thread::sleep(std::time::Duration::from_secs(10));
             Ok(())
         }
@@ -366,7 +388,10 @@ unsafe fn libc_ignore_sigterm() {
 
 /// Rank `PTP_FAIL_RANK` exits with code 3 after a first exchange; the others wait.
 fn exit_code(w: &mpr::Comm) -> R {
-    let fail: usize = std::env::var("PTP_FAIL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let fail: usize = std::env::var("PTP_FAIL_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     if w.rank() == fail {
         std::process::exit(3);
     }

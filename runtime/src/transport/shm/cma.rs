@@ -17,13 +17,24 @@ pub(crate) fn read(pid: u32, addr: u64, dst: &mut [u8]) -> Result<(), Error> {
 
     let mut done = 0;
     while done < dst.len() {
-        let remote = [RemoteIoVec { base: addr as usize + done, len: dst.len() - done }];
+        let remote = [RemoteIoVec {
+            base: addr as usize + done,
+            len: dst.len() - done,
+        }];
         let mut local = [IoSliceMut::new(&mut dst[done..])];
         match process_vm_readv(Pid::from_raw(pid as i32), &mut local, &remote) {
-            Ok(0) => return Err(Error::Transport(format!("process_vm_readv from pid {pid} read nothing"))),
+            Ok(0) => {
+                return Err(Error::Transport(format!(
+                    "process_vm_readv from pid {pid} read nothing"
+                )))
+            }
             Ok(n) => done += n,
             Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(Error::Transport(format!("process_vm_readv from pid {pid}: {e}"))),
+            Err(e) => {
+                return Err(Error::Transport(format!(
+                    "process_vm_readv from pid {pid}: {e}"
+                )))
+            }
         }
     }
     Ok(())
@@ -32,5 +43,7 @@ pub(crate) fn read(pid: u32, addr: u64, dst: &mut [u8]) -> Result<(), Error> {
 /// Reads are not available on this OS.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn read(_pid: u32, _addr: u64, _dst: &mut [u8]) -> Result<(), Error> {
-    Err(Error::Transport("single-copy reads are not available on this OS".into()))
+    Err(Error::Transport(
+        "single-copy reads are not available on this OS".into(),
+    ))
 }

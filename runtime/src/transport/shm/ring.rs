@@ -29,7 +29,12 @@ impl Ring {
     /// the life of this `Ring`, laid out as above, 8-byte aligned, with exactly one producer
     /// `Ring` and one consumer `Ring` using it across all processes.
     pub(crate) unsafe fn new(base: NonNull<u8>, cells: usize, cell_size: usize) -> Ring {
-        Ring { base, cells, cell_size, pos: 0 }
+        Ring {
+            base,
+            cells,
+            cell_size,
+            pos: 0,
+        }
     }
 
     /// Largest frame a cell holds.
@@ -41,7 +46,10 @@ impl Ring {
         // SAFETY: `pos % cells < cells`, so the cell lies inside the ring (constructor
         // contract); its first 4 bytes are the flag, 8-byte aligned, only accessed atomically.
         unsafe {
-            let c = self.base.as_ptr().add((self.pos % self.cells) * self.cell_size);
+            let c = self
+                .base
+                .as_ptr()
+                .add((self.pos % self.cells) * self.cell_size);
             (c, &*(c as *const AtomicU32))
         }
     }
@@ -58,7 +66,11 @@ impl Ring {
         // the release store below; `n` fits in the cell (asserted above).
         unsafe {
             std::ptr::copy_nonoverlapping(hdr.as_ptr(), c.add(CELL_HDR), hdr.len());
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), c.add(CELL_HDR + hdr.len()), payload.len());
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                c.add(CELL_HDR + hdr.len()),
+                payload.len(),
+            );
             (c.add(4) as *mut u32).write(n as u32);
         }
         flag.store(1, Ordering::Release);
@@ -82,11 +94,6 @@ impl Ring {
         flag.store(0, Ordering::Release);
         self.pos = self.pos.wrapping_add(1);
         Some(r)
-    }
-
-    /// Consumer: whether a frame is waiting.
-    pub(crate) fn ready(&self) -> bool {
-        self.cell().1.load(Ordering::Acquire) != 0
     }
 }
 
@@ -112,6 +119,6 @@ mod tests {
         }
         assert!(tx.push(&[7], &[1, 2]));
         assert_eq!(rx.pop(|f| f.to_vec()).unwrap(), vec![7, 1, 2]);
-        assert!(!rx.ready());
+        assert!(rx.pop(|_| ()).is_none());
     }
 }
