@@ -10,9 +10,9 @@
  *   --iters N, -i N   timed iterations for every size (default: size dependent)
  *   --warmup N, -x N  untimed warm-up iterations for every size (default: size dependent)
  *   --window N    bw: messages in flight per iteration (default 64)
- *   --one-buffer  bw: all window slots share one buffer, as OSU's osu_bw does;
- *                 the default gives each slot its own region, as mpr-bench does
- *                 (mpr's borrow rules forbid concurrent receives into one buffer)
+ *   --one-buffer  bw: all window slots share one buffer, as OSU's osu_bw does
+ *                 (the default, as in mpr-bench)
+ *   --slots       bw: each message of the window gets its own region (mpr-bench --slots)
  * --min/--max/--iters/--window are spelled as mpr-bench spells them, so one
  * BENCH_ARGS string in compare.sh can drive both (iteration defaults differ).
  *
@@ -34,7 +34,7 @@ static int g_rank, g_nprocs;
 static long g_max = MAX_SIZE_DEFAULT;
 static long g_min = -1; /* -1: per-test default */
 static long g_window = 64;
-static int g_one_buffer = 0;
+static int g_one_buffer = 1;
 static long g_iters_override = -1, g_warmup_override = -1;
 
 static void die(const char *msg)
@@ -309,7 +309,7 @@ static void usage(void)
     if (g_rank == 0)
         fprintf(stderr, "usage: osu_mini latency|bw|allreduce|bcast|allgather|alltoall|barrier"
                         " [--min B] [--max B] [--iters N] [--warmup N] [--window N]"
-                        " [--one-buffer]\n");
+                        " [--one-buffer|--slots]\n");
 }
 
 int main(int argc, char **argv)
@@ -337,6 +337,8 @@ int main(int argc, char **argv)
             g_window = atol(argv[++i]);
         else if (!strcmp(a, "--one-buffer"))
             g_one_buffer = 1;
+        else if (!strcmp(a, "--slots"))
+            g_one_buffer = 0;
         else {
             usage();
             MPI_Finalize();

@@ -6,7 +6,8 @@
 //! `mprun -np 2 mpr-bench bw`      - windowed bandwidth (MB/s), rank 0 to rank 1.
 //!
 //! Options: `--min SIZE`, `--max SIZE` (bytes), `--iters N` (small messages; large ones use
-//! a tenth), `--window N` (bw, default 64).
+//! a tenth), `--window N` (bw, default 64), `--slots` (bw: a buffer slot per message of the
+//! window instead of OSU's one shared buffer).
 
 use mpr::Comm;
 
@@ -15,6 +16,7 @@ struct Opts {
     max: usize,
     iters: usize,
     window: usize,
+    slots: bool,
 }
 
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
@@ -23,6 +25,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         max: 4 << 20,
         iters: 10_000,
         window: 64,
+        slots: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -35,6 +38,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--max" => o.max = val("--max")?,
             "--iters" => o.iters = val("--iters")?.max(1),
             "--window" => o.window = val("--window")?.max(1),
+            "--slots" => o.slots = true,
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -108,8 +112,11 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
     }
     let win = o.window;
     let max = o.max.max(1);
-    let sbuf = vec![b'a'; max * win];
-    let mut rbuf = vec![b'b'; max * win];
+    // OSU's layout: every message of a window uses the same send buffer, and every receive
+    // the same receive buffer (`--slots` gives each message its own slot instead).
+    let span = if o.slots { max * win } else { max };
+    let sbuf = vec![b'a'; span];
+    let mut rbuf = vec![b'b'; span];
     for size in sizes(o.min.max(1), max, false) {
         let (iters, skip) = iters_for(
             size,
@@ -123,13 +130,12 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
             if i == skip {
                 t0 = mpr::wtime();
             }
+            let slot = |k: usize| if o.slots { k * size } else { 0 };
             match me {
                 0 => {
                     mpr::scope(|s| -> mpr::Result<()> {
-                        let reqs = sbuf
-                            .chunks(size)
-                            .take(win)
-                            .map(|c| w.isend(s, c, 1, 100))
+                        let reqs = (0..win)
+                            .map(|k| w.isend(s, &sbuf[slot(k)..slot(k) + size], 1, 100))
                             .collect::<mpr::Result<Vec<_>>>()?;
                         mpr::wait_all(reqs)?;
                         Ok(())
@@ -137,15 +143,13 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
                     w.recv(&mut [0u8; 4], 1, 101)?;
                 }
                 1 => {
-                    mpr::scope(|s| -> mpr::Result<()> {
-                        let reqs = rbuf
-                            .chunks_mut(size)
-                            .take(win)
-                            .map(|c| w.irecv(s, c, 0, 100))
-                            .collect::<mpr::Result<Vec<_>>>()?;
-                        mpr::wait_all(reqs)?;
-                        Ok(())
-                    })?;
+                    let base = rbuf.as_mut_ptr();
+                    let reqs = (0..win)
+                        // SAFETY: `rbuf` outlives the requests, which are all waited for
+                        // just below; nothing else touches it meanwhile.
+                        .map(|k| unsafe { w.irecv_unscoped(base.add(slot(k)), size, 0, 100) })
+                        .collect::<mpr::Result<Vec<_>>>()?;
+                    mpr::wait_all(reqs)?;
                     w.send(&[0u8; 4], 0, 101)?;
                 }
                 _ => {}

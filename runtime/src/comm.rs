@@ -228,6 +228,51 @@ impl Comm {
         Ok(Request::new(&self.inner.rt, scope, id))
     }
 
+    /// Starts sending `count` elements at `buf` without a scope (the form a C binding or an
+    /// OSU-style benchmark needs). The request must be waited for.
+    ///
+    /// # Safety
+    /// `buf..buf+count` must be valid for reads and must not be written until the returned
+    /// request has completed (waited for or tested complete), even if it is dropped.
+    pub unsafe fn isend_unscoped<T: Pod>(
+        &self,
+        buf: *const T,
+        count: usize,
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'static>, Error> {
+        // SAFETY: the caller guarantees validity until completion (this function's contract).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(buf as *const u8, count * std::mem::size_of::<T>())
+        };
+        // SAFETY: as above.
+        let id = self.start_send(unsafe { RawBuf::new(bytes) }, dest, tag)?;
+        Ok(Request::unscoped(&self.inner.rt, id))
+    }
+
+    /// Starts receiving into `count` elements at `buf` without a scope. Several such receives
+    /// may target the same memory (as MPI allows and OSU's bandwidth test does); the content
+    /// is then that of whichever completes last.
+    ///
+    /// # Safety
+    /// `buf..buf+count` must be valid for writes, and not be read or written by anything but
+    /// mpr until the returned request has completed, even if it is dropped.
+    pub unsafe fn irecv_unscoped<T: Pod>(
+        &self,
+        buf: *mut T,
+        count: usize,
+        src: usize,
+        tag: i32,
+    ) -> Result<Request<'static>, Error> {
+        // SAFETY: the caller guarantees validity and exclusivity until completion.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(buf as *mut u8, count * std::mem::size_of::<T>())
+        };
+        // SAFETY: as above.
+        let id = self.start_recv(unsafe { RawBufMut::new(bytes) }, src, tag)?;
+        Ok(Request::unscoped(&self.inner.rt, id))
+    }
+
     /// Returns the status of a matching message without receiving it, if one has arrived
     /// (`MPI_Iprobe`).
     pub fn iprobe(&self, src: usize, tag: i32) -> Result<Option<Status>, Error> {

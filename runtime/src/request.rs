@@ -105,6 +105,14 @@ impl<'a> Request<'a> {
         }
     }
 
+    pub(crate) fn unscoped(rt: &Rc<RefCell<Runtime>>, id: ReqId) -> Request<'static> {
+        Request {
+            rt: rt.clone(),
+            id,
+            _marker: PhantomData,
+        }
+    }
+
     /// Blocks until the operation completes (`MPI_Wait`).
     pub fn wait(self) -> Result<Status, Error> {
         self.rt.borrow_mut().wait(self.id)

@@ -1,0 +1,179 @@
+//! Line forwarding of the ranks' stdout and stderr.
+//!
+//! Each rank stream has a [`LineForwarder`] that keeps the incomplete tail of what the rank
+//! wrote and releases whole lines (prefixed with `[rank] ` under `--tag-output`). Whatever a
+//! forwarder releases is written to mprun's stdout or stderr by one [`Sink::write`] that
+//! writes all of it before anything else is written, so lines of different ranks never
+//! interleave mid-line. A partial last line is released at end of file. A line longer than
+//! [`MAX_PENDING`] is released in pieces so memory stays bounded.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+/// Longest incomplete line kept before it is released in pieces.
+const MAX_PENDING: usize = 4 << 20;
+
+/// Splits one rank stream into whole lines.
+#[derive(Debug)]
+pub(crate) struct LineForwarder {
+    /// `[rank] ` under `--tag-output`.
+    prefix: Option<Vec<u8>>,
+    /// Bytes after the last newline seen.
+    pending: Vec<u8>,
+    /// A piece of an overlong line was released: the rest of that line gets no prefix.
+    mid_line: bool,
+}
+
+impl LineForwarder {
+    /// A forwarder for `rank`, tagging lines if `tag` is set.
+    pub(crate) fn new(rank: usize, tag: bool) -> Self {
+        let prefix = tag.then(|| format!("[{rank}] ").into_bytes());
+        LineForwarder {
+            prefix,
+            pending: Vec::new(),
+            mid_line: false,
+        }
+    }
+
+    /// Takes bytes the rank wrote; appends the lines now complete to `out`.
+    pub(crate) fn feed(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        match data.iter().rposition(|b| *b == b'\n') {
+            Some(last) => {
+                let (lines, tail) = data.split_at(last + 1);
+                if self.pending.is_empty() {
+                    self.emit(lines, out);
+                } else {
+                    let mut joined = std::mem::take(&mut self.pending);
+                    joined.extend_from_slice(lines);
+                    self.emit(&joined, out);
+                }
+                self.pending.extend_from_slice(tail);
+            }
+            None => self.pending.extend_from_slice(data),
+        }
+        if self.pending.len() >= MAX_PENDING {
+            self.finish(out);
+            self.mid_line = true;
+        }
+    }
+
+    /// End of file: appends the incomplete last line, if any, to `out`.
+    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
+        let pending = std::mem::take(&mut self.pending);
+        self.emit(&pending, out);
+    }
+
+    fn emit(&mut self, text: &[u8], out: &mut Vec<u8>) {
+        for line in text.split_inclusive(|b| *b == b'\n') {
+            if let (Some(prefix), false) = (&self.prefix, self.mid_line) {
+                out.extend_from_slice(prefix);
+            }
+            out.extend_from_slice(line);
+            self.mid_line = false;
+        }
+    }
+}
+
+/// mprun's stdout or stderr. A sink whose reader went away (EPIPE) drops what it is given.
+#[derive(Debug)]
+pub(crate) struct Sink<F> {
+    fd: F,
+    broken: bool,
+}
+
+impl<F: AsFd> Sink<F> {
+    /// A sink writing to `fd`.
+    pub(crate) fn new(fd: F) -> Self {
+        Sink { fd, broken: false }
+    }
+
+    /// Writes all of `data`, waiting if the descriptor is nonblocking and full.
+    pub(crate) fn write(&mut self, data: &[u8]) {
+        if self.broken || data.is_empty() {
+            return;
+        }
+        if write_all(self.fd.as_fd(), data).is_err() {
+            self.broken = true;
+        }
+    }
+}
+
+/// Writes `data` with as few write calls as the descriptor allows.
+fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        match nix::unistd::write(fd, data) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => data = &data[n..],
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// One line for mprun's own stderr: `mprun: <message>\n`, written at once.
+pub(crate) fn say(message: &str) {
+    let line = format!("mprun: {message}\n");
+    let _ = write_all(io::stderr().as_fd(), line.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(tag: bool, chunks: &[&[u8]]) -> Vec<Vec<u8>> {
+        let mut f = LineForwarder::new(7, tag);
+        let mut writes = Vec::new();
+        for chunk in chunks {
+            let mut out = Vec::new();
+            f.feed(chunk, &mut out);
+            writes.push(out);
+        }
+        let mut out = Vec::new();
+        f.finish(&mut out);
+        writes.push(out);
+        writes
+    }
+
+    #[test]
+    fn releases_whole_lines_only() {
+        let w = run(false, &[b"ab", b"c\nde", b"f\ng\nh"]);
+        assert_eq!(
+            w,
+            vec![
+                b"".to_vec(),
+                b"abc\n".to_vec(),
+                b"def\ng\n".to_vec(),
+                b"h".to_vec()
+            ]
+        );
+    }
+
+    #[test]
+    fn tags_every_line() {
+        let w = run(true, &[b"a\n\nb", b"c\n", b"d"]);
+        assert_eq!(w.concat(), b"[7] a\n[7] \n[7] bc\n[7] d".to_vec());
+    }
+
+    #[test]
+    fn overlong_lines_are_released_in_pieces() {
+        let big = vec![b'x'; MAX_PENDING];
+        let mut f = LineForwarder::new(1, true);
+        let mut out = Vec::new();
+        f.feed(&big, &mut out);
+        assert_eq!(out.len(), MAX_PENDING + 4);
+        out.clear();
+        f.feed(b"y\nz\n", &mut out);
+        assert_eq!(out, b"y\n[1] z\n".to_vec());
+    }
+}
