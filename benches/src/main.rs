@@ -20,13 +20,7 @@ struct Opts {
 }
 
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts {
-        min: 0,
-        max: 4 << 20,
-        iters: 10_000,
-        window: 64,
-        slots: false,
-    };
+    let mut o = Opts { min: 0, max: 4 << 20, iters: 10_000, window: 64, slots: false };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = |name: &str| -> Result<usize, String> {
@@ -118,13 +112,7 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
     let sbuf = vec![b'a'; span];
     let mut rbuf = vec![b'b'; span];
     for size in sizes(o.min.max(1), max, false) {
-        let (iters, skip) = iters_for(
-            size,
-            &Opts {
-                iters: o.iters / 50,
-                ..*o
-            },
-        );
+        let (iters, skip) = iters_for(size, &Opts { iters: o.iters / 50, ..*o });
         let mut t0 = 0.0;
         for i in 0..iters + skip {
             if i == skip {
@@ -167,9 +155,7 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(what) = args.first().cloned() else {
-        eprintln!(
-            "usage: mprun -np 2 mpr-bench latency|bw [--min B] [--max B] [--iters N] [--window N]"
-        );
+        eprintln!("usage: mprun -np 2 mpr-bench latency|bw [--min B] [--max B] [--iters N] [--window N]");
         std::process::exit(2);
     };
     let opts = match parse_opts(&args[1..]) {

@@ -22,22 +22,15 @@ struct Pmi {
 
 impl Pmi {
     fn from_env() -> Result<Self, String> {
-        let fd: i32 = env("PMI_FD")?
-            .parse()
-            .map_err(|_| "PMI_FD is not a number".to_string())?;
+        let fd: i32 = env("PMI_FD")?.parse().map_err(|_| "PMI_FD is not a number".to_string())?;
         // SAFETY: mprun passes PMI_FD as an open socket that this process alone owns.
         let stream = unsafe { UnixStream::from_raw_fd(fd) };
         let reader = BufReader::new(stream.try_clone().map_err(|e| e.to_string())?);
-        Ok(Pmi {
-            writer: stream,
-            reader,
-        })
+        Ok(Pmi { writer: stream, reader })
     }
 
     fn send_raw(&mut self, bytes: &[u8]) -> Result<(), String> {
-        self.writer
-            .write_all(bytes)
-            .map_err(|e| format!("write: {e}"))
+        self.writer.write_all(bytes).map_err(|e| format!("write: {e}"))
     }
 
     fn recv(&mut self) -> Result<Command, String> {
@@ -54,10 +47,7 @@ impl Pmi {
         self.send_raw(cmd.encode().as_bytes())?;
         let reply = self.recv()?;
         if reply.cmd != expect {
-            return Err(format!(
-                "sent {:?}, expected {expect}, got {reply:?}",
-                cmd.cmd
-            ));
+            return Err(format!("sent {:?}, expected {expect}, got {reply:?}", cmd.cmd));
         }
         match reply.get("rc") {
             None | Some("0") => Ok(reply),
@@ -71,9 +61,7 @@ fn env(name: &str) -> Result<String, String> {
 }
 
 fn field<'a>(reply: &'a Command, key: &str) -> Result<&'a str, String> {
-    reply
-        .get(key)
-        .ok_or_else(|| format!("no {key} in {reply:?}"))
+    reply.get(key).ok_or_else(|| format!("no {key} in {reply:?}"))
 }
 
 fn conversation(pmi: &mut Pmi) -> Result<(), String> {
@@ -81,17 +69,13 @@ fn conversation(pmi: &mut Pmi) -> Result<(), String> {
     let size: usize = env("PMI_SIZE")?.parse().map_err(|_| "bad PMI_SIZE")?;
     let jobid = env("MPR_JOBID")?;
 
-    let init = Command::new("init")
-        .with("pmi_version", 1)
-        .with("pmi_subversion", 1);
+    let init = Command::new("init").with("pmi_version", 1).with("pmi_subversion", 1);
     let reply = pmi.call(init, "response_to_init")?;
     if field(&reply, "pmi_version")? != "1" {
         return Err(format!("bad version: {reply:?}"));
     }
     let maxes = pmi.call(Command::new("get_maxes"), "maxes")?;
-    let vallen_max: usize = field(&maxes, "vallen_max")?
-        .parse()
-        .map_err(|_| "bad vallen_max")?;
+    let vallen_max: usize = field(&maxes, "vallen_max")?.parse().map_err(|_| "bad vallen_max")?;
     if vallen_max < 1024 {
         return Err(format!("vallen_max too small: {maxes:?}"));
     }
@@ -111,33 +95,19 @@ fn conversation(pmi: &mut Pmi) -> Result<(), String> {
     let kvsname = field(&kvs, "kvsname")?.to_string();
 
     let put = |key: String, value: String| {
-        Command::new("put")
-            .with("kvsname", &kvsname)
-            .with("key", key)
-            .with("value", value)
+        Command::new("put").with("kvsname", &kvsname).with("key", key).with("value", value)
     };
-    pmi.call(
-        put(format!("card-{rank}"), format!("v{rank}-{jobid}")),
-        "put_result",
-    )?;
+    pmi.call(put(format!("card-{rank}"), format!("v{rank}-{jobid}")), "put_result")?;
     pmi.call(Command::new("barrier_in"), "barrier_out")?;
 
     let peer = (rank + 1) % size;
-    let get = |key: String| {
-        Command::new("get")
-            .with("kvsname", &kvsname)
-            .with("key", key)
-    };
+    let get = |key: String| Command::new("get").with("kvsname", &kvsname).with("key", key);
     let got = pmi.call(get(format!("card-{peer}")), "get_result")?;
     if field(&got, "value")? != format!("v{peer}-{jobid}") {
         return Err(format!("rank {peer}'s card is wrong: {got:?}"));
     }
     // A changed value under an existing key is refused.
-    pmi.send_raw(
-        put(format!("card-{rank}"), "other".into())
-            .encode()
-            .as_bytes(),
-    )?;
+    pmi.send_raw(put(format!("card-{rank}"), "other".into()).encode().as_bytes())?;
     if pmi.recv()?.get("rc") == Some("0") {
         return Err("a duplicate key was accepted".into());
     }
@@ -157,13 +127,7 @@ fn main() -> ExitCode {
         None => conversation(&mut pmi),
         Some("abort") => {
             let code = args.get(1).map_or("1", String::as_str);
-            pmi.send_raw(
-                Command::new("abort")
-                    .with("exitcode", code)
-                    .with("msg", "giving_up")
-                    .encode()
-                    .as_bytes(),
-            )?;
+            pmi.send_raw(Command::new("abort").with("exitcode", code).with("msg", "giving_up").encode().as_bytes())?;
             std::thread::sleep(Duration::from_secs(30));
             Err("still running after abort".into())
         }

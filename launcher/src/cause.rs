@@ -52,12 +52,7 @@ impl Cause {
     pub(crate) fn message(&self) -> String {
         let what = match self {
             Cause::RankFailed { rank, pid, exit } => format!("rank {rank} (pid {pid}) {exit}"),
-            Cause::Abort {
-                rank,
-                pid,
-                code,
-                msg,
-            } => {
+            Cause::Abort { rank, pid, code, msg } => {
                 let code = code.map_or_else(|| "?".to_string(), |c| c.to_string());
                 let msg = msg.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
                 format!("rank {rank} (pid {pid}) aborted the job with code {code}{msg}")
@@ -94,46 +89,18 @@ mod tests {
     #[test]
     fn messages_and_codes() {
         let pid = Pid::from_raw(1234);
-        let c = Cause::RankFailed {
-            rank: 1,
-            pid,
-            exit: Exit::Code(3),
-        };
-        assert_eq!(
-            c.message(),
-            "rank 1 (pid 1234) exited with code 3; stopping the job"
-        );
+        let c = Cause::RankFailed { rank: 1, pid, exit: Exit::Code(3) };
+        assert_eq!(c.message(), "rank 1 (pid 1234) exited with code 3; stopping the job");
         assert_eq!(c.exit_code(), 3);
-        let c = Cause::RankFailed {
-            rank: 0,
-            pid,
-            exit: Exit::Signal(9),
-        };
-        assert_eq!(
-            c.message(),
-            "rank 0 (pid 1234) was killed by signal SIGKILL; stopping the job"
-        );
+        let c = Cause::RankFailed { rank: 0, pid, exit: Exit::Signal(9) };
+        assert_eq!(c.message(), "rank 0 (pid 1234) was killed by signal SIGKILL; stopping the job");
         assert_eq!(c.exit_code(), 137);
-        assert_eq!(
-            Cause::Signal(2).message(),
-            "received SIGINT; stopping the job"
-        );
+        assert_eq!(Cause::Signal(2).message(), "received SIGINT; stopping the job");
         assert_eq!(Cause::Signal(15).exit_code(), 143);
-        assert_eq!(
-            Cause::Timeout(1.0).message(),
-            "job exceeded the time limit of 1 s; stopping the job"
-        );
+        assert_eq!(Cause::Timeout(1.0).message(), "job exceeded the time limit of 1 s; stopping the job");
         assert_eq!(Cause::Timeout(0.5).exit_code(), 124);
-        let abort = |code| Cause::Abort {
-            rank: 2,
-            pid,
-            code,
-            msg: Some("bad".into()),
-        };
-        assert_eq!(
-            abort(Some(7)).message(),
-            "rank 2 (pid 1234) aborted the job with code 7: bad; stopping the job"
-        );
+        let abort = |code| Cause::Abort { rank: 2, pid, code, msg: Some("bad".into()) };
+        assert_eq!(abort(Some(7)).message(), "rank 2 (pid 1234) aborted the job with code 7: bad; stopping the job");
         assert_eq!(abort(Some(7)).exit_code(), 7);
         assert_eq!(abort(Some(0)).exit_code(), 1);
         assert_eq!(abort(None).exit_code(), 1);

@@ -63,11 +63,7 @@ struct Args {
     program: Option<OsString>,
 
     /// Arguments passed to PROGRAM untouched
-    #[arg(
-        value_name = "ARGS",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    #[arg(value_name = "ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<OsString>,
 }
 
@@ -112,10 +108,7 @@ pub(crate) struct UsageError {
 
 impl UsageError {
     fn usage(message: String) -> Self {
-        UsageError {
-            code: USAGE_EXIT,
-            message,
-        }
+        UsageError { code: USAGE_EXIT, message }
     }
 }
 
@@ -179,10 +172,7 @@ fn clap_error(e: clap::Error) -> Result<Parsed, UsageError> {
 /// The first non-empty line of clap's rendered error (`error: ...`).
 fn first_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
-    let line = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("error: bad command line");
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: bad command line");
     line.trim().to_string()
 }
 
@@ -197,11 +187,7 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
         None => 1,
         Some(text) => match text.parse::<usize>() {
             Ok(n) if n > 0 => n,
-            _ => {
-                return Err(UsageError::usage(format!(
-                    "-np: expected a positive number of ranks, got '{text}'"
-                )))
-            }
+            _ => return Err(UsageError::usage(format!("-np: expected a positive number of ranks, got '{text}'"))),
         },
     };
     let timeout = args.timeout.as_deref().map(parse_timeout).transpose()?;
@@ -212,11 +198,7 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
     for pair in &args.env {
         match pair.split_once('=') {
             Some((k, v)) if !k.is_empty() => env.push((k.into(), v.into())),
-            _ => {
-                return Err(UsageError::usage(format!(
-                    "--env: expected K=V, got '{pair}'"
-                )))
-            }
+            _ => return Err(UsageError::usage(format!("--env: expected K=V, got '{pair}'"))),
         }
     }
     Ok(Options {
@@ -233,11 +215,7 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
 
 /// `--timeout SECONDS`: a positive, finite number of seconds (fractions allowed).
 fn parse_timeout(text: &str) -> Result<(Duration, f64), UsageError> {
-    let bad = || {
-        UsageError::usage(format!(
-            "--timeout: expected a positive number of seconds, got '{text}'"
-        ))
-    };
+    let bad = || UsageError::usage(format!("--timeout: expected a positive number of seconds, got '{text}'"));
     let secs: f64 = text.trim().parse().map_err(|_| bad())?;
     if secs.is_nan() || secs <= 0.0 {
         return Err(bad());
@@ -251,16 +229,12 @@ fn parse_timeout(text: &str) -> Result<(Duration, f64), UsageError> {
 fn export(var: &str) -> Result<Option<(OsString, OsString)>, UsageError> {
     if let Some((k, v)) = var.split_once('=') {
         if k.is_empty() {
-            return Err(UsageError::usage(format!(
-                "-x: expected VAR or VAR=VALUE, got '{var}'"
-            )));
+            return Err(UsageError::usage(format!("-x: expected VAR or VAR=VALUE, got '{var}'")));
         }
         return Ok(Some((k.into(), v.into())));
     }
     if var.is_empty() {
-        return Err(UsageError::usage(
-            "-x: expected a variable name, got ''".into(),
-        ));
+        return Err(UsageError::usage("-x: expected a variable name, got ''".into()));
     }
     Ok(std::env::var_os(var).map(|v| (OsString::from(var), v)))
 }
@@ -274,11 +248,7 @@ fn kill_grace(value: Option<&OsStr>) -> Result<Duration, UsageError> {
     text.trim()
         .parse::<u64>()
         .map(Duration::from_millis)
-        .map_err(|_| {
-            UsageError::usage(format!(
-                "{GRACE_VAR}: expected a number of milliseconds, got '{text}'"
-            ))
-        })
+        .map_err(|_| UsageError::usage(format!("{GRACE_VAR}: expected a number of milliseconds, got '{text}'")))
 }
 
 #[cfg(test)]
@@ -319,28 +289,15 @@ mod tests {
     #[test]
     fn grace() {
         assert_eq!(kill_grace(None).unwrap(), DEFAULT_KILL_GRACE);
-        assert_eq!(
-            kill_grace(Some(OsStr::new("250"))).unwrap(),
-            Duration::from_millis(250)
-        );
+        assert_eq!(kill_grace(Some(OsStr::new("250"))).unwrap(), Duration::from_millis(250));
         assert!(kill_grace(Some(OsStr::new("soon"))).is_err());
     }
 
     #[test]
     fn parses_a_job() {
-        let Parsed::Run(o) = parse(os(&[
-            "mprun",
-            "-np",
-            "3",
-            "--timeout",
-            "2",
-            "--env",
-            "A=b=c",
-            "sh",
-            "-c",
-            "x",
-        ]))
-        .unwrap() else {
+        let Parsed::Run(o) =
+            parse(os(&["mprun", "-np", "3", "--timeout", "2", "--env", "A=b=c", "sh", "-c", "x"])).unwrap()
+        else {
             panic!("expected a job")
         };
         assert_eq!(o.np, 3);
@@ -352,12 +309,7 @@ mod tests {
 
     #[test]
     fn errors_are_one_line() {
-        for argv in [
-            &["mprun", "--bogus", "sh"][..],
-            &["mprun", "-np"],
-            &["mprun", "-np", "0", "sh"],
-            &["mprun"],
-        ] {
+        for argv in [&["mprun", "--bogus", "sh"][..], &["mprun", "-np"], &["mprun", "-np", "0", "sh"], &["mprun"]] {
             let e = parse(os(argv)).unwrap_err();
             assert_eq!(e.code, USAGE_EXIT, "{argv:?}");
             assert!(!e.message.contains('\n'), "{argv:?}: {}", e.message);

@@ -17,10 +17,7 @@ impl JobIds {
     pub(crate) fn generate() -> Result<Self, getrandom::Error> {
         let mut bytes = [0u8; 24];
         getrandom::getrandom(&mut bytes)?;
-        Ok(JobIds {
-            jobid: hex(&bytes[..8]),
-            secret: hex(&bytes[8..]),
-        })
+        Ok(JobIds { jobid: hex(&bytes[..8]), secret: hex(&bytes[8..]) })
     }
 
     /// The PMI key-value space name of the job.
@@ -42,10 +39,7 @@ mod tests {
         let ids = JobIds::generate().unwrap();
         assert_eq!(ids.jobid.len(), 16);
         assert_eq!(ids.secret.len(), 32);
-        let lower_hex = |s: &str| {
-            s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        };
+        let lower_hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         assert!(lower_hex(&ids.jobid) && lower_hex(&ids.secret));
         assert_ne!(ids.jobid, JobIds::generate().unwrap().jobid);
         assert_eq!(hex(&[0, 0xab, 0x0f]), "00ab0f");

@@ -94,8 +94,7 @@ impl<'a> Job<'a> {
     fn new(launch: &'a Launch<'a>) -> io::Result<Self> {
         let poll = Poll::new()?;
         let mut signals = Signals::new([SIGCHLD, SIGINT, SIGTERM, SIGHUP])?;
-        poll.registry()
-            .register(&mut signals, SIGNALS, Interest::READABLE)?;
+        poll.registry().register(&mut signals, SIGNALS, Interest::READABLE)?;
         Ok(Job {
             launch,
             poll,
@@ -121,12 +120,7 @@ impl<'a> Job<'a> {
     fn run(mut self) -> io::Result<i32> {
         let opts = self.launch.opts;
         self.verbose(|| {
-            format!(
-                "job {}: starting {} rank(s) of {}",
-                self.launch.ids.jobid,
-                opts.np,
-                self.launch.program.display()
-            )
+            format!("job {}: starting {} rank(s) of {}", self.launch.ids.jobid, opts.np, self.launch.program.display())
         });
         self.deadline = opts.timeout.map(|(limit, _)| Instant::now() + limit);
         for rank in 0..opts.np {
@@ -144,11 +138,7 @@ impl<'a> Job<'a> {
                         _ if e.raw_os_error() == Some(libc::ENOEXEC) => 126,
                         _ => 1,
                     };
-                    self.stop(Cause::SpawnFailed {
-                        rank,
-                        error: e.to_string(),
-                        code,
-                    });
+                    self.stop(Cause::SpawnFailed { rank, error: e.to_string(), code });
                     break;
                 }
             }
@@ -157,9 +147,7 @@ impl<'a> Job<'a> {
 
         let mut events = Events::with_capacity(256);
         while self.live > 0 {
-            let timeout = self
-                .next_deadline()
-                .map(|d| d.saturating_duration_since(Instant::now()));
+            let timeout = self.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -183,25 +171,14 @@ impl<'a> Job<'a> {
     /// Takes a started rank into the job. The rank is tracked (so it will be stopped and
     /// reaped) even if watching its descriptors fails.
     fn add(&mut self, rank: usize, spawned: Spawned) -> io::Result<()> {
-        let Spawned {
-            pid,
-            stdout,
-            stderr,
-            pmi,
-        } = spawned;
+        let Spawned { pid, stdout, stderr, pmi } = spawned;
         self.verbose(|| format!("rank {rank}: pid {pid}"));
         let tag = self.launch.opts.tag_output;
         self.ranks.push(Rank {
             pid,
             exit: None,
-            stdout: Some(Pipe {
-                file: stdout,
-                lines: LineForwarder::new(rank, tag),
-            }),
-            stderr: Some(Pipe {
-                file: stderr,
-                lines: LineForwarder::new(rank, tag),
-            }),
+            stdout: Some(Pipe { file: stdout, lines: LineForwarder::new(rank, tag) }),
+            stderr: Some(Pipe { file: stderr, lines: LineForwarder::new(rank, tag) }),
             pmi: Some(Conn::new(mio::net::UnixStream::from_std(pmi))),
         });
         self.by_pid.insert(pid, rank);
@@ -280,10 +257,7 @@ impl<'a> Job<'a> {
         }
         if eof || max_reads.is_some() {
             pipe.lines.finish(&mut out);
-            let _ = self
-                .poll
-                .registry()
-                .deregister(&mut SourceFd(&pipe.file.as_raw_fd()));
+            let _ = self.poll.registry().deregister(&mut SourceFd(&pipe.file.as_raw_fd()));
             *slot = None;
         }
         write_to(stream, &mut self.stdout, &mut self.stderr, &out);
@@ -313,17 +287,10 @@ impl<'a> Job<'a> {
                 }
                 Action::Abort { rank, code, msg } => {
                     let pid = self.ranks[rank].pid;
-                    self.stop(Cause::Abort {
-                        rank,
-                        pid,
-                        code,
-                        msg,
-                    });
+                    self.stop(Cause::Abort { rank, pid, code, msg });
                 }
                 Action::Close(to) => {
-                    say(&format!(
-                        "rank {to} sent a malformed PMI command; closing its PMI connection"
-                    ));
+                    say(&format!("rank {to} sent a malformed PMI command; closing its PMI connection"));
                     self.close_pmi(to);
                 }
             }
@@ -359,10 +326,7 @@ impl<'a> Job<'a> {
         if self.stopping.is_none() {
             self.stop(Cause::Signal(signal));
         } else {
-            say(&format!(
-                "received {} again; killing the job",
-                signal_name(signal)
-            ));
+            say(&format!("received {} again; killing the job", signal_name(signal)));
             self.kill_now();
         }
     }
@@ -403,16 +367,13 @@ impl<'a> Job<'a> {
     fn check_deadlines(&mut self, now: Instant) {
         match &self.stopping {
             None => {
-                if let (Some(deadline), Some((_, secs))) = (self.deadline, self.launch.opts.timeout)
-                {
+                if let (Some(deadline), Some((_, secs))) = (self.deadline, self.launch.opts.timeout) {
                     if deadline <= now {
                         self.stop(Cause::Timeout(secs));
                     }
                 }
             }
-            Some(Stopping {
-                kill_at: Some(at), ..
-            }) if *at <= now => {
+            Some(Stopping { kill_at: Some(at), .. }) if *at <= now => {
                 self.verbose(|| "grace period over: sending SIGKILL".into());
                 self.kill_now();
             }
@@ -454,12 +415,7 @@ fn token(rank: usize, stream: usize) -> Token {
     Token(rank * 3 + stream)
 }
 
-fn write_to<O: AsFd, E: AsFd>(
-    stream: usize,
-    stdout: &mut Sink<O>,
-    stderr: &mut Sink<E>,
-    data: &[u8],
-) {
+fn write_to<O: AsFd, E: AsFd>(stream: usize, stdout: &mut Sink<O>, stderr: &mut Sink<E>, data: &[u8]) {
     match stream {
         STDOUT => stdout.write(data),
         _ => stderr.write(data),

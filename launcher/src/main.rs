@@ -61,11 +61,7 @@ fn run() -> i32 {
             return 1;
         }
     };
-    let launch = Launch {
-        program: &program,
-        opts: &opts,
-        ids: &ids,
-    };
+    let launch = Launch { program: &program, opts: &opts, ids: &ids };
     let code = match job::run(&launch) {
         Ok(code) => code,
         Err(e) => {
@@ -74,9 +70,7 @@ fn run() -> i32 {
         }
     };
     match shm::remove_segments(&ids.jobid) {
-        Ok(n) if n > 0 && opts.verbose => {
-            say(&format!("removed {n} shared-memory segment(s) of the job"))
-        }
+        Ok(n) if n > 0 && opts.verbose => say(&format!("removed {n} shared-memory segment(s) of the job")),
         Err(e) if opts.verbose => say(&format!("cannot clean up shared memory: {e}")),
         _ => {}
     }

@@ -40,10 +40,7 @@ impl Unrunnable {
         match self {
             Unrunnable::NotFound(p) => format!("{}: program not found", p.to_string_lossy()),
             Unrunnable::NotExecutable(p) => {
-                format!(
-                    "{}: permission denied (not an executable file)",
-                    p.to_string_lossy()
-                )
+                format!("{}: permission denied (not an executable file)", p.to_string_lossy())
             }
             Unrunnable::Directory(p) => {
                 format!("{}: is a directory, not a program", p.to_string_lossy())
@@ -69,11 +66,7 @@ pub(crate) fn resolve(program: &OsStr, path: Option<&OsStr>) -> Result<PathBuf, 
     let path = path.unwrap_or(OsStr::new(DEFAULT_PATH));
     let mut denied = false;
     for dir in path.as_bytes().split(|b| *b == b':') {
-        let dir = if dir.is_empty() {
-            Path::new(".")
-        } else {
-            Path::new(OsStr::from_bytes(dir))
-        };
+        let dir = if dir.is_empty() { Path::new(".") } else { Path::new(OsStr::from_bytes(dir)) };
         let candidate = dir.join(program);
         match check(&candidate) {
             Check::Runnable => return Ok(candidate),
@@ -111,27 +104,17 @@ mod tests {
 
     #[test]
     fn finds_through_path() {
-        let found = resolve(
-            OsStr::new("sh"),
-            Some(OsStr::new("/nonexistent:/bin:/usr/bin")),
-        )
-        .unwrap();
+        let found = resolve(OsStr::new("sh"), Some(OsStr::new("/nonexistent:/bin:/usr/bin"))).unwrap();
         assert!(found.ends_with("sh"));
     }
 
     #[test]
     fn reports_what_is_wrong() {
-        let missing =
-            resolve(OsStr::new("no-such-program-mpr"), Some(OsStr::new("/bin"))).unwrap_err();
+        let missing = resolve(OsStr::new("no-such-program-mpr"), Some(OsStr::new("/bin"))).unwrap_err();
         assert_eq!(missing.exit_code(), 127);
         assert_eq!(missing.message(), "no-such-program-mpr: program not found");
         assert_eq!(resolve(OsStr::new("/"), None).unwrap_err().exit_code(), 126);
-        assert_eq!(
-            resolve(OsStr::new("./no/such"), None)
-                .unwrap_err()
-                .exit_code(),
-            127
-        );
+        assert_eq!(resolve(OsStr::new("./no/such"), None).unwrap_err().exit_code(), 127);
         assert_eq!(resolve(OsStr::new(""), None).unwrap_err().exit_code(), 127);
     }
 }

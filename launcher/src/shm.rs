@@ -24,9 +24,7 @@ fn remove_prefixed(dir: &Path, prefix: &str) -> io::Result<usize> {
     };
     let mut removed = 0;
     for entry in entries.flatten() {
-        if entry.file_name().as_bytes().starts_with(prefix.as_bytes())
-            && std::fs::remove_file(entry.path()).is_ok()
-        {
+        if entry.file_name().as_bytes().starts_with(prefix.as_bytes()) && std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }
     }
@@ -45,10 +43,8 @@ mod tests {
             std::fs::write(dir.join(name), b"").unwrap();
         }
         assert_eq!(remove_prefixed(&dir, "mpr-abc").unwrap(), 2);
-        let mut left: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
+        let mut left: Vec<_> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         left.sort();
         assert_eq!(left, ["mpr-abd", "other"]);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -70,11 +70,7 @@ impl Launch<'_> {
             .env("PMI_FD", pmi_fd.to_string())
             .env("PMI_RANK", &rank_text)
             .env("PMI_SIZE", &np)
-            .stdin(if rank == 0 {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
+            .stdin(if rank == 0 { Stdio::inherit() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let parent = getpid();
@@ -93,12 +89,7 @@ impl Launch<'_> {
         set_nonblocking(stdout.as_raw_fd())?;
         set_nonblocking(stderr.as_raw_fd())?;
         ours.set_nonblocking(true)?;
-        Ok(Spawned {
-            pid,
-            stdout,
-            stderr,
-            pmi: ours,
-        })
+        Ok(Spawned { pid, stdout, stderr, pmi: ours })
     }
 }
 

@@ -31,11 +31,7 @@ impl LineForwarder {
     /// A forwarder for `rank`, tagging lines if `tag` is set.
     pub(crate) fn new(rank: usize, tag: bool) -> Self {
         let prefix = tag.then(|| format!("[{rank}] ").into_bytes());
-        LineForwarder {
-            prefix,
-            pending: Vec::new(),
-            mid_line: false,
-        }
+        LineForwarder { prefix, pending: Vec::new(), mid_line: false }
     }
 
     /// Takes bytes the rank wrote; appends the lines now complete to `out`.
@@ -148,15 +144,7 @@ mod tests {
     #[test]
     fn releases_whole_lines_only() {
         let w = run(false, &[b"ab", b"c\nde", b"f\ng\nh"]);
-        assert_eq!(
-            w,
-            vec![
-                b"".to_vec(),
-                b"abc\n".to_vec(),
-                b"def\ng\n".to_vec(),
-                b"h".to_vec()
-            ]
-        );
+        assert_eq!(w, vec![b"".to_vec(), b"abc\n".to_vec(), b"def\ng\n".to_vec(), b"h".to_vec()]);
     }
 
     #[test]

@@ -18,10 +18,7 @@ fn the_rank_count_must_be_a_positive_number() {
     for bad in ["0", "-1", "two", ""] {
         let out = run(&["-np", bad, "true"]);
         assert_eq!(code(&out), 2, "-np {bad:?}");
-        assert_one_line(
-            &out,
-            &format!("mprun: -np: expected a positive number of ranks, got '{bad}'"),
-        );
+        assert_one_line(&out, &format!("mprun: -np: expected a positive number of ranks, got '{bad}'"));
     }
     let out = run(&["-np"]);
     assert_eq!(code(&out), 2);
@@ -86,22 +83,10 @@ fn programs_are_found_through_path() {
 #[test]
 fn other_bad_values_are_usage_errors() {
     let cases: &[(&[&str], &str)] = &[
-        (
-            &["--timeout", "soon", "true"],
-            "mprun: --timeout: expected a positive number of seconds, got 'soon'",
-        ),
-        (
-            &["--timeout", "0", "true"],
-            "mprun: --timeout: expected a positive number of seconds",
-        ),
-        (
-            &["--env", "NOEQUALS", "true"],
-            "mprun: --env: expected K=V, got 'NOEQUALS'",
-        ),
-        (
-            &["-np", "2", "-np", "3", "true"],
-            "mprun: error: the argument '--np <N>' cannot be used multiple times",
-        ),
+        (&["--timeout", "soon", "true"], "mprun: --timeout: expected a positive number of seconds, got 'soon'"),
+        (&["--timeout", "0", "true"], "mprun: --timeout: expected a positive number of seconds"),
+        (&["--env", "NOEQUALS", "true"], "mprun: --env: expected K=V, got 'NOEQUALS'"),
+        (&["-np", "2", "-np", "3", "true"], "mprun: error: the argument '--np <N>' cannot be used multiple times"),
     ];
     for (args, prefix) in cases {
         let out = run(args);
@@ -112,10 +97,7 @@ fn other_bad_values_are_usage_errors() {
     cmd.env("MPR_KILL_GRACE_MS", "later");
     let out = run_with(cmd, None);
     assert_eq!(code(&out), 2);
-    assert_one_line(
-        &out,
-        "mprun: MPR_KILL_GRACE_MS: expected a number of milliseconds, got 'later'",
-    );
+    assert_one_line(&out, "mprun: MPR_KILL_GRACE_MS: expected a number of milliseconds, got 'later'");
 }
 
 #[test]
@@ -123,12 +105,7 @@ fn no_rank_starts_on_bad_input() {
     let dir = TempDir::new("nostart");
     let marker = dir.path().join("started");
     let marker = marker.to_str().unwrap();
-    for bad in [
-        &["--bogus"][..],
-        &["--timeout", "x"],
-        &["-np", "0"],
-        &["--env", "x"],
-    ] {
+    for bad in [&["--bogus"][..], &["--timeout", "x"], &["-np", "0"], &["--env", "x"]] {
         let mut args = bad.to_vec();
         args.extend(["touch", marker]);
         assert_eq!(code(&run(&args)), 2, "{args:?}");
@@ -141,43 +118,18 @@ fn help_works() {
     let out = run(&["--help"]);
     assert_eq!(code(&out), 0);
     let text = stdout(&out);
-    assert!(
-        text.contains("Usage: mprun -np N [OPTIONS] PROGRAM [ARGS]..."),
-        "{text}"
-    );
-    assert!(
-        text.contains("--tag-output") && text.contains("MPR_KILL_GRACE_MS"),
-        "{text}"
-    );
+    assert!(text.contains("Usage: mprun -np N [OPTIONS] PROGRAM [ARGS]..."), "{text}");
+    assert!(text.contains("--tag-output") && text.contains("MPR_KILL_GRACE_MS"), "{text}");
 }
 
 #[test]
 fn options_stop_at_the_program() {
-    for np in [
-        &["-np", "2"][..],
-        &["-n", "2"],
-        &["--np", "2"],
-        &["--np=2"],
-        &["-n2"],
-    ] {
+    for np in [&["-np", "2"][..], &["-n", "2"], &["--np", "2"], &["--np=2"], &["-n2"]] {
         let mut args = np.to_vec();
-        args.extend([
-            "sh",
-            "-c",
-            "echo \"$MPR_SIZE:$*\"",
-            "sh",
-            "-n",
-            "5",
-            "--np",
-            "--bogus",
-        ]);
+        args.extend(["sh", "-c", "echo \"$MPR_SIZE:$*\"", "sh", "-n", "5", "--np", "--bogus"]);
         let out = run(&args);
         assert_eq!(code(&out), 0, "{args:?}: {}", common::stderr(&out));
-        assert_eq!(
-            stdout(&out),
-            "2:-n 5 --np --bogus\n2:-n 5 --np --bogus\n",
-            "{args:?}"
-        );
+        assert_eq!(stdout(&out), "2:-n 5 --np --bogus\n2:-n 5 --np --bogus\n", "{args:?}");
     }
 }
 

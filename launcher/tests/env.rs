@@ -7,9 +7,7 @@ use std::collections::BTreeSet;
 use common::{code, mprun, run, run_with, stderr, stdout};
 
 fn is_lower_hex(s: &str, len: usize) -> bool {
-    s.len() == len
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[test]
@@ -59,53 +57,39 @@ fn every_rank_gets_its_identity() {
     assert_eq!(jobids.len(), 1, "one job id per job");
     assert_eq!(secrets.len(), 1, "one secret per job");
 
-    let again = stdout(&run(&[
-        "-np",
-        "1",
-        "sh",
-        "-c",
-        "echo $MPR_JOBID $MPR_SECRET",
-    ]));
+    let again = stdout(&run(&["-np", "1", "sh", "-c", "echo $MPR_JOBID $MPR_SECRET"]));
     let (jobid, secret) = again.trim().split_once(' ').unwrap();
-    assert!(
-        !jobids.contains(jobid) && !secrets.contains(secret),
-        "ids are random per job"
-    );
+    assert!(!jobids.contains(jobid) && !secrets.contains(secret), "ids are random per job");
 }
 
 #[test]
 fn x_and_env_add_variables() {
     let mut cmd = mprun(&[
-        "-np", "2", "-x", "MPR_TEST_FROM_MPRUN", "-x", "MPR_TEST_SET=by-x", "--env", "MPR_TEST_KV=a=b",
-        "--env", "MPR_TEST_OVERRIDE=new", "sh", "-c",
+        "-np",
+        "2",
+        "-x",
+        "MPR_TEST_FROM_MPRUN",
+        "-x",
+        "MPR_TEST_SET=by-x",
+        "--env",
+        "MPR_TEST_KV=a=b",
+        "--env",
+        "MPR_TEST_OVERRIDE=new",
+        "sh",
+        "-c",
         "echo \"$MPR_RANK $MPR_TEST_FROM_MPRUN $MPR_TEST_SET $MPR_TEST_KV $MPR_TEST_OVERRIDE $MPR_TEST_PLAIN\"",
     ]);
-    cmd.env("MPR_TEST_FROM_MPRUN", "exported")
-        .env("MPR_TEST_OVERRIDE", "old")
-        .env("MPR_TEST_PLAIN", "inherited");
+    cmd.env("MPR_TEST_FROM_MPRUN", "exported").env("MPR_TEST_OVERRIDE", "old").env("MPR_TEST_PLAIN", "inherited");
     let out = run_with(cmd, None);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let mut lines: Vec<_> = stdout(&out).lines().map(String::from).collect();
     lines.sort();
-    assert_eq!(
-        lines,
-        [
-            "0 exported by-x a=b new inherited",
-            "1 exported by-x a=b new inherited"
-        ]
-        .map(String::from)
-    );
+    assert_eq!(lines, ["0 exported by-x a=b new inherited", "1 exported by-x a=b new inherited"].map(String::from));
 }
 
 #[test]
 fn stdin_reaches_rank_0_only() {
-    let cmd = mprun(&[
-        "-np",
-        "3",
-        "sh",
-        "-c",
-        "read line; echo \"$MPR_RANK:[$line]\"",
-    ]);
+    let cmd = mprun(&["-np", "3", "sh", "-c", "read line; echo \"$MPR_RANK:[$line]\""]);
     let out = run_with(cmd, Some(b"hello ranks\n"));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let mut lines: Vec<_> = stdout(&out).lines().map(String::from).collect();

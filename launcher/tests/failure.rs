@@ -11,10 +11,7 @@ use nix::unistd::Pid;
 
 /// Shell snippet: wait until ranks `others` have recorded their pids.
 fn wait_for_ranks(dir: &TempDir, others: &[usize]) -> String {
-    let missing: Vec<String> = others
-        .iter()
-        .map(|r| format!("[ ! -f {}/pid.{r} ]", dir.str()))
-        .collect();
+    let missing: Vec<String> = others.iter().map(|r| format!("[ ! -f {}/pid.{r} ]", dir.str())).collect();
     format!("while {}; do sleep 0.01; done", missing.join(" || "))
 }
 
@@ -36,13 +33,7 @@ fn a_failing_rank_stops_the_job_with_its_code() {
     let out = run(&["-np", "3", "sh", "-c", &script]);
     assert_eq!(code(&out), 3, "{}", stderr(&out));
     let pids = dir.pids(3);
-    assert_eq!(
-        stderr(&out),
-        format!(
-            "mprun: rank 1 (pid {}) exited with code 3; stopping the job\n",
-            pids[1]
-        )
-    );
+    assert_eq!(stderr(&out), format!("mprun: rank 1 (pid {}) exited with code 3; stopping the job\n", pids[1]));
     assert!(start.elapsed() < Duration::from_secs(10));
     assert_all_gone(&pids);
 }
@@ -60,10 +51,7 @@ fn a_rank_killed_by_a_signal_stops_the_job_with_128_plus_the_signal() {
     let pids = dir.pids(3);
     assert_eq!(
         stderr(&out),
-        format!(
-            "mprun: rank 1 (pid {}) was killed by signal SIGKILL; stopping the job\n",
-            pids[1]
-        )
+        format!("mprun: rank 1 (pid {}) was killed by signal SIGKILL; stopping the job\n", pids[1])
     );
     assert_all_gone(&pids);
 }
@@ -83,15 +71,9 @@ fn a_rank_ignoring_sigterm_is_killed_after_the_grace() {
     let elapsed = start.elapsed();
     assert_eq!(code(&out), 5, "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(
-        err.contains("exited with code 5; stopping the job"),
-        "{err}"
-    );
+    assert!(err.contains("exited with code 5; stopping the job"), "{err}");
     assert!(err.contains("sending SIGKILL"), "{err}");
-    assert!(
-        elapsed >= Duration::from_millis(300),
-        "SIGKILL came before the grace: {elapsed:?}"
-    );
+    assert!(elapsed >= Duration::from_millis(300), "SIGKILL came before the grace: {elapsed:?}");
     assert!(elapsed < Duration::from_secs(10));
     assert_all_gone(&dir.pids(2));
 }
@@ -106,10 +88,7 @@ fn signal_to_mprun(signal: Signal, name: &str) {
     kill(Pid::from_raw(child.id() as i32), signal).unwrap();
     let out = wait(child);
     assert_eq!(code(&out), 128 + signal as i32, "{}", stderr(&out));
-    assert_eq!(
-        stderr(&out),
-        format!("mprun: received {name}; stopping the job\n")
-    );
+    assert_eq!(stderr(&out), format!("mprun: received {name}; stopping the job\n"));
     assert_all_gone(&pids);
 }
 
@@ -144,25 +123,13 @@ fn the_time_limit_stops_the_job_with_124() {
     let out = run(&["--timeout", "1", "-np", "2", "sleep", "30"]);
     let elapsed = start.elapsed();
     assert_eq!(code(&out), 124, "{}", stderr(&out));
-    assert_eq!(
-        stderr(&out),
-        "mprun: job exceeded the time limit of 1 s; stopping the job\n"
-    );
-    assert!(
-        elapsed >= Duration::from_secs(1) && elapsed < Duration::from_secs(5),
-        "{elapsed:?}"
-    );
+    assert_eq!(stderr(&out), "mprun: job exceeded the time limit of 1 s; stopping the job\n");
+    assert!(elapsed >= Duration::from_secs(1) && elapsed < Duration::from_secs(5), "{elapsed:?}");
 }
 
 #[test]
 fn a_rank_finishing_early_is_not_a_failure() {
-    let out = run(&[
-        "-np",
-        "2",
-        "sh",
-        "-c",
-        "[ $MPR_RANK = 0 ] && exit 0; sleep 0.3; echo late",
-    ]);
+    let out = run(&["-np", "2", "sh", "-c", "[ $MPR_RANK = 0 ] && exit 0; sleep 0.3; echo late"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(common::stdout(&out), "late\n");
 }

@@ -36,10 +36,7 @@ fn pmi_abort_stops_the_job_with_its_code() {
     assert_eq!(code(&out), 7, "{}", stderr(&out));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("aborted the job with code 7: giving_up; stopping the job"),
-        "{err}"
-    );
+    assert!(err.contains("aborted the job with code 7: giving_up; stopping the job"), "{err}");
 }
 
 #[test]

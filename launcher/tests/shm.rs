@@ -9,9 +9,7 @@ use common::{code, run, stderr, stdout};
 /// Runs a 2-rank job where rank 0 creates `/dev/shm/mpr-$MPR_JOBID-test` and prints the job
 /// id, then runs `then`; returns the exit code and the segment's path.
 fn job_with_segment(then: &str) -> (i32, std::path::PathBuf) {
-    let script = format!(
-        "if [ $MPR_RANK = 0 ]; then : > /dev/shm/mpr-$MPR_JOBID-test; echo $MPR_JOBID; {then}; fi"
-    );
+    let script = format!("if [ $MPR_RANK = 0 ]; then : > /dev/shm/mpr-$MPR_JOBID-test; echo $MPR_JOBID; {then}; fi");
     let out = run(&["-np", "2", "sh", "-c", &script]);
     let jobid = stdout(&out).trim().to_string();
     assert_eq!(jobid.len(), 16, "{}", stderr(&out));

@@ -8,20 +8,11 @@ use common::{code, run, stderr, stdout, TempDir};
 
 #[test]
 fn tag_output_prefixes_every_line() {
-    let out = run(&[
-        "--tag-output",
-        "-np",
-        "3",
-        "sh",
-        "-c",
-        "echo one; echo two; echo err >&2",
-    ]);
+    let out = run(&["--tag-output", "-np", "3", "sh", "-c", "echo one; echo two; echo err >&2"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let mut lines: Vec<_> = stdout(&out).lines().map(String::from).collect();
     lines.sort();
-    let mut expected: Vec<String> = (0..3)
-        .flat_map(|r| [format!("[{r}] one"), format!("[{r}] two")])
-        .collect();
+    let mut expected: Vec<String> = (0..3).flat_map(|r| [format!("[{r}] one"), format!("[{r}] two")]).collect();
     expected.sort();
     assert_eq!(lines, expected);
     let mut errs: Vec<_> = stderr(&out).lines().map(String::from).collect();
@@ -31,13 +22,7 @@ fn tag_output_prefixes_every_line() {
 
 #[test]
 fn untagged_output_is_passed_through() {
-    let out = run(&[
-        "-np",
-        "1",
-        "sh",
-        "-c",
-        "echo out; echo err >&2; printf 'no newline'",
-    ]);
+    let out = run(&["-np", "1", "sh", "-c", "echo out; echo err >&2; printf 'no newline'"]);
     assert_eq!(code(&out), 0);
     assert_eq!(stdout(&out), "out\nno newline");
     assert_eq!(stderr(&out), "err\n");
@@ -58,12 +43,7 @@ fn long_lines(tag: bool) {
     }
     args.extend(["sh", "-c", &script]);
     let out = run(&args);
-    assert_eq!(
-        code(&out),
-        0,
-        "{}",
-        stderr(&out).chars().take(500).collect::<String>()
-    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out).chars().take(500).collect::<String>());
     for text in [stdout(&out), stderr(&out)] {
         let mut per_rank = BTreeMap::new();
         for line in text.lines() {
@@ -74,15 +54,9 @@ fn long_lines(tag: bool) {
                 }
                 _ => (line.chars().next().unwrap(), line),
             };
-            assert!(
-                !tag || line.starts_with('['),
-                "untagged line under --tag-output"
-            );
+            assert!(!tag || line.starts_with('['), "untagged line under --tag-output");
             assert_eq!(body.len(), WIDTH, "a line was cut or joined");
-            assert!(
-                body.chars().all(|c| c == rank),
-                "lines of different ranks interleaved"
-            );
+            assert!(body.chars().all(|c| c == rank), "lines of different ranks interleaved");
             *per_rank.entry(rank).or_insert(0) += 1;
         }
         assert_eq!(per_rank, [('0', LINES), ('1', LINES), ('2', LINES)].into());
@@ -109,8 +83,5 @@ fn a_grandchild_holding_a_pipe_does_not_keep_mprun_waiting() {
     assert_eq!(stdout(&out), "started\n");
     assert!(start.elapsed().as_secs() < 10);
     let sleeper: i32 = dir.wait_for("sleeper").parse().unwrap();
-    assert!(
-        common::gone(sleeper),
-        "the rank's leftover child {sleeper} is still running"
-    );
+    assert!(common::gone(sleeper), "the rank's leftover child {sleeper} is still running");
 }

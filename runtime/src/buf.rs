@@ -23,18 +23,12 @@ pub(crate) struct RawBufMut {
 
 impl RawBuf {
     /// The empty view.
-    pub(crate) const EMPTY: RawBuf = RawBuf {
-        ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
-        len: 0,
-    };
+    pub(crate) const EMPTY: RawBuf = RawBuf { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), len: 0 };
 
     /// # Safety
     /// `bytes` must stay valid and unmodified until every request holding this view completes.
     pub(crate) unsafe fn new(bytes: &[u8]) -> Self {
-        RawBuf {
-            ptr: bytes.as_ptr(),
-            len: bytes.len(),
-        }
+        RawBuf { ptr: bytes.as_ptr(), len: bytes.len() }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -57,10 +51,7 @@ impl RawBuf {
         let off = off.min(self.len);
         let len = len.min(self.len - off);
         // `off <= self.len`, so the pointer stays inside (or one past) the same allocation.
-        RawBuf {
-            ptr: self.ptr.wrapping_add(off),
-            len,
-        }
+        RawBuf { ptr: self.ptr.wrapping_add(off), len }
     }
 }
 
@@ -69,10 +60,7 @@ impl RawBufMut {
     /// `bytes` must stay valid and otherwise unaccessed until every request holding this view
     /// completes.
     pub(crate) unsafe fn new(bytes: &mut [u8]) -> Self {
-        RawBufMut {
-            ptr: bytes.as_mut_ptr(),
-            len: bytes.len(),
-        }
+        RawBufMut { ptr: bytes.as_mut_ptr(), len: bytes.len() }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -81,10 +69,12 @@ impl RawBufMut {
 
     /// The first `len` bytes of this view (clamped), under the same contract.
     pub(crate) fn prefix(&self, len: usize) -> RawBufMut {
-        RawBufMut {
-            ptr: self.ptr,
-            len: len.min(self.len),
-        }
+        RawBufMut { ptr: self.ptr, len: len.min(self.len) }
+    }
+
+    /// The address of byte `off` of this view, for a peer's single-copy write.
+    pub(crate) fn addr_at(&self, off: usize) -> u64 {
+        self.ptr.wrapping_add(off.min(self.len)) as u64
     }
 
     /// Mutable access to `off..off+len`; `None` if that range is outside the buffer.

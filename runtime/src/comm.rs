@@ -80,14 +80,7 @@ impl Comm {
             let r = rt.borrow();
             (r.boot.rank, r.boot.size)
         };
-        Comm {
-            inner: Rc::new(CommInner {
-                rt,
-                ctx: 0,
-                rank,
-                group: (0..size).collect(),
-            }),
-        }
+        Comm { inner: Rc::new(CommInner { rt, ctx: 0, rank, group: (0..size).collect() }) }
     }
 
     /// This process's rank in the communicator (`MPI_Comm_rank`).
@@ -104,10 +97,7 @@ impl Comm {
         if !(0..=TAG_UB).contains(&tag) {
             return Err(Error::Tag(tag));
         }
-        self.inner.group.get(dest).copied().ok_or(Error::Rank {
-            rank: dest,
-            size: self.size(),
-        })
+        self.inner.group.get(dest).copied().ok_or(Error::Rank { rank: dest, size: self.size() })
     }
 
     /// Validates a receive selector: (comm source or any, world source or any, tag or any).
@@ -120,19 +110,14 @@ impl Comm {
         if src == ANY_SOURCE {
             return Ok((None, None, tag));
         }
-        let world = self.inner.group.get(src).copied().ok_or(Error::Rank {
-            rank: src,
-            size: self.size(),
-        })?;
+        let world = self.inner.group.get(src).copied().ok_or(Error::Rank { rank: src, size: self.size() })?;
         Ok((Some(src as u32), Some(world), tag))
     }
 
     fn start_send(&self, bytes: RawBuf, dest: usize, tag: i32) -> Result<ReqId, Error> {
         let peer = self.check_dest(dest, tag)?;
         let mut rt = self.inner.rt.borrow_mut();
-        let id = rt
-            .engine
-            .isend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes);
+        let id = rt.engine.isend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes);
         rt.progress()?;
         Ok(id)
     }
@@ -154,11 +139,7 @@ impl Comm {
     /// (`MPI_Recv`). A message larger than `buf` is an [`Error::Truncate`].
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: usize, tag: i32) -> Result<Status, Error> {
         // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
-        let id = self.start_recv(
-            unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) },
-            src,
-            tag,
-        )?;
+        let id = self.start_recv(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }, src, tag)?;
         self.inner.rt.borrow_mut().wait(id)
     }
 
@@ -167,10 +148,7 @@ impl Comm {
     pub fn recv_vec<T: Pod>(&self, src: usize, tag: i32) -> Result<(Vec<T>, Status), Error> {
         let st = self.probe(src, tag)?;
         let elem = std::mem::size_of::<T>();
-        let n = st.count::<T>().ok_or(Error::Count {
-            bytes: st.bytes,
-            elem,
-        })?;
+        let n = st.count::<T>().ok_or(Error::Count { bytes: st.bytes, elem })?;
         let mut v = vec![T::zeroed(); n];
         let st = self.recv(&mut v[..], st.source, st.tag)?;
         Ok((v, st))
@@ -220,11 +198,7 @@ impl Comm {
     ) -> Result<Request<'a>, Error> {
         // SAFETY: `buf` is borrowed for 'a, the lifetime of `scope`, which completes the request
         // before 'a ends (see request.rs).
-        let id = self.start_recv(
-            unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) },
-            src,
-            tag,
-        )?;
+        let id = self.start_recv(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }, src, tag)?;
         Ok(Request::new(&self.inner.rt, scope, id))
     }
 
@@ -242,9 +216,7 @@ impl Comm {
         tag: i32,
     ) -> Result<Request<'static>, Error> {
         // SAFETY: the caller guarantees validity until completion (this function's contract).
-        let bytes = unsafe {
-            std::slice::from_raw_parts(buf as *const u8, count * std::mem::size_of::<T>())
-        };
+        let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, count * std::mem::size_of::<T>()) };
         // SAFETY: as above.
         let id = self.start_send(unsafe { RawBuf::new(bytes) }, dest, tag)?;
         Ok(Request::unscoped(&self.inner.rt, id))
@@ -265,9 +237,7 @@ impl Comm {
         tag: i32,
     ) -> Result<Request<'static>, Error> {
         // SAFETY: the caller guarantees validity and exclusivity until completion.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut(buf as *mut u8, count * std::mem::size_of::<T>())
-        };
+        let bytes = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count * std::mem::size_of::<T>()) };
         // SAFETY: as above.
         let id = self.start_recv(unsafe { RawBufMut::new(bytes) }, src, tag)?;
         Ok(Request::unscoped(&self.inner.rt, id))

@@ -88,18 +88,16 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Truncate { message, buffer } => write!(
-                f,
-                "message truncated: {message} bytes arrived for a receive buffer of {buffer} bytes"
-            ),
+            Error::Truncate { message, buffer } => {
+                write!(f, "message truncated: {message} bytes arrived for a receive buffer of {buffer} bytes")
+            }
             Error::Rank { rank, size } => {
                 write!(f, "invalid rank {rank}: the communicator has {size} ranks")
             }
             Error::Tag(t) => write!(f, "invalid tag {t}: tags must be in 0..={}", crate::TAG_UB),
-            Error::Count { bytes, elem } => write!(
-                f,
-                "message of {bytes} bytes is not a whole number of {elem}-byte elements"
-            ),
+            Error::Count { bytes, elem } => {
+                write!(f, "message of {bytes} bytes is not a whole number of {elem}-byte elements")
+            }
             Error::PeerGone { rank, detail } => write!(f, "rank {rank} is gone: {detail}"),
             Error::Bootstrap(m) => write!(f, "bootstrap failed: {m}"),
             Error::Transport(m) => write!(f, "transport error: {m}"),

@@ -11,9 +11,7 @@ use crate::transport::Transport;
 /// Name of the job's segment on `host`: `/mpr-<jobid>-<hash of host>`.
 fn segment_name(jobid: &str, host: &str) -> String {
     // FNV-1a: a short, stable tag for the host name.
-    let h = host.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
+    let h = host.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
     format!("/mpr-{jobid}-{:08x}", h as u32)
 }
 
@@ -21,22 +19,20 @@ fn segment_name(jobid: &str, host: &str) -> String {
 pub(crate) fn start() -> Result<Runtime, Error> {
     let mut boot = Bootstrap::from_env()?;
     let me = boot.rank;
-    let card = Card {
-        host: boot.host.clone(),
-        pid: std::process::id(),
-    };
+    let card = Card { host: boot.host.clone(), pid: std::process::id() };
     let cards = boot.exchange(&card)?;
-    let locals: Vec<usize> = (0..boot.size)
-        .filter(|&r| cards[r].host == card.host)
-        .collect();
+    let locals: Vec<usize> = (0..boot.size).filter(|&r| cards[r].host == card.host).collect();
     let nlocal = locals.len();
 
     let mut transports: Vec<Box<dyn Transport>> = Vec::new();
     let mut route = vec![SELF_ROUTE; boot.size];
-    let self_limits = PeerLimits {
-        max_payload: usize::MAX,
-        eager: 64 << 10,
-        bulk_read: false,
+    let self_limits =
+        PeerLimits { max_payload: usize::MAX, eager: 64 << 10, bulk_read: false, bulk_write: false, split_min: usize::MAX };
+    // Messages from this size up are copied by sender and receiver at once (0: never).
+    let split_min = match std::env::var("MPR_SPLIT_COPY_MIN").ok().and_then(|v| v.trim().parse::<usize>().ok()) {
+        Some(0) => usize::MAX,
+        Some(n) => n,
+        None => 64 << 10,
     };
     let mut limits = vec![self_limits; boot.size];
 
@@ -44,11 +40,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         let cfg = ShmConfig::from_env(nlocal);
         let name = segment_name(&boot.jobid, &card.host);
         let leader = locals[0] == me;
-        let created = if leader {
-            Some(Segment::create(&name, cfg.geometry(nlocal)))
-        } else {
-            None
-        };
+        let created = if leader { Some(Segment::create(&name, cfg.geometry(nlocal))) } else { None };
         // Everyone fences even if the leader failed, so nobody waits forever on it.
         let fenced = boot.fence();
         let seg = match created {
@@ -68,9 +60,11 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         for &r in locals.iter().filter(|&&r| r != me) {
             route[r] = idx;
             limits[r] = PeerLimits {
-                max_payload: caps.max_frame - crate::engine::wire::HEADER_LEN,
+                max_payload: caps.max_frame - crate::engine::wire::MAX_HEADER,
                 eager: caps.eager_limit,
                 bulk_read: caps.bulk_read,
+                bulk_write: caps.bulk_write,
+                split_min,
             };
         }
     }
@@ -83,11 +77,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     if std::env::var("MPR_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0") {
         for (peer, &r) in route.iter().enumerate().filter(|&(p, _)| p != me) {
             let c = transports[r].caps();
-            let bulk = if c.bulk_read {
-                "single-copy reads"
-            } else {
-                "pipelined frames"
-            };
+            let bulk = if c.bulk_read { "single-copy reads" } else { "pipelined frames" };
             eprintln!(
                 "mpr: rank {me} -> rank {peer}: {} (eager up to {} B, large messages by {bulk})",
                 c.name, c.eager_limit
@@ -95,11 +85,5 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         }
     }
     let engine = Engine::new(me, limits);
-    Ok(Runtime::new(
-        engine,
-        boot,
-        transports,
-        route,
-        WaitPolicy::from_env(nlocal),
-    ))
+    Ok(Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(nlocal)))
 }

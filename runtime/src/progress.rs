@@ -27,25 +27,16 @@ pub(crate) struct WaitPolicy {
 
 impl WaitPolicy {
     pub(crate) fn from_env(nlocal: usize) -> WaitPolicy {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         // Oversubscribed: spinning only steals the core from the rank we wait for.
         let default_spin = if nlocal > cores { 16 } else { 20_000 };
-        let spin = std::env::var("MPR_WAIT_SPIN")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default_spin);
+        let spin = std::env::var("MPR_WAIT_SPIN").ok().and_then(|v| v.parse().ok()).unwrap_or(default_spin);
         let timeout = std::env::var("MPR_WAIT_TIMEOUT")
             .ok()
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|s| *s > 0.0)
             .map(Duration::from_secs_f64);
-        WaitPolicy {
-            spin,
-            check: Duration::from_millis(50),
-            timeout,
-        }
+        WaitPolicy { spin, check: Duration::from_millis(50), timeout }
     }
 }
 
@@ -89,7 +80,7 @@ impl Runtime {
         while let Some(t) = self.engine.outbox.pop_front() {
             if self.pending[t.peer].is_empty() {
                 let tr = &mut self.transports[self.route[t.peer]];
-                if tr.try_send(t.peer, &t.hdr, t.payload.bytes())? {
+                if tr.try_send(t.peer, t.hdr.as_slice(), t.payload.bytes())? {
                     if let Some(id) = t.on_sent {
                         self.engine.on_sent(id);
                     }
@@ -107,7 +98,7 @@ impl Runtime {
         for peer in 0..self.pending.len() {
             while let Some(t) = self.pending[peer].front() {
                 let tr = &mut self.transports[self.route[peer]];
-                if !tr.try_send(peer, &t.hdr, t.payload.bytes())? {
+                if !tr.try_send(peer, t.hdr.as_slice(), t.payload.bytes())? {
                     break;
                 }
                 let t = self.pending[peer].pop_front().expect("front exists");
@@ -124,36 +115,42 @@ impl Runtime {
     /// One round of progress; returns how many events happened (0: nothing to do).
     pub(crate) fn progress(&mut self) -> Result<usize, Error> {
         self.flush_outbox()?;
-        let mut n = if self.pending_total > 0 {
-            self.flush_pending()?
-        } else {
-            0
-        };
+        let mut n = if self.pending_total > 0 { self.flush_pending()? } else { 0 };
         let engine = &mut self.engine;
         for t in self.transports.iter_mut() {
             n += t.poll(&mut |peer, frame| engine.on_frame(peer, frame))?;
         }
-        while let Some(a) = self.engine.actions.pop() {
-            let Action::BulkRead {
-                peer,
-                addr,
-                mut dst,
-                rreq,
-                sreq,
-            } = a;
-            let len = dst.len();
-            let tr = &mut self.transports[self.route[peer]];
-            let ok = match dst.range_mut(0, len) {
-                Some(d) => tr.bulk_read(peer, addr, d).is_ok(),
-                None => false,
-            };
-            self.engine.on_bulk_read(peer, rreq, sreq, ok);
-            n += 1;
+        if !self.engine.actions.is_empty() {
+            // Frames first: a split copy's CTS must reach the peer before we start our part.
+            self.flush_outbox()?;
+            n += self.perform_actions();
         }
         if n > 0 {
             self.flush_outbox()?;
         }
         Ok(n)
+    }
+
+    /// Performs the engine's single-copy transfers, in order.
+    fn perform_actions(&mut self) -> usize {
+        let actions = std::mem::take(&mut self.engine.actions);
+        let n = actions.len();
+        for a in actions {
+            match a {
+                Action::BulkRead { peer, addr, mut dst, rreq } => {
+                    let len = dst.len();
+                    let tr = &mut self.transports[self.route[peer]];
+                    let ok = dst.range_mut(0, len).is_some_and(|d| tr.bulk_read(peer, addr, d).is_ok());
+                    self.engine.on_bulk_read(peer, rreq, len, ok);
+                }
+                Action::BulkWrite { peer, addr, src, sreq, rreq, off } => {
+                    let tr = &mut self.transports[self.route[peer]];
+                    let ok = tr.bulk_write(peer, addr, src.bytes()).is_ok();
+                    self.engine.on_bulk_write(peer, sreq, rreq, off, src.len(), ok);
+                }
+            }
+        }
+        n
     }
 
     fn peer_state(&self, peer: usize) -> PeerState {
@@ -168,12 +165,7 @@ impl Runtime {
         let target = id.and_then(|id| self.engine.waits_on(id));
         for peer in 0..self.route.len() {
             match self.peer_state(peer) {
-                PeerState::Dead => {
-                    return Err(Error::PeerGone {
-                        rank: peer,
-                        detail: "the process died".into(),
-                    })
-                }
+                PeerState::Dead => return Err(Error::PeerGone { rank: peer, detail: "the process died".into() }),
                 PeerState::Finalized if target == Some(peer) => {
                     return Err(Error::PeerGone {
                         rank: peer,
@@ -251,11 +243,7 @@ impl Runtime {
             return r;
         }
         self.wait_until(Some(id), |rt| rt.engine.is_done(id))?;
-        self.engine.take(id).unwrap_or(Ok(Status {
-            source: 0,
-            tag: 0,
-            bytes: 0,
-        }))
+        self.engine.take(id).unwrap_or(Ok(Status { source: 0, tag: 0, bytes: 0 }))
     }
 
     /// Leaves the job: sends what is queued, marks this rank finalized, tells the launcher.
@@ -264,9 +252,7 @@ impl Runtime {
             return Ok(());
         }
         self.finalized = true;
-        let r = self.wait_until(None, |rt| {
-            rt.pending_total == 0 && rt.engine.outbox.is_empty()
-        });
+        let r = self.wait_until(None, |rt| rt.pending_total == 0 && rt.engine.outbox.is_empty());
         for t in self.transports.iter_mut() {
             t.finalize();
         }

@@ -24,9 +24,7 @@ pub struct Scope<'a> {
 
 impl std::fmt::Debug for Scope<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scope")
-            .field("started", &self.started.borrow().len())
-            .finish()
+        f.debug_struct("Scope").field("started", &self.started.borrow().len()).finish()
     }
 }
 
@@ -49,10 +47,7 @@ impl std::fmt::Debug for Scope<'_> {
 /// # Ok(()) }
 /// ```
 pub fn scope<'a, R>(f: impl FnOnce(&Scope<'a>) -> R) -> R {
-    let s = Scope {
-        started: RefCell::new(Vec::new()),
-        _marker: PhantomData,
-    };
+    let s = Scope { started: RefCell::new(Vec::new()), _marker: PhantomData };
     f(&s)
     // `s` drops here (also on unwind) and completes what is still in flight.
 }
@@ -98,19 +93,11 @@ impl std::fmt::Debug for Request<'_> {
 impl<'a> Request<'a> {
     pub(crate) fn new(rt: &Rc<RefCell<Runtime>>, scope: &Scope<'a>, id: ReqId) -> Request<'a> {
         scope.register(rt, id);
-        Request {
-            rt: rt.clone(),
-            id,
-            _marker: PhantomData,
-        }
+        Request { rt: rt.clone(), id, _marker: PhantomData }
     }
 
     pub(crate) fn unscoped(rt: &Rc<RefCell<Runtime>>, id: ReqId) -> Request<'static> {
-        Request {
-            rt: rt.clone(),
-            id,
-            _marker: PhantomData,
-        }
+        Request { rt: rt.clone(), id, _marker: PhantomData }
     }
 
     /// Blocks until the operation completes (`MPI_Wait`).

@@ -30,22 +30,14 @@ pub fn check(got: &[u8], src: usize, dst: usize, seq: usize, len: usize) {
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let dir = exe.parent().expect("deps dir");
-    let dir = if dir.ends_with("deps") {
-        dir.parent().expect("profile dir")
-    } else {
-        dir
-    };
+    let dir = if dir.ends_with("deps") { dir.parent().expect("profile dir") } else { dir };
     dir.to_path_buf()
 }
 
 /// Path of the `mprun` binary built with the tests.
 pub fn mprun_path() -> PathBuf {
     let p = bin_dir().join("mprun");
-    assert!(
-        p.exists(),
-        "{} not built: run the tests with `cargo test --workspace`",
-        p.display()
-    );
+    assert!(p.exists(), "{} not built: run the tests with `cargo test --workspace`", p.display());
     p
 }
 

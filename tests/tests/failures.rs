@@ -31,10 +31,7 @@ fn processes_with(marker: &str) -> Vec<String> {
         if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
             let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            let zombie = stat
-                .rsplit(')')
-                .next()
-                .is_some_and(|s| s.trim_start().starts_with('Z'));
+            let zombie = stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'));
             if cmd.contains(marker) && !zombie {
                 v.push(format!("{name}: {cmd}"));
             }
@@ -47,25 +44,12 @@ fn processes_with(marker: &str) -> Vec<String> {
 fn rank_exit_code_3_is_mprun_exit_code_and_named() {
     let marker = format!("exit-marker-{}", std::process::id());
     let t0 = Instant::now();
-    let out = mprun(
-        &["-np", "3", &ptp(), "exit", &marker],
-        &[("PTP_FAIL_RANK", "1")],
-    );
+    let out = mprun(&["-np", "3", &ptp(), "exit", &marker], &[("PTP_FAIL_RANK", "1")]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "stderr: {err}");
-    assert!(
-        err.contains("rank 1") && err.contains("code 3"),
-        "stderr names rank and code: {err}"
-    );
-    assert!(
-        t0.elapsed() < Duration::from_secs(20),
-        "others stopped promptly"
-    );
-    assert!(
-        processes_with(&marker).is_empty(),
-        "left running: {:?}",
-        processes_with(&marker)
-    );
+    assert!(err.contains("rank 1") && err.contains("code 3"), "stderr names rank and code: {err}");
+    assert!(t0.elapsed() < Duration::from_secs(20), "others stopped promptly");
+    assert!(processes_with(&marker).is_empty(), "left running: {:?}", processes_with(&marker));
 }
 
 #[test]
@@ -74,38 +58,18 @@ fn sigkilled_rank_stops_job_and_leaves_nothing() {
     // Rank 1 SIGKILLs itself while rank 0 waits on it; rank 0 ignores SIGTERM, so it is
     // still alive to observe the death (then mprun SIGKILLs it after the grace, unless it
     // exited first).
-    let out = mprun(
-        &["-np", "3", &ptp(), "peer-dies", &marker],
-        &[("MPR_KILL_GRACE_MS", "5000")],
-    );
+    let out = mprun(&["-np", "3", &ptp(), "peer-dies", &marker], &[("MPR_KILL_GRACE_MS", "5000")]);
     let (so, se) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(128 + 9), "stdout {so} stderr {se}");
-    assert!(
-        se.contains("rank 1") && se.contains("SIGKILL"),
-        "names the rank and signal: {se}"
-    );
-    assert!(
-        so.contains("rank 0 saw: rank 1 is gone: the process died"),
-        "waiting peer got an error: {so}"
-    );
-    assert!(
-        processes_with(&marker).is_empty(),
-        "left running: {:?}",
-        processes_with(&marker)
-    );
+    assert!(se.contains("rank 1") && se.contains("SIGKILL"), "names the rank and signal: {se}");
+    assert!(so.contains("rank 0 saw: rank 1 is gone: the process died"), "waiting peer got an error: {so}");
+    assert!(processes_with(&marker).is_empty(), "left running: {:?}", processes_with(&marker));
     let id = jobid_of(&so);
-    assert!(
-        shm_files(&id).is_empty(),
-        "segment left: {:?}",
-        shm_files(&id)
-    );
+    assert!(shm_files(&id).is_empty(), "segment left: {:?}", shm_files(&id));
 }
 
 fn jobid_of(stdout: &str) -> String {
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("jobid "))
-        .expect("rank 0 prints its job id");
+    let line = stdout.lines().find(|l| l.starts_with("jobid ")).expect("rank 0 prints its job id");
     let id = line["jobid ".len()..].trim().to_string();
     assert_eq!(id.len(), 16, "job id {id:?}");
     id
@@ -116,9 +80,5 @@ fn segment_removed_after_successful_job() {
     let out = mprun(&["-np", "3", &ptp(), "ring"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let id = jobid_of(&text(&out.stdout));
-    assert!(
-        shm_files(&id).is_empty(),
-        "segment left: {:?}",
-        shm_files(&id)
-    );
+    assert!(shm_files(&id).is_empty(), "segment left: {:?}", shm_files(&id));
 }

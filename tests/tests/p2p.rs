@@ -7,40 +7,19 @@ use mpr_tests::{bin_dir, mprun, text};
 fn run(np: usize, scenario: &str, env: &[(&str, &str)]) {
     let ptp = bin_dir().join("ptp");
     let np = np.to_string();
-    let out = mprun(
-        &[
-            "-np",
-            &np,
-            "--timeout",
-            "120",
-            ptp.to_str().unwrap(),
-            scenario,
-        ],
-        env,
-    );
+    let out = mprun(&["-np", &np, "--timeout", "120", ptp.to_str().unwrap(), scenario], env);
     let (so, se) = (text(&out.stdout), text(&out.stderr));
     assert!(
         out.status.success(),
         "{scenario} on {np} ranks {env:?} failed: {:?}\nstdout:\n{so}\nstderr:\n{se}",
         out.status
     );
-    let oks = so
-        .lines()
-        .filter(|l| *l == format!("{scenario} ok"))
-        .count();
-    assert_eq!(
-        oks,
-        np.parse::<usize>().unwrap(),
-        "every rank reports success:\n{so}\n{se}"
-    );
+    let oks = so.lines().filter(|l| *l == format!("{scenario} ok")).count();
+    assert_eq!(oks, np.parse::<usize>().unwrap(), "every rank reports success:\n{so}\n{se}");
 }
 
 const NO_CMA: &[(&str, &str)] = &[("MPR_SHM_CMA", "0")];
-const TINY_RINGS: &[(&str, &str)] = &[
-    ("MPR_SHM_CELLS", "4"),
-    ("MPR_SHM_CELL_SIZE", "512"),
-    ("MPR_SHM_CMA", "0"),
-];
+const TINY_RINGS: &[(&str, &str)] = &[("MPR_SHM_CELLS", "4"), ("MPR_SHM_CELL_SIZE", "512"), ("MPR_SHM_CMA", "0")];
 
 #[test]
 fn ring_pass() {
@@ -60,17 +39,16 @@ fn pairs_without_single_copy() {
 }
 
 #[test]
+fn pairs_single_copy_read_only_and_split_everywhere() {
+    // Split copy off: the receiver reads every large message alone.
+    run(2, "pairs", &[("MPR_SPLIT_COPY_MIN", "0"), ("PTP_MAX", "4000000")]);
+    // Split copy from the smallest rendezvous size up (the sender writes half of each).
+    run(3, "pairs", &[("MPR_SPLIT_COPY_MIN", "1"), ("PTP_MAX", "4000000")]);
+}
+
+#[test]
 fn pairs_with_tiny_rings() {
-    run(
-        3,
-        "pairs",
-        &[
-            ("PTP_MAX", "300000"),
-            TINY_RINGS[0],
-            TINY_RINGS[1],
-            TINY_RINGS[2],
-        ],
-    );
+    run(3, "pairs", &[("PTP_MAX", "300000"), TINY_RINGS[0], TINY_RINGS[1], TINY_RINGS[2]]);
 }
 
 #[test]
@@ -115,10 +93,7 @@ fn invalid_rank_and_tag() {
 #[test]
 fn singleton_without_launcher() {
     // Started directly, a program is a job of one rank (MPI singleton init).
-    let out = std::process::Command::new(bin_dir().join("ptp"))
-        .arg("self")
-        .output()
-        .unwrap();
+    let out = std::process::Command::new(bin_dir().join("ptp")).arg("self").output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).lines().any(|l| l == "self ok"));
 }

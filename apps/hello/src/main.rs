@@ -17,10 +17,7 @@ fn main() -> mpr::Result<()> {
         world.send(&token, next, 0)?;
         world.recv(&mut token, prev, 0)?;
         let expect: u64 = (0..size as u64).sum();
-        println!(
-            "token came back to rank 0 with {} (expected {expect})",
-            token[0]
-        );
+        println!("token came back to rank 0 with {} (expected {expect})", token[0]);
         if token[0] != expect {
             std::process::exit(1);
         }

@@ -33,11 +33,7 @@ pub(crate) struct Conn {
 impl Conn {
     /// Wraps a connected nonblocking socket.
     pub(crate) fn new(stream: UnixStream) -> Self {
-        Conn {
-            stream,
-            inbuf: Vec::new(),
-            outbuf: Vec::new(),
-        }
+        Conn { stream, inbuf: Vec::new(), outbuf: Vec::new() }
     }
 
     /// Reads all that is available; appends the complete lines to `lines`.

@@ -50,13 +50,7 @@ pub(crate) struct Server {
 impl Server {
     /// A server for `size` ranks sharing the key-value space `kvsname`.
     pub(crate) fn new(size: usize, kvsname: String) -> Self {
-        Server {
-            size,
-            kvsname,
-            kvs: HashMap::new(),
-            entered: vec![false; size],
-            waiting: 0,
-        }
+        Server { size, kvsname, kvs: HashMap::new(), entered: vec![false; size], waiting: 0 }
     }
 
     /// Handles one line from `rank`; appends what to do to `out`.
@@ -69,14 +63,8 @@ impl Server {
         match cmd.cmd.as_str() {
             "init" => {
                 let version_ok = !matches!(cmd.get("pmi_version"), Some(v) if v != "1");
-                let mut r = Command::new("response_to_init")
-                    .with("pmi_version", 1)
-                    .with("pmi_subversion", 1);
-                r = if version_ok {
-                    r.with("rc", 0)
-                } else {
-                    r.with("rc", -1).with("msg", "unsupported_version")
-                };
+                let mut r = Command::new("response_to_init").with("pmi_version", 1).with("pmi_subversion", 1);
+                r = if version_ok { r.with("rc", 0) } else { r.with("rc", -1).with("msg", "unsupported_version") };
                 out.push(reply(r));
             }
             "get_maxes" => out.push(reply(
@@ -86,19 +74,11 @@ impl Server {
                     .with("vallen_max", VALLEN_MAX)
                     .with("rc", 0),
             )),
-            "get_appnum" => out.push(reply(
-                Command::new("appnum").with("appnum", 0).with("rc", 0),
-            )),
-            "get_my_kvsname" => out.push(reply(
-                Command::new("my_kvsname")
-                    .with("kvsname", &self.kvsname)
-                    .with("rc", 0),
-            )),
-            "get_universe_size" => out.push(reply(
-                Command::new("universe_size")
-                    .with("size", self.size)
-                    .with("rc", 0),
-            )),
+            "get_appnum" => out.push(reply(Command::new("appnum").with("appnum", 0).with("rc", 0))),
+            "get_my_kvsname" => {
+                out.push(reply(Command::new("my_kvsname").with("kvsname", &self.kvsname).with("rc", 0)))
+            }
+            "get_universe_size" => out.push(reply(Command::new("universe_size").with("size", self.size).with("rc", 0))),
             "put" => out.push(reply(self.put(&cmd))),
             "get" => out.push(reply(self.get(&cmd))),
             "barrier_in" => self.barrier_in(rank, out),
@@ -108,10 +88,7 @@ impl Server {
                 code: cmd.get("exitcode").and_then(|c| c.parse().ok()),
                 msg: cmd.get("msg").map(str::to_string),
             }),
-            other => out.push(reply(failure(
-                &format!("{other}_result"),
-                "unknown_command",
-            ))),
+            other => out.push(reply(failure(&format!("{other}_result"), "unknown_command"))),
         }
     }
 
@@ -205,18 +182,9 @@ mod tests {
             talk(&mut s, 1, "cmd=get_maxes"),
             ["1:cmd=maxes kvsname_max=256 keylen_max=256 vallen_max=4096 rc=0"]
         );
-        assert_eq!(
-            talk(&mut s, 0, "cmd=get_appnum"),
-            ["0:cmd=appnum appnum=0 rc=0"]
-        );
-        assert_eq!(
-            talk(&mut s, 0, "cmd=get_my_kvsname"),
-            ["0:cmd=my_kvsname kvsname=mpr-00 rc=0"]
-        );
-        assert_eq!(
-            talk(&mut s, 0, "cmd=get_universe_size"),
-            ["0:cmd=universe_size size=2 rc=0"]
-        );
+        assert_eq!(talk(&mut s, 0, "cmd=get_appnum"), ["0:cmd=appnum appnum=0 rc=0"]);
+        assert_eq!(talk(&mut s, 0, "cmd=get_my_kvsname"), ["0:cmd=my_kvsname kvsname=mpr-00 rc=0"]);
+        assert_eq!(talk(&mut s, 0, "cmd=get_universe_size"), ["0:cmd=universe_size size=2 rc=0"]);
         assert_eq!(talk(&mut s, 0, "cmd=finalize"), ["0:cmd=finalize_ack"]);
         assert!(talk(&mut s, 0, "cmd=init pmi_version=2")[0].contains("rc=-1"));
     }
@@ -227,18 +195,9 @@ mod tests {
         let ok = "0:cmd=put_result rc=0 msg=success";
         assert_eq!(talk(&mut s, 0, "cmd=put kvsname=k key=a value=1"), [ok]);
         assert_eq!(talk(&mut s, 0, "cmd=put kvsname=k key=a value=1"), [ok]);
-        assert_eq!(
-            talk(&mut s, 0, "cmd=put kvsname=k key=a value=2"),
-            ["0:cmd=put_result rc=-1 msg=duplicate_key"]
-        );
-        assert_eq!(
-            talk(&mut s, 1, "cmd=get kvsname=k key=a"),
-            ["1:cmd=get_result rc=0 msg=success value=1"]
-        );
-        assert_eq!(
-            talk(&mut s, 1, "cmd=get kvsname=k key=b"),
-            ["1:cmd=get_result rc=-1 msg=key_not_found"]
-        );
+        assert_eq!(talk(&mut s, 0, "cmd=put kvsname=k key=a value=2"), ["0:cmd=put_result rc=-1 msg=duplicate_key"]);
+        assert_eq!(talk(&mut s, 1, "cmd=get kvsname=k key=a"), ["1:cmd=get_result rc=0 msg=success value=1"]);
+        assert_eq!(talk(&mut s, 1, "cmd=get kvsname=k key=b"), ["1:cmd=get_result rc=-1 msg=key_not_found"]);
         assert!(talk(&mut s, 1, "cmd=get kvsname=other key=a")[0].contains("unknown_kvsname"));
         assert!(talk(&mut s, 1, "cmd=put kvsname=k key=x")[0].contains("rc=-1"));
     }
@@ -252,11 +211,7 @@ mod tests {
             assert!(talk(&mut s, 0, "cmd=barrier_in").is_empty());
             assert_eq!(
                 talk(&mut s, 1, "cmd=barrier_in"),
-                [
-                    "0:cmd=barrier_out",
-                    "1:cmd=barrier_out",
-                    "2:cmd=barrier_out"
-                ]
+                ["0:cmd=barrier_out", "1:cmd=barrier_out", "2:cmd=barrier_out"]
             );
         }
     }
@@ -264,10 +219,7 @@ mod tests {
     #[test]
     fn bad_input_is_answered_not_fatal() {
         let mut s = Server::new(1, "k".into());
-        assert_eq!(
-            talk(&mut s, 0, "cmd=spawn x=1"),
-            ["0:cmd=spawn_result rc=-1 msg=unknown_command"]
-        );
+        assert_eq!(talk(&mut s, 0, "cmd=spawn x=1"), ["0:cmd=spawn_result rc=-1 msg=unknown_command"]);
         assert_eq!(talk(&mut s, 0, "hello world"), ["Close(0)"]);
         assert_eq!(
             talk(&mut s, 0, "cmd=abort exitcode=7 msg=oops"),

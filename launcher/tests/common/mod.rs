@@ -14,10 +14,7 @@ pub const LIMIT: Duration = Duration::from_secs(30);
 /// `mprun` with the given arguments, stdin closed, stdout and stderr captured.
 pub fn mprun(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_mprun"));
-    c.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     c
 }
 
@@ -49,10 +46,7 @@ pub fn wait(child: Child) -> Output {
     match rx.recv_timeout(LIMIT) {
         Ok(out) => out.expect("wait for mprun"),
         Err(_) => {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
             panic!("mprun did not finish within {LIMIT:?}");
         }
     }
@@ -70,13 +64,7 @@ pub fn stderr(out: &Output) -> String {
 
 /// mprun's exit code (panics if it was killed by a signal).
 pub fn code(out: &Output) -> i32 {
-    out.status.code().unwrap_or_else(|| {
-        panic!(
-            "mprun was killed: {:?}; stderr: {}",
-            out.status,
-            stderr(out)
-        )
-    })
+    out.status.code().unwrap_or_else(|| panic!("mprun was killed: {:?}; stderr: {}", out.status, stderr(out)))
 }
 
 /// A directory removed on drop, unique per test run.
@@ -87,8 +75,7 @@ impl TempDir {
     pub fn new(name: &str) -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("mprun-test-{name}-{}-{n}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("mprun-test-{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
@@ -113,19 +100,14 @@ impl TempDir {
                     return text.trim().to_string();
                 }
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "{name} never appeared"
-            );
+            assert!(start.elapsed() < Duration::from_secs(10), "{name} never appeared");
             std::thread::sleep(Duration::from_millis(5));
         }
     }
 
     /// The pids written by ranks to files `pid.<rank>`.
     pub fn pids(&self, np: usize) -> Vec<i32> {
-        (0..np)
-            .map(|r| self.wait_for(&format!("pid.{r}")).parse().unwrap())
-            .collect()
+        (0..np).map(|r| self.wait_for(&format!("pid.{r}")).parse().unwrap()).collect()
     }
 }
 
@@ -137,10 +119,7 @@ impl Drop for TempDir {
 
 /// Shell snippet a rank runs first: records its pid in `DIR/pid.<rank>` (atomically).
 pub fn record_pid(dir: &TempDir) -> String {
-    format!(
-        "echo $$ > {0}/pid.$MPR_RANK.tmp && mv {0}/pid.$MPR_RANK.tmp {0}/pid.$MPR_RANK",
-        dir.str()
-    )
+    format!("echo $$ > {0}/pid.$MPR_RANK.tmp && mv {0}/pid.$MPR_RANK.tmp {0}/pid.$MPR_RANK", dir.str())
 }
 
 /// Whether process `pid` is gone (or a zombie), waiting up to 2 s for it to go.
@@ -161,9 +140,7 @@ fn running(pid: i32) -> bool {
     }
     // A zombie waits for a parent to reap it but runs nothing.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Ok(stat) => !stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
         Err(_) => cfg!(not(target_os = "linux")),
     }
 }
@@ -171,14 +148,7 @@ fn running(pid: i32) -> bool {
 /// Asserts that stderr is exactly one line and starts with `prefix`.
 pub fn assert_one_line(out: &Output, prefix: &str) {
     let err = stderr(out);
-    assert_eq!(
-        err.lines().count(),
-        1,
-        "expected one stderr line, got: {err:?}"
-    );
-    assert!(
-        err.starts_with(prefix),
-        "expected stderr to start with {prefix:?}, got: {err:?}"
-    );
+    assert_eq!(err.lines().count(), 1, "expected one stderr line, got: {err:?}");
+    assert!(err.starts_with(prefix), "expected stderr to start with {prefix:?}, got: {err:?}");
     assert!(err.ends_with('\n'));
 }

@@ -54,11 +54,7 @@ pub(crate) struct Bootstrap {
 
 fn env_num(name: &str) -> Result<Option<usize>, Error> {
     match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| Error::Bootstrap(format!("{name}={v} is not a number"))),
+        Ok(v) => v.trim().parse().map(Some).map_err(|_| Error::Bootstrap(format!("{name}={v} is not a number"))),
         Err(_) => Ok(None),
     }
 }
@@ -77,20 +73,9 @@ impl Bootstrap {
         let pmi = Pmi::from_env()?;
         let rank = env_num("MPR_RANK")?.or(env_num("PMI_RANK")?);
         let size = env_num("MPR_SIZE")?.or(env_num("PMI_SIZE")?);
-        let host = std::env::var("MPR_HOST")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(hostname);
-        let host: String = host
-            .chars()
-            .map(|c| {
-                if c.is_ascii_graphic() && c != ';' && c != '=' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let host = std::env::var("MPR_HOST").ok().filter(|h| !h.is_empty()).unwrap_or_else(hostname);
+        let host: String =
+            host.chars().map(|c| if c.is_ascii_graphic() && c != ';' && c != '=' { c } else { '_' }).collect();
         let (rank, size) = match (pmi.is_some(), rank, size) {
             (true, Some(r), Some(s)) if r < s => (r, s),
             (true, ..) => {
@@ -108,17 +93,8 @@ impl Bootstrap {
                 None => format!("single{}", std::process::id()),
             },
         };
-        let jobid: String = jobid
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        Ok(Bootstrap {
-            rank,
-            size,
-            jobid,
-            host,
-            pmi,
-        })
+        let jobid: String = jobid.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        Ok(Bootstrap { rank, size, jobid, host, pmi })
     }
 
     /// Publishes `card`, fences, and returns every rank's card (index = rank).
@@ -129,13 +105,7 @@ impl Bootstrap {
         pmi.put(&format!("mpr-card-{}", self.rank), &card.encode())?;
         pmi.barrier()?;
         (0..self.size)
-            .map(|r| {
-                if r == self.rank {
-                    Ok(card.clone())
-                } else {
-                    Card::decode(&pmi.get(&format!("mpr-card-{r}"))?)
-                }
-            })
+            .map(|r| if r == self.rank { Ok(card.clone()) } else { Card::decode(&pmi.get(&format!("mpr-card-{r}"))?) })
             .collect()
     }
 
@@ -166,10 +136,7 @@ mod tests {
 
     #[test]
     fn card_round_trip() {
-        let c = Card {
-            host: "node-1.local".into(),
-            pid: 4242,
-        };
+        let c = Card { host: "node-1.local".into(), pid: 4242 };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
         assert!(Card::decode("h=x").is_err());
         assert!(Card::decode("garbage").is_err());

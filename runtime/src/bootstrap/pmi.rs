@@ -28,43 +28,23 @@ impl Pmi {
         let Ok(v) = std::env::var("PMI_FD") else {
             return Ok(None);
         };
-        let fd: RawFd = v
-            .trim()
-            .parse()
-            .map_err(|_| err(format!("PMI_FD={v} is not a file descriptor")))?;
+        let fd: RawFd = v.trim().parse().map_err(|_| err(format!("PMI_FD={v} is not a file descriptor")))?;
         if fd < 0 || nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).is_err() {
             return Err(err(format!("PMI_FD={fd} is not an open file descriptor")));
         }
         // Keep the socket out of any program this rank starts.
-        let _ = nix::fcntl::fcntl(
-            fd,
-            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-        );
+        let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
         // SAFETY: the launcher handed this open descriptor to us alone (checked open above);
         // nothing else in the process uses it, so the stream may own and close it.
         let stream = unsafe { UnixStream::from_raw_fd(fd) };
-        let writer = stream
-            .try_clone()
-            .map_err(|e| err(format!("PMI socket: {e}")))?;
-        let mut pmi = Pmi {
-            reader: BufReader::new(stream),
-            writer,
-            kvsname: String::new(),
-        };
-        let r = pmi.call(
-            Command::new("init")
-                .with("pmi_version", 1)
-                .with("pmi_subversion", 1),
-            "response_to_init",
-        )?;
+        let writer = stream.try_clone().map_err(|e| err(format!("PMI socket: {e}")))?;
+        let mut pmi = Pmi { reader: BufReader::new(stream), writer, kvsname: String::new() };
+        let r = pmi.call(Command::new("init").with("pmi_version", 1).with("pmi_subversion", 1), "response_to_init")?;
         if r.get("rc") != Some("0") {
             return Err(err(format!("PMI init refused: {}", r.encode().trim_end())));
         }
         let r = pmi.call(Command::new("get_my_kvsname"), "my_kvsname")?;
-        pmi.kvsname = r
-            .get("kvsname")
-            .ok_or_else(|| err("PMI gave no kvsname"))?
-            .to_string();
+        pmi.kvsname = r.get("kvsname").ok_or_else(|| err("PMI gave no kvsname"))?.to_string();
         Ok(Some(pmi))
     }
 
@@ -74,26 +54,18 @@ impl Pmi {
     }
 
     fn send(&mut self, c: &Command) -> Result<(), Error> {
-        self.writer
-            .write_all(c.encode().as_bytes())
-            .map_err(|e| err(format!("lost the launcher's PMI service: {e}")))
+        self.writer.write_all(c.encode().as_bytes()).map_err(|e| err(format!("lost the launcher's PMI service: {e}")))
     }
 
     fn recv(&mut self, expect: &str) -> Result<Command, Error> {
         let mut line = String::new();
-        let n = self
-            .reader
-            .read_line(&mut line)
-            .map_err(|e| err(format!("PMI read: {e}")))?;
+        let n = self.reader.read_line(&mut line).map_err(|e| err(format!("PMI read: {e}")))?;
         if n == 0 {
             return Err(err("the launcher closed the PMI connection"));
         }
         let c = Command::parse(&line).map_err(|e| err(e.to_string()))?;
         if c.cmd != expect {
-            return Err(err(format!(
-                "expected PMI reply {expect}, got {}",
-                line.trim_end()
-            )));
+            return Err(err(format!("expected PMI reply {expect}, got {}", line.trim_end())));
         }
         Ok(c)
     }
@@ -105,57 +77,37 @@ impl Pmi {
 
     /// Publishes `key=value` (`PMI_KVS_Put`).
     pub(crate) fn put(&mut self, key: &str, value: &str) -> Result<(), Error> {
-        let c = Command::new("put")
-            .with("kvsname", &self.kvsname)
-            .with("key", key)
-            .with("value", value);
+        let c = Command::new("put").with("kvsname", &self.kvsname).with("key", key).with("value", value);
         let r = self.call(c, "put_result")?;
         if r.get("rc") != Some("0") {
-            return Err(err(format!(
-                "PMI put of {key} failed: {}",
-                r.get("msg").unwrap_or("?")
-            )));
+            return Err(err(format!("PMI put of {key} failed: {}", r.get("msg").unwrap_or("?"))));
         }
         Ok(())
     }
 
     /// Reads a key published by any rank before the last fence (`PMI_KVS_Get`).
     pub(crate) fn get(&mut self, key: &str) -> Result<String, Error> {
-        let c = Command::new("get")
-            .with("kvsname", &self.kvsname)
-            .with("key", key);
+        let c = Command::new("get").with("kvsname", &self.kvsname).with("key", key);
         let r = self.call(c, "get_result")?;
         if r.get("rc") != Some("0") {
-            return Err(err(format!(
-                "PMI get of {key} failed: {}",
-                r.get("msg").unwrap_or("?")
-            )));
+            return Err(err(format!("PMI get of {key} failed: {}", r.get("msg").unwrap_or("?"))));
         }
         Ok(r.get("value").unwrap_or("").to_string())
     }
 
     /// Fence: returns when every rank has entered (`PMI_Barrier`).
     pub(crate) fn barrier(&mut self) -> Result<(), Error> {
-        self.call(Command::new("barrier_in"), "barrier_out")
-            .map(|_| ())
+        self.call(Command::new("barrier_in"), "barrier_out").map(|_| ())
     }
 
     /// Says goodbye (`PMI_Finalize`).
     pub(crate) fn finalize(&mut self) -> Result<(), Error> {
-        self.call(Command::new("finalize"), "finalize_ack")
-            .map(|_| ())
+        self.call(Command::new("finalize"), "finalize_ack").map(|_| ())
     }
 
     /// Asks the launcher to end the job with `code` (`PMI_Abort`).
     pub(crate) fn abort(&mut self, code: i32, msg: &str) {
-        let msg: String = msg
-            .chars()
-            .map(|c| if c.is_whitespace() { '_' } else { c })
-            .collect();
-        let _ = self.send(
-            &Command::new("abort")
-                .with("exitcode", code)
-                .with("msg", msg),
-        );
+        let msg: String = msg.chars().map(|c| if c.is_whitespace() { '_' } else { c }).collect();
+        let _ = self.send(&Command::new("abort").with("exitcode", code).with("msg", msg));
     }
 }

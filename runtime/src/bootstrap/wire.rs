@@ -30,10 +30,7 @@ impl std::error::Error for ParseError {}
 impl Command {
     /// A command with no fields yet.
     pub fn new(cmd: &str) -> Self {
-        Command {
-            cmd: cmd.to_string(),
-            fields: Vec::new(),
-        }
+        Command { cmd: cmd.to_string(), fields: Vec::new() }
     }
 
     /// Adds a field (builder style).
@@ -44,10 +41,7 @@ impl Command {
 
     /// The value of field `key`, if present.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.fields.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
     /// Parses one line (with or without its trailing newline).
@@ -56,9 +50,7 @@ impl Command {
         let mut cmd = None;
         let mut fields = Vec::new();
         for word in line.split(' ').filter(|w| !w.is_empty()) {
-            let (k, v) = word
-                .split_once('=')
-                .ok_or_else(|| ParseError(line.to_string()))?;
+            let (k, v) = word.split_once('=').ok_or_else(|| ParseError(line.to_string()))?;
             if k.is_empty() {
                 return Err(ParseError(line.to_string()));
             }
@@ -89,10 +81,7 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let c = Command::new("put")
-            .with("kvsname", "job1")
-            .with("key", "card-0")
-            .with("value", "a:b;c");
+        let c = Command::new("put").with("kvsname", "job1").with("key", "card-0").with("value", "a:b;c");
         let line = c.encode();
         assert_eq!(line, "cmd=put kvsname=job1 key=card-0 value=a:b;c\n");
         assert_eq!(Command::parse(&line).unwrap(), c);

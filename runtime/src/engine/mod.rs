@@ -1,9 +1,17 @@
 //! The progress engine: tag matching, eager and rendezvous protocols, request state machines.
 //!
 //! Sans-I/O (STYLE.md): the engine never touches a socket, a ring or a clock. Calls go in
-//! (`isend`, `irecv`, `on_frame`, `on_sent`, `on_bulk_read`), and what must happen next comes
-//! out through two queues the driver drains: [`Engine::outbox`] (frames to hand to a
-//! transport, in order per peer) and [`Engine::actions`] (single-copy reads to perform).
+//! (`isend`, `irecv`, `on_frame`, `on_sent`, `on_bulk_read`, `on_bulk_write`), and what must
+//! happen next comes out through two queues the driver drains: [`Engine::outbox`] (frames to
+//! hand to a transport, in order per peer) and [`Engine::actions`] (single-copy reads and
+//! writes of a peer's memory to perform).
+//!
+//! Protocols, chosen per message from the peer's [`PeerLimits`]:
+//! - eager: the message travels in one frame;
+//! - rendezvous, single copy: the receiver reads the sender's buffer directly;
+//! - rendezvous, split copy: the receiver reads the first part while the sender writes the
+//!   rest straight into the receiver's buffer, so two cores copy at once;
+//! - rendezvous, streamed: the sender sends `Data` frames (the fallback everywhere).
 //!
 //! Invariants:
 //! - Messages from one sender on one communicator match receives in the order they were sent
@@ -11,6 +19,7 @@
 //! - A receive matches the oldest message that fits its (context, source, tag) selector;
 //!   a message matches the oldest posted receive whose selector it fits (MPI 4.1, 3.5).
 //! - A send buffer is never touched after its request is `Done`; a receive buffer likewise.
+//!   A rendezvous send is done only on the receiver's `Fin`, sent once every byte is in.
 
 pub(crate) mod request;
 pub(crate) mod wire;
@@ -22,7 +31,7 @@ use crate::error::Error;
 use crate::status::Status;
 pub(crate) use request::ReqId;
 use request::{Requests, State};
-use wire::{Header, Kind, FLAG_TRUNCATED, HEADER_LEN};
+use wire::{Envelope, Frame, HeaderBytes, FLAG_TRUNCATED};
 
 /// What the engine needs to know about the path to one peer (from its transport's caps).
 #[derive(Clone, Copy, Debug)]
@@ -31,15 +40,20 @@ pub(crate) struct PeerLimits {
     pub(crate) max_payload: usize,
     /// Messages up to this size go eagerly.
     pub(crate) eager: usize,
-    /// The transport can read the peer's memory directly (single copy).
+    /// The driver can read the peer's memory directly (single copy).
     pub(crate) bulk_read: bool,
+    /// The driver can write into the peer's memory directly.
+    pub(crate) bulk_write: bool,
+    /// Messages from this size up are copied by both sides at once (when both directions
+    /// of single copy are available).
+    pub(crate) split_min: usize,
 }
 
 /// A frame for the driver to hand to the transport of `peer`.
 #[derive(Debug)]
 pub(crate) struct Transmit {
     pub(crate) peer: usize,
-    pub(crate) hdr: [u8; HEADER_LEN],
+    pub(crate) hdr: HeaderBytes,
     pub(crate) payload: RawBuf,
     /// Request to notify (with [`Engine::on_sent`]) once the transport has taken the frame.
     pub(crate) on_sent: Option<ReqId>,
@@ -48,15 +62,10 @@ pub(crate) struct Transmit {
 /// Work the driver performs for the engine.
 #[derive(Debug)]
 pub(crate) enum Action {
-    /// Read `dst.len()` bytes at `addr` in `peer`'s memory into `dst`, then call
-    /// [`Engine::on_bulk_read`].
-    BulkRead {
-        peer: usize,
-        addr: u64,
-        dst: RawBufMut,
-        rreq: ReqId,
-        sreq: u64,
-    },
+    /// Fill `dst` from address `addr` in `peer`'s memory, then call [`Engine::on_bulk_read`].
+    BulkRead { peer: usize, addr: u64, dst: RawBufMut, rreq: ReqId },
+    /// Write `src` to address `addr` in `peer`'s memory, then call [`Engine::on_bulk_write`].
+    BulkWrite { peer: usize, addr: u64, src: RawBuf, sreq: ReqId, rreq: u64, off: usize },
 }
 
 #[derive(Debug)]
@@ -70,28 +79,24 @@ struct Posted {
 #[derive(Debug)]
 enum Body {
     Eager(Vec<u8>),
-    Rts { peer: usize, sreq: u64, addr: u64 },
+    Rts { peer: usize, sreq: u64, saddr: u64 },
     SelfSend(ReqId),
 }
 
 #[derive(Debug)]
 struct Unexpected {
-    ctx: u32,
-    src: u32,
-    tag: i32,
+    env: Envelope,
     len: usize,
     body: Body,
 }
 
-fn fits(
-    ctx: u32,
-    src: u32,
-    tag: i32,
-    want_ctx: u32,
-    want_src: Option<u32>,
-    want_tag: Option<i32>,
-) -> bool {
-    ctx == want_ctx && want_src.is_none_or(|s| s == src) && want_tag.is_none_or(|t| t == tag)
+fn fits(e: &Envelope, ctx: u32, src: Option<u32>, tag: Option<i32>) -> bool {
+    e.ctx == ctx && src.is_none_or(|s| s == e.src) && tag.is_none_or(|t| t == e.tag)
+}
+
+/// Split point of a message copied by both sides: half, on a page boundary.
+fn split_point(len: usize) -> usize {
+    (len / 2) & !4095
 }
 
 /// One process's engine.
@@ -104,8 +109,12 @@ pub(crate) struct Engine {
     unexpected: VecDeque<Unexpected>,
     /// Frames to send, oldest first.
     pub(crate) outbox: VecDeque<Transmit>,
-    /// Single-copy reads to perform.
+    /// Single-copy transfers to perform.
     pub(crate) actions: Vec<Action>,
+}
+
+fn proto_err(peer: usize, what: &str) -> Error {
+    Error::Transport(format!("protocol error from rank {peer}: {what}"))
 }
 
 impl Engine {
@@ -122,80 +131,45 @@ impl Engine {
         }
     }
 
+    fn push(&mut self, peer: usize, f: Frame, payload: RawBuf, on_sent: Option<ReqId>) {
+        self.outbox.push_back(Transmit { peer, hdr: f.encode(), payload, on_sent });
+    }
+
     /// Starts sending `buf` to world rank `peer` as `(ctx, src, tag)`.
-    pub(crate) fn isend(
-        &mut self,
-        ctx: u32,
-        src: u32,
-        tag: i32,
-        peer: usize,
-        buf: RawBuf,
-    ) -> ReqId {
+    pub(crate) fn isend(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, buf: RawBuf) -> ReqId {
+        let env = Envelope { ctx, src, tag };
         if peer == self.me {
-            return self.send_self(ctx, src, tag, buf);
+            return self.send_self(env, buf);
         }
         let lim = self.limits[peer];
-        let mut h = Header::new(Kind::Eager);
-        h.ctx = ctx;
-        h.src = src;
-        h.tag = tag;
-        h.len = buf.len() as u64;
         if buf.len() <= lim.eager.min(lim.max_payload) {
             let id = self.reqs.insert(State::SendEager { peer });
-            self.outbox.push_back(Transmit {
-                peer,
-                hdr: h.encode(),
-                payload: buf,
-                on_sent: Some(id),
-            });
+            self.push(peer, Frame::Eager(env), buf, Some(id));
             id
         } else {
             let id = self.reqs.insert(State::SendRndv { peer, buf });
-            h.kind = Kind::Rts;
-            h.a = id.to_wire();
-            h.b = if lim.bulk_read { buf.addr() } else { 0 };
-            self.outbox.push_back(Transmit {
-                peer,
-                hdr: h.encode(),
-                payload: RawBuf::EMPTY,
-                on_sent: None,
-            });
+            let saddr = if lim.bulk_read { buf.addr() } else { 0 };
+            let rts = Frame::Rts { env, len: buf.len() as u64, sreq: id.to_wire(), saddr };
+            self.push(peer, rts, RawBuf::EMPTY, None);
             id
         }
     }
 
-    fn send_self(&mut self, ctx: u32, src: u32, tag: i32, buf: RawBuf) -> ReqId {
-        let status = Status {
-            source: src as usize,
-            tag,
-            bytes: buf.len(),
-        };
-        if let Some(i) = self.find_posted(ctx, src, tag) {
+    fn send_self(&mut self, env: Envelope, buf: RawBuf) -> ReqId {
+        let status = Status { source: env.src as usize, tag: env.tag, bytes: buf.len() };
+        if let Some(i) = self.find_posted(&env) {
             let p = self.posted.remove(i).expect("index from find_posted");
             self.deliver(p.req, status, buf.bytes());
             return self.reqs.insert(State::Done(Ok(status)));
         }
-        let lim_eager = self.limits[self.me].eager;
         let len = buf.len();
-        if len <= lim_eager {
+        if len <= self.limits[self.me].eager {
             let body = Body::Eager(buf.bytes().to_vec());
-            self.unexpected.push_back(Unexpected {
-                ctx,
-                src,
-                tag,
-                len,
-                body,
-            });
+            self.unexpected.push_back(Unexpected { env, len, body });
             self.reqs.insert(State::Done(Ok(status)))
         } else {
             let id = self.reqs.insert(State::SendSelf { buf });
-            self.unexpected.push_back(Unexpected {
-                ctx,
-                src,
-                tag,
-                len,
-                body: Body::SelfSend(id),
-            });
+            self.unexpected.push_back(Unexpected { env, len, body: Body::SelfSend(id) });
             id
         }
     }
@@ -211,55 +185,37 @@ impl Engine {
         buf: RawBufMut,
     ) -> ReqId {
         let id = self.reqs.insert(State::RecvPosted { buf, peer });
-        if let Some(i) = self
-            .unexpected
-            .iter()
-            .position(|u| fits(u.ctx, u.src, u.tag, ctx, src, tag))
-        {
-            let u = self.unexpected.remove(i).expect("index from position");
-            let status = Status {
-                source: u.src as usize,
-                tag: u.tag,
-                bytes: u.len,
-            };
-            match u.body {
-                Body::Eager(data) => self.deliver(id, status, &data),
-                Body::Rts { peer, sreq, addr } => self.start_rndv(id, peer, status, sreq, addr),
-                Body::SelfSend(sid) => {
-                    if let Some(State::SendSelf { buf: sbuf }) = self.reqs.get(sid) {
-                        let sbuf = *sbuf;
-                        self.deliver(id, status, sbuf.bytes());
-                    }
-                    self.reqs.complete(sid, Ok(status));
+        let Some(i) = self.unexpected.iter().position(|u| fits(&u.env, ctx, src, tag)) else {
+            self.posted.push_back(Posted { ctx, src, tag, req: id });
+            return id;
+        };
+        let u = self.unexpected.remove(i).expect("index from position");
+        let status = Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len };
+        match u.body {
+            Body::Eager(data) => self.deliver(id, status, &data),
+            Body::Rts { peer, sreq, saddr } => self.start_rndv(id, peer, status, sreq, saddr),
+            Body::SelfSend(sid) => {
+                if let Some(State::SendSelf { buf: sbuf }) = self.reqs.get(sid) {
+                    let sbuf = *sbuf;
+                    self.deliver(id, status, sbuf.bytes());
                 }
+                self.reqs.complete(sid, Ok(status));
             }
-        } else {
-            self.posted.push_back(Posted {
-                ctx,
-                src,
-                tag,
-                req: id,
-            });
         }
         id
     }
 
     /// The status of the oldest unexpected message that fits the selector (`MPI_Iprobe`).
     pub(crate) fn probe(&self, ctx: u32, src: Option<u32>, tag: Option<i32>) -> Option<Status> {
-        self.unexpected
-            .iter()
-            .find(|u| fits(u.ctx, u.src, u.tag, ctx, src, tag))
-            .map(|u| Status {
-                source: u.src as usize,
-                tag: u.tag,
-                bytes: u.len,
-            })
+        self.unexpected.iter().find(|u| fits(&u.env, ctx, src, tag)).map(|u| Status {
+            source: u.env.src as usize,
+            tag: u.env.tag,
+            bytes: u.len,
+        })
     }
 
-    fn find_posted(&self, ctx: u32, src: u32, tag: i32) -> Option<usize> {
-        self.posted
-            .iter()
-            .position(|p| fits(ctx, src, tag, p.ctx, p.src, p.tag))
+    fn find_posted(&self, env: &Envelope) -> Option<usize> {
+        self.posted.iter().position(|p| fits(env, p.ctx, p.src, p.tag))
     }
 
     /// Completes receive `id` with a whole message `data`.
@@ -269,10 +225,7 @@ impl Engine {
                 if buf.write_at(0, data) {
                     Ok(status)
                 } else {
-                    Err(Error::Truncate {
-                        message: data.len(),
-                        buffer: buf.len(),
-                    })
+                    Err(Error::Truncate { message: data.len(), buffer: buf.len() })
                 }
             }
             _ => return,
@@ -280,216 +233,173 @@ impl Engine {
         self.reqs.complete(id, result);
     }
 
-    /// Receive `id` matched a rendezvous message from `peer`.
-    fn start_rndv(&mut self, id: ReqId, peer: usize, status: Status, sreq: u64, addr: u64) {
-        let Some(State::RecvPosted { buf, .. }) = self.reqs.get_mut(id) else {
-            return;
-        };
+    /// Receive `id` matched a rendezvous message from `peer`: pick how its bytes come.
+    fn start_rndv(&mut self, id: ReqId, peer: usize, status: Status, sreq: u64, saddr: u64) {
+        let Some(State::RecvPosted { buf, .. }) = self.reqs.get(id) else { return };
         let buf = *buf;
-        if status.bytes > buf.len() {
-            self.reqs.complete(
-                id,
-                Err(Error::Truncate {
-                    message: status.bytes,
-                    buffer: buf.len(),
-                }),
-            );
-            let mut h = Header::new(Kind::Fin);
-            h.a = sreq;
-            h.flags = FLAG_TRUNCATED;
-            self.push_control(peer, h);
+        let len = status.bytes;
+        if len > buf.len() {
+            self.reqs.complete(id, Err(Error::Truncate { message: len, buffer: buf.len() }));
+            self.push(peer, Frame::Fin { sreq, flags: FLAG_TRUNCATED }, RawBuf::EMPTY, None);
             return;
         }
         if let Some(s) = self.reqs.get_mut(id) {
-            *s = State::RecvRndv {
-                buf,
-                peer,
-                got: 0,
-                status,
-            };
+            *s = State::RecvRndv { buf, peer, got: 0, status, sreq };
         }
-        if addr != 0 && self.limits[peer].bulk_read {
-            let dst = buf.prefix(status.bytes);
-            self.actions.push(Action::BulkRead {
-                peer,
-                addr,
-                dst,
-                rreq: id,
-                sreq,
-            });
-        } else {
-            self.send_cts(peer, sreq, id);
-        }
-    }
-
-    fn send_cts(&mut self, peer: usize, sreq: u64, rreq: ReqId) {
-        let mut h = Header::new(Kind::Cts);
-        h.a = sreq;
-        h.b = rreq.to_wire();
-        self.push_control(peer, h);
-    }
-
-    fn push_control(&mut self, peer: usize, h: Header) {
-        self.outbox.push_back(Transmit {
-            peer,
-            hdr: h.encode(),
-            payload: RawBuf::EMPTY,
-            on_sent: None,
-        });
-    }
-
-    /// The driver finished (or failed) a [`Action::BulkRead`].
-    pub(crate) fn on_bulk_read(&mut self, peer: usize, rreq: ReqId, sreq: u64, ok: bool) {
-        if !ok {
-            // No single copy to this peer after all (e.g. ptrace rules): stream instead.
-            self.limits[peer].bulk_read = false;
-            self.send_cts(peer, sreq, rreq);
+        let lim = self.limits[peer];
+        let rreq = id.to_wire();
+        if saddr == 0 || !lim.bulk_read {
+            let cts = Frame::Cts { sreq, rreq, off: 0, len: len as u64, raddr: 0 };
+            self.push(peer, cts, RawBuf::EMPTY, None);
             return;
         }
-        if let Some(State::RecvRndv { status, .. }) = self.reqs.get(rreq) {
-            let status = *status;
-            self.reqs.complete(rreq, Ok(status));
+        let split = if lim.bulk_write && len >= lim.split_min { split_point(len) } else { len };
+        if split < len {
+            // The sender writes the tail while we read the head.
+            let raddr = buf.prefix(len).addr_at(split);
+            let cts = Frame::Cts { sreq, rreq, off: split as u64, len: (len - split) as u64, raddr };
+            self.push(peer, cts, RawBuf::EMPTY, None);
         }
-        let mut h = Header::new(Kind::Fin);
-        h.a = sreq;
-        self.push_control(peer, h);
+        self.actions.push(Action::BulkRead { peer, addr: saddr, dst: buf.prefix(split), rreq: id });
+    }
+
+    /// The driver finished (or failed) an [`Action::BulkRead`] of `n` bytes.
+    pub(crate) fn on_bulk_read(&mut self, peer: usize, rreq: ReqId, n: usize, ok: bool) {
+        let Some(State::RecvRndv { sreq, .. }) = self.reqs.get(rreq) else { return };
+        let sreq = *sreq;
+        if ok {
+            self.add_received(rreq, n);
+        } else {
+            // No single copy to this peer after all (e.g. ptrace rules): have it streamed.
+            self.limits[peer].bulk_read = false;
+            let cts = Frame::Cts { sreq, rreq: rreq.to_wire(), off: 0, len: n as u64, raddr: 0 };
+            self.push(peer, cts, RawBuf::EMPTY, None);
+        }
+    }
+
+    /// The driver finished (or failed) an [`Action::BulkWrite`] of `n` bytes at `off`.
+    pub(crate) fn on_bulk_write(&mut self, peer: usize, sreq: ReqId, rreq: u64, off: usize, n: usize, ok: bool) {
+        if ok {
+            self.push(peer, Frame::Written { rreq, len: n as u64 }, RawBuf::EMPTY, None);
+            return;
+        }
+        self.limits[peer].bulk_write = false;
+        if let Some(State::SendRndv { buf, .. }) = self.reqs.get(sreq) {
+            let buf = *buf;
+            self.stream(peer, buf, rreq, off, n);
+        }
+    }
+
+    /// Queues bytes `off..off+n` of `buf` as `Data` frames for receive `rreq`.
+    fn stream(&mut self, peer: usize, buf: RawBuf, rreq: u64, off: usize, n: usize) {
+        let chunk = self.limits[peer].max_payload.max(1);
+        let end = off + n;
+        let mut at = off;
+        while at < end {
+            let k = chunk.min(end - at);
+            self.push(peer, Frame::Data { rreq, off: at as u64 }, buf.slice(at, k), None);
+            at += k;
+        }
+    }
+
+    /// `n` more bytes of rendezvous receive `rreq` are in; finishes it when all are.
+    fn add_received(&mut self, rreq: ReqId, n: usize) {
+        let Some(State::RecvRndv { got, status, peer, sreq, .. }) = self.reqs.get_mut(rreq) else { return };
+        *got += n;
+        if *got >= status.bytes {
+            let (st, peer, sreq) = (*status, *peer, *sreq);
+            self.reqs.complete(rreq, Ok(st));
+            self.push(peer, Frame::Fin { sreq, flags: 0 }, RawBuf::EMPTY, None);
+        }
     }
 
     /// The transport took the frame that named `id` in `on_sent`.
     pub(crate) fn on_sent(&mut self, id: ReqId) {
-        let status = match self.reqs.get(id) {
-            Some(State::SendEager { .. }) | Some(State::SendStreaming { .. }) => Status {
-                source: self.me,
-                tag: 0,
-                bytes: 0,
-            },
-            _ => return,
-        };
-        self.reqs.complete(id, Ok(status));
+        if let Some(State::SendEager { .. }) = self.reqs.get(id) {
+            self.reqs.complete(id, Ok(Status { source: self.me, tag: 0, bytes: 0 }));
+        }
     }
 
     /// A frame arrived from world rank `peer`.
     pub(crate) fn on_frame(&mut self, peer: usize, frame: &[u8]) -> Result<(), Error> {
-        let (h, payload) = Header::decode(frame)
-            .map_err(|e| Error::Transport(format!("bad frame from rank {peer}: {e}")))?;
-        match h.kind {
-            Kind::Eager | Kind::Rts => {
-                let status = Status {
-                    source: h.src as usize,
-                    tag: h.tag,
-                    bytes: h.len as usize,
-                };
-                if h.kind == Kind::Eager && payload.len() as u64 != h.len {
-                    return Err(Error::Transport(format!(
-                        "eager frame from rank {peer} carries {} bytes but announces {}",
-                        payload.len(),
-                        h.len
-                    )));
-                }
-                match self.find_posted(h.ctx, h.src, h.tag) {
+        let (f, payload) = Frame::decode(frame).map_err(|e| proto_err(peer, &e.to_string()))?;
+        match f {
+            Frame::Eager(env) => {
+                let status = Status { source: env.src as usize, tag: env.tag, bytes: payload.len() };
+                match self.find_posted(&env) {
                     Some(i) => {
                         let p = self.posted.remove(i).expect("index from find_posted");
-                        if h.kind == Kind::Eager {
-                            self.deliver(p.req, status, payload);
-                        } else {
-                            self.start_rndv(p.req, peer, status, h.a, h.b);
-                        }
+                        self.deliver(p.req, status, payload);
                     }
                     None => {
-                        let body = if h.kind == Kind::Eager {
-                            Body::Eager(payload.to_vec())
-                        } else {
-                            Body::Rts {
-                                peer,
-                                sreq: h.a,
-                                addr: h.b,
-                            }
-                        };
-                        let u = Unexpected {
-                            ctx: h.ctx,
-                            src: h.src,
-                            tag: h.tag,
-                            len: h.len as usize,
-                            body,
-                        };
+                        let u = Unexpected { env, len: payload.len(), body: Body::Eager(payload.to_vec()) };
                         self.unexpected.push_back(u);
                     }
                 }
             }
-            Kind::Cts => {
-                let sid = ReqId::from_wire(h.a);
-                let Some(State::SendRndv { peer: p, buf }) = self.reqs.get(sid) else {
-                    return Err(Error::Transport(format!(
-                        "rank {peer} sent a CTS for no pending send"
-                    )));
-                };
-                let (p, buf) = (*p, *buf);
-                if let Some(s) = self.reqs.get_mut(sid) {
-                    *s = State::SendStreaming { peer: p };
-                }
-                let chunk = self.limits[p].max_payload.max(1);
-                let mut off = 0;
-                while off < buf.len() {
-                    let n = chunk.min(buf.len() - off);
-                    let mut d = Header::new(Kind::Data);
-                    d.a = h.b;
-                    d.b = off as u64;
-                    let last = off + n == buf.len();
-                    self.outbox.push_back(Transmit {
-                        peer: p,
-                        hdr: d.encode(),
-                        payload: buf.slice(off, n),
-                        on_sent: last.then_some(sid),
-                    });
-                    off += n;
+            Frame::Rts { env, len, sreq, saddr } => {
+                let status = Status { source: env.src as usize, tag: env.tag, bytes: len as usize };
+                match self.find_posted(&env) {
+                    Some(i) => {
+                        let p = self.posted.remove(i).expect("index from find_posted");
+                        self.start_rndv(p.req, peer, status, sreq, saddr);
+                    }
+                    None => {
+                        let body = Body::Rts { peer, sreq, saddr };
+                        self.unexpected.push_back(Unexpected { env, len: len as usize, body });
+                    }
                 }
             }
-            Kind::Data => {
-                let rid = ReqId::from_wire(h.a);
-                let Some(State::RecvRndv {
-                    buf, got, status, ..
-                }) = self.reqs.get_mut(rid)
-                else {
-                    return Err(Error::Transport(format!(
-                        "rank {peer} sent data for no pending receive"
-                    )));
+            Frame::Cts { sreq, rreq, off, len, raddr } => {
+                let sid = ReqId::from_wire(sreq);
+                let Some(State::SendRndv { buf, .. }) = self.reqs.get(sid) else {
+                    return Err(proto_err(peer, "CTS for no pending send"));
                 };
-                if h.b as usize + payload.len() > status.bytes
-                    || !buf.write_at(h.b as usize, payload)
-                {
-                    return Err(Error::Transport(format!(
-                        "rank {peer} sent data outside the message"
-                    )));
+                let buf = *buf;
+                let (off, n) = (off as usize, len as usize);
+                if off.checked_add(n).is_none_or(|end| end > buf.len()) {
+                    return Err(proto_err(peer, "CTS for bytes outside the message"));
                 }
-                *got += payload.len();
-                if *got == status.bytes {
-                    let st = *status;
-                    self.reqs.complete(rid, Ok(st));
+                if raddr != 0 && self.limits[peer].bulk_write {
+                    let src = buf.slice(off, n);
+                    self.actions.push(Action::BulkWrite { peer, addr: raddr, src, sreq: sid, rreq, off });
+                } else {
+                    self.stream(peer, buf, rreq, off, n);
                 }
             }
-            Kind::Fin => {
-                let sid = ReqId::from_wire(h.a);
+            Frame::Data { rreq, off } => {
+                let rid = ReqId::from_wire(rreq);
+                let Some(State::RecvRndv { buf, status, .. }) = self.reqs.get_mut(rid) else {
+                    return Err(proto_err(peer, "data for no pending receive"));
+                };
+                let off = off as usize;
+                if off.saturating_add(payload.len()) > status.bytes || !buf.write_at(off, payload) {
+                    return Err(proto_err(peer, "data outside the message"));
+                }
+                self.add_received(rid, payload.len());
+            }
+            Frame::Written { rreq, len } => {
+                let rid = ReqId::from_wire(rreq);
+                match self.reqs.get(rid) {
+                    Some(State::RecvRndv { got, status, .. }) if *got + len as usize <= status.bytes => {}
+                    _ => return Err(proto_err(peer, "write notice for no pending receive")),
+                }
+                self.add_received(rid, len as usize);
+            }
+            Frame::Fin { sreq, .. } => {
+                let sid = ReqId::from_wire(sreq);
                 match self.reqs.get(sid) {
                     Some(State::SendRndv { .. }) => {
-                        let st = Status {
-                            source: self.me,
-                            tag: 0,
-                            bytes: 0,
-                        };
-                        self.reqs.complete(sid, Ok(st));
+                        self.reqs.complete(sid, Ok(Status { source: self.me, tag: 0, bytes: 0 }));
                     }
-                    _ => {
-                        return Err(Error::Transport(format!(
-                            "rank {peer} sent a FIN for no pending send"
-                        )))
-                    }
+                    _ => return Err(proto_err(peer, "FIN for no pending send")),
                 }
             }
         }
         Ok(())
     }
 
-    /// Whether request `id` has finished.
+    /// Whether request `id` has finished (or was already collected).
     pub(crate) fn is_done(&self, id: ReqId) -> bool {
         matches!(self.reqs.get(id), Some(State::Done(_)) | None)
     }
@@ -507,11 +417,8 @@ impl Engine {
     /// The world rank request `id` waits on, if it waits on one peer.
     pub(crate) fn waits_on(&self, id: ReqId) -> Option<usize> {
         match self.reqs.get(id)? {
-            State::SendEager { peer }
-            | State::SendRndv { peer, .. }
-            | State::SendStreaming { peer } => Some(*peer),
+            State::SendEager { peer } | State::SendRndv { peer, .. } | State::RecvRndv { peer, .. } => Some(*peer),
             State::RecvPosted { peer, .. } => *peer,
-            State::RecvRndv { peer, .. } => Some(*peer),
             State::SendSelf { .. } | State::Done(_) => None,
         }
     }

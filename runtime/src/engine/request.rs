@@ -21,10 +21,7 @@ impl ReqId {
     }
 
     pub(crate) fn from_wire(v: u64) -> ReqId {
-        ReqId {
-            key: v as u32,
-            gen: (v >> 32) as u32,
-        }
+        ReqId { key: v as u32, gen: (v >> 32) as u32 }
     }
 }
 
@@ -33,21 +30,14 @@ impl ReqId {
 pub(crate) enum State {
     /// An eager send whose frame has not yet been taken by the transport.
     SendEager { peer: usize },
-    /// A rendezvous send waiting for the receiver's `Cts` or `Fin`.
+    /// A rendezvous send: its buffer is in use until the receiver's `Fin`.
     SendRndv { peer: usize, buf: RawBuf },
-    /// A rendezvous send whose `Data` frames are queued; done when the last one is sent.
-    SendStreaming { peer: usize },
     /// A large send to self, parked in the unexpected queue until a receive matches it.
     SendSelf { buf: RawBuf },
     /// A posted receive; `peer` is the world rank of a specific source.
     RecvPosted { buf: RawBufMut, peer: Option<usize> },
-    /// A matched rendezvous receive, its data arriving (frames or single-copy read).
-    RecvRndv {
-        buf: RawBufMut,
-        peer: usize,
-        got: usize,
-        status: Status,
-    },
+    /// A matched rendezvous receive whose bytes are arriving (`got` so far).
+    RecvRndv { buf: RawBufMut, peer: usize, got: usize, status: Status, sreq: u64 },
     /// Finished; waiting for its owner to collect the result.
     Done(Result<Status, Error>),
 }

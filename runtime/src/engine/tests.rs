@@ -18,16 +18,10 @@ struct Net {
 
 impl Net {
     fn new(n: usize, eager: usize, max_payload: usize, cap: usize) -> Net {
-        let lim = PeerLimits {
-            max_payload,
-            eager,
-            bulk_read: false,
-        };
+        let lim = PeerLimits { max_payload, eager, bulk_read: false, bulk_write: false, split_min: usize::MAX };
         Net {
             engines: (0..n).map(|me| Engine::new(me, vec![lim; n])).collect(),
-            pipes: (0..n)
-                .map(|_| (0..n).map(|_| VecDeque::new()).collect())
-                .collect(),
+            pipes: (0..n).map(|_| (0..n).map(|_| VecDeque::new()).collect()).collect(),
             held: (0..n).map(|_| VecDeque::new()).collect(),
             cap,
         }
@@ -45,7 +39,7 @@ impl Net {
                 let pipe = &mut self.pipes[me][t.peer];
                 // Per-peer order: once a frame to a peer waits, later ones wait behind it.
                 if pipe.len() < self.cap && !keep.iter().any(|k: &Transmit| k.peer == t.peer) {
-                    let mut f = t.hdr.to_vec();
+                    let mut f = t.hdr.as_slice().to_vec();
                     f.extend_from_slice(t.payload.bytes());
                     pipe.push_back(f);
                     if let Some(id) = t.on_sent {
@@ -95,40 +89,28 @@ fn rbm(b: &mut [u8]) -> RawBufMut {
 }
 
 fn data(seed: usize, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i.wrapping_mul(31) ^ seed.wrapping_mul(7)) as u8)
-        .collect()
+    (0..len).map(|i| (i.wrapping_mul(31) ^ seed.wrapping_mul(7)) as u8).collect()
 }
 
 #[test]
 fn eager_and_rendezvous_posted_and_unexpected() {
     let mut net = Net::new(2, 64, 100, 2);
-    let msgs: Vec<Vec<u8>> = [0usize, 10, 64, 65, 1000]
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| data(i, n))
-        .collect();
+    let msgs: Vec<Vec<u8>> = [0usize, 10, 64, 65, 1000].iter().enumerate().map(|(i, &n)| data(i, n)).collect();
     let mut bufs: Vec<Vec<u8>> = msgs.iter().map(|m| vec![0u8; m.len()]).collect();
     // The first two receives are posted before the sends, the rest after (unexpected).
     let mut recvs = Vec::new();
     for (i, b) in bufs.iter_mut().enumerate().take(2) {
         recvs.push(net.engines[1].irecv(0, Some(0), Some(i as i32), Some(0), rbm(b)));
     }
-    let sends: Vec<ReqId> = msgs
-        .iter()
-        .enumerate()
-        .map(|(i, m)| net.engines[0].isend(0, 0, i as i32, 1, rb(m)))
-        .collect();
+    let sends: Vec<ReqId> =
+        msgs.iter().enumerate().map(|(i, m)| net.engines[0].isend(0, 0, i as i32, 1, rb(m))).collect();
     for _ in 0..3 {
         net.step(1);
     }
     for (i, b) in bufs.iter_mut().enumerate().skip(2) {
         recvs.push(net.engines[1].irecv(0, Some(0), Some(i as i32), Some(0), rbm(b)));
     }
-    net.run_until(|n| {
-        recvs.iter().all(|&r| n.engines[1].is_done(r))
-            && sends.iter().all(|&s| n.engines[0].is_done(s))
-    });
+    net.run_until(|n| recvs.iter().all(|&r| n.engines[1].is_done(r)) && sends.iter().all(|&s| n.engines[0].is_done(s)));
     for (i, r) in recvs.iter().enumerate() {
         let st = net.engines[1].take(*r).unwrap().unwrap();
         assert_eq!((st.source, st.tag, st.bytes), (0, i as i32, msgs[i].len()));
@@ -137,10 +119,7 @@ fn eager_and_rendezvous_posted_and_unexpected() {
     for s in sends {
         net.engines[0].take(s).unwrap().unwrap();
     }
-    assert_eq!(
-        net.engines[0].live_requests() + net.engines[1].live_requests(),
-        0
-    );
+    assert_eq!(net.engines[0].live_requests() + net.engines[1].live_requests(), 0);
 }
 
 #[test]
@@ -152,17 +131,8 @@ fn truncation_completes_both_sides() {
         let r = net.engines[1].irecv(0, None, None, None, rbm(&mut small));
         let s = net.engines[0].isend(0, 0, 0, 1, rb(&m));
         net.run_until(|n| n.engines[1].is_done(r) && n.engines[0].is_done(s));
-        assert_eq!(
-            net.engines[1].take(r).unwrap(),
-            Err(Error::Truncate {
-                message: len,
-                buffer: 20
-            })
-        );
-        assert!(
-            net.engines[0].take(s).unwrap().is_ok(),
-            "the sender is not told about truncation"
-        );
+        assert_eq!(net.engines[1].take(r).unwrap(), Err(Error::Truncate { message: len, buffer: 20 }));
+        assert!(net.engines[0].take(s).unwrap().is_ok(), "the sender is not told about truncation");
     }
 }
 
@@ -174,10 +144,7 @@ fn contexts_and_wildcards() {
     let s2 = net.engines[1].isend(0, 1, 9, 2, rb(&b));
     net.run_until(|n| n.engines[0].is_done(s1) && n.engines[1].is_done(s2));
     // A wildcard receive on context 0 sees only rank 1's message.
-    assert_eq!(
-        net.engines[2].probe(0, None, None).map(|s| s.source),
-        Some(1)
-    );
+    assert_eq!(net.engines[2].probe(0, None, None).map(|s| s.source), Some(1));
     let mut buf = vec![0u8; 8];
     let r = net.engines[2].irecv(0, None, None, None, rbm(&mut buf));
     assert_eq!(net.engines[2].take(r).unwrap().unwrap().source, 1);
@@ -193,31 +160,18 @@ fn random_traffic_keeps_order_and_content() {
     for seed in 0..20u64 {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
         let n = rng.gen_range(2..5);
-        let mut net = Net::new(
-            n,
-            rng.gen_range(0..200),
-            rng.gen_range(1..300),
-            rng.gen_range(1..4),
-        );
+        let mut net = Net::new(n, rng.gen_range(0..200), rng.gen_range(1..300), rng.gen_range(1..4));
         let count = 30;
         // msgs[src][dst][k]
         let msgs: Vec<Vec<Vec<Vec<u8>>>> = (0..n)
             .map(|s| {
                 (0..n)
-                    .map(|d| {
-                        (0..count)
-                            .map(|k| data(s * 1000 + d * 100 + k, rng.gen_range(0..2000)))
-                            .collect()
-                    })
+                    .map(|d| (0..count).map(|k| data(s * 1000 + d * 100 + k, rng.gen_range(0..2000))).collect())
                     .collect()
             })
             .collect();
         let mut bufs: Vec<Vec<Vec<Vec<u8>>>> = (0..n)
-            .map(|d| {
-                (0..n)
-                    .map(|s| (0..count).map(|k| vec![0u8; msgs[s][d][k].len()]).collect())
-                    .collect()
-            })
+            .map(|d| (0..n).map(|s| (0..count).map(|k| vec![0u8; msgs[s][d][k].len()]).collect()).collect())
             .collect();
         let mut sends = Vec::new();
         let mut recvs = Vec::new();
@@ -238,12 +192,7 @@ fn random_traffic_keeps_order_and_content() {
         let mut next_recv = vec![vec![0usize; n]; n];
         let mut recv_slices: Vec<Vec<Vec<RawBufMut>>> = bufs
             .iter_mut()
-            .map(|per_src| {
-                per_src
-                    .iter_mut()
-                    .map(|v| v.iter_mut().map(|b| rbm(b)).collect())
-                    .collect()
-            })
+            .map(|per_src| per_src.iter_mut().map(|v| v.iter_mut().map(|b| rbm(b)).collect()).collect())
             .collect();
         while !ops.is_empty() {
             let i = rng.gen_range(0..ops.len());
@@ -251,20 +200,12 @@ fn random_traffic_keeps_order_and_content() {
             if is_send {
                 let k = next_send[s][d];
                 next_send[s][d] += 1;
-                sends.push((
-                    s,
-                    net.engines[s].isend(0, s as u32, 1, d, rb(&msgs[s][d][k])),
-                ));
+                sends.push((s, net.engines[s].isend(0, s as u32, 1, d, rb(&msgs[s][d][k]))));
             } else {
                 let k = next_recv[d][s];
                 next_recv[d][s] += 1;
                 let buf = recv_slices[d][s][k];
-                recvs.push((
-                    d,
-                    s,
-                    k,
-                    net.engines[d].irecv(0, Some(s as u32), Some(1), Some(s), buf),
-                ));
+                recvs.push((d, s, k, net.engines[d].irecv(0, Some(s as u32), Some(1), Some(s), buf)));
             }
             if rng.gen_bool(0.3) {
                 net.step(rng.gen_range(1..4));
@@ -273,9 +214,7 @@ fn random_traffic_keeps_order_and_content() {
         recv_slices.clear();
         net.run_until(|net| {
             sends.iter().all(|&(s, id)| net.engines[s].is_done(id))
-                && recvs
-                    .iter()
-                    .all(|&(d, _, _, id)| net.engines[d].is_done(id))
+                && recvs.iter().all(|&(d, _, _, id)| net.engines[d].is_done(id))
         });
         for &(d, s, k, id) in &recvs {
             let st = net.engines[d].take(id).unwrap().unwrap();
@@ -284,10 +223,7 @@ fn random_traffic_keeps_order_and_content() {
         for d in 0..n {
             for s in 0..n {
                 if s != d {
-                    assert_eq!(
-                        bufs[d][s], msgs[s][d],
-                        "seed {seed}: content and order from {s} to {d}"
-                    );
+                    assert_eq!(bufs[d][s], msgs[s][d], "seed {seed}: content and order from {s} to {d}");
                 }
             }
         }
@@ -296,28 +232,81 @@ fn random_traffic_keeps_order_and_content() {
 
 #[test]
 fn malformed_frames_are_errors() {
-    let mut e = Engine::new(
-        0,
-        vec![
-            PeerLimits {
-                max_payload: 100,
-                eager: 50,
-                bulk_read: false
-            };
-            2
-        ],
-    );
+    let lim = PeerLimits { max_payload: 100, eager: 50, bulk_read: false, bulk_write: false, split_min: usize::MAX };
+    let mut e = Engine::new(0, vec![lim; 2]);
     assert!(e.on_frame(1, &[1, 2, 3]).is_err());
-    let mut h = Header::new(Kind::Eager);
-    h.len = 10;
-    assert!(
-        e.on_frame(1, &h.encode()).is_err(),
-        "payload shorter than announced"
-    );
-    let mut h = Header::new(Kind::Data);
-    h.a = 12345;
-    assert!(e.on_frame(1, &h.encode()).is_err(), "data for no receive");
-    let mut h = Header::new(Kind::Fin);
-    h.a = 999;
-    assert!(e.on_frame(1, &h.encode()).is_err(), "fin for no send");
+    let f = |fr: Frame| fr.encode().as_slice().to_vec();
+    assert!(e.on_frame(1, &f(Frame::Data { rreq: 12345, off: 0 })).is_err(), "data for no receive");
+    assert!(e.on_frame(1, &f(Frame::Fin { sreq: 999, flags: 0 })).is_err(), "fin for no send");
+    assert!(e.on_frame(1, &f(Frame::Written { rreq: 5, len: 1 })).is_err(), "write notice for no receive");
+    let cts = Frame::Cts { sreq: 1, rreq: 2, off: 0, len: 1, raddr: 0 };
+    assert!(e.on_frame(1, &f(cts)).is_err(), "cts for no send");
+    // A CTS for bytes beyond the message is rejected.
+    let m = vec![0u8; 80];
+    let s = e.isend(0, 0, 0, 1, rb(&m));
+    let cts = Frame::Cts { sreq: s.to_wire(), rreq: 2, off: 70, len: 20, raddr: 0 };
+    assert!(e.on_frame(1, &f(cts)).is_err());
+}
+
+impl Net {
+    /// Performs every engine's single-copy actions in process (all buffers live here), failing
+    /// them instead when `fail` says so.
+    fn run_actions(&mut self, fail: bool) -> bool {
+        let mut any = false;
+        for me in 0..self.engines.len() {
+            for a in std::mem::take(&mut self.engines[me].actions) {
+                any = true;
+                match a {
+                    Action::BulkRead { peer, addr, mut dst, rreq } => {
+                        let n = dst.len();
+                        if !fail {
+                            // SAFETY: `addr` is the address of a live send buffer of this test
+                            // with at least `n` bytes (announced in the RTS).
+                            let src = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+                            dst.write_at(0, src);
+                        }
+                        self.engines[me].on_bulk_read(peer, rreq, n, !fail);
+                    }
+                    Action::BulkWrite { peer, addr, src, sreq, rreq, off } => {
+                        if !fail {
+                            // SAFETY: `addr` points into a live receive buffer of this test
+                            // with room for `src` (announced in the CTS).
+                            let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, src.len()) };
+                            dst.copy_from_slice(src.bytes());
+                        }
+                        self.engines[me].on_bulk_write(peer, sreq, rreq, off, src.len(), !fail);
+                    }
+                }
+            }
+        }
+        any
+    }
+}
+
+#[test]
+fn single_and_split_copy_with_fallback() {
+    for (split_min, fail) in [(usize::MAX, false), (8192, false), (8192, true), (usize::MAX, true)] {
+        let mut net = Net::new(2, 64, 100, 4);
+        for e in net.engines.iter_mut() {
+            for l in e.limits.iter_mut() {
+                *l = PeerLimits { bulk_read: true, bulk_write: true, split_min, ..*l };
+            }
+        }
+        for len in [65usize, 5000, 8192, 20000, 100_003] {
+            let m = data(len, len);
+            let mut got = vec![0u8; len + 7];
+            let r = net.engines[1].irecv(0, Some(0), Some(1), Some(0), rbm(&mut got));
+            let s = net.engines[0].isend(0, 0, 1, 1, rb(&m));
+            for _ in 0..100_000 {
+                if net.engines[1].is_done(r) && net.engines[0].is_done(s) {
+                    break;
+                }
+                let moved = net.step(2) | net.run_actions(fail);
+                assert!(moved, "stuck at len {len} split_min {split_min} fail {fail}");
+            }
+            assert_eq!(net.engines[1].take(r).unwrap().unwrap().bytes, len);
+            net.engines[0].take(s).unwrap().unwrap();
+            assert_eq!(&got[..len], &m[..], "len {len} split_min {split_min} fail {fail}");
+        }
+    }
 }

@@ -1,73 +1,68 @@
-//! The engine's frame header: the one wire format every transport carries.
+//! The engine's frame headers: the one wire format every transport carries.
 //!
-//! Layout (version 1, little-endian, 40 bytes), followed by the frame's payload:
+//! A frame is a header followed by its payload (only `Eager` and `Data` have one). Every
+//! header starts with `[kind: u8][version: u8]`; the rest depends on the kind, all integers
+//! little-endian. Small messages use the 16-byte `Eager` header, so a message of up to
+//! 40 bytes travels in the same 64-byte cache line as the shared-memory cell's flag.
 //!
-//! | bytes | field   | meaning per kind                                              |
-//! |-------|---------|---------------------------------------------------------------|
-//! | 0     | kind    | [`Kind`]                                                      |
-//! | 1     | version | [`WIRE_VERSION`]                                              |
-//! | 2     | flags   | [`FLAG_TRUNCATED`] on `Fin`                                   |
-//! | 3     | -       | zero                                                          |
-//! | 4..8  | ctx     | communicator context (Eager, Rts)                             |
-//! | 8..12 | src     | sender's rank in that communicator (Eager, Rts)               |
-//! | 12..16| tag     | message tag (Eager, Rts)                                      |
-//! | 16..24| len     | total message length in bytes (Eager, Rts)                    |
-//! | 24..32| a       | Rts/Cts/Fin: sender's request; Data: receiver's request       |
-//! | 32..40| b       | Rts: sender buffer address (0: none); Cts: receiver's request; Data: offset |
+//! | kind    | bytes | fields after kind, version                                   |
+//! |---------|-------|--------------------------------------------------------------|
+//! | Eager   | 16    | pad u16, ctx u32, src u32, tag i32                           |
+//! | Rts     | 40    | pad u16, ctx u32, src u32, tag i32, len u64, sreq u64, saddr u64 |
+//! | Cts     | 48    | pad u16 + u32, sreq u64, rreq u64, off u64, len u64, raddr u64 |
+//! | Data    | 24    | pad u16 + u32, rreq u64, off u64                             |
+//! | Written | 24    | pad u16 + u32, rreq u64, len u64                             |
+//! | Fin     | 16    | flags u8, pad u8 + u32, sreq u64                             |
+//!
+//! Rendezvous: the sender announces a large message with `Rts` (with its buffer's address
+//! when the path allows single-copy reads). The receiver, once matched, either reads the
+//! bytes itself, or asks with `Cts` for a byte range, to be streamed as `Data` frames or
+//! (when `raddr` is set) written straight into its memory and then confirmed by `Written`.
+//! When all bytes are in, the receiver sends `Fin`: only then may the sender reuse its buffer.
 
-/// Version of this header layout; a frame with another version is rejected.
+/// Version of this format; a frame of another version is rejected.
 pub(crate) const WIRE_VERSION: u8 = 1;
-/// Bytes of every header.
-pub(crate) const HEADER_LEN: usize = 40;
+/// Bytes of the longest header.
+pub(crate) const MAX_HEADER: usize = 48;
 /// On `Fin`: the receiver matched the message but it did not fit (the receive failed).
 pub(crate) const FLAG_TRUNCATED: u8 = 1;
 
-/// What a frame is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum Kind {
-    /// A whole small message; payload = the message.
-    Eager = 1,
-    /// Request to send a large message (rendezvous); no payload.
-    Rts = 2,
-    /// Receiver matched an Rts and wants the data streamed in `Data` frames.
-    Cts = 3,
-    /// A piece of a rendezvous message; payload = the bytes at `offset`.
-    Data = 4,
-    /// Receiver has finished with the sender's buffer (single-copy read done, or truncated).
-    Fin = 5,
-}
+const EAGER: u8 = 1;
+const RTS: u8 = 2;
+const CTS: u8 = 3;
+const DATA: u8 = 4;
+const WRITTEN: u8 = 5;
+const FIN: u8 = 6;
 
-impl Kind {
-    fn from_u8(v: u8) -> Option<Kind> {
-        Some(match v {
-            1 => Kind::Eager,
-            2 => Kind::Rts,
-            3 => Kind::Cts,
-            4 => Kind::Data,
-            5 => Kind::Fin,
-            _ => return None,
-        })
-    }
+/// Matching information of a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Envelope {
+    pub(crate) ctx: u32,
+    pub(crate) src: u32,
+    pub(crate) tag: i32,
 }
 
 /// A decoded header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Header {
-    pub(crate) kind: Kind,
-    pub(crate) flags: u8,
-    pub(crate) ctx: u32,
-    pub(crate) src: u32,
-    pub(crate) tag: i32,
-    pub(crate) len: u64,
-    pub(crate) a: u64,
-    pub(crate) b: u64,
+pub(crate) enum Frame {
+    /// A whole small message; the payload is the message.
+    Eager(Envelope),
+    /// A large message is ready at the sender (`saddr`: its address for single-copy reads, or 0).
+    Rts { env: Envelope, len: u64, sreq: u64, saddr: u64 },
+    /// Send bytes `off..off+len` of `sreq`: into `raddr + ..` directly if non-zero, else as `Data`.
+    Cts { sreq: u64, rreq: u64, off: u64, len: u64, raddr: u64 },
+    /// Bytes at `off` of the message received by `rreq`; the payload is the bytes.
+    Data { rreq: u64, off: u64 },
+    /// The sender wrote `len` bytes straight into `rreq`'s buffer.
+    Written { rreq: u64, len: u64 },
+    /// The receiver is done with the sender's buffer.
+    Fin { sreq: u64, flags: u8 },
 }
 
 /// Why a frame was rejected.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum WireError {
-    Short(usize),
+    Short { kind: u8, len: usize },
     Version(u8),
     Kind(u8),
 }
@@ -75,68 +70,127 @@ pub(crate) enum WireError {
 impl std::fmt::Display for WireError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            WireError::Short(n) => write!(f, "frame of {n} bytes is shorter than a header"),
-            WireError::Version(v) => {
-                write!(f, "frame of wire version {v}, expected {WIRE_VERSION}")
-            }
+            WireError::Short { kind, len } => write!(f, "frame of kind {kind} cut short at {len} bytes"),
+            WireError::Version(v) => write!(f, "frame of wire version {v}, expected {WIRE_VERSION}"),
             WireError::Kind(k) => write!(f, "frame of unknown kind {k}"),
         }
     }
 }
 
-impl Header {
-    pub(crate) fn new(kind: Kind) -> Header {
-        Header {
-            kind,
-            flags: 0,
-            ctx: 0,
-            src: 0,
-            tag: 0,
-            len: 0,
-            a: 0,
-            b: 0,
-        }
-    }
+/// An encoded header: bytes and length.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeaderBytes {
+    buf: [u8; MAX_HEADER],
+    len: u8,
+}
 
-    pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
-        let mut o = [0u8; HEADER_LEN];
-        o[0] = self.kind as u8;
-        o[1] = WIRE_VERSION;
-        o[2] = self.flags;
-        o[4..8].copy_from_slice(&self.ctx.to_le_bytes());
-        o[8..12].copy_from_slice(&self.src.to_le_bytes());
-        o[12..16].copy_from_slice(&self.tag.to_le_bytes());
-        o[16..24].copy_from_slice(&self.len.to_le_bytes());
-        o[24..32].copy_from_slice(&self.a.to_le_bytes());
-        o[32..40].copy_from_slice(&self.b.to_le_bytes());
-        o
+impl HeaderBytes {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+}
+
+struct Writer {
+    buf: [u8; MAX_HEADER],
+    at: usize,
+}
+
+impl Writer {
+    fn new(kind: u8, flags: u8) -> Writer {
+        let mut buf = [0u8; MAX_HEADER];
+        buf[0] = kind;
+        buf[1] = WIRE_VERSION;
+        buf[2] = flags;
+        Writer { buf, at: 4 }
+    }
+    fn u32(mut self, v: u32) -> Self {
+        self.buf[self.at..self.at + 4].copy_from_slice(&v.to_le_bytes());
+        self.at += 4;
+        self
+    }
+    fn u64(mut self, v: u64) -> Self {
+        self.at = self.at.next_multiple_of(8);
+        self.buf[self.at..self.at + 8].copy_from_slice(&v.to_le_bytes());
+        self.at += 8;
+        self
+    }
+    fn env(self, e: &Envelope) -> Self {
+        self.u32(e.ctx).u32(e.src).u32(e.tag as u32)
+    }
+    fn done(self) -> HeaderBytes {
+        HeaderBytes { buf: self.buf, len: self.at as u8 }
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn u32(&mut self) -> u32 {
+        let v = u32::from_le_bytes(self.b[self.at..self.at + 4].try_into().expect("length checked"));
+        self.at += 4;
+        v
+    }
+    fn u64(&mut self) -> u64 {
+        self.at = self.at.next_multiple_of(8);
+        let v = u64::from_le_bytes(self.b[self.at..self.at + 8].try_into().expect("length checked"));
+        self.at += 8;
+        v
+    }
+    fn env(&mut self) -> Envelope {
+        Envelope { ctx: self.u32(), src: self.u32(), tag: self.u32() as i32 }
+    }
+}
+
+fn header_len(kind: u8) -> Option<usize> {
+    Some(match kind {
+        EAGER | FIN => 16,
+        DATA | WRITTEN => 24,
+        RTS => 40,
+        CTS => 48,
+        _ => return None,
+    })
+}
+
+impl Frame {
+    pub(crate) fn encode(&self) -> HeaderBytes {
+        match *self {
+            Frame::Eager(e) => Writer::new(EAGER, 0).env(&e).done(),
+            Frame::Rts { env, len, sreq, saddr } => Writer::new(RTS, 0).env(&env).u64(len).u64(sreq).u64(saddr).done(),
+            Frame::Cts { sreq, rreq, off, len, raddr } => {
+                Writer::new(CTS, 0).u64(sreq).u64(rreq).u64(off).u64(len).u64(raddr).done()
+            }
+            Frame::Data { rreq, off } => Writer::new(DATA, 0).u64(rreq).u64(off).done(),
+            Frame::Written { rreq, len } => Writer::new(WRITTEN, 0).u64(rreq).u64(len).done(),
+            Frame::Fin { sreq, flags } => Writer::new(FIN, flags).u64(sreq).done(),
+        }
     }
 
     /// Splits a frame into its header and payload.
-    pub(crate) fn decode(frame: &[u8]) -> Result<(Header, &[u8]), WireError> {
-        if frame.len() < HEADER_LEN {
-            return Err(WireError::Short(frame.len()));
+    pub(crate) fn decode(frame: &[u8]) -> Result<(Frame, &[u8]), WireError> {
+        let kind = *frame.first().ok_or(WireError::Short { kind: 0, len: 0 })?;
+        let need = header_len(kind).ok_or(WireError::Kind(kind))?;
+        if frame.len() < need {
+            return Err(WireError::Short { kind, len: frame.len() });
         }
-        let (h, payload) = frame.split_at(HEADER_LEN);
-        if h[1] != WIRE_VERSION {
-            return Err(WireError::Version(h[1]));
+        if frame[1] != WIRE_VERSION {
+            return Err(WireError::Version(frame[1]));
         }
-        let kind = Kind::from_u8(h[0]).ok_or(WireError::Kind(h[0]))?;
-        let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-        let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().expect("8 bytes"));
-        Ok((
-            Header {
-                kind,
-                flags: h[2],
-                ctx: u32_at(4),
-                src: u32_at(8),
-                tag: u32_at(12) as i32,
-                len: u64_at(16),
-                a: u64_at(24),
-                b: u64_at(32),
-            },
-            payload,
-        ))
+        let flags = frame[2];
+        let mut r = Reader { b: frame, at: 4 };
+        let f = match kind {
+            EAGER => Frame::Eager(r.env()),
+            RTS => Frame::Rts { env: r.env(), len: r.u64(), sreq: r.u64(), saddr: r.u64() },
+            CTS => Frame::Cts { sreq: r.u64(), rreq: r.u64(), off: r.u64(), len: r.u64(), raddr: r.u64() },
+            DATA => Frame::Data { rreq: r.u64(), off: r.u64() },
+            WRITTEN => Frame::Written { rreq: r.u64(), len: r.u64() },
+            FIN => Frame::Fin { sreq: r.u64(), flags },
+            _ => unreachable!("header_len accepted the kind"),
+        };
+        debug_assert_eq!(r.at, need);
+        Ok((f, &frame[need..]))
     }
 }
 
@@ -145,43 +199,53 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
+    fn random_frame(rng: &mut impl Rng) -> Frame {
+        let env = Envelope { ctx: rng.gen(), src: rng.gen(), tag: rng.gen() };
+        match rng.gen_range(0..6) {
+            0 => Frame::Eager(env),
+            1 => Frame::Rts { env, len: rng.gen(), sreq: rng.gen(), saddr: rng.gen() },
+            2 => Frame::Cts { sreq: rng.gen(), rreq: rng.gen(), off: rng.gen(), len: rng.gen(), raddr: rng.gen() },
+            3 => Frame::Data { rreq: rng.gen(), off: rng.gen() },
+            4 => Frame::Written { rreq: rng.gen(), len: rng.gen() },
+            _ => Frame::Fin { sreq: rng.gen(), flags: rng.gen() },
+        }
+    }
+
     #[test]
-    fn round_trip_random_headers() {
+    fn round_trip_random_frames() {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
-        let kinds = [Kind::Eager, Kind::Rts, Kind::Cts, Kind::Data, Kind::Fin];
-        for _ in 0..1000 {
-            let h = Header {
-                kind: kinds[rng.gen_range(0..kinds.len())],
-                flags: rng.gen(),
-                ctx: rng.gen(),
-                src: rng.gen(),
-                tag: rng.gen(),
-                len: rng.gen(),
-                a: rng.gen(),
-                b: rng.gen(),
-            };
-            let mut frame = h.encode().to_vec();
-            frame.extend_from_slice(b"xyz");
-            let (d, p) = Header::decode(&frame).unwrap();
-            assert_eq!(d, h);
+        for _ in 0..2000 {
+            let f = random_frame(&mut rng);
+            let mut bytes = f.encode().as_slice().to_vec();
+            bytes.extend_from_slice(b"xyz");
+            let (d, p) = Frame::decode(&bytes).unwrap();
+            assert_eq!(d, f);
             assert_eq!(p, b"xyz");
         }
     }
 
     #[test]
+    fn eager_header_leaves_room_in_a_cache_line() {
+        let e = Envelope { ctx: 1, src: 2, tag: 3 };
+        assert_eq!(Frame::Eager(e).encode().as_slice().len(), 16);
+    }
+
+    #[test]
     fn rejects_bad_frames() {
-        assert_eq!(Header::decode(&[1, 1, 0]), Err(WireError::Short(3)));
-        let mut f = Header::new(Kind::Eager).encode();
+        assert_eq!(Frame::decode(&[]), Err(WireError::Short { kind: 0, len: 0 }));
+        assert_eq!(Frame::decode(&[RTS, 1, 0]), Err(WireError::Short { kind: RTS, len: 3 }));
+        let mut f = Frame::Fin { sreq: 1, flags: 0 }.encode().as_slice().to_vec();
         f[1] = 9;
-        assert_eq!(Header::decode(&f), Err(WireError::Version(9)));
-        let mut f = Header::new(Kind::Eager).encode();
-        f[0] = 77;
-        assert_eq!(Header::decode(&f), Err(WireError::Kind(77)));
+        assert_eq!(Frame::decode(&f), Err(WireError::Version(9)));
+        assert_eq!(Frame::decode(&[77; 64]), Err(WireError::Kind(77)));
         // Arbitrary bytes never panic.
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-        for n in 0..200 {
-            let v: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
-            let _ = Header::decode(&v);
+        for n in 0..2000 {
+            let mut v: Vec<u8> = (0..n % 64).map(|_| rng.gen()).collect();
+            if let Some(b) = v.get_mut(1) {
+                *b = WIRE_VERSION;
+            }
+            let _ = Frame::decode(&v);
         }
     }
 }

@@ -21,6 +21,8 @@ pub(crate) struct Caps {
     pub(crate) eager_limit: usize,
     /// `bulk_read` can read a peer's memory directly (single copy).
     pub(crate) bulk_read: bool,
+    /// `bulk_write` can write into a peer's memory directly (single copy).
+    pub(crate) bulk_write: bool,
 }
 
 /// How a peer is doing, as far as its transport can tell.
@@ -50,6 +52,9 @@ pub(crate) trait Transport: std::fmt::Debug {
 
     /// Reads `dst.len()` bytes at address `addr` of `peer`'s memory (only if `caps().bulk_read`).
     fn bulk_read(&mut self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<(), Error>;
+
+    /// Writes `src` to address `addr` of `peer`'s memory (only if `caps().bulk_write`).
+    fn bulk_write(&mut self, peer: usize, addr: u64, src: &[u8]) -> Result<(), Error>;
 
     /// Liveness of `peer`.
     fn peer_state(&self, peer: usize) -> PeerState;

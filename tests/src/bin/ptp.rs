@@ -76,10 +76,7 @@ fn ring(w: &mpr::Comm) -> R {
 /// Every ordered pair exchanges messages of random sizes from 0 B to 16 MiB.
 fn pairs(w: &mpr::Comm) -> R {
     let (me, n) = (w.rank(), w.size());
-    let max: usize = std::env::var("PTP_MAX")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16 << 20);
+    let max: usize = std::env::var("PTP_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(16 << 20);
     let sizes = |a: usize, b: usize| -> Vec<usize> {
         let mut rng = rand::rngs::SmallRng::seed_from_u64((a * 1000 + b) as u64);
         let mut v = vec![0, 1, 8, 8143, 8144, 8145, 65536, max];
@@ -117,10 +114,7 @@ fn anysource(w: &mpr::Comm) -> R {
             check(&buf[..st.bytes], st.source, 0, seq, len);
             next_seq[st.source] += 1;
         }
-        assert!(
-            next_seq[1..].iter().all(|&c| c == per),
-            "counts {next_seq:?}"
-        );
+        assert!(next_seq[1..].iter().all(|&c| c == per), "counts {next_seq:?}");
     } else {
         for seq in 0..per {
             let len = (seq * 97) % 20000;
@@ -146,14 +140,9 @@ fn order(w: &mpr::Comm) -> R {
         if me % 2 == 0 && me + 1 < n {
             let to = me + 1;
             // Nonblocking, so that a late receiver cannot deadlock the large (rendezvous) sends.
-            let msgs: Vec<Vec<u8>> = (0..count)
-                .map(|seq| pattern(me, to, seq, len_of(seq)))
-                .collect();
+            let msgs: Vec<Vec<u8>> = (0..count).map(|seq| pattern(me, to, seq, len_of(seq))).collect();
             mpr::scope(|s| -> R {
-                let reqs = msgs
-                    .iter()
-                    .map(|m| w.isend(s, &m[..], to, 3))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let reqs = msgs.iter().map(|m| w.isend(s, &m[..], to, 3)).collect::<Result<Vec<_>, _>>()?;
                 w.send(&[0u8], to, 4)?;
                 mpr::wait_all(reqs)?;
                 Ok(())
@@ -337,10 +326,7 @@ fn badargs(w: &mpr::Comm) -> R {
     let n = w.size();
     assert_eq!(w.send(&[1u8], n, 0), Err(Error::Rank { rank: n, size: n }));
     assert_eq!(w.send(&[1u8], 0, -5), Err(Error::Tag(-5)));
-    assert_eq!(
-        w.recv(&mut [0u8], n + 3, 0).unwrap_err().class(),
-        mpr::ErrorClass::Rank
-    );
+    assert_eq!(w.recv(&mut [0u8], n + 3, 0).unwrap_err().class(), mpr::ErrorClass::Rank);
     assert_eq!(w.recv(&mut [0u8], 0, -7), Err(Error::Tag(-7)));
     Ok(())
 }
@@ -364,9 +350,7 @@ fn peer_dies(w: &mpr::Comm) -> R {
         }
         1 => {
             w.recv(&mut [0u8], 0, 0)?;
-            let _ = std::process::Command::new("kill")
-                .args(["-9", &std::process::id().to_string()])
-                .status();
+            let _ = std::process::Command::new("kill").args(["-9", &std::process::id().to_string()]).status();
             std::thread::sleep(std::time::Duration::from_secs(10));
             Ok(())
         }
@@ -388,10 +372,7 @@ unsafe fn libc_ignore_sigterm() {
 
 /// Rank `PTP_FAIL_RANK` exits with code 3 after a first exchange; the others wait.
 fn exit_code(w: &mpr::Comm) -> R {
-    let fail: usize = std::env::var("PTP_FAIL_RANK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    let fail: usize = std::env::var("PTP_FAIL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     if w.rank() == fail {
         std::process::exit(3);
     }

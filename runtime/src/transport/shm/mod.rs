@@ -20,7 +20,7 @@ use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
 use super::{Caps, FrameSink, PeerState, Transport};
-use crate::engine::wire::HEADER_LEN;
+use crate::engine::wire::MAX_HEADER;
 use crate::error::Error;
 use ring::Ring;
 use segment::{Geometry, Segment, SLOT_ALIVE, SLOT_FINALIZED};
@@ -40,33 +40,22 @@ fn env_usize(name: &str) -> Option<usize> {
 
 impl ShmConfig {
     pub(crate) fn from_env(nlocal: usize) -> ShmConfig {
-        let cell_size = env_usize("MPR_SHM_CELL_SIZE")
-            .unwrap_or(8192)
-            .clamp(256, 1 << 22);
+        let cell_size = env_usize("MPR_SHM_CELL_SIZE").unwrap_or(8192).clamp(256, 1 << 22);
         let cell_size = cell_size.div_ceil(segment::LINE) * segment::LINE;
         // Keep the whole segment within ~256 MiB however many ranks share the host.
         let budget = 256usize << 20;
         let fit = budget / (nlocal * nlocal * cell_size).max(1);
-        let cells = env_usize("MPR_SHM_CELLS")
-            .unwrap_or_else(|| fit.clamp(4, 64))
-            .clamp(2, 1 << 16);
+        let cells = env_usize("MPR_SHM_CELLS").unwrap_or_else(|| fit.clamp(4, 64)).clamp(2, 1 << 16);
         ShmConfig {
             cells,
             cell_size,
             eager: env_usize("MPR_SHM_EAGER"),
-            cma: cma::AVAILABLE
-                && std::env::var("MPR_SHM_CMA")
-                    .map(|v| v != "0")
-                    .unwrap_or(true),
+            cma: cma::AVAILABLE && std::env::var("MPR_SHM_CMA").map(|v| v != "0").unwrap_or(true),
         }
     }
 
     pub(crate) fn geometry(&self, nlocal: usize) -> Geometry {
-        Geometry {
-            nlocal,
-            cells: self.cells,
-            cell_size: self.cell_size,
-        }
+        Geometry { nlocal, cells: self.cells, cell_size: self.cell_size }
     }
 }
 
@@ -88,13 +77,7 @@ pub(crate) struct ShmTransport {
 impl ShmTransport {
     /// Wraps an attached segment. `locals` are the world ranks on this host in order (the
     /// segment's local indices); `me` is this rank's world rank.
-    pub(crate) fn new(
-        seg: Segment,
-        locals: &[usize],
-        me: usize,
-        world_size: usize,
-        cfg: &ShmConfig,
-    ) -> ShmTransport {
+    pub(crate) fn new(seg: Segment, locals: &[usize], me: usize, world_size: usize, cfg: &ShmConfig) -> ShmTransport {
         let geo = seg.geometry();
         let mut local_of = vec![usize::MAX; world_size];
         for (i, &w) in locals.iter().enumerate() {
@@ -113,10 +96,7 @@ impl ShmTransport {
         let tx = (0..geo.nlocal).map(|j| mk(me_local, j)).collect();
         let rx = (0..geo.nlocal).map(|i| mk(i, me_local)).collect();
         let max_frame = geo.cell_size - ring::CELL_HDR;
-        let eager = cfg
-            .eager
-            .unwrap_or(max_frame - HEADER_LEN)
-            .min(max_frame - HEADER_LEN);
+        let eager = cfg.eager.unwrap_or(max_frame - MAX_HEADER).min(max_frame - MAX_HEADER);
         ShmTransport {
             seg,
             me: me_local,
@@ -124,12 +104,7 @@ impl ShmTransport {
             local_of,
             tx,
             rx,
-            caps: Caps {
-                name: "shm",
-                max_frame,
-                eager_limit: eager,
-                bulk_read: cfg.cma,
-            },
+            caps: Caps { name: "shm", max_frame, eager_limit: eager, bulk_read: cfg.cma, bulk_write: cfg.cma },
             next_poll: 0,
         }
     }
@@ -137,9 +112,7 @@ impl ShmTransport {
     fn local(&self, peer: usize) -> Result<usize, Error> {
         match self.local_of.get(peer) {
             Some(&i) if i != usize::MAX => Ok(i),
-            _ => Err(Error::Transport(format!(
-                "rank {peer} is not reachable through shared memory"
-            ))),
+            _ => Err(Error::Transport(format!("rank {peer} is not reachable through shared memory"))),
         }
     }
 }
@@ -188,6 +161,12 @@ impl Transport for ShmTransport {
         cma::read(pid, addr, dst)
     }
 
+    fn bulk_write(&mut self, peer: usize, addr: u64, src: &[u8]) -> Result<(), Error> {
+        let i = self.local(peer)?;
+        let pid = self.seg.slot(i).0.load(Ordering::Acquire);
+        cma::write(pid, addr, src)
+    }
+
     fn peer_state(&self, peer: usize) -> PeerState {
         let Ok(i) = self.local(peer) else {
             return PeerState::Alive;
@@ -208,9 +187,6 @@ impl Transport for ShmTransport {
     }
 
     fn finalize(&mut self) {
-        self.seg
-            .slot(self.me)
-            .1
-            .store(SLOT_FINALIZED, Ordering::Release);
+        self.seg.slot(self.me).1.store(SLOT_FINALIZED, Ordering::Release);
     }
 }

@@ -29,12 +29,7 @@ impl Ring {
     /// the life of this `Ring`, laid out as above, 8-byte aligned, with exactly one producer
     /// `Ring` and one consumer `Ring` using it across all processes.
     pub(crate) unsafe fn new(base: NonNull<u8>, cells: usize, cell_size: usize) -> Ring {
-        Ring {
-            base,
-            cells,
-            cell_size,
-            pos: 0,
-        }
+        Ring { base, cells, cell_size, pos: 0 }
     }
 
     /// Largest frame a cell holds.
@@ -46,10 +41,7 @@ impl Ring {
         // SAFETY: `pos % cells < cells`, so the cell lies inside the ring (constructor
         // contract); its first 4 bytes are the flag, 8-byte aligned, only accessed atomically.
         unsafe {
-            let c = self
-                .base
-                .as_ptr()
-                .add((self.pos % self.cells) * self.cell_size);
+            let c = self.base.as_ptr().add((self.pos % self.cells) * self.cell_size);
             (c, &*(c as *const AtomicU32))
         }
     }
@@ -66,11 +58,7 @@ impl Ring {
         // the release store below; `n` fits in the cell (asserted above).
         unsafe {
             std::ptr::copy_nonoverlapping(hdr.as_ptr(), c.add(CELL_HDR), hdr.len());
-            std::ptr::copy_nonoverlapping(
-                payload.as_ptr(),
-                c.add(CELL_HDR + hdr.len()),
-                payload.len(),
-            );
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), c.add(CELL_HDR + hdr.len()), payload.len());
             (c.add(4) as *mut u32).write(n as u32);
         }
         flag.store(1, Ordering::Release);

@@ -80,14 +80,10 @@ fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
 impl Segment {
     /// Creates and maps segment `name` (e.g. `/mpr-<jobid>-<host>`), mode 0600.
     pub(crate) fn create(name: &str, geo: Geometry) -> Result<Segment, Error> {
-        let cname =
-            CString::new(name).map_err(|_| Error::Bootstrap(format!("bad segment name {name}")))?;
-        let fd = shm_open(
-            cname.as_c_str(),
-            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
-            Mode::S_IRUSR | Mode::S_IWUSR,
-        )
-        .map_err(|e| os_err("create", name, e))?;
+        let cname = CString::new(name).map_err(|_| Error::Bootstrap(format!("bad segment name {name}")))?;
+        let fd =
+            shm_open(cname.as_c_str(), OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR, Mode::S_IRUSR | Mode::S_IWUSR)
+                .map_err(|e| os_err("create", name, e))?;
         let size = geo.total();
         if let Err(e) = nix::unistd::ftruncate(fd.as_fd(), size as libc::off_t) {
             let _ = shm_unlink(cname.as_c_str());
@@ -107,22 +103,12 @@ impl Segment {
 
     /// Opens and maps a segment made by [`Segment::create`] on this host.
     pub(crate) fn open(name: &str, nlocal: usize) -> Result<Segment, Error> {
-        let cname =
-            CString::new(name).map_err(|_| Error::Bootstrap(format!("bad segment name {name}")))?;
-        let fd = shm_open(cname.as_c_str(), OFlag::O_RDWR, Mode::empty())
-            .map_err(|e| os_err("open", name, e))?;
+        let cname = CString::new(name).map_err(|_| Error::Bootstrap(format!("bad segment name {name}")))?;
+        let fd = shm_open(cname.as_c_str(), OFlag::O_RDWR, Mode::empty()).map_err(|e| os_err("open", name, e))?;
         let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| os_err("stat", name, e))?;
         let size = st.st_size as usize;
         // Map the header first to learn the geometry, then the whole segment.
-        let probe = Self::map(
-            fd.as_fd(),
-            PAGE.min(size.max(1)),
-            Geometry {
-                nlocal: 0,
-                cells: 0,
-                cell_size: 0,
-            },
-        )?;
+        let probe = Self::map(fd.as_fd(), PAGE.min(size.max(1)), Geometry { nlocal: 0, cells: 0, cell_size: 0 })?;
         let h = probe.header();
         if h.magic.load(Ordering::Acquire) != MAGIC {
             return Err(Error::Bootstrap(format!("{name} is not an mpr segment")));
@@ -146,22 +132,9 @@ impl Segment {
         let nz = NonZeroUsize::new(len).ok_or_else(|| Error::Bootstrap("empty segment".into()))?;
         // SAFETY: a fresh shared mapping of a file we own; no existing Rust object aliases it.
         // Other processes access it only through atomics and the ring protocol (ring.rs).
-        let p = unsafe {
-            mmap(
-                None,
-                nz,
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                fd,
-                0,
-            )
-        }
-        .map_err(|e| Error::Bootstrap(format!("mmap of {len} bytes: {e}")))?;
-        Ok(Segment {
-            base: p.cast(),
-            len,
-            geo,
-        })
+        let p = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd, 0) }
+            .map_err(|e| Error::Bootstrap(format!("mmap of {len} bytes: {e}")))?;
+        Ok(Segment { base: p.cast(), len, geo })
     }
 
     fn header(&self) -> &SegHeader {
