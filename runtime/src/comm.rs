@@ -118,7 +118,7 @@ impl Comm {
         let peer = self.check_dest(dest, tag)?;
         let mut rt = self.inner.rt.borrow_mut();
         let id = rt.engine.isend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes);
-        rt.progress()?;
+        rt.flush()?;
         Ok(id)
     }
 
@@ -130,6 +130,11 @@ impl Comm {
 
     /// Sends `buf` to rank `dest` with `tag`; returns when `buf` may be reused (`MPI_Send`).
     pub fn send<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<(), Error> {
+        let peer = self.check_dest(dest, tag)?;
+        let bytes: &[u8] = bytemuck::cast_slice(buf);
+        if self.inner.rt.borrow_mut().send_now(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes)? {
+            return Ok(());
+        }
         // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
         let id = self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)?;
         self.inner.rt.borrow_mut().wait(id).map(|_| ())

@@ -112,6 +112,26 @@ impl Runtime {
         Ok(sent)
     }
 
+    /// Hands queued frames to the transports (no polling).
+    pub(crate) fn flush(&mut self) -> Result<(), Error> {
+        self.flush_outbox()?;
+        if self.pending_total > 0 {
+            self.flush_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Blocking-send fast path: if the message can go eagerly and nothing is queued ahead of
+    /// it for `peer`, hands it to the transport now, without a request. Returns whether it did.
+    pub(crate) fn send_now(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, bytes: &[u8]) -> Result<bool, Error> {
+        let route = self.route[peer];
+        if route == SELF_ROUTE || !self.pending[peer].is_empty() || !self.engine.outbox.is_empty() {
+            return Ok(false);
+        }
+        let Some(hdr) = self.engine.eager_header(ctx, src, tag, peer, bytes.len()) else { return Ok(false) };
+        self.transports[route].try_send(peer, hdr.as_slice(), bytes)
+    }
+
     /// One round of progress; returns how many events happened (0: nothing to do).
     pub(crate) fn progress(&mut self) -> Result<usize, Error> {
         self.flush_outbox()?;

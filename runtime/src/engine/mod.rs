@@ -155,6 +155,14 @@ impl Engine {
         }
     }
 
+    /// The header of an eager message to `peer`, if a message of `len` bytes goes eagerly
+    /// (for the driver's send-now path, which needs no request).
+    pub(crate) fn eager_header(&self, ctx: u32, src: u32, tag: i32, peer: usize, len: usize) -> Option<HeaderBytes> {
+        let lim = &self.limits[peer];
+        (peer != self.me && len <= lim.eager.min(lim.max_payload))
+            .then(|| Frame::Eager(Envelope { ctx, src, tag }).encode())
+    }
+
     fn send_self(&mut self, env: Envelope, buf: RawBuf) -> ReqId {
         let status = Status { source: env.src as usize, tag: env.tag, bytes: buf.len() };
         if let Some(i) = self.find_posted(&env) {
