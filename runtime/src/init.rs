@@ -6,7 +6,38 @@ use crate::error::Error;
 use crate::progress::{Runtime, WaitPolicy, SELF_ROUTE};
 use crate::transport::shm::segment::Segment;
 use crate::transport::shm::{ShmConfig, ShmTransport};
+use crate::transport::tcp::{addr, TcpListening};
 use crate::transport::Transport;
+
+/// Which transports this job may use (`MPR_TRANSPORTS`, a comma list of `shm` and `tcp`;
+/// default both: shared memory within a host, TCP between hosts).
+#[derive(Clone, Copy, Debug)]
+struct Allowed {
+    shm: bool,
+    tcp: bool,
+}
+
+impl Allowed {
+    fn from_env() -> Result<Allowed, Error> {
+        let Ok(list) = std::env::var("MPR_TRANSPORTS") else { return Ok(Allowed { shm: true, tcp: true }) };
+        let mut a = Allowed { shm: false, tcp: false };
+        for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            match t {
+                "shm" => a.shm = true,
+                "tcp" => a.tcp = true,
+                other => {
+                    return Err(Error::Bootstrap(format!(
+                        "MPR_TRANSPORTS={list}: unknown transport {other:?} (this build has shm, tcp)"
+                    )))
+                }
+            }
+        }
+        if !a.shm && !a.tcp {
+            return Err(Error::Bootstrap(format!("MPR_TRANSPORTS={list:?} names no transport")));
+        }
+        Ok(a)
+    }
+}
 
 /// Name of the job's segment on `host`: `/mpr-<jobid>-<hash of host>`.
 fn segment_name(jobid: &str, host: &str) -> String {
@@ -18,16 +49,26 @@ fn segment_name(jobid: &str, host: &str) -> String {
 /// Builds this rank's runtime.
 pub(crate) fn start() -> Result<Runtime, Error> {
     let mut boot = Bootstrap::from_env()?;
+    let allowed = Allowed::from_env()?;
     let me = boot.rank;
-    let card = Card { host: boot.host.clone(), pid: std::process::id() };
+    // Listen before the exchange, so peers can connect as soon as they read our card.
+    let listening =
+        if allowed.tcp && boot.size > 1 { Some(TcpListening::bind(addr::listen_addr(boot.one_host)?)?) } else { None };
+    let card = Card { host: boot.host.clone(), pid: std::process::id(), tcp: listening.as_ref().map(|l| l.addr()) };
     let cards = boot.exchange(&card)?;
-    let locals: Vec<usize> = (0..boot.size).filter(|&r| cards[r].host == card.host).collect();
+    let same_host: Vec<bool> = cards.iter().map(|c| c.host == card.host).collect();
+    let locals: Vec<usize> = if allowed.shm { (0..boot.size).filter(|&r| same_host[r]).collect() } else { vec![me] };
     let nlocal = locals.len();
 
     let mut transports: Vec<Box<dyn Transport>> = Vec::new();
     let mut route = vec![SELF_ROUTE; boot.size];
-    let self_limits =
-        PeerLimits { max_payload: usize::MAX, eager: 64 << 10, bulk_read: false, bulk_write: false, split_min: usize::MAX };
+    let self_limits = PeerLimits {
+        max_payload: usize::MAX,
+        eager: 64 << 10,
+        bulk_read: false,
+        bulk_write: false,
+        split_min: usize::MAX,
+    };
     // Messages from this size up are copied by sender and receiver at once (0: never).
     let split_min = match std::env::var("MPR_SPLIT_COPY_MIN").ok().and_then(|v| v.trim().parse::<usize>().ok()) {
         Some(0) => usize::MAX,
@@ -68,11 +109,33 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             };
         }
     }
-    if let Some(r) = (0..boot.size).find(|&r| r != me && route[r] == SELF_ROUTE) {
-        return Err(Error::Bootstrap(format!(
-            "no transport reaches rank {r} on host {} from host {} (this build has shared memory only)",
-            cards[r].host, card.host
-        )));
+    let remote: Vec<usize> = (0..boot.size).filter(|&r| r != me && route[r] == SELF_ROUTE).collect();
+    if let Some(&r) = remote.first() {
+        let Some(listening) = listening else {
+            return Err(Error::Bootstrap(format!(
+                "no transport reaches rank {r} on host {} from host {}: MPR_TRANSPORTS allows only shared memory",
+                cards[r].host, card.host
+            )));
+        };
+        let mut peers = Vec::new();
+        for &p in &remote {
+            let a = cards[p].tcp.ok_or_else(|| Error::Bootstrap(format!("rank {p} publishes no TCP address")))?;
+            peers.push((p, a));
+        }
+        let tcp = listening.establish(me, boot.size, &peers, &boot.secret)?;
+        let caps = tcp.caps();
+        let idx = transports.len();
+        transports.push(Box::new(tcp));
+        for &p in &remote {
+            route[p] = idx;
+            limits[p] = PeerLimits {
+                max_payload: caps.max_frame - crate::engine::wire::MAX_HEADER,
+                eager: caps.eager_limit,
+                bulk_read: false,
+                bulk_write: false,
+                split_min: usize::MAX,
+            };
+        }
     }
     if std::env::var("MPR_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0") {
         for (peer, &r) in route.iter().enumerate().filter(|&(p, _)| p != me) {

@@ -97,3 +97,51 @@ fn singleton_without_launcher() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).lines().any(|l| l == "self ok"));
 }
+
+/// The whole point-to-point suite again with TCP between every pair of ranks (loopback).
+mod over_tcp {
+    use super::run;
+
+    const TCP: (&str, &str) = ("MPR_TRANSPORTS", "tcp");
+
+    #[test]
+    fn ring_pairs_anysource() {
+        run(3, "ring", &[TCP]);
+        run(3, "pairs", &[TCP, ("PTP_MAX", "4000000")]);
+        run(4, "anysource", &[TCP]);
+    }
+
+    #[test]
+    fn order_probe_truncate() {
+        run(4, "order", &[TCP]);
+        run(3, "probe", &[TCP]);
+        run(2, "truncate", &[TCP]);
+    }
+
+    #[test]
+    fn many_self_badargs() {
+        run(3, "many", &[TCP]);
+        run(2, "self", &[TCP]);
+        run(2, "badargs", &[TCP]);
+    }
+
+    #[test]
+    fn small_frames_and_buffers() {
+        // Frames smaller than most messages: everything is streamed in many pieces.
+        run(3, "pairs", &[TCP, ("MPR_TCP_FRAME", "4096"), ("MPR_TCP_EAGER", "1000"), ("PTP_MAX", "1000000")]);
+    }
+
+    #[test]
+    fn shm_only() {
+        run(3, "pairs", &[("MPR_TRANSPORTS", "shm"), ("PTP_MAX", "100000")]);
+    }
+}
+
+#[test]
+fn unknown_transport_is_a_clear_error() {
+    let ptp = bin_dir().join("ptp");
+    let out = mprun(&["-np", "2", ptp.to_str().unwrap(), "ring"], &[("MPR_TRANSPORTS", "carrier-pigeon")]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("unknown transport \"carrier-pigeon\""), "{err}");
+}

@@ -17,25 +17,34 @@ pub(crate) struct Card {
     /// Host identity: ranks with equal hosts share memory.
     pub(crate) host: String,
     pub(crate) pid: u32,
+    /// TCP listener address, if the rank listens.
+    pub(crate) tcp: Option<std::net::SocketAddr>,
 }
 
 impl Card {
     pub(crate) fn encode(&self) -> String {
-        format!("h={};p={}", self.host, self.pid)
+        match self.tcp {
+            Some(t) => format!("h={};p={};t={t}", self.host, self.pid),
+            None => format!("h={};p={}", self.host, self.pid),
+        }
     }
 
     pub(crate) fn decode(s: &str) -> Result<Card, Error> {
         let mut host = None;
         let mut pid = None;
+        let mut tcp = None;
         for part in s.split(';') {
             match part.split_once('=') {
                 Some(("h", v)) => host = Some(v.to_string()),
                 Some(("p", v)) => pid = v.parse().ok(),
+                Some(("t", v)) => {
+                    tcp = Some(v.parse().map_err(|_| Error::Bootstrap(format!("bad TCP address in card {s:?}")))?)
+                }
                 _ => {}
             }
         }
         match (host, pid) {
-            (Some(host), Some(pid)) => Ok(Card { host, pid }),
+            (Some(host), Some(pid)) => Ok(Card { host, pid, tcp }),
             _ => Err(Error::Bootstrap(format!("malformed business card {s:?}"))),
         }
     }
@@ -49,6 +58,10 @@ pub(crate) struct Bootstrap {
     /// Job id: names shared resources (`/dev/shm/mpr-<jobid>-*`).
     pub(crate) jobid: String,
     pub(crate) host: String,
+    /// Per-job secret shared by all ranks: the key that authenticates TCP connections.
+    pub(crate) secret: Vec<u8>,
+    /// Whether the launcher says every rank runs on this host.
+    pub(crate) one_host: bool,
     pmi: Option<Pmi>,
 }
 
@@ -94,7 +107,10 @@ impl Bootstrap {
             },
         };
         let jobid: String = jobid.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        Ok(Bootstrap { rank, size, jobid, host, pmi })
+        // Without MPR_SECRET (another PMI launcher), the job id is the best shared key there is.
+        let secret = std::env::var("MPR_SECRET").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| jobid.clone());
+        let one_host = size == 1 || env_num("MPR_LOCAL_SIZE")? == Some(size);
+        Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, pmi })
     }
 
     /// Publishes `card`, fences, and returns every rank's card (index = rank).
@@ -136,8 +152,11 @@ mod tests {
 
     #[test]
     fn card_round_trip() {
-        let c = Card { host: "node-1.local".into(), pid: 4242 };
+        let c = Card { host: "node-1.local".into(), pid: 4242, tcp: None };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
+        let c = Card { host: "n2".into(), pid: 1, tcp: Some("10.0.0.2:5000".parse().unwrap()) };
+        assert_eq!(Card::decode(&c.encode()).unwrap(), c);
+        assert!(Card::decode("h=x;p=1;t=nonsense").is_err());
         assert!(Card::decode("h=x").is_err());
         assert!(Card::decode("garbage").is_err());
     }

@@ -7,6 +7,7 @@
 //! on. Optional abilities, such as reading a peer's memory in one copy, are flags in `Caps`.
 
 pub(crate) mod shm;
+pub(crate) mod tcp;
 
 use crate::error::Error;
 

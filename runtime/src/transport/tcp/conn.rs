@@ -1,0 +1,202 @@
+//! One TCP connection to a peer: length-prefixed frames over a nonblocking socket, with
+//! bounded send and receive buffers.
+//!
+//! On the wire every frame is `[len: u32 LE][frame: len bytes]`; `len == 0` is the goodbye a
+//! rank sends when it finalizes, so the peer can tell a clean exit from a crash. A frame is
+//! either written whole now, or whole into the send buffer (never in part), and the buffer
+//! never grows past `wcap`: a full buffer is back-pressure, not memory growth.
+
+use std::io::{ErrorKind, IoSlice, Read, Write};
+
+use mio::net::TcpStream;
+
+use crate::error::Error;
+
+/// Liveness as seen from the byte stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Link {
+    Open,
+    /// The peer said goodbye (it finalized).
+    Bye,
+    /// The stream ended or failed without a goodbye.
+    Broken,
+}
+
+#[derive(Debug)]
+pub(crate) struct Conn {
+    sock: TcpStream,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    wcap: usize,
+    max_frame: usize,
+    pub(crate) link: Link,
+    pub(crate) error: Option<String>,
+}
+
+impl Conn {
+    pub(crate) fn new(sock: TcpStream, max_frame: usize) -> Conn {
+        Conn {
+            sock,
+            rbuf: vec![0u8; 2 * (max_frame + 4)],
+            rstart: 0,
+            rend: 0,
+            wbuf: Vec::new(),
+            wpos: 0,
+            wcap: 4 * (max_frame + 4),
+            max_frame,
+            link: Link::Open,
+            error: None,
+        }
+    }
+
+    fn pending_out(&self) -> usize {
+        self.wbuf.len() - self.wpos
+    }
+
+    fn broken(&mut self, e: impl std::fmt::Display) {
+        if self.link == Link::Open {
+            self.link = Link::Broken;
+            self.error = Some(e.to_string());
+        }
+    }
+
+    /// Writes buffered bytes; returns whether the buffer is now empty.
+    pub(crate) fn flush(&mut self) -> bool {
+        while self.pending_out() > 0 {
+            match self.sock.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => {
+                    self.broken("connection closed while sending");
+                    break;
+                }
+                Ok(n) => self.wpos += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.broken(e);
+                    break;
+                }
+            }
+        }
+        self.wbuf.clear();
+        self.wpos = 0;
+        true
+    }
+
+    /// Sends one frame (`hdr ++ payload`) whole, now or from the buffer; `Ok(false)` if the
+    /// buffer has no room for it (try again later).
+    pub(crate) fn send(&mut self, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
+        let flen = hdr.len() + payload.len();
+        debug_assert!(flen <= self.max_frame && flen > 0);
+        let lenb = (flen as u32).to_le_bytes();
+        let total = 4 + flen;
+        if self.link == Link::Broken {
+            return Err(Error::Transport(self.error.clone().unwrap_or_else(|| "connection lost".into())));
+        }
+        if self.pending_out() > 0 && !self.flush() {
+            if self.pending_out() + total > self.wcap {
+                return Ok(false);
+            }
+            self.queue(&[&lenb, hdr, payload], 0);
+            return Ok(true);
+        }
+        let iov = [IoSlice::new(&lenb), IoSlice::new(hdr), IoSlice::new(payload)];
+        let wrote = loop {
+            match self.sock.write_vectored(&iov) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break 0,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.broken(&e);
+                    return Err(Error::Transport(format!("TCP send: {e}")));
+                }
+            }
+        };
+        if wrote < total {
+            self.queue(&[&lenb, hdr, payload], wrote);
+        }
+        Ok(true)
+    }
+
+    /// Appends the parts, skipping the first `skip` bytes (already written).
+    fn queue(&mut self, parts: &[&[u8]], mut skip: usize) {
+        for p in parts {
+            if skip >= p.len() {
+                skip -= p.len();
+                continue;
+            }
+            self.wbuf.extend_from_slice(&p[skip..]);
+            skip = 0;
+        }
+    }
+
+    /// Says goodbye (best effort, blocking briefly until the send buffer drains).
+    pub(crate) fn goodbye(&mut self) {
+        let _ = self.sock.set_nodelay(true);
+        self.wbuf.extend_from_slice(&0u32.to_le_bytes());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !self.flush() && self.link != Link::Broken && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Reads what has arrived and passes every complete frame to `sink`.
+    pub(crate) fn receive(&mut self, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<usize, Error> {
+        let mut frames = 0;
+        if self.pending_out() > 0 {
+            self.flush();
+        }
+        loop {
+            // Deliver complete frames.
+            while self.rend - self.rstart >= 4 {
+                let len = u32::from_le_bytes(self.rbuf[self.rstart..self.rstart + 4].try_into().expect("4 bytes"));
+                let len = len as usize;
+                if len == 0 {
+                    self.link = Link::Bye;
+                    self.rstart += 4;
+                    continue;
+                }
+                if len > self.max_frame {
+                    self.broken("oversized frame");
+                    return Err(Error::Transport(format!(
+                        "peer sent a frame of {len} bytes (limit {})",
+                        self.max_frame
+                    )));
+                }
+                if self.rend - self.rstart < 4 + len {
+                    break;
+                }
+                let start = self.rstart + 4;
+                self.rstart += 4 + len;
+                sink(&self.rbuf[start..start + len])?;
+                frames += 1;
+            }
+            if self.rstart == self.rend {
+                self.rstart = 0;
+                self.rend = 0;
+            } else if self.rbuf.len() - self.rend < self.max_frame + 4 {
+                self.rbuf.copy_within(self.rstart..self.rend, 0);
+                self.rend -= self.rstart;
+                self.rstart = 0;
+            }
+            if self.link != Link::Open {
+                return Ok(frames);
+            }
+            match self.sock.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => {
+                    self.broken("connection closed by the peer");
+                    return Ok(frames);
+                }
+                Ok(n) => self.rend += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(frames),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.broken(e);
+                    return Ok(frames);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! TCP transport: any two hosts, one connection per peer pair.
+//!
+//! At start-up every rank listens on one address (addr.rs: `MPR_IFACE`, `MPR_HOST_ADDR`, or
+//! loopback for a one-host job) and publishes it in its business card. After the card
+//! exchange, each rank connects to the peers of higher rank and accepts those of lower rank;
+//! every connection passes the job-secret challenge (handshake.rs) before it carries a frame.
+//! Strays and forgeries are logged and closed; the job goes on. Frames move over nonblocking
+//! sockets with bounded buffers (conn.rs); large messages are streamed by the engine in
+//! frames of at most `max_frame` bytes.
+//!
+//! Tunables: `MPR_TCP_EAGER` (largest eager message, default 65536), `MPR_TCP_FRAME` (largest
+//! frame, default 262144), `MPR_CONNECT_TIMEOUT` (seconds, default 30).
+
+pub(crate) mod addr;
+mod conn;
+mod handshake;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use conn::{Conn, Link};
+
+use super::{Caps, FrameSink, PeerState, Transport};
+use crate::engine::wire::MAX_HEADER;
+use crate::error::Error;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+}
+
+fn io_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Transport(format!("TCP {what}: {e}"))
+}
+
+/// The TCP transport of one rank.
+#[derive(Debug)]
+pub(crate) struct TcpTransport {
+    me: usize,
+    conns: Vec<Option<Conn>>,
+    /// Kept open to turn away late strays with a log line rather than a silent refusal.
+    listener: mio::net::TcpListener,
+    caps: Caps,
+    polls: u32,
+    next: usize,
+}
+
+/// A bound listener waiting for the card exchange.
+#[derive(Debug)]
+pub(crate) struct TcpListening {
+    listener: TcpListener,
+    addr: SocketAddr,
+}
+
+impl TcpListening {
+    /// Listens on `ip` (any free port).
+    pub(crate) fn bind(ip: std::net::IpAddr) -> Result<TcpListening, Error> {
+        let listener = TcpListener::bind((ip, 0)).map_err(|e| io_err(&format!("listen on {ip}"), e))?;
+        let addr = listener.local_addr().map_err(|e| io_err("listener address", e))?;
+        Ok(TcpListening { listener, addr })
+    }
+
+    /// The address to publish.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Connects to and accepts from every peer in `peers` (world rank, address), proving
+    /// membership with `key`.
+    pub(crate) fn establish(
+        self,
+        me: usize,
+        world: usize,
+        peers: &[(usize, SocketAddr)],
+        key: &[u8],
+    ) -> Result<TcpTransport, Error> {
+        let timeout = Duration::from_secs_f64(env_usize("MPR_CONNECT_TIMEOUT", 30) as f64);
+        let max_frame = env_usize("MPR_TCP_FRAME", 256 << 10).clamp(4096, 16 << 20);
+        let eager = env_usize("MPR_TCP_EAGER", 64 << 10).min(max_frame - MAX_HEADER);
+        let deadline = Instant::now() + timeout;
+        let mut conns: Vec<Option<Conn>> = (0..world).map(|_| None).collect();
+        let setup = |s: TcpStream| -> Result<Conn, Error> {
+            s.set_nodelay(true).map_err(|e| io_err("nodelay", e))?;
+            keepalive(&s);
+            s.set_nonblocking(true).map_err(|e| io_err("nonblocking", e))?;
+            Ok(Conn::new(mio::net::TcpStream::from_std(s), max_frame))
+        };
+        // Connect to higher ranks (they only accept from us), then accept from lower ones.
+        for &(peer, addr) in peers.iter().filter(|(p, _)| *p > me) {
+            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            let mut s =
+                connect_retry(addr, deadline).map_err(|e| io_err(&format!("connect to rank {peer} at {addr}"), e))?;
+            handshake::connect(&mut s, key, me as u32, peer as u32, left)?;
+            conns[peer] = Some(setup(s)?);
+        }
+        let mut waiting: Vec<usize> = peers.iter().map(|p| p.0).filter(|&p| p < me).collect();
+        self.listener.set_nonblocking(true).map_err(|e| io_err("listener", e))?;
+        while !waiting.is_empty() {
+            match self.listener.accept() {
+                Ok((mut s, from)) => {
+                    s.set_nonblocking(false).map_err(|e| io_err("accept", e))?;
+                    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+                    match handshake::accept(&mut s, key, me as u32, |r| waiting.contains(&(r as usize)), left) {
+                        Ok(peer) => {
+                            waiting.retain(|&p| p != peer as usize);
+                            conns[peer as usize] = Some(setup(s)?);
+                        }
+                        Err(e) => eprintln!("mpr: rank {me}: rejected a TCP connection from {from}: {e}"),
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        return Err(Error::Transport(format!(
+                            "timed out after {:.0} s waiting for TCP connections from ranks {waiting:?}",
+                            timeout.as_secs_f64()
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(e) => return Err(io_err("accept", e)),
+            }
+        }
+        let caps = Caps { name: "tcp", max_frame, eager_limit: eager, bulk_read: false, bulk_write: false };
+        let listener = mio::net::TcpListener::from_std(self.listener);
+        Ok(TcpTransport { me, conns, listener, caps, polls: 0, next: 0 })
+    }
+}
+
+/// Connects, retrying refusals until `deadline` (the peer may not listen yet on a slow host).
+fn connect_retry(addr: SocketAddr, deadline: Instant) -> std::io::Result<TcpStream> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match TcpStream::connect_timeout(&addr, left.max(Duration::from_millis(10))) {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() < deadline && e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Turns on TCP keep-alive with short timers, so a silently dead link shows up as an error.
+fn keepalive(s: &TcpStream) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let _ = setsockopt(s, sockopt::KeepAlive, &true);
+    #[cfg(target_os = "linux")]
+    {
+        let _ = setsockopt(s, sockopt::TcpKeepIdle, &5);
+        let _ = setsockopt(s, sockopt::TcpKeepInterval, &1);
+        let _ = setsockopt(s, sockopt::TcpKeepCount, &5);
+    }
+}
+
+impl TcpTransport {
+    fn conn(&mut self, peer: usize) -> Result<&mut Conn, Error> {
+        self.conns
+            .get_mut(peer)
+            .and_then(|c| c.as_mut())
+            .ok_or_else(|| Error::Transport(format!("no TCP connection to rank {peer}")))
+    }
+
+    /// Accepts and closes connections that arrive after start-up (with a log line).
+    fn turn_away_strays(&mut self) {
+        while let Ok((_, from)) = self.listener.accept() {
+            eprintln!("mpr: rank {}: closed an unexpected TCP connection from {from}", self.me);
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    fn try_send(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
+        self.conn(peer)?.send(hdr, payload)
+    }
+
+    fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls % 4096 == 0 {
+            self.turn_away_strays();
+        }
+        let n = self.conns.len();
+        let mut got = 0;
+        for k in 0..n {
+            let peer = (self.next + k) % n;
+            if let Some(c) = self.conns[peer].as_mut() {
+                got += c.receive(&mut |f| sink(peer, f))?;
+            }
+        }
+        self.next = (self.next + 1) % n.max(1);
+        Ok(got)
+    }
+
+    fn bulk_read(&mut self, _peer: usize, _addr: u64, _dst: &mut [u8]) -> Result<(), Error> {
+        Err(Error::Transport("TCP has no single-copy reads".into()))
+    }
+
+    fn bulk_write(&mut self, _peer: usize, _addr: u64, _src: &[u8]) -> Result<(), Error> {
+        Err(Error::Transport("TCP has no single-copy writes".into()))
+    }
+
+    fn peer_state(&self, peer: usize) -> PeerState {
+        match self.conns.get(peer).and_then(|c| c.as_ref()).map(|c| c.link) {
+            Some(Link::Bye) => PeerState::Finalized,
+            Some(Link::Broken) => PeerState::Dead,
+            _ => PeerState::Alive,
+        }
+    }
+
+    fn finalize(&mut self) {
+        for c in self.conns.iter_mut().flatten() {
+            c.goodbye();
+        }
+    }
+}
