@@ -180,42 +180,57 @@ impl Runtime {
         }
     }
 
-    /// Checks whether `id` can still complete; an error names the peer that is gone.
+    /// Checks whether `id` (or, without one, the job) can still complete: an error names the
+    /// peer that is gone. A request on one peer fails only if that peer is gone; otherwise
+    /// (wildcard receives, finalize) any dead peer ends the wait.
     fn check_peers(&self, id: Option<ReqId>) -> Result<(), Error> {
         let target = id.and_then(|id| self.engine.waits_on(id));
-        for peer in 0..self.route.len() {
-            match self.peer_state(peer) {
-                PeerState::Dead => return Err(Error::PeerGone { rank: peer, detail: "the process died".into() }),
-                PeerState::Finalized if target == Some(peer) => {
-                    return Err(Error::PeerGone {
-                        rank: peer,
-                        detail: "it finalized before this operation completed".into(),
-                    })
-                }
-                _ => {}
+        let gone = |peer: usize, st: PeerState| match st {
+            PeerState::Dead => Some(Error::PeerGone { rank: peer, detail: "the process died".into() }),
+            PeerState::Finalized => {
+                Some(Error::PeerGone { rank: peer, detail: "it finalized before this operation completed".into() })
             }
+            PeerState::Alive => None,
+        };
+        match target {
+            Some(p) => gone(p, self.peer_state(p)).map_or(Ok(()), Err),
+            None => (0..self.route.len())
+                .find_map(|p| (self.peer_state(p) == PeerState::Dead).then(|| gone(p, PeerState::Dead)).flatten())
+                .map_or(Ok(()), Err),
         }
-        Ok(())
     }
 
-    /// Fails request `id`, dropping any of its frames still queued (its buffer is released).
+    /// Fails request `id` and drops its queued frames (its buffer goes back to the caller).
+    /// If a live peer was given the buffer's address, releasing it would let that peer read
+    /// or write freed memory: the job is aborted instead.
     fn fail(&mut self, id: ReqId, err: Error) -> Error {
         if let Some(p) = self.engine.waits_on(id) {
-            self.pending_total -= self.pending[p].len();
-            self.pending[p].clear();
+            let before = self.pending[p].len();
+            self.pending[p].retain(|t| t.owner != Some(id));
+            self.pending_total -= before - self.pending[p].len();
         }
-        self.engine.fail(id, err.clone());
+        if let Some(p) = self.engine.fail(id, err.clone()) {
+            if self.peer_state(p) != PeerState::Dead {
+                let me = self.boot.rank;
+                let msg = format!("rank {me}: {err}; rank {p} may still access the buffer, so the job is aborted");
+                eprintln!("mpr: {msg}");
+                self.boot.abort(1, &msg);
+                std::process::exit(1);
+            }
+        }
         let _ = self.engine.take(id);
         err
     }
 
-    /// Drives progress until `done(self)` holds. Errors: a peer gone, the time limit.
+    /// Drives progress until `done(self)` holds. Errors: a peer gone, the time limit, a
+    /// transport failure.
     pub(crate) fn wait_until(
         &mut self,
         about: Option<ReqId>,
         mut done: impl FnMut(&mut Runtime) -> bool,
     ) -> Result<(), Error> {
         let mut idle: u32 = 0;
+        let mut iter: u32 = 0;
         let mut start: Option<Instant> = None;
         let mut last_check: Option<Instant> = None;
         loop {
@@ -224,46 +239,65 @@ impl Runtime {
             }
             if self.progress()? > 0 {
                 idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+                if idle < self.policy.spin {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            // The clock is read every 256 rounds, busy or not.
+            iter = iter.wrapping_add(1);
+            if iter % 256 != 0 {
                 continue;
             }
-            idle = idle.saturating_add(1);
-            if idle < self.policy.spin {
-                std::hint::spin_loop();
+            let now = Instant::now();
+            let t0 = *start.get_or_insert(now);
+            let err = if now.duration_since(*last_check.get_or_insert(now)) >= self.policy.check {
+                last_check = Some(now);
+                self.check_peers(about).err()
             } else {
-                std::thread::yield_now();
-            }
-            if idle % 256 == 0 {
-                let now = Instant::now();
-                let t0 = *start.get_or_insert(now);
-                if now.duration_since(*last_check.get_or_insert(now)) >= self.policy.check {
-                    last_check = Some(now);
-                    if let Err(e) = self.check_peers(about) {
-                        return Err(match about {
-                            Some(id) => self.fail(id, e),
-                            None => e,
-                        });
-                    }
+                None
+            };
+            let err =
+                err.or_else(|| self.policy.timeout.filter(|limit| now.duration_since(t0) > *limit).map(Error::Timeout));
+            if let Some(e) = err {
+                // What the peer sent before it left may still be in flight: look once more.
+                self.progress()?;
+                if done(self) {
+                    return Ok(());
                 }
-                if let Some(limit) = self.policy.timeout {
-                    if now.duration_since(t0) > limit {
-                        let e = Error::Timeout(limit);
-                        return Err(match about {
-                            Some(id) => self.fail(id, e),
-                            None => e,
-                        });
-                    }
-                }
+                return Err(match about {
+                    Some(id) => self.fail(id, e),
+                    None => e,
+                });
             }
         }
     }
 
-    /// Waits for request `id` and returns its result.
+    /// Waits for request `id` and returns its result. On any error the request is retired
+    /// from the engine, so its buffer may be released.
     pub(crate) fn wait(&mut self, id: ReqId) -> Result<Status, Error> {
         if let Some(r) = self.engine.take(id) {
             return r;
         }
-        self.wait_until(Some(id), |rt| rt.engine.is_done(id))?;
-        self.engine.take(id).unwrap_or(Ok(Status { source: 0, tag: 0, bytes: 0 }))
+        if let Err(e) = self.wait_until(Some(id), |rt| rt.engine.is_done(id)) {
+            return Err(if self.engine.is_collected(id) { e } else { self.fail(id, e) });
+        }
+        self.engine
+            .take(id)
+            .unwrap_or_else(|| Err(Error::Other("the request was already completed and collected by its scope".into())))
+    }
+
+    /// One round of progress for a test of request `id`; an error retires the request.
+    pub(crate) fn test(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
+        if !self.engine.is_done(id) {
+            if let Err(e) = self.progress() {
+                return Some(Err(if self.engine.is_collected(id) { e } else { self.fail(id, e) }));
+            }
+        }
+        self.engine.take(id)
     }
 
     /// Leaves the job: sends what is queued, marks this rank finalized, tells the launcher.
@@ -272,7 +306,16 @@ impl Runtime {
             return Ok(());
         }
         self.finalized = true;
-        let r = self.wait_until(None, |rt| rt.pending_total == 0 && rt.engine.outbox.is_empty());
+        // Send what is queued, except to peers that are gone (nobody would take it).
+        let r = self.wait_until(None, |rt| {
+            for p in 0..rt.pending.len() {
+                if !rt.pending[p].is_empty() && rt.peer_state(p) != PeerState::Alive {
+                    rt.pending_total -= rt.pending[p].len();
+                    rt.pending[p].clear();
+                }
+            }
+            rt.pending_total == 0 && rt.engine.outbox.is_empty()
+        });
         for t in self.transports.iter_mut() {
             t.finalize();
         }

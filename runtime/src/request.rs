@@ -109,12 +109,7 @@ impl<'a> Request<'a> {
     /// (`MPI_Test`).
     pub fn test(self) -> Result<Result<Status, Error>, Request<'a>> {
         let mut rt = self.rt.borrow_mut();
-        if !rt.engine.is_done(self.id) {
-            if let Err(e) = rt.progress() {
-                return Ok(Err(e));
-            }
-        }
-        match rt.engine.take(self.id) {
+        match rt.test(self.id) {
             Some(r) => Ok(r),
             None => {
                 drop(rt);

@@ -82,3 +82,18 @@ fn segment_removed_after_successful_job() {
     let id = jobid_of(&text(&out.stdout));
     assert!(shm_files(&id).is_empty(), "segment left: {:?}", shm_files(&id));
 }
+
+#[test]
+fn wait_timeout_is_an_error_not_a_hang() {
+    let out = mprun(&["-np", "2", &ptp(), "timeout"], &[("MPR_WAIT_TIMEOUT", "0.5")]);
+    let so = text(&out.stdout);
+    assert!(out.status.success(), "{so}\n{}", text(&out.stderr));
+    assert!(so.contains("rank 0 timed out after") && so.contains("wait timed out after 0.500 s"), "{so}");
+}
+
+#[test]
+fn size_without_launcher_is_a_clear_error() {
+    let out = std::process::Command::new(bin_dir().join("ptp")).arg("ring").env("MPR_SIZE", "4").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no PMI_FD"), "{}", text(&out.stderr));
+}

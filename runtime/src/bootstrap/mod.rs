@@ -97,6 +97,11 @@ impl Bootstrap {
                         .into(),
                 ))
             }
+            (false, _, Some(s)) if s > 1 => {
+                return Err(Error::Bootstrap(format!(
+                    "MPR_SIZE/PMI_SIZE says {s} ranks but there is no PMI_FD to reach the launcher"
+                )))
+            }
             (false, _, _) => (0, 1),
         };
         let jobid = match std::env::var("MPR_JOBID") {

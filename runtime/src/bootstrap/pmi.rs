@@ -32,11 +32,22 @@ impl Pmi {
         if fd < 0 || nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).is_err() {
             return Err(err(format!("PMI_FD={fd} is not an open file descriptor")));
         }
+        // Only a socket can be the launcher's: never take ownership of some other open file
+        // that happens to have the number (e.g. PMI_FD inherited by a rank's own child).
+        let is_socket =
+            nix::sys::stat::fstat(fd).map(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK).unwrap_or(false);
+        if !is_socket {
+            return Err(err(format!("PMI_FD={fd} is not a socket")));
+        }
         // Keep the socket out of any program this rank starts.
         let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
         // SAFETY: the launcher handed this open descriptor to us alone (checked open above);
         // nothing else in the process uses it, so the stream may own and close it.
         let stream = unsafe { UnixStream::from_raw_fd(fd) };
+        // Every PMI reply comes within this bound (MPR_PMI_TIMEOUT seconds, default 300), so
+        // a hung launcher cannot hang the rank.
+        let secs = std::env::var("MPR_PMI_TIMEOUT").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(300.0);
+        let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs_f64(secs.max(0.001))));
         let writer = stream.try_clone().map_err(|e| err(format!("PMI socket: {e}")))?;
         let mut pmi = Pmi { reader: BufReader::new(stream), writer, kvsname: String::new() };
         let r = pmi.call(Command::new("init").with("pmi_version", 1).with("pmi_subversion", 1), "response_to_init")?;

@@ -57,6 +57,8 @@ pub(crate) struct Transmit {
     pub(crate) payload: RawBuf,
     /// Request to notify (with [`Engine::on_sent`]) once the transport has taken the frame.
     pub(crate) on_sent: Option<ReqId>,
+    /// The send request whose buffer the payload points into (dropped if it fails).
+    pub(crate) owner: Option<ReqId>,
 }
 
 /// Work the driver performs for the engine.
@@ -111,6 +113,9 @@ pub(crate) struct Engine {
     pub(crate) outbox: VecDeque<Transmit>,
     /// Single-copy transfers to perform.
     pub(crate) actions: Vec<Action>,
+    /// Wire ids of requests failed while the peer may still refer to them: late frames for
+    /// these are dropped instead of being protocol errors.
+    failed: std::collections::HashSet<u64>,
 }
 
 fn proto_err(peer: usize, what: &str) -> Error {
@@ -128,11 +133,16 @@ impl Engine {
             unexpected: VecDeque::new(),
             outbox: VecDeque::new(),
             actions: Vec::new(),
+            failed: Default::default(),
         }
     }
 
     fn push(&mut self, peer: usize, f: Frame, payload: RawBuf, on_sent: Option<ReqId>) {
-        self.outbox.push_back(Transmit { peer, hdr: f.encode(), payload, on_sent });
+        self.outbox.push_back(Transmit { peer, hdr: f.encode(), payload, on_sent, owner: on_sent });
+    }
+
+    fn push_owned(&mut self, peer: usize, f: Frame, payload: RawBuf, owner: ReqId) {
+        self.outbox.push_back(Transmit { peer, hdr: f.encode(), payload, on_sent: None, owner: Some(owner) });
     }
 
     /// Starts sending `buf` to world rank `peer` as `(ctx, src, tag)`.
@@ -147,10 +157,10 @@ impl Engine {
             self.push(peer, Frame::Eager(env), buf, Some(id));
             id
         } else {
-            let id = self.reqs.insert(State::SendRndv { peer, buf });
+            let id = self.reqs.insert(State::SendRndv { peer, buf, exposed: lim.bulk_read });
             let saddr = if lim.bulk_read { buf.addr() } else { 0 };
             let rts = Frame::Rts { env, len: buf.len() as u64, sreq: id.to_wire(), saddr };
-            self.push(peer, rts, RawBuf::EMPTY, None);
+            self.push_owned(peer, rts, RawBuf::EMPTY, id);
             id
         }
     }
@@ -252,7 +262,7 @@ impl Engine {
             return;
         }
         if let Some(s) = self.reqs.get_mut(id) {
-            *s = State::RecvRndv { buf, peer, got: 0, status, sreq };
+            *s = State::RecvRndv { buf, peer, got: 0, status, sreq, exposed: false };
         }
         let lim = self.limits[peer];
         let rreq = id.to_wire();
@@ -263,6 +273,9 @@ impl Engine {
         }
         let split = if lim.bulk_write && len >= lim.split_min { split_point(len) } else { len };
         if split < len {
+            if let Some(State::RecvRndv { exposed, .. }) = self.reqs.get_mut(id) {
+                *exposed = true;
+            }
             // The sender writes the tail while we read the head.
             let raddr = buf.prefix(len).addr_at(split);
             let cts = Frame::Cts { sreq, rreq, off: split as u64, len: (len - split) as u64, raddr };
@@ -294,18 +307,18 @@ impl Engine {
         self.limits[peer].bulk_write = false;
         if let Some(State::SendRndv { buf, .. }) = self.reqs.get(sreq) {
             let buf = *buf;
-            self.stream(peer, buf, rreq, off, n);
+            self.stream(peer, buf, sreq, rreq, off, n);
         }
     }
 
     /// Queues bytes `off..off+n` of `buf` as `Data` frames for receive `rreq`.
-    fn stream(&mut self, peer: usize, buf: RawBuf, rreq: u64, off: usize, n: usize) {
+    fn stream(&mut self, peer: usize, buf: RawBuf, sreq: ReqId, rreq: u64, off: usize, n: usize) {
         let chunk = self.limits[peer].max_payload.max(1);
         let end = off + n;
         let mut at = off;
         while at < end {
             let k = chunk.min(end - at);
-            self.push(peer, Frame::Data { rreq, off: at as u64 }, buf.slice(at, k), None);
+            self.push_owned(peer, Frame::Data { rreq, off: at as u64 }, buf.slice(at, k), sreq);
             at += k;
         }
     }
@@ -331,6 +344,16 @@ impl Engine {
     /// A frame arrived from world rank `peer`.
     pub(crate) fn on_frame(&mut self, peer: usize, frame: &[u8]) -> Result<(), Error> {
         let (f, payload) = Frame::decode(frame).map_err(|e| proto_err(peer, &e.to_string()))?;
+        if !self.failed.is_empty() {
+            let id = match f {
+                Frame::Cts { sreq, .. } | Frame::Fin { sreq, .. } => Some(sreq),
+                Frame::Data { rreq, .. } | Frame::Written { rreq, .. } => Some(rreq),
+                _ => None,
+            };
+            if id.is_some_and(|id| self.failed.contains(&id)) {
+                return Ok(());
+            }
+        }
         match f {
             Frame::Eager(env) => {
                 let status = Status { source: env.src as usize, tag: env.tag, bytes: payload.len() };
@@ -372,7 +395,7 @@ impl Engine {
                     let src = buf.slice(off, n);
                     self.actions.push(Action::BulkWrite { peer, addr: raddr, src, sreq: sid, rreq, off });
                 } else {
-                    self.stream(peer, buf, rreq, off, n);
+                    self.stream(peer, buf, sid, rreq, off, n);
                 }
             }
             Frame::Data { rreq, off } => {
@@ -431,10 +454,22 @@ impl Engine {
         }
     }
 
-    /// Fails request `id` (e.g. its peer is gone), removing it from the posted queue.
-    pub(crate) fn fail(&mut self, id: ReqId, err: Error) {
+    /// Fails request `id` (e.g. its peer is gone or a wait timed out), removing it from the
+    /// posted queue; later frames for it are ignored. Returns the peer that was given the
+    /// request's buffer address, if any: that peer may still read or write the buffer.
+    pub(crate) fn fail(&mut self, id: ReqId, err: Error) -> Option<usize> {
+        let exposed = match self.reqs.get(id) {
+            Some(State::SendRndv { peer, exposed: true, .. }) | Some(State::RecvRndv { peer, exposed: true, .. }) => {
+                Some(*peer)
+            }
+            _ => None,
+        };
+        if matches!(self.reqs.get(id), Some(State::SendRndv { .. } | State::RecvRndv { .. })) {
+            self.failed.insert(id.to_wire());
+        }
         self.posted.retain(|p| p.req != id);
         self.reqs.complete(id, Err(err));
+        exposed
     }
 
     /// Requests in flight or not yet collected.

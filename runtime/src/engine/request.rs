@@ -30,14 +30,16 @@ impl ReqId {
 pub(crate) enum State {
     /// An eager send whose frame has not yet been taken by the transport.
     SendEager { peer: usize },
-    /// A rendezvous send: its buffer is in use until the receiver's `Fin`.
-    SendRndv { peer: usize, buf: RawBuf },
+    /// A rendezvous send: its buffer is in use until the receiver's `Fin`. `exposed`: its
+    /// address went to the peer, which may read it directly.
+    SendRndv { peer: usize, buf: RawBuf, exposed: bool },
     /// A large send to self, parked in the unexpected queue until a receive matches it.
     SendSelf { buf: RawBuf },
     /// A posted receive; `peer` is the world rank of a specific source.
     RecvPosted { buf: RawBufMut, peer: Option<usize> },
-    /// A matched rendezvous receive whose bytes are arriving (`got` so far).
-    RecvRndv { buf: RawBufMut, peer: usize, got: usize, status: Status, sreq: u64 },
+    /// A matched rendezvous receive whose bytes are arriving (`got` so far). `exposed`: its
+    /// address went to the peer, which may write it directly.
+    RecvRndv { buf: RawBufMut, peer: usize, got: usize, status: Status, sreq: u64, exposed: bool },
     /// Finished; waiting for its owner to collect the result.
     Done(Result<Status, Error>),
 }

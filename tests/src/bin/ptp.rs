@@ -32,6 +32,7 @@ fn main() {
         "badargs" => badargs(&w),
         "peer-dies" => peer_dies(&w),
         "exit" => exit_code(&w),
+        "timeout" => wait_timeout(&w),
         other => {
             eprintln!("unknown scenario {other:?}");
             std::process::exit(2)
@@ -367,6 +368,28 @@ unsafe fn libc_ignore_sigterm() {
     // SAFETY: SIG_IGN (1) for SIGTERM (15) installs no handler code.
     unsafe {
         signal(15, 1);
+    }
+}
+
+/// With MPR_WAIT_TIMEOUT set, a receive that nothing matches fails with Timeout; the ranks
+/// then go on talking normally.
+fn wait_timeout(w: &mpr::Comm) -> R {
+    match w.rank() {
+        0 => {
+            let t0 = mpr::wtime();
+            let e = w.recv(&mut [0u8; 4], 1, 123).unwrap_err();
+            assert_eq!(e.class(), mpr::ErrorClass::Timeout, "{e}");
+            println!("rank 0 timed out after {:.1} s: {e}", mpr::wtime() - t0);
+            w.send(&[1u8], 1, 1)
+        }
+        1 => loop {
+            // Rank 0's message comes after its own time-out: retry ours until it does.
+            match w.recv(&mut [0u8], 0, 1) {
+                Err(Error::Timeout(_)) => continue,
+                r => break r.map(|_| ()),
+            }
+        },
+        _ => Ok(()),
     }
 }
 

@@ -107,6 +107,9 @@ impl Segment {
         let fd = shm_open(cname.as_c_str(), OFlag::O_RDWR, Mode::empty()).map_err(|e| os_err("open", name, e))?;
         let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| os_err("stat", name, e))?;
         let size = st.st_size as usize;
+        if size < PAGE {
+            return Err(Error::Bootstrap(format!("{name} is too small to be an mpr segment ({size} bytes)")));
+        }
         // Map the header first to learn the geometry, then the whole segment.
         let probe = Self::map(fd.as_fd(), PAGE.min(size.max(1)), Geometry { nlocal: 0, cells: 0, cell_size: 0 })?;
         let h = probe.header();
@@ -119,6 +122,9 @@ impl Segment {
             cell_size: h.cell_size.load(Ordering::Relaxed) as usize,
         };
         drop(probe);
+        if geo.cells < 2 || geo.cell_size < 256 || geo.cell_size % LINE != 0 {
+            return Err(Error::Bootstrap(format!("{name} has an invalid ring geometry {geo:?}")));
+        }
         if geo.nlocal != nlocal || geo.total() != size {
             return Err(Error::Bootstrap(format!(
                 "segment {name} was made for {} local ranks ({} bytes), expected {nlocal}",
