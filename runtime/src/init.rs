@@ -52,8 +52,12 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     let allowed = Allowed::from_env()?;
     let me = boot.rank;
     // Listen before the exchange, so peers can connect as soon as they read our card.
-    let listening =
-        if allowed.tcp && boot.size > 1 { Some(TcpListening::bind(addr::listen_addr(boot.one_host)?)?) } else { None };
+    // An address we cannot determine is only an error if a peer turns out to be remote.
+    let (listen_ip, addr_err) = match addr::listen_addr(boot.one_host) {
+        Ok(ip) => (ip, None),
+        Err(e) => (std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), Some(e)),
+    };
+    let listening = if allowed.tcp && boot.size > 1 { Some(TcpListening::bind(listen_ip)?) } else { None };
     let card = Card { host: boot.host.clone(), pid: std::process::id(), tcp: listening.as_ref().map(|l| l.addr()) };
     let cards = boot.exchange(&card)?;
     let same_host: Vec<bool> = cards.iter().map(|c| c.host == card.host).collect();
@@ -117,6 +121,9 @@ pub(crate) fn start() -> Result<Runtime, Error> {
                 cards[r].host, card.host
             )));
         };
+        if let Some(e) = addr_err.filter(|_| remote.iter().any(|&p| cards[p].host != card.host)) {
+            return Err(e);
+        }
         let mut peers = Vec::new();
         for &p in &remote {
             let a = cards[p].tcp.ok_or_else(|| Error::Bootstrap(format!("rank {p} publishes no TCP address")))?;

@@ -114,7 +114,9 @@ impl Bootstrap {
         let jobid: String = jobid.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         // Without MPR_SECRET (another PMI launcher), the job id is the best shared key there is.
         let secret = std::env::var("MPR_SECRET").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| jobid.clone());
-        let one_host = size == 1 || env_num("MPR_LOCAL_SIZE")? == Some(size);
+        // mprun says MPR_LOCAL_SIZE; MPICH's hydra says MPI_LOCALNRANKS.
+        let local = env_num("MPR_LOCAL_SIZE")?.or(env_num("MPI_LOCALNRANKS").ok().flatten());
+        let one_host = size == 1 || local == Some(size);
         Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, pmi })
     }
 

@@ -1,0 +1,41 @@
+//! Ranks started by another PMI-1 launcher: MPICH's `mpiexec.hydra` (Debian `mpich`).
+
+use std::process::Command;
+
+use mpr_tests::{bin_dir, text};
+
+fn hydra() -> Option<&'static str> {
+    let found = Command::new("mpiexec.hydra").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        // CI installs mpich (.ci/run): there, a missing launcher is a failure, not a skip.
+        assert!(std::env::var("CI").is_err(), "mpiexec.hydra is missing in CI");
+        eprintln!("skipped: mpiexec.hydra not installed (apt-get install mpich)");
+        return None;
+    }
+    Some("mpiexec.hydra")
+}
+
+fn run(np: &str, scenario: &str, env: &[(&str, &str)]) {
+    let Some(h) = hydra() else { return };
+    let out = Command::new("timeout")
+        .args(["120", h, "-n", np, bin_dir().join("ptp").to_str().unwrap(), scenario])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let so = text(&out.stdout);
+    assert!(out.status.success(), "{scenario}: {so}\n{}", text(&out.stderr));
+    let oks = so.lines().filter(|l| *l == format!("{scenario} ok")).count();
+    assert_eq!(oks.to_string(), np, "every rank reports success:\n{so}");
+}
+
+#[test]
+fn hydra_launches_mpr_ranks_over_shared_memory() {
+    run("3", "ring", &[]);
+    run("3", "pairs", &[("PTP_MAX", "2000000")]);
+}
+
+#[test]
+fn hydra_launches_mpr_ranks_over_tcp() {
+    run("3", "anysource", &[("MPR_TRANSPORTS", "tcp")]);
+    run("2", "many", &[("MPR_TRANSPORTS", "tcp")]);
+}
