@@ -67,6 +67,12 @@ impl RawBufMut {
         self.len
     }
 
+    /// The bytes `off..off+len` of this view (clamped), under the same contract.
+    pub(crate) fn window(&self, off: usize, len: usize) -> RawBufMut {
+        let off = off.min(self.len);
+        RawBufMut { ptr: self.ptr.wrapping_add(off), len: len.min(self.len - off) }
+    }
+
     /// The first `len` bytes of this view (clamped), under the same contract.
     pub(crate) fn prefix(&self, len: usize) -> RawBufMut {
         RawBufMut { ptr: self.ptr, len: len.min(self.len) }

@@ -129,7 +129,10 @@ impl Runtime {
             return Ok(false);
         }
         let Some(hdr) = self.engine.eager_header(ctx, src, tag, peer, bytes.len()) else { return Ok(false) };
-        self.transports[route].try_send(peer, hdr.as_slice(), bytes)
+        let tr = &mut self.transports[route];
+        let sent = tr.try_send(peer, hdr.as_slice(), bytes)?;
+        tr.flush();
+        Ok(sent)
     }
 
     /// One round of progress; returns how many events happened (0: nothing to do).
@@ -138,7 +141,7 @@ impl Runtime {
         let mut n = if self.pending_total > 0 { self.flush_pending()? } else { 0 };
         let engine = &mut self.engine;
         for t in self.transports.iter_mut() {
-            n += t.poll(&mut |peer, frame| engine.on_frame(peer, frame))?;
+            n += t.poll(engine)?;
         }
         if !self.engine.actions.is_empty() {
             // Frames first: a split copy's CTS must reach the peer before we start our part.

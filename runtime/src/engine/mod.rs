@@ -479,5 +479,37 @@ impl Engine {
     }
 }
 
+impl crate::transport::Sink for Engine {
+    fn frame(&mut self, peer: usize, frame: &[u8]) -> Result<(), Error> {
+        self.on_frame(peer, frame)
+    }
+
+    fn place(&mut self, _peer: usize, head: &[u8], frame_len: usize) -> Option<(usize, u64, RawBufMut)> {
+        let (Frame::Data { rreq, off }, payload) = Frame::decode(head).ok()? else { return None };
+        let hlen = head.len() - payload.len();
+        let n = frame_len.checked_sub(hlen)?;
+        let Some(State::RecvRndv { buf, status, .. }) = self.reqs.get(ReqId::from_wire(rreq)) else { return None };
+        let off = off as usize;
+        if off.checked_add(n)? > status.bytes {
+            return None;
+        }
+        let mut buf = *buf;
+        buf.range_mut(off, n)?;
+        Some((hlen, rreq, buf.window(off, n)))
+    }
+
+    fn placement_live(&self, token: u64) -> bool {
+        matches!(self.reqs.get(ReqId::from_wire(token)), Some(State::RecvRndv { .. }))
+    }
+
+    fn placed(&mut self, peer: usize, token: u64, n: usize) -> Result<(), Error> {
+        if !self.placement_live(token) {
+            return Err(proto_err(peer, "data placed for no pending receive"));
+        }
+        self.add_received(ReqId::from_wire(token), n);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@
 pub(crate) mod shm;
 pub(crate) mod tcp;
 
+use crate::buf::RawBufMut;
 use crate::error::Error;
 
 /// What a transport can do, per peer it serves.
@@ -36,8 +37,26 @@ pub(crate) enum PeerState {
     Dead,
 }
 
-/// Where [`Transport::poll`] delivers frames: `(peer, frame)`.
-pub(crate) type FrameSink<'a> = dyn FnMut(usize, &[u8]) -> Result<(), Error> + 'a;
+/// Where [`Transport::poll`] delivers what arrives (the engine).
+pub(crate) trait Sink {
+    /// A whole frame from `peer`.
+    fn frame(&mut self, peer: usize, frame: &[u8]) -> Result<(), Error>;
+
+    /// Offered by stream transports for a large frame whose first bytes `head` (at least the
+    /// header) have arrived: where its payload should land, if the engine can take it in
+    /// place (saving a copy). Returns the header length, a token, and the destination of
+    /// exactly `frame_len - header length` bytes.
+    fn place(&mut self, peer: usize, head: &[u8], frame_len: usize) -> Option<(usize, u64, RawBufMut)>;
+
+    /// Whether the destination given for `token` is still valid (checked before each write).
+    fn placement_live(&self, token: u64) -> bool;
+
+    /// The payload of `n` bytes for `token` is in place.
+    fn placed(&mut self, peer: usize, token: u64, n: usize) -> Result<(), Error>;
+}
+
+/// The sink of [`Transport::poll`].
+pub(crate) type FrameSink<'a> = dyn Sink + 'a;
 
 /// One way of moving frames to a set of peers (world ranks).
 pub(crate) trait Transport: std::fmt::Debug {
@@ -47,6 +66,10 @@ pub(crate) trait Transport: std::fmt::Debug {
     /// Sends one frame made of `hdr` followed by `payload` to `peer`. `Ok(false)` means no
     /// room now (back-pressure): try again after polling. Never sends part of a frame.
     fn try_send(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error>;
+
+    /// Writes out frames a transport held back to batch them (called after a blocking send
+    /// and at every poll).
+    fn flush(&mut self) {}
 
     /// Delivers arrived frames, in order per peer, to `sink(peer, frame)`; returns how many.
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error>;

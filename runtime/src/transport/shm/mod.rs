@@ -142,7 +142,7 @@ impl Transport for ShmTransport {
             };
             let peer = self.world_of[i];
             for _ in 0..32 {
-                match r.pop(|f| sink(peer, f)) {
+                match r.pop(|f| sink.frame(peer, f)) {
                     Some(res) => {
                         res?;
                         got += 1;

@@ -10,7 +10,25 @@ use std::io::{ErrorKind, IoSlice, Read, Write};
 
 use mio::net::TcpStream;
 
+use crate::buf::RawBufMut;
 use crate::error::Error;
+use crate::transport::Sink;
+
+/// Frames up to this size are gathered in the send buffer and written together at the next
+/// flush; larger ones are written at once.
+const BATCH: usize = 16 << 10;
+
+/// Payloads larger than this are read straight into their destination when the engine can
+/// place them (no copy through the receive buffer).
+const PLACE_MIN: usize = 32 << 10;
+
+/// A payload being read straight into its destination.
+#[derive(Debug)]
+struct Direct {
+    token: u64,
+    dst: RawBufMut,
+    done: usize,
+}
 
 /// Liveness as seen from the byte stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +52,9 @@ pub(crate) struct Conn {
     max_frame: usize,
     pub(crate) link: Link,
     pub(crate) error: Option<String>,
+    direct: Option<Direct>,
+    /// Bytes of a payload to skip (its receive was cancelled while it arrived).
+    discard: usize,
 }
 
 impl Conn {
@@ -49,6 +70,8 @@ impl Conn {
             max_frame,
             link: Link::Open,
             error: None,
+            direct: None,
+            discard: 0,
         }
     }
 
@@ -95,12 +118,15 @@ impl Conn {
         if self.link == Link::Broken {
             return Err(Error::Transport(self.error.clone().unwrap_or_else(|| "connection lost".into())));
         }
-        if self.pending_out() > 0 && !self.flush() {
-            if self.pending_out() + total > self.wcap {
+        if self.pending_out() > 0 || total <= BATCH {
+            if self.pending_out() + total > self.wcap && !self.flush() {
                 return Ok(false);
             }
-            self.queue(&[&lenb, hdr, payload], 0);
-            return Ok(true);
+            if total <= BATCH || self.pending_out() > 0 {
+                // Small frames wait for the next flush, so a burst goes out in one write.
+                self.queue(&[&lenb, hdr, payload], 0);
+                return Ok(true);
+            }
         }
         let iov = [IoSlice::new(&lenb), IoSlice::new(hdr), IoSlice::new(payload)];
         let wrote = loop {
@@ -143,12 +169,20 @@ impl Conn {
     }
 
     /// Reads what has arrived and passes every complete frame to `sink`.
-    pub(crate) fn receive(&mut self, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<usize, Error> {
+    pub(crate) fn receive(&mut self, peer: usize, sink: &mut dyn Sink) -> Result<usize, Error> {
         let mut frames = 0;
         if self.pending_out() > 0 {
             self.flush();
         }
         loop {
+            if self.direct.is_some() || self.discard > 0 {
+                match self.read_direct(peer, sink)? {
+                    Some(true) => frames += 1,
+                    Some(false) => {}
+                    None => return Ok(frames),
+                }
+                continue;
+            }
             // Deliver complete frames.
             while self.rend - self.rstart >= 4 {
                 let len = u32::from_le_bytes(self.rbuf[self.rstart..self.rstart + 4].try_into().expect("4 bytes"));
@@ -160,18 +194,22 @@ impl Conn {
                 }
                 if len > self.max_frame {
                     self.broken("oversized frame");
-                    return Err(Error::Transport(format!(
-                        "peer sent a frame of {len} bytes (limit {})",
-                        self.max_frame
-                    )));
+                    return Err(Error::Transport(format!("peer sent a frame of {len} bytes (limit {})", self.max_frame)));
                 }
-                if self.rend - self.rstart < 4 + len {
+                let have = self.rend - self.rstart - 4;
+                if have < len {
+                    if len >= PLACE_MIN && self.try_place(peer, sink, len) {
+                        break;
+                    }
                     break;
                 }
                 let start = self.rstart + 4;
                 self.rstart += 4 + len;
-                sink(&self.rbuf[start..start + len])?;
+                sink.frame(peer, &self.rbuf[start..start + len])?;
                 frames += 1;
+            }
+            if self.direct.is_some() {
+                continue;
             }
             if self.rstart == self.rend {
                 self.rstart = 0;
@@ -195,6 +233,81 @@ impl Conn {
                 Err(e) => {
                     self.broken(e);
                     return Ok(frames);
+                }
+            }
+        }
+    }
+
+    /// A large frame is partly here: if the engine places its payload, moves what arrived of
+    /// it there and switches to reading straight into the destination.
+    fn try_place(&mut self, peer: usize, sink: &mut dyn Sink, len: usize) -> bool {
+        let head = &self.rbuf[self.rstart + 4..self.rend];
+        let Some((hlen, token, mut dst)) = sink.place(peer, head, len) else { return false };
+        if head.len() < hlen {
+            return false;
+        }
+        let already = &self.rbuf[self.rstart + 4 + hlen..self.rend];
+        if !dst.write_at(0, already) {
+            return false;
+        }
+        self.direct = Some(Direct { token, dst, done: already.len() });
+        self.rstart = 0;
+        self.rend = 0;
+        true
+    }
+
+    /// Reads the placed (or discarded) payload; `Some(true)`: a frame finished, `Some(false)`:
+    /// more to read, `None`: nothing available now.
+    fn read_direct(&mut self, peer: usize, sink: &mut dyn Sink) -> Result<Option<bool>, Error> {
+        if let Some(d) = self.direct.as_mut() {
+            // The receive may have been failed meanwhile: then its buffer is not ours to fill.
+            if !sink.placement_live(d.token) {
+                self.discard = d.dst.len() - d.done;
+                self.direct = None;
+            }
+        }
+        if let Some(d) = self.direct.as_mut() {
+            let n = d.dst.len();
+            if d.done == n {
+                let (token, n) = (d.token, n);
+                self.direct = None;
+                sink.placed(peer, token, n)?;
+                return Ok(Some(true));
+            }
+            let dst = d.dst.range_mut(d.done, n - d.done).expect("inside the placement");
+            match self.sock.read(dst) {
+                Ok(0) => {
+                    self.broken("connection closed by the peer");
+                    Ok(None)
+                }
+                Ok(k) => {
+                    d.done += k;
+                    Ok(Some(false))
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(None),
+                Err(e) if e.kind() == ErrorKind::Interrupted => Ok(Some(false)),
+                Err(e) => {
+                    self.broken(e);
+                    Ok(None)
+                }
+            }
+        } else {
+            let mut scratch = [0u8; 64 << 10];
+            let want = self.discard.min(scratch.len());
+            match self.sock.read(&mut scratch[..want]) {
+                Ok(0) => {
+                    self.broken("connection closed by the peer");
+                    Ok(None)
+                }
+                Ok(k) => {
+                    self.discard -= k;
+                    Ok(Some(self.discard == 0))
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(None),
+                Err(e) if e.kind() == ErrorKind::Interrupted => Ok(Some(false)),
+                Err(e) => {
+                    self.broken(e);
+                    Ok(None)
                 }
             }
         }

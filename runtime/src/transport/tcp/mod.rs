@@ -186,11 +186,17 @@ impl Transport for TcpTransport {
         for k in 0..n {
             let peer = (self.next + k) % n;
             if let Some(c) = self.conns[peer].as_mut() {
-                got += c.receive(&mut |f| sink(peer, f))?;
+                got += c.receive(peer, sink)?;
             }
         }
         self.next = (self.next + 1) % n.max(1);
         Ok(got)
+    }
+
+    fn flush(&mut self) {
+        for c in self.conns.iter_mut().flatten() {
+            c.flush();
+        }
     }
 
     fn bulk_read(&mut self, _peer: usize, _addr: u64, _dst: &mut [u8]) -> Result<(), Error> {
