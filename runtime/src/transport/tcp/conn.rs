@@ -174,6 +174,9 @@ impl Conn {
         if self.pending_out() > 0 {
             self.flush();
         }
+        // A read that did not fill the buffer took all the kernel had: after delivering its
+        // frames, do not spend another system call just to hear "would block".
+        let mut drained = false;
         loop {
             if self.direct.is_some() || self.discard > 0 {
                 match self.read_direct(peer, sink)? {
@@ -219,15 +222,19 @@ impl Conn {
                 self.rend -= self.rstart;
                 self.rstart = 0;
             }
-            if self.link != Link::Open {
+            if self.link != Link::Open || drained {
                 return Ok(frames);
             }
+            let room = self.rbuf.len() - self.rend;
             match self.sock.read(&mut self.rbuf[self.rend..]) {
                 Ok(0) => {
                     self.broken("connection closed by the peer");
                     return Ok(frames);
                 }
-                Ok(n) => self.rend += n,
+                Ok(n) => {
+                    self.rend += n;
+                    drained = n < room;
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(frames),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
