@@ -50,11 +50,14 @@ pub trait Communicator: sealed::Sealed {
 #[derive(Debug)]
 struct CommInner {
     rt: Rc<RefCell<Runtime>>,
-    /// Context id: messages of different communicators never match.
+    /// Context id: messages of different communicators never match. The collectives of the
+    /// communicator use `ctx + 1`, so they never match its point-to-point messages either.
     ctx: u32,
     rank: usize,
     /// World rank of each rank of this communicator.
     group: Vec<usize>,
+    /// Collectives started so far (all ranks call them in the same order): their tag.
+    coll_seq: std::cell::Cell<u32>,
 }
 
 /// A communicator: a group of ranks and a private context for their messages.
@@ -80,7 +83,71 @@ impl Comm {
             let r = rt.borrow();
             (r.boot.rank, r.boot.size)
         };
-        Comm { inner: Rc::new(CommInner { rt, ctx: 0, rank, group: (0..size).collect() }) }
+        Comm::new(rt, 0, rank, (0..size).collect())
+    }
+
+    pub(crate) fn new(rt: Rc<RefCell<Runtime>>, ctx: u32, rank: usize, group: Vec<usize>) -> Comm {
+        Comm { inner: Rc::new(CommInner { rt, ctx, rank, group, coll_seq: std::cell::Cell::new(0) }) }
+    }
+
+    pub(crate) fn rt(&self) -> &Rc<RefCell<Runtime>> {
+        &self.inner.rt
+    }
+
+    pub(crate) fn group(&self) -> &[usize] {
+        &self.inner.group
+    }
+
+    /// The tag of the next collective on this communicator.
+    pub(crate) fn coll_tag(&self) -> i32 {
+        let s = self.inner.coll_seq.get();
+        self.inner.coll_seq.set(s.wrapping_add(1));
+        (s & TAG_UB as u32) as i32
+    }
+
+    /// Collective building block: sends `send.0` to rank `send.1` and receives into `recv.0`
+    /// from rank `recv.1` (either may be absent), on the collective context with `tag`.
+    /// Returns the bytes received.
+    pub(crate) fn coll_xchg(
+        &self,
+        tag: i32,
+        send: Option<(&[u8], usize)>,
+        recv: Option<(&mut [u8], usize)>,
+    ) -> Result<usize, Error> {
+        let ctx = self.inner.ctx + 1;
+        let me = self.inner.rank as u32;
+        let mut rt = self.inner.rt.borrow_mut();
+        let r = match recv {
+            Some((buf, src)) => {
+                let world = self.inner.group[src];
+                // SAFETY: `buf` stays borrowed until this function has waited for the request.
+                let b = unsafe { RawBufMut::new(buf) };
+                Some(rt.engine.irecv(ctx, Some(src as u32), Some(tag), Some(world), b))
+            }
+            None => None,
+        };
+        let s = match send {
+            Some((buf, dest)) => {
+                let world = self.inner.group[dest];
+                // SAFETY: `buf` stays borrowed until this function has waited for the request.
+                let b = unsafe { RawBuf::new(buf) };
+                let id = rt.engine.isend(ctx, me, tag, world, b);
+                // A transport error here shows up again in the waits below, which retire
+                // both requests before their buffers are released.
+                let _ = rt.flush();
+                Some(id)
+            }
+            None => None,
+        };
+        let got = r.map(|id| rt.wait(id));
+        let sent = s.map(|id| rt.wait(id));
+        if let Some(e) = sent.and_then(|r| r.err()) {
+            return Err(e);
+        }
+        Ok(match got {
+            Some(r) => r?.bytes,
+            None => 0,
+        })
     }
 
     /// This process's rank in the communicator (`MPI_Comm_rank`).

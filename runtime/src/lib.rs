@@ -24,6 +24,7 @@
 
 pub mod bootstrap;
 mod buf;
+mod coll;
 mod comm;
 mod engine;
 mod error;
@@ -39,6 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
+pub use coll::op::{self, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr, Max, Min, Op, Prod, Sum, UserOp};
 pub use comm::{Comm, Communicator, ANY_SOURCE, ANY_TAG, TAG_UB};
 pub use error::{Error, ErrorClass, Result};
 pub use request::{scope, test_all, wait_all, wait_any, Request, Scope};

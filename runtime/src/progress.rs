@@ -53,6 +53,9 @@ pub(crate) struct Runtime {
     pending_total: usize,
     policy: WaitPolicy,
     finalized: bool,
+    /// The next communicator context id this process may hand out (even: point-to-point,
+    /// the odd one after it: collectives). The world uses 0 and 1.
+    pub(crate) next_ctx: u32,
 }
 
 impl Runtime {
@@ -73,6 +76,7 @@ impl Runtime {
             pending_total: 0,
             policy,
             finalized: false,
+            next_ctx: 2,
         }
     }
 

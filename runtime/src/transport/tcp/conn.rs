@@ -197,7 +197,10 @@ impl Conn {
                 }
                 if len > self.max_frame {
                     self.broken("oversized frame");
-                    return Err(Error::Transport(format!("peer sent a frame of {len} bytes (limit {})", self.max_frame)));
+                    return Err(Error::Transport(format!(
+                        "peer sent a frame of {len} bytes (limit {})",
+                        self.max_frame
+                    )));
                 }
                 let have = self.rend - self.rstart - 4;
                 if have < len {

@@ -1,0 +1,258 @@
+//! The algorithms behind the collectives. All of them speak through `Comm::coll_xchg`
+//! (a blocking send/receive pair on the collective context) with one tag per call.
+
+use bytemuck::Pod;
+
+use super::op::Op;
+use crate::comm::Comm;
+use crate::error::Error;
+
+/// Algorithm forced by environment variable `var`, if set.
+fn forced(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
+/// Dissemination barrier: ceil(log2 p) rounds of empty messages.
+pub(super) fn barrier(c: &Comm, tag: i32) -> Result<(), Error> {
+    let (p, me) = (c.size(), c.rank());
+    let mut k = 1;
+    while k < p {
+        c.coll_xchg(tag, Some((&[], (me + k) % p)), Some((&mut [], (me + p - k) % p)))?;
+        k *= 2;
+    }
+    Ok(())
+}
+
+/// Broadcast: binomial tree for small messages; scatter + ring allgather (van de Geijn) for
+/// large ones on more than two ranks.
+pub(super) fn bcast(c: &Comm, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
+    let p = c.size();
+    let large = buf.len() >= (256 << 10) && p > 2;
+    match forced("MPR_BCAST_ALGO").as_deref() {
+        Some("binomial") => binomial_bcast(c, tag, buf, root),
+        Some("scatter-allgather") => scatter_allgather_bcast(c, tag, buf, root),
+        _ if large => scatter_allgather_bcast(c, tag, buf, root),
+        _ => binomial_bcast(c, tag, buf, root),
+    }
+}
+
+fn binomial_bcast(c: &Comm, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
+    let (p, me) = (c.size(), c.rank());
+    let vr = (me + p - root) % p;
+    let real = |v: usize| (v + root) % p;
+    let mut mask = 1;
+    while mask < p {
+        if vr & mask != 0 {
+            c.coll_xchg(tag, None, Some((&mut *buf, real(vr - mask))))?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if vr + mask < p {
+            c.coll_xchg(tag, Some((&*buf, real(vr + mask))), None)?;
+        }
+        mask >>= 1;
+    }
+    Ok(())
+}
+
+/// Block `i` of a buffer of `len` bytes cut into `p` nearly equal blocks.
+fn block(len: usize, p: usize, i: usize) -> std::ops::Range<usize> {
+    let base = len / p;
+    let extra = len % p;
+    let start = i * base + i.min(extra);
+    start..start + base + usize::from(i < extra)
+}
+
+fn scatter_allgather_bcast(c: &Comm, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
+    let (p, me) = (c.size(), c.rank());
+    // Scatter: the root sends each rank its block (blocks in root-relative order).
+    let vr = (me + p - root) % p;
+    let real = |v: usize| (v + root) % p;
+    if vr == 0 {
+        for v in 1..p {
+            c.coll_xchg(tag, Some((&buf[block(buf.len(), p, v)], real(v))), None)?;
+        }
+    } else {
+        let r = block(buf.len(), p, vr);
+        c.coll_xchg(tag, None, Some((&mut buf[r], root)))?;
+    }
+    // Ring allgather of the blocks, in root-relative numbering.
+    let (next, prev) = (real((vr + 1) % p), real((vr + p - 1) % p));
+    for step in 0..p - 1 {
+        let send_b = (vr + p - step) % p;
+        let recv_b = (vr + p - step - 1) % p;
+        let (sr, rr) = (block(buf.len(), p, send_b), block(buf.len(), p, recv_b));
+        let out = buf[sr].to_vec();
+        c.coll_xchg(tag, Some((&out, next)), Some((&mut buf[rr], prev)))?;
+    }
+    Ok(())
+}
+
+/// Binomial-tree reduction. Commutative operations use a tree rooted at `root`;
+/// non-commutative ones reduce to rank 0 in rank order (each combine puts the lower ranks'
+/// partial result on the left), and rank 0 forwards the result to `root`.
+pub(super) fn reduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, acc: &mut [T], op: &O, root: usize) -> Result<(), Error> {
+    let (p, me) = (c.size(), c.rank());
+    let tree_root = if op.commutative() { root } else { 0 };
+    let vr = (me + p - tree_root) % p;
+    let real = |v: usize| (v + tree_root) % p;
+    let mut tmp = vec![T::zeroed(); acc.len()];
+    let mut mask = 1;
+    while mask < p {
+        if vr & mask == 0 {
+            let src = vr | mask;
+            if src < p {
+                c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(&mut tmp), real(src))))?;
+                op.apply(acc, &tmp);
+            }
+        } else {
+            c.coll_xchg(tag, Some((bytemuck::cast_slice(acc), real(vr & !mask))), None)?;
+            break;
+        }
+        mask <<= 1;
+    }
+    if tree_root != root {
+        if me == tree_root {
+            c.coll_xchg(tag, Some((bytemuck::cast_slice(acc), root)), None)?;
+        } else if me == root {
+            c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(acc), tree_root)))?;
+        }
+    }
+    Ok(())
+}
+
+/// All-reduce: recursive doubling for small messages (and whenever the message has fewer
+/// elements than ranks), reduce-scatter + allgather around a ring for large ones, reduce +
+/// broadcast for non-commutative operations.
+pub(super) fn allreduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+    let p = c.size();
+    if p == 1 {
+        return Ok(());
+    }
+    let bytes = std::mem::size_of_val(buf);
+    let algo = forced("MPR_ALLREDUCE_ALGO");
+    match algo.as_deref() {
+        Some("reduce-bcast") => reduce_bcast(c, tag, buf, op),
+        _ if !op.commutative() => reduce_bcast(c, tag, buf, op),
+        Some("recursive-doubling") => recursive_doubling(c, tag, buf, op),
+        Some("ring") if buf.len() >= p => ring_allreduce(c, tag, buf, op),
+        _ if bytes >= (16 << 10) && buf.len() >= p => ring_allreduce(c, tag, buf, op),
+        _ => recursive_doubling(c, tag, buf, op),
+    }
+}
+
+fn reduce_bcast<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+    reduce(c, tag, buf, op, 0)?;
+    binomial_bcast(c, tag, bytemuck::cast_slice_mut(buf), 0)
+}
+
+/// Recursive doubling with the usual fold for a rank count that is not a power of two: the
+/// first `2 * rem` ranks pair up, the even one hands its data to the odd one and waits for
+/// the result.
+fn recursive_doubling<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+    let (p, me) = (c.size(), c.rank());
+    let pof2 = 1usize << p.ilog2();
+    let rem = p - pof2;
+    let mut tmp = vec![T::zeroed(); buf.len()];
+    let newrank = if me < 2 * rem {
+        if me % 2 == 0 {
+            c.coll_xchg(tag, Some((bytemuck::cast_slice(buf), me + 1)), None)?;
+            None
+        } else {
+            c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(&mut tmp), me - 1)))?;
+            // tmp comes from the lower rank: it goes on the left.
+            op.apply(&mut tmp, buf);
+            buf.copy_from_slice(&tmp);
+            Some(me / 2)
+        }
+    } else {
+        Some(me - rem)
+    };
+    if let Some(nr) = newrank {
+        let mut mask = 1;
+        while mask < pof2 {
+            let nd = nr ^ mask;
+            let dst = if nd < rem { nd * 2 + 1 } else { nd + rem };
+            c.coll_xchg(tag, Some((bytemuck::cast_slice(buf), dst)), Some((bytemuck::cast_slice_mut(&mut tmp), dst)))?;
+            if dst < me {
+                op.apply(&mut tmp, buf);
+                buf.copy_from_slice(&tmp);
+            } else {
+                op.apply(buf, &tmp);
+            }
+            mask <<= 1;
+        }
+    }
+    if me < 2 * rem {
+        if me % 2 == 0 {
+            c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(buf), me + 1)))?;
+        } else {
+            c.coll_xchg(tag, Some((bytemuck::cast_slice(buf), me - 1)), None)?;
+        }
+    }
+    Ok(())
+}
+
+/// Ring all-reduce: p-1 reduce-scatter steps, then p-1 allgather steps; each rank sends and
+/// receives 2(p-1)/p of the buffer.
+fn ring_allreduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+    let (p, me) = (c.size(), c.rank());
+    let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+    let n = buf.len();
+    let mut tmp = vec![T::zeroed(); block(n, p, 0).len()];
+    for step in 0..p - 1 {
+        let sb = block(n, p, (me + p - step) % p);
+        let rb = block(n, p, (me + 2 * p - step - 1) % p);
+        let t = &mut tmp[..rb.len()];
+        c.coll_xchg(tag, Some((bytemuck::cast_slice(&buf[sb]), next)), Some((bytemuck::cast_slice_mut(t), prev)))?;
+        // The incoming partial result covers the ranks before us in the ring: it goes left.
+        op.apply(t, &buf[rb.clone()]);
+        buf[rb].copy_from_slice(t);
+    }
+    // Rank `me` now holds the full result of block `me + 1`.
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+    let elem = std::mem::size_of::<T>();
+    for step in 0..p - 1 {
+        let sb = block(n, p, (me + 1 + p - step) % p);
+        let rb = block(n, p, (me + p - step) % p);
+        let out = bytes[sb.start * elem..sb.end * elem].to_vec();
+        c.coll_xchg(tag, Some((&out, next)), Some((&mut bytes[rb.start * elem..rb.end * elem], prev)))?;
+    }
+    Ok(())
+}
+
+/// Ring allgather: `buf` holds p blocks of `blk` bytes, this rank's own already in place.
+pub(super) fn allgather_ring(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
+    let (p, me) = (c.size(), c.rank());
+    let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+    for step in 0..p.saturating_sub(1) {
+        let sb = (me + p - step) % p;
+        let rb = (me + p - step - 1) % p;
+        let out = buf[sb * blk..(sb + 1) * blk].to_vec();
+        c.coll_xchg(tag, Some((&out, next)), Some((&mut buf[rb * blk..(rb + 1) * blk], prev)))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::block;
+
+    #[test]
+    fn blocks_cover_the_buffer() {
+        for len in 0..50 {
+            for p in 1..9 {
+                let mut at = 0;
+                for i in 0..p {
+                    let b = block(len, p, i);
+                    assert_eq!(b.start, at);
+                    at = b.end;
+                }
+                assert_eq!(at, len);
+            }
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Communicator creation: `dup` and `split` (MPI 4.1, section 7.4.2).
+//!
+//! A new communicator needs a context id that no communicator of any of its members uses.
+//! Every process hands out ids in increasing order (two per communicator: point-to-point and
+//! collectives), so the members agree on the largest of their next free ids (an all-reduce
+//! over the parent) and all move past it. Communicators made by one `split` share the id:
+//! their groups are disjoint, so their messages cannot meet.
+
+use super::op::Max;
+use crate::comm::Comm;
+use crate::error::Error;
+
+impl Comm {
+    fn agree_context(&self) -> Result<u32, Error> {
+        let mine = self.rt().borrow().next_ctx;
+        let mut ctx = [mine];
+        self.allreduce_in_place(&mut ctx, Max)?;
+        let ctx = ctx[0];
+        let next = ctx.checked_add(2).ok_or_else(|| Error::Other("out of communicator context ids".into()))?;
+        self.rt().borrow_mut().next_ctx = next;
+        Ok(ctx)
+    }
+
+    /// A new communicator with the same group and a new context (`MPI_Comm_dup`).
+    /// Collective over this communicator.
+    pub fn dup(&self) -> Result<Comm, Error> {
+        let ctx = self.agree_context()?;
+        Ok(Comm::new(self.rt().clone(), ctx, self.rank(), self.group().to_vec()))
+    }
+
+    /// Splits the ranks by `color` into new communicators, ordered by `key` then by rank
+    /// here (`MPI_Comm_split`). `None` as color (`MPI_UNDEFINED`) takes part but gets no
+    /// communicator. Collective over this communicator.
+    pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Comm>, Error> {
+        let p = self.size();
+        // (color + 1, with 0 for none; key; rank)
+        let mine = [color.map_or(0i64, |c| c as i64 + 1), key as i64, self.rank() as i64];
+        let mut all = vec![0i64; 3 * p];
+        self.allgather(&mine, &mut all)?;
+        let ctx = self.agree_context()?;
+        let Some(c) = color else { return Ok(None) };
+        let mut members: Vec<(i64, usize)> =
+            all.chunks(3).filter(|e| e[0] == c as i64 + 1).map(|e| (e[1], e[2] as usize)).collect();
+        members.sort();
+        let group: Vec<usize> = members.iter().map(|&(_, r)| self.group()[r]).collect();
+        let rank = members.iter().position(|&(_, r)| r == self.rank()).expect("this rank has this color");
+        Ok(Some(Comm::new(self.rt().clone(), ctx, rank, group)))
+    }
+}

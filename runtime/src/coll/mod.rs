@@ -1,0 +1,167 @@
+//! Collective operations (MPI 4.1, chapter 6) and communicator creation (chapter 7), built on
+//! the engine's point-to-point messages in a context of their own (the communicator's
+//! context + 1), so they never match user messages.
+//!
+//! Algorithms are chosen by size and rank count, as MPICH and Open MPI choose them, and can
+//! be forced with `MPR_ALLREDUCE_ALGO` (`recursive-doubling`, `ring`, `reduce-bcast`) and
+//! `MPR_BCAST_ALGO` (`binomial`, `scatter-allgather`) for tests and tuning. Every algorithm
+//! combines operands in a fixed order, so the same inputs on the same rank count give
+//! bit-identical floating-point results on every run.
+
+mod algo;
+mod create;
+pub mod op;
+
+use bytemuck::Pod;
+
+use crate::comm::Comm;
+use crate::error::Error;
+use op::Op;
+
+fn bytes<T: Pod>(v: &[T]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+fn bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(v)
+}
+
+fn check_root(comm: &Comm, root: usize) -> Result<(), Error> {
+    if root < comm.size() {
+        Ok(())
+    } else {
+        Err(Error::Rank { rank: root, size: comm.size() })
+    }
+}
+
+fn check_len(what: &str, got: usize, want: usize) -> Result<(), Error> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(Error::Other(format!("{what}: buffer holds {got} elements, the operation needs {want}")))
+    }
+}
+
+impl Comm {
+    /// Blocks until every rank has entered (`MPI_Barrier`; dissemination algorithm).
+    pub fn barrier(&self) -> Result<(), Error> {
+        algo::barrier(self, self.coll_tag())
+    }
+
+    /// Broadcasts `buf` from `root` to every rank (`MPI_Bcast`).
+    pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
+        check_root(self, root)?;
+        algo::bcast(self, self.coll_tag(), bytes_mut(buf), root)
+    }
+
+    /// Reduces `send` of every rank with `op` into `recv` at `root` (`MPI_Reduce`); `recv`
+    /// is used at the root only (pass `None` elsewhere).
+    pub fn reduce<T: Pod, O: Op<T>>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        op: O,
+        root: usize,
+    ) -> Result<(), Error> {
+        check_root(self, root)?;
+        let tag = self.coll_tag();
+        let mut acc = send.to_vec();
+        algo::reduce(self, tag, &mut acc, &op, root)?;
+        if self.rank() == root {
+            let recv = recv.ok_or_else(|| Error::Other("reduce: the root must pass a receive buffer".into()))?;
+            check_len("reduce", recv.len(), send.len())?;
+            recv.copy_from_slice(&acc);
+        }
+        Ok(())
+    }
+
+    /// Reduces `send` of every rank with `op` into `recv` on every rank (`MPI_Allreduce`).
+    pub fn allreduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<(), Error> {
+        check_len("allreduce", recv.len(), send.len())?;
+        recv.copy_from_slice(send);
+        self.allreduce_in_place(recv, op)
+    }
+
+    /// In-place all-reduce (`MPI_Allreduce` with `MPI_IN_PLACE`).
+    pub fn allreduce_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O) -> Result<(), Error> {
+        algo::allreduce(self, self.coll_tag(), buf, &op)
+    }
+
+    /// Gathers `send` of every rank, in rank order, into `recv` at `root` (`MPI_Gather`).
+    pub fn gather<T: Pod>(&self, send: &[T], recv: Option<&mut [T]>, root: usize) -> Result<(), Error> {
+        check_root(self, root)?;
+        let tag = self.coll_tag();
+        if self.rank() != root {
+            return self.coll_xchg(tag, Some((bytes(send), root)), None).map(|_| ());
+        }
+        let recv = recv.ok_or_else(|| Error::Other("gather: the root must pass a receive buffer".into()))?;
+        check_len("gather", recv.len(), send.len() * self.size())?;
+        let n = send.len();
+        for (r, chunk) in recv.chunks_mut(n.max(1)).enumerate().take(self.size()) {
+            if r == root {
+                chunk.copy_from_slice(send);
+            } else if n > 0 {
+                self.coll_xchg(tag, None, Some((bytes_mut(chunk), r)))?;
+            }
+        }
+        if n == 0 {
+            for r in (0..self.size()).filter(|&r| r != root) {
+                self.coll_xchg(tag, None, Some((&mut [], r)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Scatters consecutive blocks of `send` at `root`, one per rank in rank order, into
+    /// `recv` (`MPI_Scatter`); `send` is used at the root only.
+    pub fn scatter<T: Pod>(&self, send: Option<&[T]>, recv: &mut [T], root: usize) -> Result<(), Error> {
+        check_root(self, root)?;
+        let tag = self.coll_tag();
+        if self.rank() != root {
+            return self.coll_xchg(tag, None, Some((bytes_mut(recv), root))).map(|_| ());
+        }
+        let send = send.ok_or_else(|| Error::Other("scatter: the root must pass a send buffer".into()))?;
+        let n = recv.len();
+        check_len("scatter", send.len(), n * self.size())?;
+        for r in 0..self.size() {
+            let block = &send[r * n..(r + 1) * n];
+            if r == root {
+                recv.copy_from_slice(block);
+            } else {
+                self.coll_xchg(tag, Some((bytes(block), r)), None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gathers `send` of every rank, in rank order, into `recv` on every rank
+    /// (`MPI_Allgather`; ring algorithm).
+    pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        check_len("allgather", recv.len(), send.len() * self.size())?;
+        let n = send.len();
+        recv[self.rank() * n..(self.rank() + 1) * n].copy_from_slice(send);
+        algo::allgather_ring(self, self.coll_tag(), bytes_mut(recv), std::mem::size_of_val(send))
+    }
+
+    /// Sends block `j` of `send` to rank `j` and receives block `i` of `recv` from rank `i`
+    /// (`MPI_Alltoall`; pairwise exchange).
+    pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        let p = self.size();
+        check_len("alltoall", send.len(), recv.len())?;
+        if send.len() % p != 0 {
+            return Err(Error::Other(format!("alltoall: {} elements do not split into {p} blocks", send.len())));
+        }
+        let n = send.len() / p;
+        let me = self.rank();
+        recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
+        let tag = self.coll_tag();
+        for step in 1..p {
+            let to = (me + step) % p;
+            let from = (me + p - step) % p;
+            let out = bytes(&send[to * n..(to + 1) * n]);
+            let inn = bytes_mut(&mut recv[from * n..(from + 1) * n]);
+            self.coll_xchg(tag, Some((out, to)), Some((inn, from)))?;
+        }
+        Ok(())
+    }
+}

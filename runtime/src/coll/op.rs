@@ -1,0 +1,177 @@
+//! Reduction operations (MPI 4.1, section 6.9.2): built-in arithmetic, bitwise and logical
+//! operations, and user-defined ones.
+//!
+//! An operation folds `x` into `acc` element by element; `acc` holds the contribution of the
+//! lower ranks, so non-commutative operations see their operands in rank order.
+
+use bytemuck::Pod;
+
+/// A reduction operation on elements of type `T`.
+pub trait Op<T> {
+    /// `acc[i] = acc[i] (op) x[i]`, where `acc` comes from lower ranks than `x`.
+    fn apply(&self, acc: &mut [T], x: &[T]);
+
+    /// Whether operands may be combined in any order (default: yes).
+    fn commutative(&self) -> bool {
+        true
+    }
+}
+
+/// Sum (`MPI_SUM`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sum;
+/// Product (`MPI_PROD`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Prod;
+/// Minimum (`MPI_MIN`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Min;
+/// Maximum (`MPI_MAX`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Max;
+/// Bitwise and (`MPI_BAND`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BitAnd;
+/// Bitwise or (`MPI_BOR`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BitOr;
+/// Bitwise exclusive or (`MPI_BXOR`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BitXor;
+/// Logical and (`MPI_LAND`): non-zero is true; the result is 1 or 0.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogicalAnd;
+/// Logical or (`MPI_LOR`): non-zero is true; the result is 1 or 0.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogicalOr;
+
+/// Element types the arithmetic operations work on.
+pub trait Number: Pod + PartialOrd + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> {
+    /// Zero of the type.
+    const ZERO: Self;
+    /// One of the type.
+    const ONE: Self;
+}
+
+/// Integer element types (bitwise and logical operations).
+pub trait Integer:
+    Number + std::ops::BitAnd<Output = Self> + std::ops::BitOr<Output = Self> + std::ops::BitXor<Output = Self>
+{
+}
+
+macro_rules! numbers {
+    ($($t:ty => $z:expr, $o:expr, $int:tt);* $(;)?) => {$(
+        impl Number for $t {
+            const ZERO: Self = $z;
+            const ONE: Self = $o;
+        }
+        numbers!(@int $t, $int);
+    )*};
+    (@int $t:ty, yes) => { impl Integer for $t {} };
+    (@int $t:ty, no) => {};
+}
+
+numbers! {
+    i8 => 0, 1, yes; i16 => 0, 1, yes; i32 => 0, 1, yes; i64 => 0, 1, yes;
+    u8 => 0, 1, yes; u16 => 0, 1, yes; u32 => 0, 1, yes; u64 => 0, 1, yes;
+    isize => 0, 1, yes; usize => 0, 1, yes;
+    f32 => 0.0, 1.0, no; f64 => 0.0, 1.0, no;
+}
+
+fn zip<T: Copy>(acc: &mut [T], x: &[T], f: impl Fn(T, T) -> T) {
+    for (a, &b) in acc.iter_mut().zip(x) {
+        *a = f(*a, b);
+    }
+}
+
+impl<T: Number> Op<T> for Sum {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        zip(acc, x, |a, b| a + b)
+    }
+}
+
+impl<T: Number> Op<T> for Prod {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        zip(acc, x, |a, b| a * b)
+    }
+}
+
+impl<T: Number> Op<T> for Min {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        zip(acc, x, |a, b| if b < a { b } else { a })
+    }
+}
+
+impl<T: Number> Op<T> for Max {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        zip(acc, x, |a, b| if b > a { b } else { a })
+    }
+}
+
+impl<T: Integer> Op<T> for BitAnd {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        zip(acc, x, |a, b| a & b)
+    }
+}
+
+impl<T: Integer> Op<T> for BitOr {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        zip(acc, x, |a, b| a | b)
+    }
+}
+
+impl<T: Integer> Op<T> for BitXor {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        zip(acc, x, |a, b| a ^ b)
+    }
+}
+
+fn truth<T: Number>(v: bool) -> T {
+    if v {
+        T::ONE
+    } else {
+        T::ZERO
+    }
+}
+
+impl<T: Integer> Op<T> for LogicalAnd {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        zip(acc, x, |a, b| truth(a != T::ZERO && b != T::ZERO))
+    }
+}
+
+impl<T: Integer> Op<T> for LogicalOr {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        zip(acc, x, |a, b| truth(a != T::ZERO || b != T::ZERO))
+    }
+}
+
+/// A user-defined operation from a function (`MPI_Op_create`).
+#[derive(Clone, Copy)]
+pub struct UserOp<F> {
+    f: F,
+    commutative: bool,
+}
+
+impl<F> std::fmt::Debug for UserOp<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserOp").field("commutative", &self.commutative).finish()
+    }
+}
+
+impl<F> UserOp<F> {
+    /// An operation calling `f(acc, x)`; `commutative: false` makes reductions combine
+    /// operands strictly in rank order.
+    pub fn new(f: F, commutative: bool) -> Self {
+        UserOp { f, commutative }
+    }
+}
+
+impl<T: Pod, F: Fn(&mut [T], &[T])> Op<T> for UserOp<F> {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        (self.f)(acc, x)
+    }
+    fn commutative(&self) -> bool {
+        self.commutative
+    }
+}

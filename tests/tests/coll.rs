@@ -1,0 +1,46 @@
+//! Collectives and communicators through mprun: the `coll` rank program checks every
+//! collective against a sequential reference, for 1 to 7 ranks, each algorithm forced in
+//! turn, on shared memory and over TCP.
+
+use mpr_tests::{bin_dir, mprun, text};
+
+fn run(np: usize, env: &[(&str, &str)]) {
+    let coll = bin_dir().join("coll");
+    let n = np.to_string();
+    let out = mprun(&["-np", &n, "--timeout", "240", coll.to_str().unwrap()], env);
+    let so = text(&out.stdout);
+    assert!(out.status.success(), "coll on {np} ranks {env:?}: {:?}\n{so}\n{}", out.status, text(&out.stderr));
+    assert_eq!(so.lines().filter(|l| l.ends_with("coll ok")).count(), np, "{so}");
+}
+
+#[test]
+fn every_rank_count_from_1_to_7() {
+    for np in 1..=7 {
+        run(np, &[]);
+    }
+}
+
+#[test]
+fn allreduce_algorithms_forced() {
+    for algo in ["recursive-doubling", "ring", "reduce-bcast"] {
+        for np in [3, 4, 6] {
+            run(np, &[("MPR_ALLREDUCE_ALGO", algo), ("COLL_MAX", "70000")]);
+        }
+    }
+}
+
+#[test]
+fn bcast_algorithms_forced() {
+    for algo in ["binomial", "scatter-allgather"] {
+        for np in [2, 5] {
+            run(np, &[("MPR_BCAST_ALGO", algo), ("COLL_MAX", "70000")]);
+        }
+    }
+}
+
+#[test]
+fn over_tcp() {
+    for np in [2, 3, 5] {
+        run(np, &[("MPR_TRANSPORTS", "tcp"), ("COLL_MAX", "70000")]);
+    }
+}
