@@ -152,6 +152,52 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
     Ok(())
 }
 
+/// Collective latency (us per call, averaged over ranks), OSU style: sizes 4 B to `max`
+/// (for allreduce: bytes of f32 summed; for allgather/alltoall: bytes per rank).
+fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let title = match what {
+        "allreduce" => "Allreduce",
+        "bcast" => "Broadcast",
+        "allgather" => "Allgather",
+        "alltoall" => "All-to-All",
+        _ => "Barrier",
+    };
+    if me == 0 {
+        println!("# mpr-bench {title} Latency Test");
+        println!("# Size       Avg Latency(us)");
+    }
+    let list = if what == "barrier" { vec![0] } else { sizes(o.min.max(4), o.max, false) };
+    for size in list {
+        let n = (size / 4).max(1);
+        let (iters, skip) = if size > 64 << 10 { ((o.iters / 100).max(20), 5) } else { ((o.iters / 10).max(100), 20) };
+        let mut a = vec![1.0f32; n];
+        let mut b = vec![0.0f32; n * if matches!(what, "allgather" | "alltoall") { p } else { 1 }];
+        let big = if what == "alltoall" { vec![1.0f32; n * p] } else { Vec::new() };
+        let mut total = 0.0;
+        for i in 0..iters + skip {
+            w.barrier()?;
+            let t0 = mpr::wtime();
+            match what {
+                "allreduce" => w.allreduce(&a, &mut b, mpr::Sum)?,
+                "bcast" => w.bcast(&mut a, 0)?,
+                "allgather" => w.allgather(&a, &mut b)?,
+                "alltoall" => w.alltoall(&big, &mut b)?,
+                _ => w.barrier()?,
+            }
+            if i >= skip {
+                total += mpr::wtime() - t0;
+            }
+        }
+        let mut avg = [total * 1e6 / iters as f64];
+        w.allreduce_in_place(&mut avg, mpr::Sum)?;
+        if me == 0 {
+            println!("{size:<10}{:>18.2}", avg[0] / p as f64);
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(what) = args.first().cloned() else {
@@ -170,15 +216,18 @@ fn main() {
         std::process::exit(1)
     });
     let w = universe.world();
-    if w.size() < 2 {
+    if w.size() < 2 && matches!(what.as_str(), "latency" | "bw") {
         eprintln!("mpr-bench {what}: needs at least 2 ranks (mprun -np 2 mpr-bench {what})");
         std::process::exit(2);
     }
     let r = match what.as_str() {
         "latency" => latency(&w, &opts),
         "bw" => bandwidth(&w, &opts),
+        "allreduce" | "bcast" | "allgather" | "alltoall" | "barrier" => collective(&w, &what, &opts),
         other => {
-            eprintln!("mpr-bench: unknown benchmark {other} (latency, bw)");
+            eprintln!(
+                "mpr-bench: unknown benchmark {other} (latency, bw, allreduce, bcast, allgather, alltoall, barrier)"
+            );
             std::process::exit(2);
         }
     };

@@ -7,6 +7,44 @@ use super::op::Op;
 use crate::comm::Comm;
 use crate::error::Error;
 
+thread_local! {
+    /// Scratch buffers reused across collectives: a fresh large allocation per call would
+    /// cost page faults on every call. A pool, because collectives nest (reduce in bcast).
+    static SCRATCH: std::cell::RefCell<Vec<Vec<u64>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Largest scratch buffer kept between calls.
+const SCRATCH_KEEP: usize = 64 << 20;
+
+/// Runs `f` on a scratch slice of `len` elements (contents unspecified).
+pub(super) fn with_scratch<T: Pod, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    let mut v = SCRATCH.with(|s| s.borrow_mut().pop()).unwrap_or_default();
+    let bytes = len * std::mem::size_of::<T>();
+    if v.len() * 8 < bytes {
+        v.resize(bytes.div_ceil(8), 0);
+    }
+    let r = match bytemuck::try_cast_slice_mut::<u8, T>(&mut bytemuck::cast_slice_mut::<u64, u8>(&mut v)[..bytes]) {
+        Ok(t) => f(t),
+        Err(_) => f(&mut vec![T::zeroed(); len]),
+    };
+    if v.len() * 8 <= SCRATCH_KEEP {
+        SCRATCH.with(|s| s.borrow_mut().push(v));
+    }
+    r
+}
+
+/// Block `a` to read and block `b` to write of one buffer (they must not overlap).
+fn two(buf: &mut [u8], a: std::ops::Range<usize>, b: std::ops::Range<usize>) -> (&[u8], &mut [u8]) {
+    debug_assert!(a.end <= b.start || b.end <= a.start);
+    if a.start < b.start {
+        let (lo, hi) = buf.split_at_mut(b.start);
+        (&lo[a], &mut hi[..b.end - b.start])
+    } else {
+        let (lo, hi) = buf.split_at_mut(a.start);
+        (&hi[..a.end - a.start], &mut lo[b])
+    }
+}
+
 /// Algorithm forced by environment variable `var`, if set.
 fn forced(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|v| !v.is_empty())
@@ -85,8 +123,8 @@ fn scatter_allgather_bcast(c: &Comm, tag: i32, buf: &mut [u8], root: usize) -> R
         let send_b = (vr + p - step) % p;
         let recv_b = (vr + p - step - 1) % p;
         let (sr, rr) = (block(buf.len(), p, send_b), block(buf.len(), p, recv_b));
-        let out = buf[sr].to_vec();
-        c.coll_xchg(tag, Some((&out, next)), Some((&mut buf[rr], prev)))?;
+        let (out, inn) = two(buf, sr, rr);
+        c.coll_xchg(tag, Some((out, next)), Some((inn, prev)))?;
     }
     Ok(())
 }
@@ -99,21 +137,23 @@ pub(super) fn reduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, acc: &mut [T], op: &O
     let tree_root = if op.commutative() { root } else { 0 };
     let vr = (me + p - tree_root) % p;
     let real = |v: usize| (v + tree_root) % p;
-    let mut tmp = vec![T::zeroed(); acc.len()];
-    let mut mask = 1;
-    while mask < p {
-        if vr & mask == 0 {
-            let src = vr | mask;
-            if src < p {
-                c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(&mut tmp), real(src))))?;
-                op.apply(acc, &tmp);
+    with_scratch::<T, _>(acc.len(), |tmp| {
+        let mut mask = 1;
+        while mask < p {
+            if vr & mask == 0 {
+                let src = vr | mask;
+                if src < p {
+                    c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(tmp), real(src))))?;
+                    op.apply(acc, tmp);
+                }
+            } else {
+                c.coll_xchg(tag, Some((bytemuck::cast_slice(acc), real(vr & !mask))), None)?;
+                break;
             }
-        } else {
-            c.coll_xchg(tag, Some((bytemuck::cast_slice(acc), real(vr & !mask))), None)?;
-            break;
+            mask <<= 1;
         }
-        mask <<= 1;
-    }
+        Ok::<(), Error>(())
+    })?;
     if tree_root != root {
         if me == tree_root {
             c.coll_xchg(tag, Some((bytemuck::cast_slice(acc), root)), None)?;
@@ -153,19 +193,22 @@ fn reduce_bcast<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> 
 /// first `2 * rem` ranks pair up, the even one hands its data to the odd one and waits for
 /// the result.
 fn recursive_doubling<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+    with_scratch::<T, _>(buf.len(), |tmp| rd_steps(c, tag, buf, op, tmp))
+}
+
+fn rd_steps<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O, tmp: &mut [T]) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let pof2 = 1usize << p.ilog2();
     let rem = p - pof2;
-    let mut tmp = vec![T::zeroed(); buf.len()];
     let newrank = if me < 2 * rem {
         if me % 2 == 0 {
             c.coll_xchg(tag, Some((bytemuck::cast_slice(buf), me + 1)), None)?;
             None
         } else {
-            c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(&mut tmp), me - 1)))?;
+            c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(&mut *tmp), me - 1)))?;
             // tmp comes from the lower rank: it goes on the left.
-            op.apply(&mut tmp, buf);
-            buf.copy_from_slice(&tmp);
+            op.apply(tmp, buf);
+            buf.copy_from_slice(tmp);
             Some(me / 2)
         }
     } else {
@@ -176,12 +219,12 @@ fn recursive_doubling<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &
         while mask < pof2 {
             let nd = nr ^ mask;
             let dst = if nd < rem { nd * 2 + 1 } else { nd + rem };
-            c.coll_xchg(tag, Some((bytemuck::cast_slice(buf), dst)), Some((bytemuck::cast_slice_mut(&mut tmp), dst)))?;
+            c.coll_xchg(tag, Some((bytemuck::cast_slice(buf), dst)), Some((bytemuck::cast_slice_mut(&mut *tmp), dst)))?;
             if dst < me {
-                op.apply(&mut tmp, buf);
-                buf.copy_from_slice(&tmp);
+                op.apply(tmp, buf);
+                buf.copy_from_slice(tmp);
             } else {
-                op.apply(buf, &tmp);
+                op.apply(buf, tmp);
             }
             mask <<= 1;
         }
@@ -199,10 +242,14 @@ fn recursive_doubling<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &
 /// Ring all-reduce: p-1 reduce-scatter steps, then p-1 allgather steps; each rank sends and
 /// receives 2(p-1)/p of the buffer.
 fn ring_allreduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+    let n = block(buf.len(), c.size(), 0).len();
+    with_scratch::<T, _>(n, |tmp| ring_steps(c, tag, buf, op, tmp))
+}
+
+fn ring_steps<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O, tmp: &mut [T]) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
     let n = buf.len();
-    let mut tmp = vec![T::zeroed(); block(n, p, 0).len()];
     for step in 0..p - 1 {
         let sb = block(n, p, (me + p - step) % p);
         let rb = block(n, p, (me + 2 * p - step - 1) % p);
@@ -218,8 +265,8 @@ fn ring_allreduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -
     for step in 0..p - 1 {
         let sb = block(n, p, (me + 1 + p - step) % p);
         let rb = block(n, p, (me + p - step) % p);
-        let out = bytes[sb.start * elem..sb.end * elem].to_vec();
-        c.coll_xchg(tag, Some((&out, next)), Some((&mut bytes[rb.start * elem..rb.end * elem], prev)))?;
+        let (out, inn) = two(bytes, sb.start * elem..sb.end * elem, rb.start * elem..rb.end * elem);
+        c.coll_xchg(tag, Some((out, next)), Some((inn, prev)))?;
     }
     Ok(())
 }
@@ -231,8 +278,8 @@ pub(super) fn allgather_ring(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> 
     for step in 0..p.saturating_sub(1) {
         let sb = (me + p - step) % p;
         let rb = (me + p - step - 1) % p;
-        let out = buf[sb * blk..(sb + 1) * blk].to_vec();
-        c.coll_xchg(tag, Some((&out, next)), Some((&mut buf[rb * blk..(rb + 1) * blk], prev)))?;
+        let (out, inn) = two(buf, sb * blk..(sb + 1) * blk, rb * blk..(rb + 1) * blk);
+        c.coll_xchg(tag, Some((out, next)), Some((inn, prev)))?;
     }
     Ok(())
 }
