@@ -16,6 +16,7 @@
 #
 # Environment:
 #   NP=2             ranks for every implementation
+#   TRANSPORT=tcp    all three over TCP on loopback (see launcher() below)
 #   REPEATS=5        runs per benchmark and implementation (median is reported)
 #   STARTUP_RUNS=20  runs per launcher for `startup`
 #   TIMEOUT=300      seconds before one run is killed (counts as failed)
@@ -104,7 +105,18 @@ fi
 
 # ---------------------------------------------------------------- running
 # launcher IMPL: prints nothing, sets LAUNCH to the launcher prefix for IMPL.
+# TRANSPORT=tcp makes all three use TCP between ranks of this host (loopback):
+#   mpr: MPR_TRANSPORTS=tcp; MPICH (ch4:ucx): MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self
+#   UCX_NET_DEVICES=lo; Open MPI: --mca pml ob1 --mca btl tcp,self.
 launcher() {
+    if [[ ${TRANSPORT:-} == tcp ]]; then
+        case $1 in
+            mpr) LAUNCH=(env MPR_TRANSPORTS=tcp "$TARGET/mprun" -np "$NP") ;;
+            mpich) LAUNCH=(env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self UCX_NET_DEVICES=lo mpiexec.mpich -n "$NP") ;;
+            openmpi) LAUNCH=(mpirun.openmpi --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl tcp,self -np "$NP") ;;
+        esac
+        return
+    fi
     case $1 in
         mpr) LAUNCH=("$TARGET/mprun" -np "$NP") ;;
         mpich) LAUNCH=(mpiexec.mpich -n "$NP") ;;
