@@ -2,13 +2,20 @@
 //!
 //! Options stop at the first word that is not an option (or after `--`): that word is the
 //! program and everything after it belongs to the program, untouched, even words such as
-//! `-n`. mpirun's single-dash `-np` is accepted by rewriting it to `--np` before clap sees
-//! it. Every error is one line starting `mprun: `, reported before any rank starts.
+//! `-n`. mpirun's single-dash long options (`-np`, `-ppn`, `-host`, `-hostfile`,
+//! `-machinefile`) are accepted by rewriting them to `--np` and so on before clap sees them.
+//! Every error is one line starting `mprun: `, reported before any rank starts.
 
 use std::ffi::{OsStr, OsString};
+use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, ColorChoice, CommandFactory, FromArgMatches, Parser};
+
+use crate::addr;
+use crate::control::start::Launcher;
+use crate::hosts::{self, HostSpec};
 
 /// How long ranks get between SIGTERM and SIGKILL when the job is stopped, unless the
 /// environment variable [`GRACE_VAR`] says otherwise.
@@ -17,8 +24,31 @@ const DEFAULT_KILL_GRACE: Duration = Duration::from_millis(1000);
 /// Environment variable that overrides [`DEFAULT_KILL_GRACE`], in milliseconds.
 const GRACE_VAR: &str = "MPR_KILL_GRACE_MS";
 
+/// Default bound on starting a host's proxy and on its silence.
+const DEFAULT_HOST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Options whose value is the next word when it is not attached (`--np=4`, `-n4`).
-const VALUE_OPTIONS: &[&str] = &["--np", "-n", "--timeout", "-x", "--env"];
+const VALUE_OPTIONS: &[&str] = &[
+    "--np",
+    "-n",
+    "--timeout",
+    "-x",
+    "--env",
+    "-H",
+    "--host",
+    "--hostfile",
+    "--machinefile",
+    "--ppn",
+    "--launcher",
+    "--launcher-exec",
+    "--host-timeout",
+    "--control-addr",
+    "--iface",
+    "--transports",
+];
+
+/// mpirun's single-dash long options, rewritten to their double-dash form.
+const SINGLE_DASH: &[&str] = &["-np", "-ppn", "-hostfile", "-machinefile", "-host"];
 
 /// Exit code for bad usage, as clap and most tools use.
 const USAGE_EXIT: i32 = 2;
@@ -30,7 +60,8 @@ const USAGE_EXIT: i32 = 2;
     about = "Start an mpr job: N ranks of PROGRAM, supervised as one job.",
     override_usage = "mprun -np N [OPTIONS] PROGRAM [ARGS]...",
     after_help = "Environment:\n  MPR_KILL_GRACE_MS  milliseconds between SIGTERM and SIGKILL when the job is stopped \
-                  (default 1000)",
+                  (default 1000)\n  MPR_*              passed on to ranks on remote hosts, which do not inherit \
+                  mprun's environment (other variables: use -x or --env)",
     color = ColorChoice::Never
 )]
 struct Args {
@@ -57,6 +88,44 @@ struct Args {
     /// Set K=V in the ranks' environment; repeatable
     #[arg(long = "env", value_name = "K=V", action = ArgAction::Append, allow_hyphen_values = true)]
     env: Vec<String>,
+
+    /// Hosts to run on: NAME[:SLOTS],... (repeatable; a host without SLOTS has one)
+    #[arg(short = 'H', long = "host", value_name = "HOSTS", action = ArgAction::Append)]
+    host: Vec<String>,
+
+    /// File naming the hosts, one per line: `HOST slots=N` or `HOST:N`
+    #[arg(long, visible_alias = "machinefile", value_name = "FILE")]
+    hostfile: Option<PathBuf>,
+
+    /// Ranks per host: every host gets N slots (also spelled -ppn)
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    ppn: Option<String>,
+
+    /// How remote hosts' proxies are started: ssh (default) or fork (all on this machine)
+    #[arg(long, value_name = "ssh|fork")]
+    launcher: Option<String>,
+
+    /// Start remote proxies as `CMD HOST PROXY-COMMAND...` (CMD is split at spaces)
+    #[arg(long = "launcher-exec", value_name = "CMD")]
+    launcher_exec: Option<String>,
+
+    /// Stop the job if a host's proxy does not connect, or is not heard from, within SECONDS
+    /// (default 30)
+    #[arg(long = "host-timeout", value_name = "SECONDS", allow_hyphen_values = true)]
+    host_timeout: Option<String>,
+
+    /// The address mprun listens on for proxies (default: the local address that routes to
+    /// the first remote host)
+    #[arg(long = "control-addr", value_name = "IP")]
+    control_addr: Option<String>,
+
+    /// Network interface of the job: mprun listens on its address and ranks use it for TCP
+    #[arg(long, value_name = "NAME")]
+    iface: Option<String>,
+
+    /// Transports the ranks may use, e.g. `tcp` or `shm,tcp` (sets MPR_TRANSPORTS)
+    #[arg(long, value_name = "LIST")]
+    transports: Option<String>,
 
     /// The program each rank runs, found through PATH like a shell does
     #[arg(value_name = "PROGRAM")]
@@ -86,13 +155,26 @@ pub(crate) struct Options {
     pub(crate) env: Vec<(OsString, OsString)>,
     /// Time between SIGTERM and SIGKILL when the job is stopped.
     pub(crate) kill_grace: Duration,
+    /// The hosts, merged (a host named twice has the slots of both; every name of this
+    /// machine is one host); empty when none was named: the job runs here.
+    pub(crate) hosts: Vec<HostSpec>,
+    /// How remote hosts' proxies are started.
+    pub(crate) launcher: Launcher,
+    /// Bound on starting a host's proxy and on its silence.
+    pub(crate) host_timeout: Duration,
+    /// The control listener's address, if given.
+    pub(crate) control_addr: Option<IpAddr>,
+    /// The network interface of the job, if given.
+    pub(crate) iface: Option<String>,
+    /// `--transports`, if given.
+    pub(crate) transports: Option<String>,
 }
 
 /// Parsing gave either a job to run or an exit code (help or version was printed).
 #[derive(Debug)]
 pub(crate) enum Parsed {
     /// Run this job.
-    Run(Options),
+    Run(Box<Options>),
     /// Exit now with this code.
     Exit(i32),
 }
@@ -128,7 +210,7 @@ pub(crate) fn parse(argv: Vec<OsString>) -> Result<Parsed, UsageError> {
     };
     let args = Args::from_arg_matches(&matches).map_err(|e| UsageError::usage(first_line(&e)))?;
     let kill_grace = kill_grace(std::env::var_os(GRACE_VAR).as_deref())?;
-    check(args, kill_grace).map(Parsed::Run)
+    check(args, kill_grace).map(|o| Parsed::Run(Box::new(o)))
 }
 
 /// Splits the words after `argv[0]` into mprun's options and the program with its
@@ -144,10 +226,11 @@ fn split_argv(words: Vec<OsString>) -> (Vec<OsString>, Vec<OsString>) {
         if !text.starts_with('-') || text == "-" {
             return (options, std::iter::once(word).chain(rest).collect());
         }
-        let word = match text.strip_prefix("-np") {
-            Some(tail) if tail.is_empty() || tail.starts_with('=') => format!("--np{tail}").into(),
-            _ => word.clone(),
-        };
+        let rewritten = SINGLE_DASH.iter().find_map(|long| match text.strip_prefix(long) {
+            Some(tail) if tail.is_empty() || tail.starts_with('=') => Some(OsString::from(format!("-{long}{tail}"))),
+            _ => None,
+        });
+        let word = rewritten.unwrap_or_else(|| word.clone());
         let takes_value = VALUE_OPTIONS.contains(&word.to_string_lossy().as_ref());
         options.push(word);
         if takes_value {
@@ -183,14 +266,64 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
             "missing PROGRAM to run (usage: mprun -np N [OPTIONS] PROGRAM [ARGS]...)".into(),
         ));
     };
-    let np = match args.np.as_deref() {
-        None => 1,
-        Some(text) => match text.parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => return Err(UsageError::usage(format!("-np: expected a positive number of ranks, got '{text}'"))),
-        },
+    let positive = |option: &str, what: &str, text: &str| match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(UsageError::usage(format!("{option}: expected a positive number of {what}, got '{text}'"))),
     };
-    let timeout = args.timeout.as_deref().map(parse_timeout).transpose()?;
+    let np = args.np.as_deref().map(|t| positive("-np", "ranks", t)).transpose()?;
+    let ppn = args.ppn.as_deref().map(|t| positive("-ppn", "ranks per host", t)).transpose()?;
+    let mut hosts = Vec::new();
+    if let Some(file) = &args.hostfile {
+        if !args.host.is_empty() {
+            return Err(UsageError::usage("use --host or --hostfile, not both".into()));
+        }
+        hosts = hosts::read_hostfile(file).map_err(UsageError::usage)?;
+    }
+    for list in &args.host {
+        hosts.extend(hosts::parse_host_list(list).map_err(UsageError::usage)?);
+    }
+    let mut hosts = hosts::merge(hosts, |a, b| a == b || (addr::is_local(a) && addr::is_local(b)));
+    if let Some(ppn) = ppn {
+        if hosts.is_empty() {
+            hosts.push(HostSpec { name: "localhost".into(), slots: ppn });
+        }
+        hosts.iter_mut().for_each(|h| h.slots = ppn);
+    }
+    let np = np.unwrap_or_else(|| if hosts.is_empty() { 1 } else { hosts.iter().map(|h| h.slots).sum() });
+    let timeout = args.timeout.as_deref().map(|t| parse_timeout("--timeout", t)).transpose()?;
+    let host_timeout = match args.host_timeout.as_deref() {
+        Some(t) => parse_timeout("--host-timeout", t)?.0,
+        None => DEFAULT_HOST_TIMEOUT,
+    };
+    let launcher = match (args.launcher.as_deref(), args.launcher_exec.as_deref()) {
+        (None | Some("ssh"), None) => Launcher::Ssh,
+        (Some("fork"), None) => Launcher::Fork,
+        (Some(other), None) => {
+            return Err(UsageError::usage(format!("--launcher: expected ssh or fork, got '{other}'")));
+        }
+        (None | Some("ssh"), Some(cmd)) => {
+            let words: Vec<OsString> = cmd.split_whitespace().map(OsString::from).collect();
+            if words.is_empty() {
+                return Err(UsageError::usage("--launcher-exec: expected a command, got ''".into()));
+            }
+            Launcher::Exec(words)
+        }
+        (Some(_), Some(_)) => {
+            return Err(UsageError::usage("--launcher-exec cannot be combined with --launcher fork".into()));
+        }
+    };
+    let control_addr = match args.control_addr.as_deref() {
+        Some(text) => Some(
+            text.parse::<IpAddr>()
+                .map_err(|_| UsageError::usage(format!("--control-addr: expected an IP address, got '{text}'")))?,
+        ),
+        None => None,
+    };
+    if let Some(list) = &args.transports {
+        if list.trim().is_empty() {
+            return Err(UsageError::usage("--transports: expected a list such as tcp or shm,tcp, got ''".into()));
+        }
+    }
     let mut env = Vec::new();
     for var in &args.export {
         env.extend(export(var)?);
@@ -210,12 +343,19 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
         verbose: args.verbose,
         env,
         kill_grace,
+        hosts,
+        launcher,
+        host_timeout,
+        control_addr,
+        iface: args.iface,
+        transports: args.transports,
     })
 }
 
-/// `--timeout SECONDS`: a positive, finite number of seconds (fractions allowed).
-fn parse_timeout(text: &str) -> Result<(Duration, f64), UsageError> {
-    let bad = || UsageError::usage(format!("--timeout: expected a positive number of seconds, got '{text}'"));
+/// `--timeout SECONDS` (and `--host-timeout`): a positive, finite number of seconds
+/// (fractions allowed).
+fn parse_timeout(option: &str, text: &str) -> Result<(Duration, f64), UsageError> {
+    let bad = || UsageError::usage(format!("{option}: expected a positive number of seconds, got '{text}'"));
     let secs: f64 = text.trim().parse().map_err(|_| bad())?;
     if secs.is_nan() || secs <= 0.0 {
         return Err(bad());
@@ -278,12 +418,13 @@ mod tests {
 
     #[test]
     fn timeouts() {
-        assert_eq!(parse_timeout("1.5").unwrap().0, Duration::from_millis(1500));
-        assert!(parse_timeout("0").is_err());
-        assert!(parse_timeout("-1").is_err());
-        assert!(parse_timeout("nan").is_err());
-        assert!(parse_timeout("inf").is_err());
-        assert!(parse_timeout("1e30").is_err());
+        let t = |text| parse_timeout("--timeout", text);
+        assert_eq!(t("1.5").unwrap().0, Duration::from_millis(1500));
+        assert!(t("0").is_err());
+        assert!(t("-1").is_err());
+        assert!(t("nan").is_err());
+        assert!(t("inf").is_err());
+        assert!(t("1e30").is_err());
     }
 
     #[test]
@@ -305,6 +446,76 @@ mod tests {
         assert_eq!(o.args, os(&["-c", "x"]));
         assert_eq!(o.env, vec![("A".into(), "b=c".into())]);
         assert_eq!(o.timeout.unwrap().1, 2.0);
+    }
+
+    fn job(words: &[&str]) -> Options {
+        match parse(os(words)).unwrap() {
+            Parsed::Run(o) => *o,
+            Parsed::Exit(_) => panic!("expected a job"),
+        }
+    }
+
+    #[test]
+    fn single_dash_long_options() {
+        let (opts, prog) = split_argv(os(&["-ppn", "2", "-host", "a,b", "-hostfile=f", "-hosts", "x"]));
+        assert_eq!(opts, os(&["--ppn", "2", "--host", "a,b", "--hostfile=f", "-hosts"]));
+        assert_eq!(prog, os(&["x"]));
+    }
+
+    #[test]
+    fn hosts_set_the_default_rank_count() {
+        let o = job(&["mprun", "-H", "a,b:2", "--host", "c:3", "true"]);
+        assert_eq!(o.np, 6);
+        assert_eq!(
+            o.hosts.iter().map(|h| (h.name.as_str(), h.slots)).collect::<Vec<_>>(),
+            [("a", 1), ("b", 2), ("c", 3)]
+        );
+        assert_eq!(job(&["mprun", "-H", "a,b,a", "true"]).np, 3, "a host named twice keeps its slots");
+        assert_eq!(job(&["mprun", "-H", "a,b:5", "-ppn", "2", "true"]).np, 4);
+        assert_eq!(job(&["mprun", "-np", "7", "-H", "a,b", "true"]).np, 7);
+        let o = job(&["mprun", "-H", "localhost:2,127.0.0.1:2", "true"]);
+        assert_eq!((o.np, o.hosts.len()), (4, 1), "names of this machine are one host");
+        assert_eq!(job(&["mprun", "-ppn", "3", "true"]).np, 3);
+        assert_eq!(job(&["mprun", "true"]).np, 1);
+    }
+
+    #[test]
+    fn launchers() {
+        assert_eq!(job(&["mprun", "true"]).launcher, Launcher::Ssh);
+        assert_eq!(job(&["mprun", "--launcher", "fork", "true"]).launcher, Launcher::Fork);
+        let o = job(&["mprun", "--launcher-exec", "ip netns exec", "true"]);
+        assert_eq!(o.launcher, Launcher::Exec(os(&["ip", "netns", "exec"])));
+        for bad in
+            [&["--launcher", "rsh"][..], &["--launcher", "fork", "--launcher-exec", "x"], &["--launcher-exec", " "]]
+        {
+            let mut argv = vec!["mprun"];
+            argv.extend(bad);
+            argv.push("true");
+            assert!(parse(os(&argv)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn host_options() {
+        let o = job(&["mprun", "--host-timeout", "2.5", "--control-addr", "10.0.0.1", "--iface", "eth1", "true"]);
+        assert_eq!(o.host_timeout, Duration::from_millis(2500));
+        assert_eq!(o.control_addr, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(o.iface.as_deref(), Some("eth1"));
+        assert_eq!(job(&["mprun", "true"]).host_timeout, DEFAULT_HOST_TIMEOUT);
+        for bad in [
+            &["--host-timeout", "0"][..],
+            &["--control-addr", "nowhere"],
+            &["-H", "a:0"],
+            &["-H", "a", "--hostfile", "/dev/null"],
+            &["-ppn", "0"],
+            &["--transports", ""],
+        ] {
+            let mut argv = vec!["mprun"];
+            argv.extend(bad);
+            argv.push("true");
+            let e = parse(os(&argv)).unwrap_err();
+            assert_eq!(e.code, USAGE_EXIT, "{bad:?}");
+        }
     }
 
     #[test]

@@ -1,11 +1,14 @@
-//! `mprun`: starts N ranks of a program on this host and supervises them as one job.
+//! `mprun`: starts N ranks of a program on one or more hosts and supervises them as one job.
 //!
-//! - `cli`: the command line and its checks.
+//! - `cli`: the command line and its checks; `hosts`: host lists, hostfiles, placement.
 //! - `program`: finding the program through `PATH`.
 //! - `ids`: the job id and secret.
 //! - `spawn`: starting one rank (environment, process group, pipes, PMI socket).
-//! - `job`: the event loop: forwarding, PMI, reaping, stopping.
-//! - `stdio`: line-by-line forwarding of the ranks' output.
+//! - `ranks`: the ranks of one host as their parent sees them.
+//! - `job`: mprun's event loop: forwarding, PMI, reaping, stopping, remote hosts.
+//! - `proxy`: `mprun --proxy`, the per-host proxy started on remote hosts.
+//! - `control`: the protocol between mprun and the proxies; `addr`: addresses and routes.
+//! - `stdio`: line-by-line forwarding of the ranks' output; `stdin`: rank 0's stdin.
 //! - `pmi`: the PMI-1 server.
 //! - `status`, `cause`: how ranks end and why a job is stopped.
 //! - `shm`: removing the job's shared-memory segments.
@@ -13,24 +16,30 @@
 //! mprun exits 0 when every rank exits 0. Otherwise it names the first cause on stderr and
 //! exits with the failing rank's code (128 + signal number for a signal), 128 + signal for
 //! a signal to mprun, 124 for `--timeout`, 2 for bad usage, 126/127 for a program that
-//! cannot be run.
+//! cannot be run, 1 for a host whose proxy cannot be started or is lost.
 
+mod addr;
 mod cause;
 mod cli;
+mod control;
+mod hosts;
 mod ids;
 mod job;
 mod pmi;
 mod program;
+mod proxy;
+mod ranks;
 mod shm;
 mod spawn;
 mod status;
+mod stdin;
 mod stdio;
 
 use std::process::ExitCode;
 
 use crate::cli::Parsed;
 use crate::ids::JobIds;
-use crate::spawn::Launch;
+use crate::job::Setup;
 use crate::stdio::say;
 
 fn main() -> ExitCode {
@@ -39,21 +48,31 @@ fn main() -> ExitCode {
 }
 
 fn run() -> i32 {
-    let opts = match cli::parse(std::env::args_os().collect()) {
-        Ok(Parsed::Run(opts)) => opts,
+    let argv: Vec<_> = std::env::args_os().collect();
+    if proxy::wanted(&argv[1.min(argv.len())..]) {
+        return proxy::main(&argv[2..]);
+    }
+    let opts = match cli::parse(argv) {
+        Ok(Parsed::Run(opts)) => *opts,
         Ok(Parsed::Exit(code)) => return code,
         Err(e) => {
             say(&e.message);
             return e.code;
         }
     };
-    let program = match program::resolve(&opts.program, std::env::var_os("PATH").as_deref()) {
-        Ok(path) => path,
-        Err(e) => {
-            say(&e.message());
-            return e.exit_code();
+    let plan = hosts::plan(&opts.hosts, opts.np, addr::is_local, &addr::hostname());
+    // The program is looked up here only if this machine runs ranks; proxies look it up on
+    // their hosts.
+    let mut program = None;
+    if plan.iter().any(|h| h.local) {
+        match program::resolve(&opts.program, std::env::var_os("PATH").as_deref()) {
+            Ok(path) => program = Some(path),
+            Err(e) => {
+                say(&e.message());
+                return e.exit_code();
+            }
         }
-    };
+    }
     let ids = match JobIds::generate() {
         Ok(ids) => ids,
         Err(e) => {
@@ -61,8 +80,8 @@ fn run() -> i32 {
             return 1;
         }
     };
-    let launch = Launch { program: &program, opts: &opts, ids: &ids };
-    let code = match job::run(&launch) {
+    let setup = Setup { opts: &opts, ids: &ids, program, plan };
+    let code = match job::run(&setup) {
         Ok(code) => code,
         Err(e) => {
             say(&format!("cannot run the job: {e}"));

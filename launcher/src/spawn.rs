@@ -1,12 +1,14 @@
 //! Starting one rank.
 //!
 //! A rank is PROGRAM with the job's environment, its own process group (so a signal to the
-//! rank reaches everything it started), stdout and stderr on pipes read by mprun, stdin from
-//! mprun for rank 0 and `/dev/null` for the others, and one end of a socket pair on which it
-//! speaks PMI-1 to mprun (`PMI_FD`). On Linux a rank is killed if mprun dies.
+//! rank reaches everything it started), stdout and stderr on pipes read by its parent (mprun
+//! or the host's proxy), stdin on a pipe fed with mprun's stdin for rank 0 and `/dev/null`
+//! for the others, and one end of a socket pair on which it speaks PMI-1 to its parent
+//! (`PMI_FD`). On Linux a rank is killed if its parent dies.
 //!
-//! Every descriptor mprun holds is close-on-exec, so a rank inherits only its own ends.
+//! Every descriptor the parent holds is close-on-exec, so a rank inherits only its own ends.
 
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -18,22 +20,45 @@ use std::process::{Command, Stdio};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::unistd::{getpid, setpgid, Pid};
 
-use crate::cli::Options;
-use crate::ids::JobIds;
-
-/// What every rank of the job shares.
-#[derive(Debug)]
-pub(crate) struct Launch<'a> {
+/// What every rank of one host runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Program<'a> {
     /// The resolved program to execute.
-    pub(crate) program: &'a Path,
-    /// The command line.
-    pub(crate) opts: &'a Options,
-    /// The job's identity.
-    pub(crate) ids: &'a JobIds,
+    pub(crate) path: &'a Path,
+    /// `argv[0]`: the program as the user wrote it.
+    pub(crate) argv0: &'a OsStr,
+    /// Its arguments.
+    pub(crate) args: &'a [OsString],
+    /// Environment added to the inherited one, in order (later entries win).
+    pub(crate) env: &'a [(OsString, OsString)],
+    /// Working directory, if not the current one.
+    pub(crate) cwd: Option<&'a Path>,
 }
 
-/// A started rank: its pid (also its process group id) and mprun's ends of its pipes and
-/// PMI socket, all nonblocking.
+/// Where a rank sits in the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    /// Its rank.
+    pub(crate) rank: usize,
+    /// The number of ranks in the job.
+    pub(crate) size: usize,
+    /// Its index among the ranks of its host.
+    pub(crate) local_rank: usize,
+    /// The number of ranks on its host.
+    pub(crate) local_size: usize,
+}
+
+/// What a rank reads on stdin.
+#[derive(Debug)]
+pub(crate) enum RankStdin {
+    /// `/dev/null`.
+    Null,
+    /// The read end of a pipe fed by mprun (or the proxy).
+    Pipe(OwnedFd),
+}
+
+/// A started rank: its pid (also its process group id) and the parent's ends of its pipes
+/// and PMI socket, all nonblocking.
 #[derive(Debug)]
 pub(crate) struct Spawned {
     /// The rank's pid and process group id.
@@ -42,54 +67,66 @@ pub(crate) struct Spawned {
     pub(crate) stdout: File,
     /// Read end of the rank's stderr.
     pub(crate) stderr: File,
-    /// mprun's end of the rank's PMI socket.
+    /// The parent's end of the rank's PMI socket.
     pub(crate) pmi: UnixStream,
 }
 
-impl Launch<'_> {
-    /// Starts rank `rank`.
-    pub(crate) fn spawn(&self, rank: usize) -> io::Result<Spawned> {
-        // Both ends are close-on-exec (std sets it on every platform).
-        let (ours, theirs) = UnixStream::pair()?;
-        let theirs = above_stdio(OwnedFd::from(theirs))?;
-        let pmi_fd = theirs.as_raw_fd();
-        let np = self.opts.np.to_string();
-        let rank_text = rank.to_string();
+/// Starts one rank of `program` at `slot`.
+pub(crate) fn spawn(program: &Program<'_>, slot: Slot, stdin: RankStdin) -> io::Result<Spawned> {
+    // Both ends are close-on-exec (std sets it on every platform).
+    let (ours, theirs) = UnixStream::pair()?;
+    let theirs = above_stdio(OwnedFd::from(theirs))?;
+    let pmi_fd = theirs.as_raw_fd();
+    let size = slot.size.to_string();
+    let rank = slot.rank.to_string();
 
-        let mut command = Command::new(self.program);
-        command
-            .arg0(&self.opts.program)
-            .args(&self.opts.args)
-            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
-            .env("MPR_RANK", &rank_text)
-            .env("MPR_SIZE", &np)
-            .env("MPR_LOCAL_RANK", &rank_text)
-            .env("MPR_LOCAL_SIZE", &np)
-            .env("MPR_JOBID", &self.ids.jobid)
-            .env("MPR_SECRET", &self.ids.secret)
-            .env("PMI_FD", pmi_fd.to_string())
-            .env("PMI_RANK", &rank_text)
-            .env("PMI_SIZE", &np)
-            .stdin(if rank == 0 { Stdio::inherit() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let parent = getpid();
-        // SAFETY: the closure runs in the forked child before exec and makes only
-        // async-signal-safe system calls (setpgid, prctl, getppid, fcntl, _exit); it does
-        // not allocate or take locks.
-        unsafe {
-            command.pre_exec(move || in_child(pmi_fd, parent));
-        }
-        let mut child = command.spawn()?;
-        drop(theirs);
+    let mut command = Command::new(program.path);
+    command
+        .arg0(program.argv0)
+        .args(program.args)
+        .envs(program.env.iter().map(|(k, v)| (k, v)))
+        .env("MPR_RANK", &rank)
+        .env("MPR_SIZE", &size)
+        .env("MPR_LOCAL_RANK", slot.local_rank.to_string())
+        .env("MPR_LOCAL_SIZE", slot.local_size.to_string())
+        .env("PMI_FD", pmi_fd.to_string())
+        .env("PMI_RANK", &rank)
+        .env("PMI_SIZE", &size)
+        .stdin(match stdin {
+            RankStdin::Null => Stdio::null(),
+            RankStdin::Pipe(fd) => Stdio::from(fd),
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(dir) = program.cwd {
+        command.current_dir(dir);
+    }
+    let parent = getpid();
+    // SAFETY: the closure runs in the forked child before exec and makes only
+    // async-signal-safe system calls (setpgid, prctl, getppid, fcntl, _exit); it does not
+    // allocate or take locks.
+    unsafe {
+        command.pre_exec(move || in_child(pmi_fd, parent));
+    }
+    let mut child = command.spawn()?;
+    drop(theirs);
 
-        let pid = Pid::from_raw(child.id() as i32);
-        let stdout = File::from(OwnedFd::from(child.stdout.take().expect("stdout is piped")));
-        let stderr = File::from(OwnedFd::from(child.stderr.take().expect("stderr is piped")));
-        set_nonblocking(stdout.as_raw_fd())?;
-        set_nonblocking(stderr.as_raw_fd())?;
-        ours.set_nonblocking(true)?;
-        Ok(Spawned { pid, stdout, stderr, pmi: ours })
+    let pid = Pid::from_raw(child.id() as i32);
+    let stdout = File::from(OwnedFd::from(child.stdout.take().expect("stdout is piped")));
+    let stderr = File::from(OwnedFd::from(child.stderr.take().expect("stderr is piped")));
+    set_nonblocking(stdout.as_raw_fd())?;
+    set_nonblocking(stderr.as_raw_fd())?;
+    ours.set_nonblocking(true)?;
+    Ok(Spawned { pid, stdout, stderr, pmi: ours })
+}
+
+/// The exit code a shell would give for a program that cannot be started with `e`.
+pub(crate) fn spawn_error_code(e: &io::Error) -> i32 {
+    match e.kind() {
+        io::ErrorKind::NotFound => 127,
+        io::ErrorKind::PermissionDenied => 126,
+        _ if e.raw_os_error() == Some(libc::ENOEXEC) => 126,
+        _ => 1,
     }
 }
 
@@ -123,7 +160,8 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(moved) })
 }
 
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+/// Sets O_NONBLOCK on `fd`.
+pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     let flags = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);
     fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
     Ok(())

@@ -81,6 +81,14 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     };
     let mut limits = vec![self_limits; boot.size];
 
+    // The segment fence is global (PMI has no per-host fence): every rank enters it when any
+    // host has a segment to set up, which every rank can tell from the cards.
+    let any_segment =
+        allowed.shm && (0..boot.size).any(|r| cards.iter().filter(|c| c.host == cards[r].host).count() > 1);
+    let fenced = if any_segment && nlocal <= 1 { Some(boot.fence()) } else { None };
+    if let Some(f) = fenced {
+        f?;
+    }
     if nlocal > 1 {
         let cfg = ShmConfig::from_env(nlocal);
         let name = segment_name(&boot.jobid, &card.host);

@@ -1,0 +1,102 @@
+//! Addresses: which host names mean this machine, what a host's address is, and which local
+//! address mprun's control listener uses.
+//!
+//! Nothing here sends a packet: the route to a host is found by `connect` on a UDP socket
+//! (which only asks the kernel for a route), and a name is resolved only if it is not an IP
+//! address literal.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+
+/// This machine's host name (`localhost` if it has none).
+pub(crate) fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Whether `name` is this machine: `localhost`, its host name (full or short), a loopback
+/// address, or one of its own addresses.
+pub(crate) fn is_local(name: &str) -> bool {
+    if name.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        // Binding succeeds only for an address of this machine (in this network namespace).
+        return ip.is_loopback() || UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok();
+    }
+    let me = hostname();
+    let short = |h: &str| h.split('.').next().unwrap_or_default().to_ascii_lowercase();
+    name.eq_ignore_ascii_case(&me) || (!name.contains('.') && short(&me) == name.to_ascii_lowercase())
+}
+
+/// The address of host `name`: the name itself if it is an IP address, else its first
+/// resolved address (IPv4 preferred); `None` if it does not resolve.
+pub(crate) fn resolve(name: &str) -> Option<IpAddr> {
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let found: Vec<IpAddr> = (name, 0).to_socket_addrs().ok()?.map(|a| a.ip()).collect();
+    found.iter().find(|ip| ip.is_ipv4()).or(found.first()).copied()
+}
+
+/// The local address the kernel would send from to reach `dest`.
+pub(crate) fn route_source(dest: IpAddr) -> io::Result<IpAddr> {
+    let any = match dest {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    let socket = UdpSocket::bind(SocketAddr::new(any, 0))?;
+    // A UDP connect only picks the route and the source address: no packet is sent.
+    socket.connect(SocketAddr::new(dest, 9))?;
+    Ok(socket.local_addr()?.ip())
+}
+
+/// The IPv4 address of interface `name`.
+pub(crate) fn iface_ipv4(name: &str) -> io::Result<IpAddr> {
+    let mut names: Vec<String> = Vec::new();
+    for a in nix::ifaddrs::getifaddrs()? {
+        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
+            if a.interface_name == name {
+                return Ok(IpAddr::V4(sin.ip()));
+            }
+        }
+        if !names.contains(&a.interface_name) {
+            names.push(a.interface_name);
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("interface {name} has no IPv4 address (interfaces: {})", names.join(", ")),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_names() {
+        assert!(is_local("localhost") && is_local("LOCALHOST"));
+        assert!(is_local("127.0.0.1") && is_local("127.3.4.5") && is_local("::1"));
+        assert!(is_local(&hostname()));
+        assert!(!is_local("192.0.2.200"), "TEST-NET addresses are nobody's");
+        assert!(!is_local("no-such-host-mpr.invalid"));
+    }
+
+    #[test]
+    fn literals_resolve_without_lookup() {
+        assert_eq!(resolve("10.1.2.3"), Some("10.1.2.3".parse().unwrap()));
+        assert_eq!(resolve("localhost").map(|ip| ip.is_loopback()), Some(true));
+    }
+
+    #[test]
+    fn routes_and_interfaces() {
+        assert_eq!(route_source("127.0.0.1".parse().unwrap()).unwrap(), "127.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(iface_ipv4("lo").unwrap(), "127.0.0.1".parse::<IpAddr>().unwrap());
+        let err = iface_ipv4("no-such-if0").unwrap_err().to_string();
+        assert!(err.contains("no-such-if0") && err.contains("lo"), "{err}");
+    }
+}

@@ -1,0 +1,288 @@
+//! Which hosts the job runs on, and which ranks go where.
+//!
+//! Hosts come from `--host`/`-H` lists (`name[:slots]`, comma-separated, repeatable) or from
+//! a `--hostfile` in either common form:
+//!
+//! ```text
+//! # Open MPI                 # MPICH (hydra)
+//! node1 slots=4              node1:4
+//! node2 slots=2 max_slots=8  node2:2
+//! node3                      node3
+//! ```
+//!
+//! A host without a slot count has one slot (as hydra and `-H` in Open MPI). `#` starts a
+//! comment; blank lines are skipped. A host named twice gets the slots of both. Placement is
+//! by slot, as mpirun's default mapping: ranks fill the first host's slots, then the next
+//! host's, and so on; ranks beyond the total number of slots are dealt out one per host,
+//! round-robin. `-ppn N` gives every host N slots. Hosts that get no rank are left out.
+
+use std::path::Path;
+
+/// Most slots one host may declare (a typo guard, not a resource limit).
+const MAX_SLOTS: usize = 1 << 16;
+
+/// One host as the user named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HostSpec {
+    /// The name as written: a host name or an IP address.
+    pub(crate) name: String,
+    /// How many ranks it takes before the job overflows to round-robin.
+    pub(crate) slots: usize,
+}
+
+/// Parses one `--host` value: `a,b:2,c`.
+pub(crate) fn parse_host_list(text: &str) -> Result<Vec<HostSpec>, String> {
+    text.split(',')
+        .map(|item| {
+            let item = item.trim();
+            let (name, slots) = match item.rsplit_once(':') {
+                Some((name, n)) => (name, Some(parse_slots(n).map_err(|e| format!("--host '{item}': {e}"))?)),
+                None => (item, None),
+            };
+            check_name(name).map_err(|e| format!("--host '{item}': {e}"))?;
+            Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1) })
+        })
+        .collect()
+}
+
+/// Reads and parses a hostfile; errors name `FILE:LINE`.
+pub(crate) fn read_hostfile(path: &Path) -> Result<Vec<HostSpec>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("--hostfile {}: cannot read it: {e}", path.display()))?;
+    let hosts = parse_hostfile(&path.display().to_string(), &text)?;
+    if hosts.is_empty() {
+        return Err(format!("--hostfile {}: names no host", path.display()));
+    }
+    Ok(hosts)
+}
+
+/// Parses hostfile text; `file` names it in errors (`FILE:LINE: what is wrong`).
+pub(crate) fn parse_hostfile(file: &str, text: &str) -> Result<Vec<HostSpec>, String> {
+    let mut hosts = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        hosts.push(parse_line(line).map_err(|e| format!("{file}:{}: {e}", i + 1))?);
+    }
+    Ok(hosts)
+}
+
+fn parse_line(line: &str) -> Result<HostSpec, String> {
+    let mut words = line.split_whitespace();
+    let first = words.next().unwrap_or_default();
+    let (name, mut slots) = match first.split_once(':') {
+        Some((name, n)) => (name, Some(parse_slots(n)?)),
+        None => (first, None),
+    };
+    check_name(name)?;
+    for word in words {
+        match word.split_once('=') {
+            Some(("slots", n)) => {
+                if slots.is_some() {
+                    return Err(format!("'{name}' has its slots given twice"));
+                }
+                slots = Some(parse_slots(n)?);
+            }
+            Some(("max_slots" | "max-slots", n)) => {
+                parse_slots(n)?;
+            }
+            _ => {
+                return Err(format!("unexpected '{word}' (expected 'HOST', 'HOST slots=N' or 'HOST:N')"));
+            }
+        }
+    }
+    Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1) })
+}
+
+fn parse_slots(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=MAX_SLOTS).contains(&n) => Ok(n),
+        _ => Err(format!("expected a slot count from 1 to {MAX_SLOTS}, got '{text}'")),
+    }
+}
+
+/// A host name or IPv4 address: letters, digits, `-`, `.`, `_`, not starting with `-` (it
+/// is passed to the launcher command, which must not take it for an option).
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("empty host name".into());
+    }
+    if name.starts_with('-') || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c)) {
+        return Err(format!("'{name}' is not a host name or IPv4 address"));
+    }
+    Ok(())
+}
+
+/// Merges hosts named more than once (adding their slots), keeping first-seen order.
+/// `same` says whether two names are the same host (all names of this machine are one).
+pub(crate) fn merge(hosts: Vec<HostSpec>, same: impl Fn(&str, &str) -> bool) -> Vec<HostSpec> {
+    let mut merged: Vec<HostSpec> = Vec::new();
+    for host in hosts {
+        match merged.iter_mut().find(|m| same(&m.name, &host.name)) {
+            Some(m) => m.slots = m.slots.saturating_add(host.slots),
+            None => merged.push(host),
+        }
+    }
+    merged
+}
+
+/// The host index of every rank: slots in order, then round-robin one rank per host.
+pub(crate) fn place(slots: &[usize], np: usize) -> Vec<usize> {
+    let mut host_of = Vec::with_capacity(np);
+    'fill: for (host, &n) in slots.iter().enumerate() {
+        for _ in 0..n {
+            if host_of.len() == np {
+                break 'fill;
+            }
+            host_of.push(host);
+        }
+    }
+    let mut next = 0;
+    while host_of.len() < np && !slots.is_empty() {
+        host_of.push(next);
+        next = (next + 1) % slots.len();
+    }
+    host_of
+}
+
+/// One host of the job and the ranks placed on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Planned {
+    /// The host's name as the user gave it (this machine's host name if none was given).
+    pub(crate) name: String,
+    /// Whether it is this machine.
+    pub(crate) local: bool,
+    /// Its ranks, in order: a rank's index here is its local rank.
+    pub(crate) ranks: Vec<usize>,
+}
+
+/// Places `np` ranks on `hosts` (this machine, named `here`, if there are none); hosts that
+/// get no rank are left out.
+pub(crate) fn plan(hosts: &[HostSpec], np: usize, is_local: impl Fn(&str) -> bool, here: &str) -> Vec<Planned> {
+    if hosts.is_empty() {
+        return vec![Planned { name: here.into(), local: true, ranks: (0..np).collect() }];
+    }
+    let slots: Vec<usize> = hosts.iter().map(|h| h.slots).collect();
+    let mut ranks = vec![Vec::new(); hosts.len()];
+    for (rank, host) in place(&slots, np).into_iter().enumerate() {
+        ranks[host].push(rank);
+    }
+    hosts
+        .iter()
+        .zip(ranks)
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(h, ranks)| Planned { name: h.name.clone(), local: is_local(&h.name), ranks })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(name: &str, slots: usize) -> HostSpec {
+        HostSpec { name: name.into(), slots }
+    }
+
+    #[test]
+    fn host_lists() {
+        assert_eq!(parse_host_list("a,b:2, c").unwrap(), [h("a", 1), h("b", 2), h("c", 1)]);
+        assert_eq!(parse_host_list("10.0.0.1:3").unwrap(), [h("10.0.0.1", 3)]);
+        for bad in ["", "a,,b", "a:0", "a:x", "-oProxyCommand=x", "a b", ":2", "a:2:3"] {
+            assert!(parse_host_list(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_host_list("a:0").unwrap_err(), "--host 'a:0': expected a slot count from 1 to 65536, got '0'");
+    }
+
+    #[test]
+    fn open_mpi_hostfiles() {
+        let text = "# cluster\nnode1 slots=4\n\n  node2   slots=2 max_slots=8  # rack 2\nnode3\n";
+        assert_eq!(parse_hostfile("f", text).unwrap(), [h("node1", 4), h("node2", 2), h("node3", 1)]);
+    }
+
+    #[test]
+    fn mpich_hostfiles() {
+        let text = "node1:4\n#node9:9\n\t\nnode2:2\n192.168.1.7\n";
+        assert_eq!(parse_hostfile("f", text).unwrap(), [h("node1", 4), h("node2", 2), h("192.168.1.7", 1)]);
+        assert!(parse_hostfile("f", "# only comments\n\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn malformed_lines_are_named() {
+        let cases = [
+            ("a\nb slots=x\n", "hf:2: expected a slot count from 1 to 65536, got 'x'"),
+            ("a\n\n# c\nb:0\n", "hf:4: expected a slot count from 1 to 65536, got '0'"),
+            ("a slots=2 cpus=4\n", "hf:1: unexpected 'cpus=4' (expected 'HOST', 'HOST slots=N' or 'HOST:N')"),
+            ("a b\n", "hf:1: unexpected 'b' (expected 'HOST', 'HOST slots=N' or 'HOST:N')"),
+            ("a:2 slots=3\n", "hf:1: 'a' has its slots given twice"),
+            ("ok\nbad/name\n", "hf:2: 'bad/name' is not a host name or IPv4 address"),
+            (":4\n", "hf:1: empty host name"),
+            ("-x slots=1\n", "hf:1: '-x' is not a host name or IPv4 address"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_hostfile("hf", text).unwrap_err(), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn hostfiles_from_disk() {
+        let path = std::env::temp_dir().join(format!("mprun-hostfile-{}", std::process::id()));
+        std::fs::write(&path, "x:2\ny slots=3\n").unwrap();
+        assert_eq!(read_hostfile(&path).unwrap(), [h("x", 2), h("y", 3)]);
+        std::fs::write(&path, "# nothing\n").unwrap();
+        assert!(read_hostfile(&path).unwrap_err().ends_with("names no host"));
+        std::fs::write(&path, "x\ny:z\n").unwrap();
+        let err = read_hostfile(&path).unwrap_err();
+        assert_eq!(err, format!("{}:2: expected a slot count from 1 to 65536, got 'z'", path.display()));
+        std::fs::remove_file(&path).unwrap();
+        assert!(read_hostfile(&path).unwrap_err().contains("cannot read it"));
+    }
+
+    #[test]
+    fn merging() {
+        let merged = merge(vec![h("a", 1), h("b", 2), h("a", 3)], |x, y| x == y);
+        assert_eq!(merged, [h("a", 4), h("b", 2)]);
+        let local = |x: &str| x == "localhost" || x == "me";
+        let merged = merge(vec![h("localhost", 1), h("b", 1), h("me", 2)], |x, y| x == y || (local(x) && local(y)));
+        assert_eq!(merged, [h("localhost", 3), h("b", 1)]);
+    }
+
+    #[test]
+    fn placement_fills_slots_in_order() {
+        assert_eq!(place(&[2, 2, 1], 5), [0, 0, 1, 1, 2]);
+        assert_eq!(place(&[2, 2, 1], 3), [0, 0, 1]);
+        assert_eq!(place(&[4], 1), [0]);
+    }
+
+    #[test]
+    fn placement_overflows_round_robin() {
+        assert_eq!(place(&[2, 1], 6), [0, 0, 1, 0, 1, 0]);
+        assert_eq!(place(&[1, 1, 1], 7), [0, 1, 2, 0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn plans() {
+        let local = |n: &str| n == "me";
+        let p = plan(&[h("a", 2), h("me", 2), h("c", 1)], 3, local, "me");
+        assert_eq!(
+            p,
+            [
+                Planned { name: "a".into(), local: false, ranks: vec![0, 1] },
+                Planned { name: "me".into(), local: true, ranks: vec![2] },
+            ]
+        );
+        let p = plan(&[], 2, local, "here");
+        assert_eq!(p, [Planned { name: "here".into(), local: true, ranks: vec![0, 1] }]);
+        let p = plan(&[h("a", 1), h("b", 1)], 5, local, "me");
+        assert_eq!(p.iter().map(|h| h.ranks.clone()).collect::<Vec<_>>(), [vec![0, 2, 4], vec![1, 3]]);
+    }
+
+    #[test]
+    fn placement_with_ppn() {
+        // -ppn 2 over three hosts: every host has two slots.
+        assert_eq!(place(&[2, 2, 2], 6), [0, 0, 1, 1, 2, 2]);
+        assert_eq!(place(&[2, 2, 2], 7), [0, 0, 1, 1, 2, 2, 0]);
+        assert!(place(&[], 3).is_empty());
+    }
+}

@@ -1,0 +1,571 @@
+//! Jobs over several hosts: placement, environment, stdin, failures, forged connections,
+//! dead links.
+//!
+//! Two kinds of "hosts": with `--launcher fork` a host is only a name and its proxy runs on
+//! this machine (runs anywhere); with the `netns` harness each host is a network namespace
+//! joined to a bridge and its proxy is started by `--launcher-exec` through `ip netns exec`
+//! (needs root and iproute2: those tests print why and pass if either is missing).
+
+mod common;
+#[path = "common/netns.rs"]
+mod netns;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{code, gone, mprun, record_pid, run, run_with, stderr, stdout, TempDir};
+use netns::NetHosts;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Namespace hosts, or `None` (after saying why) where they cannot be made.
+fn net_hosts(n: usize) -> Option<NetHosts> {
+    if let Some(why) = netns::unavailable() {
+        eprintln!("skipping: {why}");
+        return None;
+    }
+    Some(NetHosts::create(n))
+}
+
+/// Drops `hosts` and checks its namespaces are gone.
+fn remove(hosts: NetHosts) {
+    let names = hosts.netns.clone();
+    drop(hosts);
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    for ns in names {
+        assert!(!list.lines().any(|l| l.split_whitespace().next() == Some(&ns)), "{ns} was left behind");
+    }
+}
+
+/// Sorted lines of text.
+fn sorted_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    lines.sort();
+    lines
+}
+
+/// A started mprun whose stderr is read as it comes.
+struct Live {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    stdout: std::thread::JoinHandle<String>,
+}
+
+impl Live {
+    fn start(mut command: Command) -> Live {
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = command.spawn().expect("mprun starts");
+        let (tx, lines) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut out = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = out.read_to_string(&mut text);
+            text
+        });
+        Live { child, lines, seen: Vec::new(), stdout }
+    }
+
+    /// Waits (up to 10 s) for a stderr line containing `pattern`.
+    fn wait_line(&mut self, pattern: &str) -> String {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(pattern) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no stderr line with {pattern:?}; got {:?}", self.seen),
+            }
+        }
+    }
+
+    /// Waits (up to `limit`) for mprun to end: its exit code, stdout and whole stderr.
+    fn finish(mut self, limit: Duration) -> (i32, String, String) {
+        let end = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() >= end {
+                let _ = self.child.kill();
+                panic!("mprun did not finish within {limit:?}; stderr so far: {:?}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(line);
+        }
+        let out = self.stdout.join().unwrap();
+        (status.code().unwrap_or(-1), out, self.seen.join("\n"))
+    }
+}
+
+/// The control address mprun reports with `--verbose` (`... --connect IP:PORT ...`).
+fn control_addr(live: &mut Live) -> SocketAddr {
+    let line = live.wait_line("--connect ");
+    let addr = line.split("--connect ").nth(1).unwrap().split_whitespace().next().unwrap();
+    addr.parse().unwrap()
+}
+
+/// Shell snippet: wait until file `go` exists in `dir`.
+fn wait_for_go(dir: &TempDir) -> String {
+    format!("while [ ! -f {}/go ]; do sleep 0.05; done", dir.str())
+}
+
+/// Reads until the peer closes (`true`) or `limit` passes (`false`).
+fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Connects to mprun's control port three times without the job secret: garbage, a `Hello`
+/// with a wrong proof, and silence. Each must be closed; the job must not notice.
+fn forge_connections(control: SocketAddr) {
+    let mut garbage = TcpStream::connect(control).unwrap();
+    garbage.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    assert!(closed_within(&mut garbage, Duration::from_secs(5)), "garbage was not refused");
+
+    let mut forged = TcpStream::connect(control).unwrap();
+    let mut challenge = [0u8; 39];
+    forged.read_exact(&mut challenge).unwrap();
+    assert_eq!(&challenge[..5], &[35, 0, 0, 0, 1], "a challenge frame: length 35, kind 1");
+    // Hello: length 71, kind 2, version 1, host 0, a nonce, and a proof made without the secret.
+    let mut hello = vec![71, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0];
+    hello.extend_from_slice(&[0x5a; 64]);
+    forged.write_all(&hello).unwrap();
+    assert!(closed_within(&mut forged, Duration::from_secs(5)), "a wrong proof was not refused");
+
+    let mut silent = TcpStream::connect(control).unwrap();
+    assert!(closed_within(&mut silent, Duration::from_secs(8)), "a silent connection was kept");
+}
+
+// ---- hosts that are names on this machine (`--launcher fork`) ----
+
+#[test]
+fn fork_hosts_get_their_place_and_environment() {
+    let script = "echo $MPR_RANK $MPR_SIZE $MPR_HOST $MPR_LOCAL_RANK $MPR_LOCAL_SIZE $PMI_RANK $MPR_HOST_ADDR \
+                  $MPR_TEST_FWD $MPR_TEST_X $MPR_TEST_ENV $MPR_TRANSPORTS ${MPR_VERBOSE:-quiet}";
+    let mut cmd = mprun(&[
+        "--launcher",
+        "fork",
+        "-H",
+        "a:2,b:2",
+        "--host",
+        "localhost",
+        "-x",
+        "MPR_TEST_X=x",
+        "--env",
+        "MPR_TEST_ENV=e=1",
+        "--transports",
+        "tcp",
+        "sh",
+        "-c",
+        script,
+    ]);
+    cmd.env("MPR_TEST_FWD", "fwd");
+    let out = run_with(cmd, None);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let want = [
+        "0 5 a 0 2 0 127.0.0.1 fwd x e=1 tcp quiet",
+        "1 5 a 1 2 1 127.0.0.1 fwd x e=1 tcp quiet",
+        "2 5 b 0 2 2 127.0.0.1 fwd x e=1 tcp quiet",
+        "3 5 b 1 2 3 127.0.0.1 fwd x e=1 tcp quiet",
+        "4 5 localhost 0 1 4 127.0.0.1 fwd x e=1 tcp quiet",
+    ];
+    assert_eq!(sorted_lines(&stdout(&out)), want);
+}
+
+#[test]
+fn iface_and_verbose_reach_every_host() {
+    let script = "echo $MPR_HOST ${MPR_HOST_ADDR:-no-addr} $MPR_IFACE $MPR_VERBOSE";
+    let out = run(&["--verbose", "--launcher", "fork", "--iface", "lo", "-H", "a,localhost", "sh", "-c", script]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(sorted_lines(&stdout(&out)), ["a no-addr lo 1", "localhost no-addr lo 1"]);
+    assert!(stderr(&out).contains("--connect 127.0.0.1:"), "mprun listens on lo's address: {}", stderr(&out));
+    let out = run(&["--launcher", "fork", "--iface", "no-such-if0", "-H", "a", "true"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).starts_with("mprun: --iface no-such-if0: interface no-such-if0 has no IPv4 address"));
+}
+
+#[test]
+fn ranks_beyond_the_slots_go_round_robin_and_ppn_sets_the_slots() {
+    let script = "echo $MPR_RANK $MPR_HOST";
+    let out = run(&["--launcher", "fork", "-np", "5", "-H", "a:2,b", "sh", "-c", script]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(sorted_lines(&stdout(&out)), ["0 a", "1 a", "2 b", "3 a", "4 b"]);
+    let out = run(&["--launcher", "fork", "-ppn", "1", "-H", "a:4,b:4", "sh", "-c", script]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(sorted_lines(&stdout(&out)), ["0 a", "1 b"]);
+}
+
+#[test]
+fn hostfiles_of_both_forms_place_ranks() {
+    let dir = TempDir::new("hostfile");
+    for text in ["# two hosts\nh1 slots=2\n\nh2 slots=1 # spare\n", "h1:2\n# comment\nh2\n"] {
+        let file = dir.path().join("hosts");
+        std::fs::write(&file, text).unwrap();
+        let out =
+            run(&["--launcher", "fork", "--hostfile", file.to_str().unwrap(), "sh", "-c", "echo $MPR_RANK $MPR_HOST"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(sorted_lines(&stdout(&out)), ["0 h1", "1 h1", "2 h2"], "{text:?}");
+    }
+}
+
+#[test]
+fn a_malformed_hostfile_is_a_usage_error_naming_the_line() {
+    let dir = TempDir::new("bad-hostfile");
+    let file = dir.path().join("hosts");
+    std::fs::write(&file, "h1 slots=2\n\nh2 slots=two\n").unwrap();
+    let out = run(&["--hostfile", file.to_str().unwrap(), "true"]);
+    assert_eq!(code(&out), 2);
+    common::assert_one_line(
+        &out,
+        &format!("mprun: {}:3: expected a slot count from 1 to 65536, got 'two'", file.display()),
+    );
+}
+
+#[test]
+fn stdin_reaches_a_remote_rank_0_whole() {
+    // 3 MB through the control connection, more than the flow-control window.
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let cmd = mprun(&["--launcher", "fork", "-H", "a,b", "sh", "-c", "echo $MPR_RANK $(cksum)"]);
+    let out = run_with(cmd, Some(&data));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let mut expected = Command::new("cksum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    expected.stdin.take().unwrap().write_all(&data).unwrap();
+    let sum = String::from_utf8(expected.wait_with_output().unwrap().stdout).unwrap();
+    let empty = String::from_utf8(Command::new("cksum").stdin(Stdio::null()).output().unwrap().stdout).unwrap();
+    assert_eq!(sorted_lines(&stdout(&out)), [format!("0 {}", sum.trim()), format!("1 {}", empty.trim())]);
+}
+
+#[test]
+fn pmi_spans_hosts() {
+    let exe = std::env::current_exe().unwrap();
+    let client = exe.parent().unwrap().parent().unwrap().join("examples").join("pmi_client");
+    let out = run(&["--launcher", "fork", "-H", "a:2,b:1,localhost:2", client.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_rank_failing_on_a_fork_host_names_the_host() {
+    let dir = TempDir::new("fork-fail");
+    let script = format!(
+        "{}; if [ $MPR_RANK = 2 ]; then while [ $(ls {}/pid.? | wc -l) -lt 4 ]; do sleep 0.01; done; exit 3; fi; \
+         exec sleep 30",
+        record_pid(&dir),
+        dir.str()
+    );
+    let child = mprun(&["--launcher", "fork", "-H", "a:2,b:2", "sh", "-c", &script]).spawn().unwrap();
+    let out = common::wait(child);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    let pids = dir.pids(4);
+    let err = stderr(&out);
+    assert_eq!(err, format!("mprun: rank 2 (pid {} on host b) exited with code 3; stopping the job\n", pids[2]));
+    for pid in pids {
+        assert!(gone(pid), "rank process {pid} is still running");
+    }
+}
+
+#[test]
+fn a_proxy_that_dies_stops_the_job_naming_its_host() {
+    let dir = TempDir::new("proxy-dies");
+    let script = format!("echo $PPID > {}/proxy.$MPR_HOST; {}; exec sleep 30", dir.str(), record_pid(&dir));
+    let child = mprun(&["--launcher", "fork", "-H", "a,b", "sh", "-c", &script]).spawn().unwrap();
+    let pids = dir.pids(2);
+    let proxy: i32 = dir.wait_for("proxy.b").parse().unwrap();
+    kill(Pid::from_raw(proxy), Signal::SIGKILL).unwrap();
+    let out = common::wait(child);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "mprun: host b: lost the control connection to its proxy (the connection was closed); stopping the job\n"
+    );
+    for pid in pids {
+        assert!(gone(pid), "rank process {pid} is still running");
+    }
+}
+
+#[test]
+fn forged_control_connections_are_rejected_and_the_job_goes_on() {
+    let dir = TempDir::new("forged-fork");
+    let script = format!("{}; echo ok $MPR_RANK", wait_for_go(&dir));
+    let mut live = Live::start(mprun(&[
+        "--verbose",
+        "--host-timeout",
+        "2",
+        "--launcher",
+        "fork",
+        "-H",
+        "a,b",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let control = control_addr(&mut live);
+    live.wait_line("host b: proxy connected");
+    forge_connections(control);
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let (code, out, err) = live.finish(Duration::from_secs(20));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(sorted_lines(&out), ["ok 0", "ok 1"]);
+    assert_rejections(&err);
+}
+
+fn assert_rejections(err: &str) {
+    let rejected: Vec<&str> = err.lines().filter(|l| l.contains("rejected a control connection from")).collect();
+    assert_eq!(rejected.len(), 3, "{err}");
+    assert!(rejected[0].contains("sent a bad frame"), "{err}");
+    assert!(rejected[1].contains("wrong proof"), "{err}");
+    assert!(rejected[2].contains("did not prove it belongs to the job within 2 s"), "{err}");
+}
+
+#[test]
+fn a_launcher_command_that_fails_names_the_host_at_once() {
+    let start = Instant::now();
+    // 192.0.2.0/24 is TEST-NET-1: never contacted (the launcher is `false`).
+    let out =
+        run(&["--control-addr", "127.0.0.1", "--launcher-exec", "false", "-H", "localhost,192.0.2.77", "sleep", "30"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "mprun: host 192.0.2.77: cannot start its proxy: its launcher command exited with code 1 before the \
+         proxy connected; stopping the job\n"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    let out = run(&["--control-addr", "127.0.0.1", "--launcher-exec", "/no/such/launcher", "-H", "192.0.2.77", "true"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).starts_with("mprun: host 192.0.2.77: cannot start its proxy: cannot run '/no/such/launcher'"));
+}
+
+#[test]
+fn a_proxy_that_never_connects_stops_the_job_after_the_bound() {
+    let dir = TempDir::new("hang");
+    let launcher = dir.path().join("hang");
+    std::fs::write(&launcher, format!("#!/bin/sh\necho $$ > {}/launcher.pid\nexec sleep 30\n", dir.str())).unwrap();
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let start = Instant::now();
+    let out = run(&[
+        "--control-addr",
+        "127.0.0.1",
+        "--host-timeout",
+        "1",
+        "--launcher-exec",
+        launcher.to_str().unwrap(),
+        "-H",
+        "192.0.2.78",
+        "true",
+    ]);
+    let elapsed = start.elapsed();
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "mprun: host 192.0.2.78: cannot start its proxy: its proxy did not connect back within 1 s; stopping the job\n"
+    );
+    assert!(elapsed >= Duration::from_secs(1) && elapsed < Duration::from_secs(5), "{elapsed:?}");
+    let pid: i32 = dir.wait_for("launcher.pid").parse().unwrap();
+    assert!(gone(pid), "the launcher command {pid} is still running");
+}
+
+#[test]
+fn proxies_stop_their_ranks_when_mprun_goes_silent() {
+    let dir = TempDir::new("silent-mprun");
+    let script = format!("{}; exec sleep 30", record_pid(&dir));
+    let mut cmd = mprun(&["--host-timeout", "1", "--launcher", "fork", "-H", "a,b", "sh", "-c", &script]);
+    cmd.env("MPR_KILL_GRACE_MS", "200");
+    let child = cmd.spawn().unwrap();
+    let mprun_pid = Pid::from_raw(child.id() as i32);
+    let pids = dir.pids(2);
+    kill(mprun_pid, Signal::SIGSTOP).unwrap();
+    let start = Instant::now();
+    let all_gone = pids.iter().all(|&pid| {
+        while start.elapsed() < Duration::from_secs(6) {
+            if gone(pid) {
+                return true;
+            }
+        }
+        false
+    });
+    let _ = kill(mprun_pid, Signal::SIGKILL);
+    let _ = kill(mprun_pid, Signal::SIGCONT);
+    let _ = common::wait(child);
+    assert!(all_gone, "ranks outlived a silent mprun by {:?}", start.elapsed());
+}
+
+#[test]
+fn a_killed_mprun_leaves_no_rank_on_any_host() {
+    let dir = TempDir::new("killed-mprun");
+    let script = format!("{}; exec sleep 30", record_pid(&dir));
+    let child = mprun(&["--launcher", "fork", "-H", "a,b:2", "sh", "-c", &script]).spawn().unwrap();
+    let pids = dir.pids(3);
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = common::wait(child);
+    for pid in pids {
+        assert!(gone(pid), "rank process {pid} outlived mprun");
+    }
+}
+
+// ---- hosts that are network namespaces ----
+
+#[test]
+fn three_namespace_hosts_run_ranks_2_2_1() {
+    let Some(hosts) = net_hosts(3) else { return };
+    let script = "read line; echo $MPR_RANK $MPR_HOST $MPR_LOCAL_RANK $MPR_LOCAL_SIZE $MPR_HOST_ADDR [$line] \
+                  $(ip -o -4 addr show dev eth0 | tr -s ' ' | cut -d' ' -f4)";
+    let list = hosts.host_list(&[2, 2, 1]);
+    let cmd = mprun(&["--launcher-exec", hosts.launcher_exec(), "-H", &list, "sh", "-c", script]);
+    let out = run_with(cmd, Some(b"to rank 0\n"));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let mut by_rank = BTreeMap::new();
+    for line in stdout(&out).lines() {
+        let (rank, rest) = line.split_once(' ').unwrap();
+        by_rank.insert(rank.parse::<usize>().unwrap(), rest.to_string());
+    }
+    let n = &hosts.names;
+    let expect = |h: usize, local: usize, size: usize, input: &str| {
+        format!("{} {local} {size} {} [{input}] {}/24", n[h], n[h], n[h])
+    };
+    let want: BTreeMap<usize, String> = [
+        (0, expect(0, 0, 2, "to rank 0")),
+        (1, expect(0, 1, 2, "")),
+        (2, expect(1, 0, 2, "")),
+        (3, expect(1, 1, 2, "")),
+        (4, expect(2, 0, 1, "")),
+    ]
+    .into();
+    assert_eq!(by_rank, want);
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+    remove(hosts);
+}
+
+#[test]
+fn a_rank_failing_on_a_namespace_host_names_it_and_stops_every_host() {
+    let Some(hosts) = net_hosts(3) else { return };
+    let dir = TempDir::new("ns-fail");
+    let script = format!(
+        "{}; if [ $MPR_RANK = 3 ]; then while [ $(ls {}/pid.? | wc -l) -lt 5 ]; do sleep 0.01; done; exit 3; fi; exec sleep 30",
+        record_pid(&dir),
+        dir.str()
+    );
+    let list = hosts.host_list(&[2, 2, 1]);
+    let out = run(&["--launcher-exec", hosts.launcher_exec(), "-H", &list, "sh", "-c", &script]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    let pids = dir.pids(5);
+    assert_eq!(
+        stderr(&out),
+        format!("mprun: rank 3 (pid {} on host {}) exited with code 3; stopping the job\n", pids[3], hosts.names[1])
+    );
+    for pid in pids {
+        assert!(gone(pid), "rank process {pid} is still running");
+    }
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+    remove(hosts);
+}
+
+#[test]
+fn forged_connections_to_a_namespace_job_are_rejected() {
+    let Some(hosts) = net_hosts(2) else { return };
+    let dir = TempDir::new("ns-forged");
+    let script = format!("{}; echo ok $MPR_RANK", wait_for_go(&dir));
+    let list = hosts.host_list(&[1, 1]);
+    let mut live = Live::start(mprun(&[
+        "--verbose",
+        "--host-timeout",
+        "2",
+        "--launcher-exec",
+        hosts.launcher_exec(),
+        "-H",
+        &list,
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let control = control_addr(&mut live);
+    assert_eq!(control.ip(), std::net::IpAddr::V4(hosts.head), "mprun listens on the bridge's address only");
+    live.wait_line(&format!("host {}: proxy connected", hosts.names[1]));
+    forge_connections(control);
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let (code, out, err) = live.finish(Duration::from_secs(20));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(sorted_lines(&out), ["ok 0", "ok 1"]);
+    assert_rejections(&err);
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+    remove(hosts);
+}
+
+#[test]
+fn a_namespace_host_whose_launcher_fails_is_named() {
+    let Some(hosts) = net_hosts(1) else { return };
+    let unknown = format!("{}.200", hosts.head.to_string().rsplit_once('.').unwrap().0);
+    let list = format!("{}:1,{unknown}:1", hosts.names[0]);
+    let start = Instant::now();
+    let out = run(&["--launcher-exec", hosts.launcher_exec(), "-H", &list, "sleep", "30"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(&format!("launcher-exec: no test host {unknown}")), "{err}");
+    assert!(
+        err.contains(&format!(
+            "mprun: host {unknown}: cannot start its proxy: its launcher command exited with code 1 before the proxy \
+             connected; stopping the job"
+        )),
+        "{err}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+    remove(hosts);
+}
+
+#[test]
+fn a_link_down_mid_job_stops_the_job_within_the_bound() {
+    let Some(hosts) = net_hosts(3) else { return };
+    let dir = TempDir::new("link-down");
+    let script = format!("{}; exec sleep 60", record_pid(&dir));
+    let list = hosts.host_list(&[2, 2, 1]);
+    let mut cmd =
+        mprun(&["--host-timeout", "2", "--launcher-exec", hosts.launcher_exec(), "-H", &list, "sh", "-c", &script]);
+    cmd.env("MPR_KILL_GRACE_MS", "300");
+    let live = Live::start(cmd);
+    let pids = dir.pids(5);
+    hosts.link_down(1);
+    let cut = Instant::now();
+    let (code, _, err) = live.finish(Duration::from_secs(20));
+    let elapsed = cut.elapsed();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "mprun: host {}: no word from its proxy for 2 s (host down or unreachable?); stopping the job",
+            hosts.names[1]
+        )),
+        "{err}"
+    );
+    assert!(elapsed < Duration::from_secs(6), "mprun took {elapsed:?} to notice and stop");
+    for pid in pids {
+        assert!(gone(pid), "rank process {pid} is still running");
+    }
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new(), "processes left in the namespaces");
+    remove(hosts);
+}
