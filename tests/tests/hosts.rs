@@ -1,0 +1,82 @@
+//! MPI ranks on several hosts: network namespaces joined by a bridge (the launcher's test
+//! harness), mprun starting a proxy in each through `--launcher-exec`, TCP between hosts and
+//! shared memory within them.
+
+#[path = "../../launcher/tests/common/netns.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod netns;
+
+use std::process::Command;
+use std::time::Duration;
+
+use mpr_tests::{bin_dir, mprun_path, text};
+use netns::NetHosts;
+
+fn net_hosts(n: usize) -> Option<NetHosts> {
+    if let Some(why) = netns::unavailable() {
+        // CI runs as root with iproute2: there, this is a failure, not a skip.
+        assert!(std::env::var("CI").is_err(), "network namespaces unavailable in CI: {why}");
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    Some(NetHosts::create(n))
+}
+
+fn run_on(hosts: &NetHosts, slots: &[usize], args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let list = hosts.host_list(slots);
+    let mut c = Command::new(mprun_path());
+    c.args(["--launcher-exec", hosts.launcher_exec(), "-H", &list, "--timeout", "300"]).args(args);
+    c.envs(env.iter().copied());
+    c.output().expect("run mprun")
+}
+
+fn check_ok(out: &std::process::Output, scenario: &str, np: usize) {
+    let so = text(&out.stdout);
+    assert!(out.status.success(), "{scenario}: {:?}\n{so}\n{}", out.status, text(&out.stderr));
+    assert_eq!(so.lines().filter(|l| l.ends_with(&format!("{scenario} ok"))).count(), np, "{so}");
+}
+
+#[test]
+fn three_hosts_2_2_1_exchange_random_sizes_up_to_64mib() {
+    let Some(hosts) = net_hosts(3) else { return };
+    let ptp = bin_dir().join("ptp");
+    let out = run_on(&hosts, &[2, 2, 1], &[ptp.to_str().unwrap(), "pairs"], &[("PTP_MAX", "67108864")]);
+    check_ok(&out, "pairs", 5);
+    // The transports chosen: shared memory within a host, TCP across.
+    let out = run_on(&hosts, &[2, 2, 1], &["--verbose", ptp.to_str().unwrap(), "ring"], &[]);
+    check_ok(&out, "ring", 5);
+    let err = text(&out.stderr);
+    assert!(err.contains("mpr: rank 0 -> rank 1: shm"), "{err}");
+    assert!(err.contains("mpr: rank 0 -> rank 2: tcp"), "{err}");
+    assert!(err.contains("mpr: rank 4 -> rank 0: tcp"), "{err}");
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+}
+
+#[test]
+fn three_hosts_collectives_and_wildcards() {
+    let Some(hosts) = net_hosts(3) else { return };
+    let coll = bin_dir().join("coll");
+    let out = run_on(&hosts, &[2, 2, 1], &[coll.to_str().unwrap()], &[("COLL_MAX", "70000")]);
+    let so = text(&out.stdout);
+    assert!(out.status.success(), "{so}\n{}", text(&out.stderr));
+    assert_eq!(so.lines().filter(|l| l.ends_with("coll ok")).count(), 5, "{so}");
+    let ptp = bin_dir().join("ptp");
+    for scenario in ["anysource", "order", "many"] {
+        let out = run_on(&hosts, &[2, 1, 1], &[ptp.to_str().unwrap(), scenario], &[]);
+        check_ok(&out, scenario, 4);
+    }
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+}
+
+#[test]
+fn a_rank_killed_on_one_host_fails_its_peers_on_others() {
+    let Some(hosts) = net_hosts(2) else { return };
+    let ptp = bin_dir().join("ptp");
+    // Rank 1 (on the second host) SIGKILLs itself while rank 0 waits for it over TCP.
+    let out = run_on(&hosts, &[1, 1], &[ptp.to_str().unwrap(), "peer-dies"], &[("MPR_KILL_GRACE_MS", "5000")]);
+    let (so, se) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(137), "{so}\n{se}");
+    assert!(se.contains("rank 1") && se.contains("SIGKILL"), "{se}");
+    assert!(so.contains("rank 0 saw: rank 1 is gone"), "{so}");
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+}
