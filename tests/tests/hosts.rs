@@ -3,7 +3,6 @@
 //! shared memory within them.
 
 #[path = "../../launcher/tests/common/netns.rs"]
-#[allow(dead_code, unreachable_pub)]
 mod netns;
 
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! of the `ptp` rank program, in the default configuration and in the fallbacks (no
 //! single-copy reads; tiny rings that force back-pressure and wrap-around).
 
-use mpr_tests::{bin_dir, mprun, text};
+use mpr_tests::{bin_dir, mprun, mprun_path, text};
 
 fn run(np: usize, scenario: &str, env: &[(&str, &str)]) {
     let ptp = bin_dir().join("ptp");
@@ -129,6 +129,42 @@ mod over_tcp {
     fn small_frames_and_buffers() {
         // Frames smaller than most messages: everything is streamed in many pieces.
         run(3, "pairs", &[TCP, ("MPR_TCP_FRAME", "4096"), ("MPR_TCP_EAGER", "1000"), ("PTP_MAX", "1000000")]);
+    }
+
+    /// Stray and forged connections to the ranks' TCP listeners are closed and logged; the
+    /// job is unaffected.
+    #[test]
+    fn stray_connections_are_turned_away() {
+        use std::io::Write;
+        let ptp = super::bin_dir().join("ptp");
+        let child = std::process::Command::new(super::mprun_path())
+            .args(["-np", "2", "--timeout", "60", ptp.to_str().unwrap(), "idle"])
+            .env("MPR_TRANSPORTS", "tcp")
+            .env("PTP_IDLE_MS", "3000")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Find the ranks' listeners (`ss` lists the owning process) and talk nonsense to them.
+        let mut hit = 0;
+        let t0 = std::time::Instant::now();
+        while hit == 0 && t0.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let ss = std::process::Command::new("ss").args(["-ltnpH"]).output().expect("ss (iproute2)");
+            for line in String::from_utf8_lossy(&ss.stdout).lines().filter(|l| l.contains("\"ptp\"")) {
+                let Some(addr) = line.split_whitespace().nth(3) else { continue };
+                if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+                    let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\nMPR1\x00\x00\x00\x00forged-nonce-xx");
+                    hit += 1;
+                }
+            }
+        }
+        assert!(hit > 0, "found no rank listener to connect to");
+        let out = child.wait_with_output().unwrap();
+        let (so, se) = (super::text(&out.stdout), super::text(&out.stderr));
+        assert!(out.status.success(), "{so}\n{se}");
+        assert_eq!(so.lines().filter(|l| *l == "idle ok").count(), 2, "{so}");
+        assert!(se.contains("closed an unexpected TCP connection from 127.0.0.1"), "{se}");
     }
 
     #[test]

@@ -33,6 +33,7 @@ fn main() {
         "peer-dies" => peer_dies(&w),
         "exit" => exit_code(&w),
         "timeout" => wait_timeout(&w),
+        "idle" => idle(&w),
         other => {
             eprintln!("unknown scenario {other:?}");
             std::process::exit(2)
@@ -391,6 +392,24 @@ fn wait_timeout(w: &mpr::Comm) -> R {
         },
         _ => Ok(()),
     }
+}
+
+/// Rank 0 waits (polling) while rank 1 sleeps `PTP_IDLE_MS`, then they exchange a message:
+/// a window for a test to throw stray connections at the ranks.
+fn idle(w: &mpr::Comm) -> R {
+    let ms: u64 = std::env::var("PTP_IDLE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    match w.rank() {
+        0 => {
+            let (v, _) = w.recv_vec::<u8>(1, 9)?;
+            check(&v, 1, 0, 0, 1000);
+        }
+        1 => {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            w.send(&pattern(1, 0, 0, 1000), 0, 9)?;
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Rank `PTP_FAIL_RANK` exits with code 3 after a first exchange; the others wait.

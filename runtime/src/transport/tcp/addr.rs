@@ -1,6 +1,7 @@
 //! Which address a rank listens on: never every address unless asked.
 //!
-//! In order: `MPR_IFACE=NAME` (that interface's IPv4 address), `MPR_HOST_ADDR=IP` (set by the
+//! In order: `MPR_IFACE=NAME` (that interface's IPv4 address; or `MPR_IFACE=A.B.C.D/N`: the
+//! address of this host inside that subnet), `MPR_HOST_ADDR=IP` (set by the
 //! launcher: the address it reached the host at), loopback when the whole job is on this
 //! host, else the first non-loopback IPv4 address of this host's name.
 
@@ -8,21 +9,41 @@ use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
 
 use crate::error::Error;
 
-/// IPv4 address of interface `name`.
+/// Parses `A.B.C.D/N`.
+fn parse_subnet(s: &str) -> Option<(Ipv4Addr, u32)> {
+    let (a, n) = s.split_once('/')?;
+    let n: u32 = n.parse().ok().filter(|n| *n <= 32)?;
+    Some((a.parse().ok()?, n))
+}
+
+fn in_subnet(ip: Ipv4Addr, (net, bits): (Ipv4Addr, u32)) -> bool {
+    let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+    u32::from(ip) & mask == u32::from(net) & mask
+}
+
+/// IPv4 address of interface `name`, or this host's address inside subnet `name`
+/// (`A.B.C.D/N`).
 pub(crate) fn iface_addr(name: &str) -> Result<IpAddr, Error> {
+    let subnet = parse_subnet(name);
     let addrs = nix::ifaddrs::getifaddrs().map_err(|e| Error::Bootstrap(format!("listing interfaces: {e}")))?;
     let mut names = Vec::new();
     for a in addrs {
         if !names.contains(&a.interface_name) {
             names.push(a.interface_name.clone());
         }
-        if a.interface_name == name {
-            if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
-                return Ok(IpAddr::V4(sin.ip()));
-            }
+        let Some(ip) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| s.ip()) else { continue };
+        let hit = match subnet {
+            Some(net) => in_subnet(ip, net),
+            None => a.interface_name == name,
+        };
+        if hit {
+            return Ok(IpAddr::V4(ip));
         }
     }
-    Err(Error::Bootstrap(format!("interface {name} has no IPv4 address (interfaces here: {})", names.join(", "))))
+    Err(Error::Bootstrap(match subnet {
+        Some(_) => format!("no interface here has an IPv4 address in {name}"),
+        None => format!("interface {name} has no IPv4 address (interfaces here: {})", names.join(", ")),
+    }))
 }
 
 /// The address to listen on; `one_host` says whether every rank runs on this host.
@@ -54,4 +75,28 @@ pub(crate) fn listen_addr(one_host: bool) -> Result<IpAddr, Error> {
              address; set MPR_IFACE (mprun --iface) or MPR_HOST_ADDR"
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subnets() {
+        let net = parse_subnet("10.213.5.0/24").unwrap();
+        assert!(in_subnet("10.213.5.77".parse().unwrap(), net));
+        assert!(!in_subnet("10.213.6.1".parse().unwrap(), net));
+        assert!(in_subnet("1.2.3.4".parse().unwrap(), parse_subnet("0.0.0.0/0").unwrap()));
+        assert!(parse_subnet("10.0.0.0/33").is_none());
+        assert!(parse_subnet("eth0").is_none());
+    }
+
+    #[test]
+    fn loopback_by_name_and_subnet() {
+        assert_eq!(iface_addr("lo").unwrap(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(iface_addr("127.0.0.0/8").unwrap(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let e = iface_addr("no-such-interface0").unwrap_err().to_string();
+        assert!(e.contains("no-such-interface0 has no IPv4 address"), "{e}");
+        assert!(iface_addr("0.0.0.0/32").is_err(), "no interface has the address 0.0.0.0");
+    }
 }

@@ -22,6 +22,9 @@ const BATCH: usize = 16 << 10;
 /// place them (no copy through the receive buffer).
 const PLACE_MIN: usize = 32 << 10;
 
+/// Most bytes one read takes into the receive buffer.
+const READ_CHUNK: usize = 64 << 10;
+
 /// A payload being read straight into its destination.
 #[derive(Debug)]
 struct Direct {
@@ -118,15 +121,19 @@ impl Conn {
         if self.link == Link::Broken {
             return Err(Error::Transport(self.error.clone().unwrap_or_else(|| "connection lost".into())));
         }
-        if self.pending_out() > 0 || total <= BATCH {
+        if total <= BATCH {
             if self.pending_out() + total > self.wcap && !self.flush() {
                 return Ok(false);
             }
-            if total <= BATCH || self.pending_out() > 0 {
-                // Small frames wait for the next flush, so a burst goes out in one write.
-                self.queue(&[&lenb, hdr, payload], 0);
-                return Ok(true);
-            }
+            // Small frames wait for the next flush, so a burst goes out in one write.
+            self.queue(&[&lenb, hdr, payload], 0);
+            return Ok(true);
+        }
+        // A large frame is never copied in whole: it waits with its owner (the caller keeps
+        // it queued) until what is buffered has gone; at most the unwritten tail of one
+        // frame is copied below.
+        if self.pending_out() > 0 && !self.flush() {
+            return Ok(false);
         }
         let iov = [IoSlice::new(&lenb), IoSlice::new(hdr), IoSlice::new(payload)];
         let wrote = loop {
@@ -228,8 +235,10 @@ impl Conn {
             if self.link != Link::Open || drained {
                 return Ok(frames);
             }
-            let room = self.rbuf.len() - self.rend;
-            match self.sock.read(&mut self.rbuf[self.rend..]) {
+            // Read in modest pieces: the payload of a large frame should land in place, not
+            // pass through this buffer.
+            let room = (self.rbuf.len() - self.rend).min(READ_CHUNK);
+            match self.sock.read(&mut self.rbuf[self.rend..self.rend + room]) {
                 Ok(0) => {
                     self.broken("connection closed by the peer");
                     return Ok(frames);
