@@ -28,6 +28,7 @@ mod coll;
 mod comm;
 mod engine;
 mod error;
+mod group;
 mod init;
 mod progress;
 mod request;
@@ -40,9 +41,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-pub use coll::op::{self, BitAnd, BitOr, BitXor, LogicalAnd, LogicalOr, Max, Min, Op, Prod, Sum, UserOp};
+pub use coll::op::{
+    self, BitAnd, BitOr, BitXor, Loc, LogicalAnd, LogicalOr, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp,
+};
 pub use comm::{Comm, Communicator, ANY_SOURCE, ANY_TAG, TAG_UB};
 pub use error::{Error, ErrorClass, Result};
+pub use group::Group;
+pub use half;
 pub use request::{scope, test_all, wait_all, wait_any, Request, Scope};
 pub use status::Status;
 

@@ -11,6 +11,8 @@
 mod algo;
 mod create;
 pub mod op;
+mod prefix;
+mod vector;
 
 use bytemuck::Pod;
 

@@ -76,6 +76,45 @@ numbers! {
     u8 => 0, 1, yes; u16 => 0, 1, yes; u32 => 0, 1, yes; u64 => 0, 1, yes;
     isize => 0, 1, yes; usize => 0, 1, yes;
     f32 => 0.0, 1.0, no; f64 => 0.0, 1.0, no;
+    half::f16 => half::f16::ZERO, half::f16::ONE, no;
+    half::bf16 => half::bf16::ZERO, half::bf16::ONE, no;
+}
+
+/// A value and its index, for [`MinLoc`] and [`MaxLoc`] (`MPI_2INT`, `MPI_2DOUBLE_PRECISION`:
+/// both fields of one type).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default)]
+#[repr(C)]
+pub struct Loc<T> {
+    /// The value compared.
+    pub value: T,
+    /// Where it came from (e.g. a rank or an element index).
+    pub index: T,
+}
+
+// SAFETY: `Loc<T>` is `repr(C)` with two fields of the same type `T`, so it has no padding;
+// all-zero bytes are a valid `T` (T: Zeroable) for both fields.
+unsafe impl<T: bytemuck::Zeroable> bytemuck::Zeroable for Loc<T> {}
+// SAFETY: as above: two `T: Pod` fields, same size and alignment, no padding, any bit
+// pattern valid; `Copy` and `'static` follow from `T: Pod`.
+unsafe impl<T: Pod> Pod for Loc<T> {}
+
+/// Minimum value and the smallest index holding it (`MPI_MINLOC`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MinLoc;
+/// Maximum value and the smallest index holding it (`MPI_MAXLOC`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MaxLoc;
+
+impl<T: Number> Op<Loc<T>> for MinLoc {
+    fn apply(&self, acc: &mut [Loc<T>], x: &[Loc<T>]) {
+        zip(acc, x, |a, b| if b.value < a.value || (b.value == a.value && b.index < a.index) { b } else { a })
+    }
+}
+
+impl<T: Number> Op<Loc<T>> for MaxLoc {
+    fn apply(&self, acc: &mut [Loc<T>], x: &[Loc<T>]) {
+        zip(acc, x, |a, b| if b.value > a.value || (b.value == a.value && b.index < a.index) { b } else { a })
+    }
 }
 
 fn zip<T: Copy>(acc: &mut [T], x: &[T], f: impl Fn(T, T) -> T) {

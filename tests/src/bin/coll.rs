@@ -27,6 +27,10 @@ fn main() -> mpr::Result<()> {
     check_noncommutative(&w)?;
     check_reproducible(&w)?;
     check_communicators(&w)?;
+    check_vector_variants(&w)?;
+    check_prefix_and_reduce_scatter(&w)?;
+    check_loc_and_half(&w)?;
+    check_groups(&w)?;
     w.barrier()?;
     println!("rank {me} of {p}: coll ok");
     universe.finalize()
@@ -215,5 +219,128 @@ fn check_communicators(w: &Comm) -> mpr::Result<()> {
         (c, s) => panic!("split gave {:?} for color {c:?}", s.map(|s| s.size())),
     }
     d.barrier()?;
+    Ok(())
+}
+
+fn check_vector_variants(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    // Rank r contributes r*3+1 elements; blocks laid out with a gap of 2 between them.
+    let counts: Vec<usize> = (0..p).map(|r| r * 3 + 1).collect();
+    let displs: Vec<usize> = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c + 2))).collect();
+    let total = displs[p - 1] + counts[p - 1];
+    let mine: Vec<i64> = (0..counts[me]).map(|i| input(me, i)).collect();
+    let mut want = vec![-1i64; total];
+    for r in 0..p {
+        for i in 0..counts[r] {
+            want[displs[r] + i] = input(r, i);
+        }
+    }
+    let mut all = vec![-1i64; total];
+    w.allgatherv(&mine, &mut all, &counts, &displs)?;
+    assert!(all == want, "allgatherv on rank {me}");
+    for root in [0, p - 1] {
+        let mut g = vec![-1i64; total];
+        w.gatherv(&mine, if me == root { Some((&mut g[..], &counts[..], &displs[..])) } else { None }, root)?;
+        if me == root {
+            assert!(g == want, "gatherv root {root}");
+        }
+        let mut s = vec![0i64; counts[me]];
+        w.scatterv(if me == root { Some((&want[..], &counts[..], &displs[..])) } else { None }, &mut s, root)?;
+        assert!(s == mine, "scatterv root {root} on rank {me}");
+    }
+    // alltoallv: rank r sends (r + j) % 3 + 1 elements to rank j.
+    let cnt = |r: usize, j: usize| (r + j) % 3 + 1;
+    let scounts: Vec<usize> = (0..p).map(|j| cnt(me, j)).collect();
+    let sdispls: Vec<usize> = scounts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+    let rcounts: Vec<usize> = (0..p).map(|i| cnt(i, me)).collect();
+    let rdispls: Vec<usize> = rcounts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+    let send: Vec<i64> = (0..p).flat_map(|j| (0..cnt(me, j)).map(move |k| (me * 100 + j * 10 + k) as i64)).collect();
+    let mut recv = vec![0i64; rcounts.iter().sum()];
+    w.alltoallv(&send, &scounts, &sdispls, &mut recv, &rcounts, &rdispls)?;
+    let want: Vec<i64> = (0..p).flat_map(|i| (0..cnt(i, me)).map(move |k| (i * 100 + me * 10 + k) as i64)).collect();
+    assert!(recv == want, "alltoallv on rank {me}");
+    Ok(())
+}
+
+fn check_prefix_and_reduce_scatter(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let n = 5;
+    let mine: Vec<i64> = (0..n * p).map(|i| input(me, i)).collect();
+    let mut block = vec![0i64; n];
+    w.reduce_scatter_block(&mine, &mut block, Sum)?;
+    for (k, &v) in block.iter().enumerate() {
+        assert_eq!(v, (0..p).map(|r| input(r, me * n + k)).sum::<i64>(), "reduce_scatter_block");
+    }
+    let counts: Vec<usize> = (0..p).map(|r| r + 1).collect();
+    let total: usize = counts.iter().sum();
+    let mine: Vec<i64> = (0..total).map(|i| input(me, i)).collect();
+    let mut part = vec![0i64; counts[me]];
+    w.reduce_scatter(&mine, &mut part, &counts, Sum)?;
+    let start: usize = counts[..me].iter().sum();
+    for (k, &v) in part.iter().enumerate() {
+        assert_eq!(v, (0..p).map(|r| input(r, start + k)).sum::<i64>(), "reduce_scatter");
+    }
+    // Scans with a non-commutative op: the result lists the ranks in order.
+    let concat = UserOp::new(|acc: &mut [u64], x: &[u64]| acc[0] = acc[0] * 10 + x[0], false);
+    let mut s = [0u64];
+    w.scan(&[me as u64 + 1], &mut s, concat)?;
+    let want = (1..=me as u64 + 1).fold(0, |a, d| a * 10 + d);
+    assert_eq!(s[0], want, "scan on rank {me}");
+    let mut e = [777u64];
+    w.exscan(&[me as u64 + 1], &mut e, concat)?;
+    if me == 0 {
+        assert_eq!(e[0], 777, "exscan leaves rank 0 alone");
+    } else {
+        assert_eq!(e[0], (1..=me as u64).fold(0, |a, d| a * 10 + d), "exscan on rank {me}");
+    }
+    Ok(())
+}
+
+fn check_loc_and_half(w: &Comm) -> mpr::Result<()> {
+    use mpr::half::{bf16, f16};
+    use mpr::{Loc, MaxLoc, MinLoc};
+    let (me, p) = (w.rank(), w.size());
+    let v = |r: usize| ((r * 37) % 5) as f64;
+    let mut lo = [Loc::default()];
+    w.allreduce(&[Loc { value: v(me), index: me as f64 }], &mut lo, MinLoc)?;
+    let min = (0..p).map(v).fold(f64::MAX, f64::min);
+    assert_eq!(lo[0], Loc { value: min, index: (0..p).find(|&r| v(r) == min).unwrap() as f64 }, "minloc");
+    let mut hi = [Loc::default()];
+    w.allreduce(&[Loc { value: v(me) as i32, index: me as i32 }], &mut hi, MaxLoc)?;
+    let max = (0..p).map(|r| v(r) as i32).max().unwrap();
+    assert_eq!(hi[0], Loc { value: max, index: (0..p).find(|&r| v(r) as i32 == max).unwrap() as i32 }, "maxloc");
+    // Half-precision sums of small integers are exact.
+    let mut h = [f16::ZERO; 3];
+    w.allreduce(&[f16::from_f32(me as f32); 3], &mut h, Sum)?;
+    assert!(h.iter().all(|x| x.to_f32() == (0..p).sum::<usize>() as f32), "f16 sum");
+    let mut b = [bf16::ZERO; 3];
+    w.allreduce(&[bf16::from_f32(1.0); 3], &mut b, Sum)?;
+    assert!(b.iter().all(|x| x.to_f32() == p as f32), "bf16 sum");
+    Ok(())
+}
+
+fn check_groups(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let g = w.comm_group();
+    assert_eq!(g.size(), p);
+    // Every other rank, in reverse order.
+    let picks: Vec<usize> = (0..p).filter(|r| r % 2 == 0).rev().collect();
+    let sub = g.incl(&picks)?;
+    let rest = g.excl(&picks)?;
+    assert_eq!(sub.size() + rest.size(), p);
+    let t = g.translate_ranks(&(0..p).collect::<Vec<_>>(), &sub)?;
+    for (r, tr) in t.iter().enumerate() {
+        assert_eq!(*tr, picks.iter().position(|&x| x == r), "translate rank {r}");
+    }
+    assert!(g.incl(&[p]).is_err(), "incl of a rank out of range is an error");
+    match w.create(&sub)? {
+        Some(c) => {
+            assert_eq!(c.rank(), picks.iter().position(|&x| x == me).unwrap(), "create keeps the group order");
+            let mut s = [0u64];
+            c.allreduce(&[me as u64], &mut s, Sum)?;
+            assert_eq!(s[0], picks.iter().map(|&r| r as u64).sum::<u64>());
+        }
+        None => assert!(me % 2 == 1, "rank {me} is a member but got no communicator"),
+    }
     Ok(())
 }

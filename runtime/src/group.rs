@@ -1,0 +1,78 @@
+//! Process groups (MPI 4.1, section 7.3) and communicators made from them.
+
+use crate::comm::Comm;
+use crate::error::Error;
+
+/// An ordered set of processes (identified by world rank).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    world: Vec<usize>,
+}
+
+impl Group {
+    /// Number of processes (`MPI_Group_size`).
+    pub fn size(&self) -> usize {
+        self.world.len()
+    }
+
+    /// The rank in this group of the process with world rank `w`, if it is a member.
+    pub fn rank_of_world(&self, w: usize) -> Option<usize> {
+        self.world.iter().position(|&x| x == w)
+    }
+
+    /// The group of the members at `ranks`, in that order (`MPI_Group_incl`).
+    pub fn incl(&self, ranks: &[usize]) -> Result<Group, Error> {
+        let mut world = Vec::with_capacity(ranks.len());
+        for &r in ranks {
+            let w = *self.world.get(r).ok_or(Error::Rank { rank: r, size: self.size() })?;
+            if world.contains(&w) {
+                return Err(Error::Other(format!("group incl: rank {r} named twice")));
+            }
+            world.push(w);
+        }
+        Ok(Group { world })
+    }
+
+    /// The group without the members at `ranks`, order kept (`MPI_Group_excl`).
+    pub fn excl(&self, ranks: &[usize]) -> Result<Group, Error> {
+        if let Some(&r) = ranks.iter().find(|&&r| r >= self.size()) {
+            return Err(Error::Rank { rank: r, size: self.size() });
+        }
+        let world = self.world.iter().enumerate().filter(|(i, _)| !ranks.contains(i)).map(|(_, &w)| w).collect();
+        Ok(Group { world })
+    }
+
+    /// For each of `ranks` in this group, its rank in `other`, if it is a member there
+    /// (`MPI_Group_translate_ranks`; `None` is `MPI_UNDEFINED`).
+    pub fn translate_ranks(&self, ranks: &[usize], other: &Group) -> Result<Vec<Option<usize>>, Error> {
+        ranks
+            .iter()
+            .map(|&r| {
+                let w = *self.world.get(r).ok_or(Error::Rank { rank: r, size: self.size() })?;
+                Ok(other.rank_of_world(w))
+            })
+            .collect()
+    }
+}
+
+impl Comm {
+    /// The group of this communicator (`MPI_Comm_group`).
+    pub fn comm_group(&self) -> Group {
+        Group { world: self.group().to_vec() }
+    }
+
+    /// A communicator of the members of `group`, which must be a subset of this
+    /// communicator's group (`MPI_Comm_create`). Collective over this communicator; every
+    /// rank passes the same group; non-members get `None`.
+    pub fn create(&self, group: &Group) -> Result<Option<Comm>, Error> {
+        let mine = self.group();
+        if let Some(&w) = group.world.iter().find(|w| !mine.contains(w)) {
+            return Err(Error::Other(format!("create: world rank {w} is not in this communicator")));
+        }
+        let me_world = mine[self.rank()];
+        let color = group.rank_of_world(me_world).map(|_| 0u32);
+        // Order by the group's order: the key is the rank in the group.
+        let key = group.rank_of_world(me_world).map_or(0, |r| r as i32);
+        self.split(color, key)
+    }
+}
