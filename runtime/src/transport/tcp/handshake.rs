@@ -22,24 +22,24 @@ const MAGIC: &[u8; 4] = b"MPR1";
 const NONCE: usize = 16;
 const MAC: usize = 32;
 
-fn mac(key: &[u8], label: &[u8], n1: &[u8], n2: &[u8], ranks: (u32, u32)) -> [u8; MAC] {
+/// The keyed hash over one message of the exchange.
+fn keyed(key: &[u8], label: &[u8], n1: &[u8], n2: &[u8], ranks: (u32, u32)) -> Hmac<Sha256> {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
     m.update(label);
     m.update(n1);
     m.update(n2);
     m.update(&ranks.0.to_le_bytes());
     m.update(&ranks.1.to_le_bytes());
-    m.finalize().into_bytes().into()
+    m
 }
 
+fn mac(key: &[u8], label: &[u8], n1: &[u8], n2: &[u8], ranks: (u32, u32)) -> [u8; MAC] {
+    keyed(key, label, n1, n2, ranks).finalize().into_bytes().into()
+}
+
+/// Checks `got` in constant time.
 fn verify(key: &[u8], label: &[u8], n1: &[u8], n2: &[u8], ranks: (u32, u32), got: &[u8]) -> bool {
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
-    m.update(label);
-    m.update(n1);
-    m.update(n2);
-    m.update(&ranks.0.to_le_bytes());
-    m.update(&ranks.1.to_le_bytes());
-    m.verify_slice(got).is_ok()
+    keyed(key, label, n1, n2, ranks).verify_slice(got).is_ok()
 }
 
 fn nonce() -> Result<[u8; NONCE], Error> {
