@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::{ArgAction, ColorChoice, CommandFactory, FromArgMatches, Parser};
 
 use crate::addr;
+use crate::bind::{self, BindTo, MapBy};
 use crate::control::start::Launcher;
 use crate::hosts::{self, HostSpec};
 
@@ -45,10 +46,13 @@ const VALUE_OPTIONS: &[&str] = &[
     "--control-addr",
     "--iface",
     "--transports",
+    "--bind-to",
+    "--map-by",
 ];
 
 /// mpirun's single-dash long options, rewritten to their double-dash form.
-const SINGLE_DASH: &[&str] = &["-np", "-ppn", "-hostfile", "-machinefile", "-host"];
+const SINGLE_DASH: &[&str] =
+    &["-np", "-ppn", "-hostfile", "-machinefile", "-host", "-bind-to", "-map-by", "-report-bindings"];
 
 /// Exit code for bad usage, as clap and most tools use.
 const USAGE_EXIT: i32 = 2;
@@ -127,6 +131,20 @@ struct Args {
     #[arg(long, value_name = "LIST")]
     transports: Option<String>,
 
+    /// Bind each rank to the CPUs of a core or a NUMA node, or not at all (default: core when
+    /// a host's ranks do not outnumber its cores, else none)
+    #[arg(long = "bind-to", value_name = "core|numa|none", allow_hyphen_values = true)]
+    bind_to: Option<String>,
+
+    /// Spread a host's consecutive ranks: core (rank i on core i, the default) or numa
+    /// (round-robin over the NUMA nodes)
+    #[arg(long = "map-by", value_name = "core|numa", allow_hyphen_values = true)]
+    map_by: Option<String>,
+
+    /// Print each rank's binding on stderr before it starts
+    #[arg(long)]
+    report_bindings: bool,
+
     /// The program each rank runs, found through PATH like a shell does
     #[arg(value_name = "PROGRAM")]
     program: Option<OsString>,
@@ -168,6 +186,8 @@ pub(crate) struct Options {
     pub(crate) iface: Option<String>,
     /// `--transports`, if given.
     pub(crate) transports: Option<String>,
+    /// `--bind-to`, `--map-by`, `--report-bindings`.
+    pub(crate) binding: bind::Policy,
 }
 
 /// Parsing gave either a job to run or an exit code (help or version was printed).
@@ -324,6 +344,11 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
             return Err(UsageError::usage("--transports: expected a list such as tcp or shm,tcp, got ''".into()));
         }
     }
+    let binding = bind::Policy {
+        bind: args.bind_to.as_deref().map(BindTo::parse).transpose().map_err(UsageError::usage)?,
+        map: args.map_by.as_deref().map(MapBy::parse).transpose().map_err(UsageError::usage)?.unwrap_or_default(),
+        report: args.report_bindings,
+    };
     let mut env = Vec::new();
     for var in &args.export {
         env.extend(export(var)?);
@@ -349,6 +374,7 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
         control_addr,
         iface: args.iface,
         transports: args.transports,
+        binding,
     })
 }
 
@@ -515,6 +541,27 @@ mod tests {
             argv.push("true");
             let e = parse(os(&argv)).unwrap_err();
             assert_eq!(e.code, USAGE_EXIT, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn binding_options() {
+        let o = job(&["mprun", "true"]);
+        assert_eq!(o.binding, bind::Policy::default());
+        let o = job(&["mprun", "--bind-to", "numa", "--map-by=numa", "--report-bindings", "true"]);
+        assert_eq!(o.binding, bind::Policy { bind: Some(BindTo::Numa), map: MapBy::Numa, report: true });
+        let o = job(&["mprun", "-bind-to", "none", "-map-by", "core", "-report-bindings", "true"]);
+        assert_eq!(o.binding, bind::Policy { bind: Some(BindTo::None), map: MapBy::Core, report: true });
+        for (bad, want) in [
+            (&["--bind-to", "socket"][..], "--bind-to: expected core, numa or none, got 'socket'"),
+            (&["--bind-to", ""], "--bind-to: expected core, numa or none, got ''"),
+            (&["--map-by", "slot"], "--map-by: expected core or numa, got 'slot'"),
+        ] {
+            let mut argv = vec!["mprun"];
+            argv.extend(bad);
+            argv.push("true");
+            let e = parse(os(&argv)).unwrap_err();
+            assert_eq!((e.code, e.message.as_str()), (USAGE_EXIT, want), "{bad:?}");
         }
     }
 

@@ -3,7 +3,9 @@
 //! - `cli`: the command line and its checks; `hosts`: host lists, hostfiles, placement.
 //! - `program`: finding the program through `PATH`.
 //! - `ids`: the job id and secret.
-//! - `spawn`: starting one rank (environment, process group, pipes, PMI socket).
+//! - `spawn`: starting one rank (environment, process group, CPU binding, pipes, PMI socket).
+//! - `bind`: which CPUs each rank of a host is bound to; `topo`: the host's cores and NUMA
+//!   nodes.
 //! - `ranks`: the ranks of one host as their parent sees them.
 //! - `job`: mprun's event loop: forwarding, PMI, reaping, stopping, remote hosts.
 //! - `proxy`: `mprun --proxy`, the per-host proxy started on remote hosts.
@@ -19,6 +21,7 @@
 //! cannot be run, 1 for a host whose proxy cannot be started or is lost.
 
 mod addr;
+mod bind;
 mod cause;
 mod cli;
 mod control;
@@ -34,6 +37,7 @@ mod spawn;
 mod status;
 mod stdin;
 mod stdio;
+mod topo;
 
 use std::process::ExitCode;
 

@@ -362,7 +362,9 @@ impl Proxy {
         };
         let ranks: Vec<usize> = self.spec.ranks.iter().map(|&r| r as usize).collect();
         let size = self.spec.size as usize;
-        for (local_rank, &rank) in ranks.iter().enumerate() {
+        let bindings = crate::bind::here(&self.spec.binding, ranks.len());
+        crate::bind::report(&self.spec.binding, &self.host, &ranks, &bindings);
+        for ((local_rank, &rank), binding) in ranks.iter().enumerate().zip(&bindings) {
             if self.stopping {
                 break;
             }
@@ -370,7 +372,7 @@ impl Proxy {
                 Program { path: &program, argv0: &self.spec.program, args: &self.spec.args, env: &self.env, cwd: None };
             let slot = Slot { rank, size, local_rank, local_size: ranks.len() };
             let stdin = if rank == 0 { self.rank0_stdin.take().unwrap_or(RankStdin::Null) } else { RankStdin::Null };
-            match spawn(&program, slot, stdin) {
+            match spawn(&program, slot, binding, stdin) {
                 Ok(spawned) => {
                     let pid = spawned.pid;
                     match self.ranks.add(self.poll.registry(), rank, spawned, self.spec.tag_output) {

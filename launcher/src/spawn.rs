@@ -4,7 +4,8 @@
 //! rank reaches everything it started), stdout and stderr on pipes read by its parent (mprun
 //! or the host's proxy), stdin on a pipe fed with mprun's stdin for rank 0 and `/dev/null`
 //! for the others, and one end of a socket pair on which it speaks PMI-1 to its parent
-//! (`PMI_FD`). On Linux a rank is killed if its parent dies.
+//! (`PMI_FD`). On Linux a rank is killed if its parent dies, and a bound rank gets its CPU
+//! affinity (`bind`) in the child before exec; `MPR_BINDING` says what it is bound to.
 //!
 //! Every descriptor the parent holds is close-on-exec, so a rank inherits only its own ends.
 
@@ -19,6 +20,8 @@ use std::process::{Command, Stdio};
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::unistd::{getpid, setpgid, Pid};
+
+use crate::bind::Binding;
 
 /// What every rank of one host runs.
 #[derive(Debug, Clone, Copy)]
@@ -71,8 +74,13 @@ pub(crate) struct Spawned {
     pub(crate) pmi: UnixStream,
 }
 
-/// Starts one rank of `program` at `slot`.
-pub(crate) fn spawn(program: &Program<'_>, slot: Slot, stdin: RankStdin) -> io::Result<Spawned> {
+/// Starts one rank of `program` at `slot`, bound as `binding` says.
+pub(crate) fn spawn(program: &Program<'_>, slot: Slot, binding: &Binding, stdin: RankStdin) -> io::Result<Spawned> {
+    // Built here: the child may only make async-signal-safe calls.
+    #[cfg(target_os = "linux")]
+    let cpus = binding.cpu_set()?;
+    #[cfg(not(target_os = "linux"))]
+    let cpus = ();
     // Both ends are close-on-exec (std sets it on every platform).
     let (ours, theirs) = UnixStream::pair()?;
     let theirs = above_stdio(OwnedFd::from(theirs))?;
@@ -92,6 +100,7 @@ pub(crate) fn spawn(program: &Program<'_>, slot: Slot, stdin: RankStdin) -> io::
         .env("PMI_FD", pmi_fd.to_string())
         .env("PMI_RANK", &rank)
         .env("PMI_SIZE", &size)
+        .env("MPR_BINDING", binding.env_value())
         .stdin(match stdin {
             RankStdin::Null => Stdio::null(),
             RankStdin::Pipe(fd) => Stdio::from(fd),
@@ -103,10 +112,10 @@ pub(crate) fn spawn(program: &Program<'_>, slot: Slot, stdin: RankStdin) -> io::
     }
     let parent = getpid();
     // SAFETY: the closure runs in the forked child before exec and makes only
-    // async-signal-safe system calls (setpgid, prctl, getppid, fcntl, _exit); it does not
-    // allocate or take locks.
+    // async-signal-safe system calls (setpgid, prctl, getppid, sched_setaffinity, fcntl,
+    // _exit); it does not allocate or take locks (the CPU set was built before fork).
     unsafe {
-        command.pre_exec(move || in_child(pmi_fd, parent));
+        command.pre_exec(move || in_child(pmi_fd, parent, &cpus));
     }
     let mut child = command.spawn()?;
     drop(theirs);
@@ -130,8 +139,14 @@ pub(crate) fn spawn_error_code(e: &io::Error) -> i32 {
     }
 }
 
+/// The CPU set a rank is bound to, if any (Linux); nothing elsewhere.
+#[cfg(target_os = "linux")]
+type CpuMask = Option<nix::sched::CpuSet>;
+#[cfg(not(target_os = "linux"))]
+type CpuMask = ();
+
 /// Runs in the child between fork and exec.
-fn in_child(pmi_fd: RawFd, parent: Pid) -> io::Result<()> {
+fn in_child(pmi_fd: RawFd, parent: Pid, cpus: &CpuMask) -> io::Result<()> {
     setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
     #[cfg(target_os = "linux")]
     {
@@ -142,9 +157,12 @@ fn in_child(pmi_fd: RawFd, parent: Pid) -> io::Result<()> {
             // parent's (no destructors, no atexit handlers); it is async-signal-safe.
             unsafe { libc::_exit(1) };
         }
+        if let Some(set) = cpus {
+            nix::sched::sched_setaffinity(Pid::from_raw(0), set)?;
+        }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = parent;
+    let _ = (parent, cpus);
     fcntl(pmi_fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
     Ok(())
 }

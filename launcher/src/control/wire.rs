@@ -13,8 +13,10 @@ use std::ffi::OsString;
 use std::fmt;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-/// Protocol version carried by `Challenge` and `Hello`.
-pub(crate) const VERSION: u16 = 1;
+use crate::bind::{BindTo, MapBy, Policy};
+
+/// Protocol version carried by `Challenge` and `Hello` (2: `Launch` carries the binding).
+pub(crate) const VERSION: u16 = 2;
 /// Longest frame accepted once a connection is proven.
 pub(crate) const MAX_FRAME: usize = 16 << 20;
 /// Longest frame accepted before a connection has proven itself (a `Hello` is 75 bytes).
@@ -55,6 +57,8 @@ pub(crate) struct LaunchSpec {
     pub(crate) fill_host_addr: bool,
     /// Milliseconds between SIGTERM and SIGKILL when stopping.
     pub(crate) kill_grace_ms: u64,
+    /// How the proxy binds its ranks (from its own host's topology).
+    pub(crate) binding: Policy,
 }
 
 /// One control message; the comment says who sends it.
@@ -175,9 +179,20 @@ pub(crate) fn encode(msg: &Msg, out: &mut Vec<u8>) {
             let flags = u8::from(spec.tag_output)
                 | u8::from(spec.verbose) << 1
                 | u8::from(spec.stdin) << 2
-                | u8::from(spec.fill_host_addr) << 3;
+                | u8::from(spec.fill_host_addr) << 3
+                | u8::from(spec.binding.report) << 4;
             e.u8(flags);
             e.u64(spec.kill_grace_ms);
+            e.u8(match spec.binding.bind {
+                None => 0,
+                Some(BindTo::Core) => 1,
+                Some(BindTo::Numa) => 2,
+                Some(BindTo::None) => 3,
+            });
+            e.u8(match spec.binding.map {
+                MapBy::Core => 0,
+                MapBy::Numa => 1,
+            });
         }
         Msg::Started { rank, pid } => {
             e.u8(STARTED);
@@ -267,6 +282,19 @@ pub(crate) fn decode(buf: &[u8], max: usize) -> Result<Option<(Msg, usize)>, Wir
             let ranks = (0..d.count()?).map(|_| d.u32()).collect::<Result<_, _>>()?;
             let flags = d.u8()?;
             let kill_grace_ms = d.u64()?;
+            let bind = match d.u8()? {
+                0 => None,
+                1 => Some(BindTo::Core),
+                2 => Some(BindTo::Numa),
+                3 => Some(BindTo::None),
+                other => return Err(WireError(format!("unknown binding {other}"))),
+            };
+            let map = match d.u8()? {
+                0 => MapBy::Core,
+                1 => MapBy::Numa,
+                other => return Err(WireError(format!("unknown mapping {other}"))),
+            };
+            let binding = Policy { bind, map, report: flags & 16 != 0 };
             Msg::Launch(Box::new(LaunchSpec {
                 jobid,
                 host,
@@ -281,6 +309,7 @@ pub(crate) fn decode(buf: &[u8], max: usize) -> Result<Option<(Msg, usize)>, Wir
                 stdin: flags & 4 != 0,
                 fill_host_addr: flags & 8 != 0,
                 kill_grace_ms,
+                binding,
             }))
         }
         STARTED => Msg::Started { rank: d.u32()?, pid: d.u32()? },
@@ -396,6 +425,7 @@ mod tests {
             stdin: true,
             fill_host_addr: true,
             kill_grace_ms: 1500,
+            binding: Policy { bind: Some(BindTo::Numa), map: MapBy::Numa, report: true },
         };
         vec![
             Msg::Challenge { version: VERSION, nonce: [7; 32] },
@@ -403,6 +433,10 @@ mod tests {
             Msg::Welcome { proof: [9; 32] },
             Msg::Launch(Box::new(spec)),
             Msg::Launch(Box::default()),
+            Msg::Launch(Box::new(LaunchSpec {
+                binding: Policy { bind: Some(BindTo::None), map: MapBy::Core, report: false },
+                ..LaunchSpec::default()
+            })),
             Msg::Started { rank: 4, pid: 99 },
             Msg::SpawnFailed { rank: 1, code: 127, error: "no such file".into() },
             Msg::Output { rank: 5, stream: 1, data: b"line\n".to_vec() },
@@ -468,6 +502,14 @@ mod tests {
         let at = 4 + 1 + 4 + 4 + 4; // kind, jobid, host, program (all empty): the args count
         frame[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode(&frame, MAX_FRAME).is_err());
+        // A binding or mapping code this version does not know (the last two bytes).
+        for back in [1, 2] {
+            let mut frame = Vec::new();
+            encode(&Msg::Launch(Box::default()), &mut frame);
+            let at = frame.len() - back;
+            frame[at] = 9;
+            assert!(decode(&frame, MAX_FRAME).is_err(), "byte -{back}");
+        }
     }
 
     #[test]

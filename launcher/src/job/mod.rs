@@ -269,13 +269,15 @@ impl<'a> Job<'a> {
         let path = self.setup.program.as_deref().expect("the program is resolved when this machine runs ranks");
         let env = self.local_env.clone();
         let program = Program { path, argv0: &self.opts.program, args: &self.opts.args, env: &env, cwd: None };
-        for (local_rank, &rank) in plan.ranks.iter().enumerate() {
+        let bindings = crate::bind::here(&self.opts.binding, plan.ranks.len());
+        crate::bind::report(&self.opts.binding, &plan.name, &plan.ranks, &bindings);
+        for ((local_rank, &rank), binding) in plan.ranks.iter().enumerate().zip(&bindings) {
             if self.stopping.is_some() {
                 break;
             }
             let slot = Slot { rank, size: self.opts.np, local_rank, local_size: plan.ranks.len() };
             let rank_stdin = if rank == 0 { stdin.take().unwrap_or(RankStdin::Null) } else { RankStdin::Null };
-            match spawn(&program, slot, rank_stdin) {
+            match spawn(&program, slot, binding, rank_stdin) {
                 Ok(spawned) => {
                     let pid = spawned.pid;
                     self.pids[rank] = Some(pid);

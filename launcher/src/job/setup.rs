@@ -68,6 +68,7 @@ impl Job<'_> {
                 stdin: host.ranks.first() == Some(&0),
                 fill_host_addr: addrs[index].is_none() && self.opts.iface.is_none(),
                 kill_grace_ms: self.opts.kill_grace.as_millis() as u64,
+                binding: self.opts.binding,
             };
             self.remotes.push(Remote::new(host, spec));
         }
