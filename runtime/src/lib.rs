@@ -51,6 +51,11 @@ pub use half;
 pub use request::{scope, test_all, wait_all, wait_any, Request, Scope};
 pub use status::Status;
 
+/// The README's example runs as a doctest (a job of one rank), so it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
 /// The running job, as seen by this process. Dropping it finalizes (`MPI_Finalize`).
