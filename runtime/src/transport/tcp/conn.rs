@@ -58,6 +58,8 @@ pub(crate) struct Conn {
     direct: Option<Direct>,
     /// Bytes of a payload to skip (its receive was cancelled while it arrived).
     discard: usize,
+    /// Rounds spent with output still buffered.
+    busy_rounds: u32,
 }
 
 impl Conn {
@@ -75,6 +77,7 @@ impl Conn {
             error: None,
             direct: None,
             discard: 0,
+            busy_rounds: 0,
         }
     }
 
@@ -178,8 +181,13 @@ impl Conn {
     /// Reads what has arrived and passes every complete frame to `sink`.
     pub(crate) fn receive(&mut self, peer: usize, sink: &mut dyn Sink) -> Result<usize, Error> {
         let mut frames = 0;
-        if self.pending_out() > 0 {
-            self.flush();
+        if self.pending_out() > 0 && !self.flush() {
+            // Still sending: the socket is busy with our bytes, and reading it on every
+            // round would only contend for its lock; look for input every few rounds.
+            self.busy_rounds = self.busy_rounds.wrapping_add(1);
+            if self.busy_rounds % 16 != 0 && self.direct.is_none() {
+                return Ok(0);
+            }
         }
         // A read that did not fill the buffer took all the kernel had: after delivering its
         // frames, do not spend another system call just to hear "would block".

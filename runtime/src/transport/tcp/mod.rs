@@ -9,7 +9,7 @@
 //! frames of at most `max_frame` bytes.
 //!
 //! Tunables: `MPR_TCP_EAGER` (largest eager message, default 65536), `MPR_TCP_FRAME` (largest
-//! frame, default 262144), `MPR_CONNECT_TIMEOUT` (seconds, default 30).
+//! frame, default 1048576), `MPR_CONNECT_TIMEOUT` (seconds, default 30).
 
 pub(crate) mod addr;
 mod conn;
@@ -74,7 +74,7 @@ impl TcpListening {
         key: &[u8],
     ) -> Result<TcpTransport, Error> {
         let timeout = Duration::from_secs_f64(env_usize("MPR_CONNECT_TIMEOUT", 30) as f64);
-        let max_frame = env_usize("MPR_TCP_FRAME", 256 << 10).clamp(4096, 16 << 20);
+        let max_frame = env_usize("MPR_TCP_FRAME", 1 << 20).clamp(4096, 16 << 20);
         let eager = env_usize("MPR_TCP_EAGER", 64 << 10).min(max_frame - MAX_HEADER);
         let deadline = Instant::now() + timeout;
         let mut conns: Vec<Option<Conn>> = (0..world).map(|_| None).collect();
