@@ -54,23 +54,16 @@ pub(crate) fn route_source(dest: IpAddr) -> io::Result<IpAddr> {
     Ok(socket.local_addr()?.ip())
 }
 
-/// The IPv4 address of interface `name`.
+/// The IPv4 address of interface `name`, or this machine's address inside subnet `name`
+/// (`A.B.C.D/N`): the same lookup the ranks make.
 pub(crate) fn iface_ipv4(name: &str) -> io::Result<IpAddr> {
-    let mut names: Vec<String> = Vec::new();
-    for a in nix::ifaddrs::getifaddrs()? {
-        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
-            if a.interface_name == name {
-                return Ok(IpAddr::V4(sin.ip()));
-            }
-        }
-        if !names.contains(&a.interface_name) {
-            names.push(a.interface_name);
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::NotFound,
-        format!("interface {name} has no IPv4 address (interfaces: {})", names.join(", ")),
-    ))
+    mpr::bootstrap::interface_address(name).map_err(|e| {
+        let msg = match e {
+            mpr::Error::Bootstrap(m) => m,
+            other => other.to_string(),
+        };
+        io::Error::new(io::ErrorKind::NotFound, msg)
+    })
 }
 
 #[cfg(test)]

@@ -123,7 +123,7 @@ struct Args {
     #[arg(long = "control-addr", value_name = "IP")]
     control_addr: Option<String>,
 
-    /// Network interface of the job: mprun listens on its address and ranks use it for TCP
+    /// Network interface (NAME, or a subnet A.B.C.D/N) of the job: mprun listens on its address and ranks use it for TCP
     #[arg(long, value_name = "NAME")]
     iface: Option<String>,
 

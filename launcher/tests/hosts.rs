@@ -207,6 +207,10 @@ fn iface_and_verbose_reach_every_host() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(sorted_lines(&stdout(&out)), ["a no-addr lo 1", "localhost no-addr lo 1"]);
     assert!(stderr(&out).contains("--connect 127.0.0.1:"), "mprun listens on lo's address: {}", stderr(&out));
+    // A subnet picks the interface whose address lies in it.
+    let out = run(&["--verbose", "--launcher", "fork", "--iface", "127.0.0.0/8", "-H", "a", "sh", "-c", script]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--connect 127.0.0.1:"), "{}", stderr(&out));
     let out = run(&["--launcher", "fork", "--iface", "no-such-if0", "-H", "a", "true"]);
     assert_eq!(code(&out), 1);
     assert!(stderr(&out).starts_with("mprun: --iface no-such-if0: interface no-such-if0 has no IPv4 address"));

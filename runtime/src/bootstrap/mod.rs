@@ -8,6 +8,12 @@
 pub(crate) mod pmi;
 pub mod wire;
 
+/// The IPv4 address of this host on interface `name`, or inside subnet `name`
+/// (`A.B.C.D/N`): how ranks and the launcher agree on the job's network.
+pub fn interface_address(name: &str) -> Result<std::net::IpAddr, Error> {
+    crate::transport::tcp::addr::iface_addr(name)
+}
+
 use crate::error::Error;
 use pmi::Pmi;
 
