@@ -67,6 +67,14 @@ impl RawBufMut {
         self.len
     }
 
+    /// The empty view.
+    pub(crate) const EMPTY: RawBufMut = RawBufMut { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), len: 0 };
+
+    /// The same memory, for reading (e.g. sending what was received).
+    pub(crate) fn as_read(&self) -> RawBuf {
+        RawBuf { ptr: self.ptr, len: self.len }
+    }
+
     /// The bytes `off..off+len` of this view (clamped), under the same contract.
     pub(crate) fn window(&self, off: usize, len: usize) -> RawBufMut {
         let off = off.min(self.len);

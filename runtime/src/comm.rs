@@ -98,6 +98,11 @@ impl Comm {
         &self.inner.group
     }
 
+    /// The context of this communicator's collectives.
+    pub(crate) fn coll_context(&self) -> u32 {
+        self.inner.ctx + 1
+    }
+
     /// The tag of the next collective on this communicator.
     pub(crate) fn coll_tag(&self) -> i32 {
         let s = self.inner.coll_seq.get();

@@ -44,6 +44,7 @@ use std::time::Instant;
 pub use coll::op::{
     self, BitAnd, BitOr, BitXor, Loc, LogicalAnd, LogicalOr, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp,
 };
+pub use coll::CollRequest;
 pub use comm::{Comm, Communicator, ANY_SOURCE, ANY_TAG, TAG_UB};
 pub use error::{Error, ErrorClass, Result};
 pub use group::Group;

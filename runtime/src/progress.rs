@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
+use crate::coll::sched::Sched;
 use crate::engine::{Action, Engine, ReqId, Transmit};
 use crate::error::Error;
 use crate::status::Status;
@@ -56,6 +57,16 @@ pub(crate) struct Runtime {
     /// The next communicator context id this process may hand out (even: point-to-point,
     /// the odd one after it: collectives). The world uses 0 and 1.
     pub(crate) next_ctx: u32,
+    /// Nonblocking collectives in flight, with a generation each (handles stay unique).
+    scheds: slab::Slab<(u32, Sched)>,
+    sched_gen: u32,
+}
+
+/// Handle of a schedule in the runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SchedId {
+    key: usize,
+    gen: u32,
 }
 
 impl Runtime {
@@ -77,6 +88,8 @@ impl Runtime {
             policy,
             finalized: false,
             next_ctx: 2,
+            scheds: slab::Slab::new(),
+            sched_gen: 0,
         }
     }
 
@@ -151,6 +164,12 @@ impl Runtime {
             // Frames first: a split copy's CTS must reach the peer before we start our part.
             self.flush_outbox()?;
             n += self.perform_actions();
+        }
+        if !self.scheds.is_empty() {
+            let engine = &mut self.engine;
+            for (_, (_, s)) in self.scheds.iter_mut() {
+                n += usize::from(s.advance(engine));
+            }
         }
         if n > 0 {
             self.flush_outbox()?;
@@ -305,6 +324,67 @@ impl Runtime {
             }
         }
         self.engine.take(id)
+    }
+
+    /// Starts a nonblocking collective.
+    pub(crate) fn start_sched(&mut self, mut s: Sched) -> Result<SchedId, Error> {
+        s.advance(&mut self.engine);
+        self.sched_gen = self.sched_gen.wrapping_add(1);
+        let key = self.scheds.insert((self.sched_gen, s));
+        self.flush()?;
+        Ok(SchedId { key, gen: self.sched_gen })
+    }
+
+    fn sched(&self, id: SchedId) -> Option<&Sched> {
+        self.scheds.get(id.key).filter(|(g, _)| *g == id.gen).map(|(_, s)| s)
+    }
+
+    /// Whether collective `id` is finished (or was already collected).
+    pub(crate) fn sched_done(&self, id: SchedId) -> bool {
+        self.sched(id).is_none_or(|s| s.result.is_some() && !s.in_flight(&self.engine))
+    }
+
+    /// Takes the result of a finished collective.
+    fn take_sched(&mut self, id: SchedId) -> Option<Result<(), Error>> {
+        if self.sched(id).is_some() && self.sched_done(id) {
+            return self.scheds.remove(id.key).1.result;
+        }
+        None
+    }
+
+    /// Waits for collective `id`; on an error every operation it has in flight is retired.
+    pub(crate) fn wait_sched(&mut self, id: SchedId) -> Result<(), Error> {
+        if let Err(e) = self.wait_until(None, |rt| rt.sched_done(id)) {
+            return Err(self.abort_sched(id, e));
+        }
+        self.take_sched(id)
+            .unwrap_or_else(|| Err(Error::Other("the collective was already completed and collected".into())))
+    }
+
+    /// One round of progress for a test of collective `id`.
+    pub(crate) fn test_sched(&mut self, id: SchedId) -> Option<Result<(), Error>> {
+        if !self.sched_done(id) {
+            if let Err(e) = self.progress() {
+                return Some(Err(self.abort_sched(id, e)));
+            }
+        }
+        self.take_sched(id)
+    }
+
+    /// Ends collective `id` with `e`, retiring its operations (see [`Runtime::fail`]).
+    fn abort_sched(&mut self, id: SchedId, e: Error) -> Error {
+        if let Some((_, s)) = self.scheds.get_mut(id.key).filter(|(g, _)| *g == id.gen) {
+            for rid in s.fail(&mut self.engine, e.clone()) {
+                self.fail(rid, e.clone());
+            }
+            self.scheds.remove(id.key);
+        }
+        e
+    }
+
+    /// Whether collective `id` was collected.
+    pub(crate) fn sched_collected(&self, id: SchedId) -> bool {
+        self.sched(id).is_none()
     }
 
     /// Leaves the job: sends what is queued, marks this rank finalized, tells the launcher.

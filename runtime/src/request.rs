@@ -12,12 +12,12 @@ use std::rc::Rc;
 
 use crate::engine::ReqId;
 use crate::error::Error;
-use crate::progress::Runtime;
+use crate::progress::{Runtime, SchedId};
 use crate::status::Status;
 
 /// The region within which nonblocking operations may borrow buffers for `'a`.
 pub struct Scope<'a> {
-    started: RefCell<Vec<(Rc<RefCell<Runtime>>, ReqId)>>,
+    started: RefCell<Vec<(Rc<RefCell<Runtime>>, Handle)>>,
     // Invariant in 'a, so the borrow cannot be shortened after the fact.
     _marker: PhantomData<&'a mut &'a ()>,
 }
@@ -52,26 +52,46 @@ pub fn scope<'a, R>(f: impl FnOnce(&Scope<'a>) -> R) -> R {
     // `s` drops here (also on unwind) and completes what is still in flight.
 }
 
+/// What a scope waits for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Handle {
+    P2p(ReqId),
+    Coll(SchedId),
+}
+
+impl Handle {
+    fn collected(&self, rt: &Runtime) -> bool {
+        match *self {
+            Handle::P2p(id) => rt.engine.is_collected(id),
+            Handle::Coll(id) => rt.sched_collected(id),
+        }
+    }
+}
+
 impl Scope<'_> {
-    pub(crate) fn register(&self, rt: &Rc<RefCell<Runtime>>, id: ReqId) {
+    pub(crate) fn register(&self, rt: &Rc<RefCell<Runtime>>, h: Handle) {
         let mut v = self.started.borrow_mut();
         // Forget requests already collected, so long-running scopes stay small.
         if v.len() >= 64 && v.len().is_power_of_two() {
-            v.retain(|(rt, id)| !rt.borrow().engine.is_collected(*id));
+            v.retain(|(rt, h)| !h.collected(&rt.borrow()));
         }
-        v.push((rt.clone(), id));
+        v.push((rt.clone(), h));
     }
 }
 
 impl Drop for Scope<'_> {
     fn drop(&mut self) {
-        for (rt, id) in self.started.get_mut().drain(..) {
+        for (rt, h) in self.started.get_mut().drain(..) {
             let mut rt = rt.borrow_mut();
-            if rt.engine.is_collected(id) {
+            if h.collected(&rt) {
                 continue;
             }
-            // The buffer must not be released while in flight: wait even after an error.
-            let _ = rt.wait(id);
+            // The buffer must not be released while in flight: wait even after an error
+            // (an error retires the operation from the engine first).
+            let _ = match h {
+                Handle::P2p(id) => rt.wait(id).map(|_| ()),
+                Handle::Coll(id) => rt.wait_sched(id),
+            };
         }
     }
 }
@@ -92,7 +112,7 @@ impl std::fmt::Debug for Request<'_> {
 
 impl<'a> Request<'a> {
     pub(crate) fn new(rt: &Rc<RefCell<Runtime>>, scope: &Scope<'a>, id: ReqId) -> Request<'a> {
-        scope.register(rt, id);
+        scope.register(rt, Handle::P2p(id));
         Request { rt: rt.clone(), id, _marker: PhantomData }
     }
 

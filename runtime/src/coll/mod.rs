@@ -10,9 +10,13 @@
 
 mod algo;
 mod create;
+mod nonblocking;
 pub mod op;
 mod prefix;
+pub(crate) mod sched;
 mod vector;
+
+pub use nonblocking::CollRequest;
 
 use bytemuck::Pod;
 

@@ -31,6 +31,7 @@ fn main() -> mpr::Result<()> {
     check_prefix_and_reduce_scatter(&w)?;
     check_loc_and_half(&w)?;
     check_groups(&w)?;
+    check_nonblocking(&w)?;
     w.barrier()?;
     println!("rank {me} of {p}: coll ok");
     universe.finalize()
@@ -341,6 +342,80 @@ fn check_groups(w: &Comm) -> mpr::Result<()> {
             assert_eq!(s[0], picks.iter().map(|&r| r as u64).sum::<u64>());
         }
         None => assert!(me % 2 == 1, "rank {me} is a member but got no communicator"),
+    }
+    Ok(())
+}
+
+fn check_nonblocking(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    for n in [0usize, 1, 7, 5000, 70_000] {
+        let mine: Vec<i64> = (0..n).map(|i| input(me, i)).collect();
+        let sum: Vec<i64> = (0..n).map(|i| (0..p).map(|r| input(r, i)).sum()).collect();
+        let all: Vec<i64> = (0..p).flat_map(|r| (0..n).map(move |i| input(r, i))).collect();
+        let mut red = vec![0i64; n];
+        let mut gat = vec![0i64; n * p];
+        let mut bc: Vec<i64> = if me == p / 2 { all[..n].to_vec() } else { vec![0; n] };
+        let a2a_send: Vec<i64> = (0..p).flat_map(|j| (0..n).map(move |i| (me * 1000 + j) as i64 + i as i64)).collect();
+        let mut a2a = vec![0i64; n * p];
+        mpr::scope(|s| -> mpr::Result<()> {
+            // Several collectives in flight at once, completed in another order.
+            let r1 = w.iallreduce(s, &mine, &mut red, Sum)?;
+            let r2 = w.iallgather(s, &mine, &mut gat)?;
+            let r3 = w.ibcast(s, &mut bc, p / 2)?;
+            let r4 = w.ialltoall(s, &a2a_send, &mut a2a)?;
+            let r5 = w.ibarrier(s)?;
+            r5.wait()?;
+            r3.wait()?;
+            let mut r2 = r2;
+            loop {
+                match r2.test() {
+                    Ok(r) => break r?,
+                    Err(back) => r2 = back,
+                }
+            }
+            r4.wait()?;
+            r1.wait()
+        })?;
+        assert!(red == sum, "iallreduce n={n} on rank {me}");
+        assert!(gat == all, "iallgather n={n} on rank {me}");
+        assert!(bc == all[..n], "ibcast n={n} on rank {me}");
+        let want: Vec<i64> = (0..p).flat_map(|i| (0..n).map(move |k| (i * 1000 + me) as i64 + k as i64)).collect();
+        assert!(a2a == want, "ialltoall n={n} on rank {me}");
+    }
+    // Non-commutative (2x2 matrix products), in rank order.
+    let mat = |r: usize| -> [i64; 4] { [1, (r % 3) as i64, (r % 2) as i64, 1] };
+    let mul = |a: &[i64], b: &[i64]| {
+        [a[0] * b[0] + a[1] * b[2], a[0] * b[1] + a[1] * b[3], a[2] * b[0] + a[3] * b[2], a[2] * b[1] + a[3] * b[3]]
+    };
+    let matop = UserOp::new(
+        move |acc: &mut [i64], x: &[i64]| {
+            let m = mul(acc, x);
+            acc.copy_from_slice(&m);
+        },
+        false,
+    );
+    let mut out = [0i64; 4];
+    let mine = mat(me);
+    mpr::scope(|s| w.iallreduce(s, &mine, &mut out, matop)?.wait())?;
+    assert_eq!(out, (1..p).fold(mat(0), |acc, r| mul(&acc, &mat(r))), "non-commutative iallreduce");
+    // Progress inside other waits: rank 0 blocks in a receive that rank 1 sends only after
+    // its own iallreduce completed, which needs rank 0's part to move meanwhile.
+    if p >= 2 {
+        let mut out = [0u64];
+        mpr::scope(|s| -> mpr::Result<()> {
+            let r = w.iallreduce(s, &[1u64], &mut out, Sum)?;
+            if me == 0 {
+                w.recv(&mut [0u8], 1, 4242)?;
+                r.wait()
+            } else {
+                r.wait()?;
+                if me == 1 {
+                    w.send(&[1u8], 0, 4242)?;
+                }
+                Ok(())
+            }
+        })?;
+        assert_eq!(out[0], p as u64);
     }
     Ok(())
 }

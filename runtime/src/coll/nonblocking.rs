@@ -1,0 +1,280 @@
+//! Nonblocking collectives (MPI 4.1, section 6.12): the same algorithms as the blocking
+//! ones, laid out as schedules (sched.rs) that the progress engine advances in any wait.
+//! Buffers are borrowed for the lifetime of a [`Scope`], like `isend`/`irecv`.
+
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+use bytemuck::Pod;
+
+use super::op::Op;
+use super::sched::{Sched, Step};
+use crate::buf::{RawBuf, RawBufMut};
+use crate::comm::Comm;
+use crate::error::Error;
+use crate::progress::SchedId;
+use crate::request::{Handle, Scope};
+
+/// A nonblocking collective in flight (`MPI_Request` of `MPI_Iallreduce` and friends).
+#[must_use = "a collective request must be waited for or tested (the scope waits for it otherwise)"]
+pub struct CollRequest<'a> {
+    rt: Rc<std::cell::RefCell<crate::progress::Runtime>>,
+    id: SchedId,
+    _marker: PhantomData<&'a ()>,
+}
+
+impl std::fmt::Debug for CollRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CollRequest").field("id", &self.id).finish()
+    }
+}
+
+impl<'a> CollRequest<'a> {
+    /// Blocks until the collective completes on this rank (`MPI_Wait`).
+    pub fn wait(self) -> Result<(), Error> {
+        self.rt.borrow_mut().wait_sched(self.id)
+    }
+
+    /// Makes progress once; returns the result if complete, or the request back (`MPI_Test`).
+    pub fn test(self) -> Result<Result<(), Error>, CollRequest<'a>> {
+        let r = self.rt.borrow_mut().test_sched(self.id);
+        match r {
+            Some(r) => Ok(r),
+            None => Err(self),
+        }
+    }
+}
+
+/// Byte view of a typed slice borrowed for a scope.
+fn raw<T: Pod>(v: &[T]) -> RawBuf {
+    // SAFETY: callers pass slices borrowed for the scope's lifetime 'a; the scope completes
+    // the schedule holding this view before 'a ends (see request.rs).
+    unsafe { RawBuf::new(bytemuck::cast_slice(v)) }
+}
+
+fn raw_mut<T: Pod>(v: &mut [T]) -> RawBufMut {
+    // SAFETY: as for `raw`.
+    unsafe { RawBufMut::new(bytemuck::cast_slice_mut(v)) }
+}
+
+/// `len` elements of scratch owned by a schedule; returns the storage and a view of it.
+fn scratch<T: Pod>(len: usize) -> Result<(Vec<u64>, RawBufMut), Error> {
+    if std::mem::align_of::<T>() > 8 {
+        return Err(Error::Other("nonblocking reductions support element alignments up to 8 bytes".into()));
+    }
+    let bytes = len * std::mem::size_of::<T>();
+    let mut v = vec![0u64; bytes.div_ceil(8)];
+    let view = raw_mut(&mut bytemuck::cast_slice_mut::<u64, u8>(&mut v)[..bytes]);
+    Ok((v, view))
+}
+
+/// Typed access to a view inside a compute step.
+fn typed<'x, T: Pod>(v: &mut RawBufMut) -> &'x mut [T] {
+    let n = v.len();
+    let bytes = v.range_mut(0, n).expect("whole view");
+    // SAFETY: the view's memory is valid for the schedule's life (scope or scratch storage),
+    // and no other reference to it is used while a compute step runs.
+    let bytes: &'x mut [u8] = unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr(), n) };
+    bytemuck::cast_slice_mut(bytes)
+}
+
+impl Comm {
+    fn launch<'a>(
+        &self,
+        scope: &Scope<'a>,
+        rounds: Vec<Vec<Step>>,
+        scratch: Vec<Vec<u64>>,
+    ) -> Result<CollRequest<'a>, Error> {
+        let tag = self.coll_tag();
+        let s = Sched::new(self.coll_context(), self.rank() as u32, tag, rounds, scratch);
+        let id = self.rt().borrow_mut().start_sched(s)?;
+        scope.register(self.rt(), Handle::Coll(id));
+        Ok(CollRequest { rt: self.rt().clone(), id, _marker: PhantomData })
+    }
+
+    fn send_step(&self, to: usize, buf: RawBuf) -> Step {
+        Step::Send { peer: self.group()[to], buf }
+    }
+
+    fn recv_step(&self, from: usize, buf: RawBufMut) -> Step {
+        Step::Recv { peer: self.group()[from], src: from as u32, buf }
+    }
+
+    /// Nonblocking barrier (`MPI_Ibarrier`; dissemination).
+    pub fn ibarrier<'a>(&self, scope: &Scope<'a>) -> Result<CollRequest<'a>, Error> {
+        let (p, me) = (self.size(), self.rank());
+        let mut rounds = Vec::new();
+        let mut k = 1;
+        while k < p {
+            rounds.push(vec![
+                self.send_step((me + k) % p, RawBuf::EMPTY),
+                self.recv_step((me + p - k) % p, RawBufMut::EMPTY),
+            ]);
+            k *= 2;
+        }
+        self.launch(scope, rounds, Vec::new())
+    }
+
+    /// Nonblocking broadcast from `root` (`MPI_Ibcast`; binomial tree).
+    pub fn ibcast<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a mut [T],
+        root: usize,
+    ) -> Result<CollRequest<'a>, Error> {
+        super::check_root(self, root)?;
+        let (p, me) = (self.size(), self.rank());
+        let vr = (me + p - root) % p;
+        let real = |v: usize| (v + root) % p;
+        let b = raw_mut(buf);
+        let mut rounds = Vec::new();
+        let mut mask = 1;
+        while mask < p {
+            if vr & mask != 0 {
+                rounds.push(vec![self.recv_step(real(vr - mask), b)]);
+                break;
+            }
+            mask <<= 1;
+        }
+        let mut sends = Vec::new();
+        mask >>= 1;
+        while mask > 0 {
+            if vr + mask < p {
+                sends.push(self.send_step(real(vr + mask), b.as_read()));
+            }
+            mask >>= 1;
+        }
+        rounds.push(sends);
+        self.launch(scope, rounds, Vec::new())
+    }
+
+    /// Nonblocking all-reduce (`MPI_Iallreduce`; recursive doubling, operands combined in
+    /// rank order, so non-commutative operations work too).
+    pub fn iallreduce<'a, T: Pod, O: Op<T> + 'static>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: O,
+    ) -> Result<CollRequest<'a>, Error> {
+        super::check_len("iallreduce", recv.len(), send.len())?;
+        recv.copy_from_slice(send);
+        let (p, me) = (self.size(), self.rank());
+        let n = recv.len();
+        let acc = raw_mut(recv);
+        let (store, tmp) = scratch::<T>(n)?;
+        let op = Rc::new(op);
+        // tmp (lower ranks) on the left: acc = tmp (op) acc.
+        let left = |op: &Rc<O>| -> Step {
+            let (op, mut acc, mut tmp) = (op.clone(), acc, tmp);
+            Step::Compute(Box::new(move || {
+                let t: &mut [T] = typed(&mut tmp);
+                op.apply(t, typed(&mut acc));
+                typed::<T>(&mut acc).copy_from_slice(t);
+            }))
+        };
+        // acc on the left: acc = acc (op) tmp.
+        let right = |op: &Rc<O>| -> Step {
+            let (op, mut acc, mut tmp) = (op.clone(), acc, tmp);
+            Step::Compute(Box::new(move || op.apply(typed(&mut acc), typed(&mut tmp))))
+        };
+        let mut rounds: Vec<Vec<Step>> = Vec::new();
+        let mut carry: Option<Step> = None;
+        let mut round = |carry: &mut Option<Step>, mut steps: Vec<Step>| {
+            if let Some(c) = carry.take() {
+                steps.insert(0, c);
+            }
+            rounds.push(steps);
+        };
+        if p > 1 {
+            let pof2 = 1usize << p.ilog2();
+            let rem = p - pof2;
+            let newrank = if me < 2 * rem {
+                if me % 2 == 0 {
+                    round(&mut carry, vec![self.send_step(me + 1, acc.as_read())]);
+                    None
+                } else {
+                    round(&mut carry, vec![self.recv_step(me - 1, tmp)]);
+                    carry = Some(left(&op));
+                    Some(me / 2)
+                }
+            } else {
+                Some(me - rem)
+            };
+            if let Some(nr) = newrank {
+                let mut mask = 1;
+                while mask < pof2 {
+                    let nd = nr ^ mask;
+                    let dst = if nd < rem { nd * 2 + 1 } else { nd + rem };
+                    round(&mut carry, vec![self.send_step(dst, acc.as_read()), self.recv_step(dst, tmp)]);
+                    carry = Some(if dst < me { left(&op) } else { right(&op) });
+                    mask <<= 1;
+                }
+            }
+            if me < 2 * rem {
+                if me % 2 == 0 {
+                    round(&mut carry, vec![self.recv_step(me + 1, acc)]);
+                } else {
+                    round(&mut carry, vec![self.send_step(me - 1, acc.as_read())]);
+                }
+            }
+            if carry.is_some() {
+                round(&mut carry, Vec::new());
+            }
+        }
+        self.launch(scope, rounds, vec![store])
+    }
+
+    /// Nonblocking allgather (`MPI_Iallgather`; ring).
+    pub fn iallgather<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+    ) -> Result<CollRequest<'a>, Error> {
+        let (p, me) = (self.size(), self.rank());
+        super::check_len("iallgather", recv.len(), send.len() * p)?;
+        let n = send.len();
+        recv[me * n..(me + 1) * n].copy_from_slice(send);
+        let blk = std::mem::size_of_val(send);
+        let all = raw_mut(recv);
+        let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+        let rounds = (0..p.saturating_sub(1))
+            .map(|step| {
+                let sb = (me + p - step) % p;
+                let rb = (me + p - step - 1) % p;
+                vec![
+                    self.send_step(next, all.as_read().slice(sb * blk, blk)),
+                    self.recv_step(prev, all.window(rb * blk, blk)),
+                ]
+            })
+            .collect();
+        self.launch(scope, rounds, Vec::new())
+    }
+
+    /// Nonblocking all-to-all (`MPI_Ialltoall`; all exchanges at once).
+    pub fn ialltoall<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+    ) -> Result<CollRequest<'a>, Error> {
+        let (p, me) = (self.size(), self.rank());
+        super::check_len("ialltoall", send.len(), recv.len())?;
+        if send.len() % p != 0 {
+            return Err(Error::Other(format!("ialltoall: {} elements do not split into {p} blocks", send.len())));
+        }
+        let n = send.len() / p;
+        recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
+        let blk = n * std::mem::size_of::<T>();
+        let (s, r) = (raw(send), raw_mut(recv));
+        let mut steps = Vec::new();
+        for k in 1..p {
+            let to = (me + k) % p;
+            let from = (me + p - k) % p;
+            steps.push(self.recv_step(from, r.window(from * blk, blk)));
+            steps.push(self.send_step(to, s.slice(to * blk, blk)));
+        }
+        self.launch(scope, vec![steps], Vec::new())
+    }
+}

@@ -1,0 +1,100 @@
+//! Schedules: nonblocking collectives as rounds of point-to-point operations and local
+//! computations, advanced by the progress engine (so they move on inside any wait, as MPI's
+//! progress rule requires), not only inside their own `wait`.
+//!
+//! A round starts its sends and receives after running its computations; the next round
+//! starts only when every operation of the current one has completed. Buffers travel as raw
+//! views under the same contract as point-to-point requests (the scope keeps them alive);
+//! scratch space belongs to the schedule itself.
+
+use std::collections::VecDeque;
+
+use crate::buf::{RawBuf, RawBufMut};
+use crate::engine::{Engine, ReqId};
+use crate::error::Error;
+
+/// One thing a round does.
+pub(crate) enum Step {
+    /// Send `buf` to world rank `peer`.
+    Send { peer: usize, buf: RawBuf },
+    /// Receive into `buf` from communicator rank `src` (world rank `peer`).
+    Recv { peer: usize, src: u32, buf: RawBufMut },
+    /// A local computation (a reduction or a copy), run before the round's messages.
+    Compute(Box<dyn FnMut()>),
+}
+
+impl std::fmt::Debug for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Send { peer, buf } => write!(f, "Send({peer}, {} B)", buf.len()),
+            Step::Recv { peer, buf, .. } => write!(f, "Recv({peer}, {} B)", buf.len()),
+            Step::Compute(_) => f.write_str("Compute"),
+        }
+    }
+}
+
+/// A collective in flight.
+#[derive(Debug)]
+pub(crate) struct Sched {
+    ctx: u32,
+    me: u32,
+    tag: i32,
+    rounds: VecDeque<Vec<Step>>,
+    pending: Vec<ReqId>,
+    /// Scratch memory the steps point into (freed with the schedule).
+    _scratch: Vec<Vec<u64>>,
+    pub(crate) result: Option<Result<(), Error>>,
+}
+
+impl Sched {
+    /// A schedule on collective context `ctx`, as communicator rank `me`, with `tag`.
+    pub(crate) fn new(ctx: u32, me: u32, tag: i32, rounds: Vec<Vec<Step>>, scratch: Vec<Vec<u64>>) -> Sched {
+        Sched { ctx, me, tag, rounds: rounds.into(), pending: Vec::new(), _scratch: scratch, result: None }
+    }
+
+    /// Moves the schedule on as far as completed operations allow; returns whether it did
+    /// anything.
+    pub(crate) fn advance(&mut self, engine: &mut Engine) -> bool {
+        let mut moved = false;
+        while self.result.is_none() {
+            if !self.pending.iter().all(|&id| engine.is_done(id)) {
+                return moved;
+            }
+            for id in self.pending.drain(..) {
+                if let Some(Err(e)) = engine.take(id) {
+                    self.result = Some(Err(e));
+                }
+            }
+            if self.result.is_some() {
+                break;
+            }
+            let Some(round) = self.rounds.pop_front() else {
+                self.result = Some(Ok(()));
+                break;
+            };
+            moved = true;
+            for step in round {
+                match step {
+                    Step::Compute(mut f) => f(),
+                    Step::Send { peer, buf } => self.pending.push(engine.isend(self.ctx, self.me, self.tag, peer, buf)),
+                    Step::Recv { peer, src, buf } => {
+                        self.pending.push(engine.irecv(self.ctx, Some(src), Some(self.tag), Some(peer), buf))
+                    }
+                }
+            }
+        }
+        moved
+    }
+
+    /// Whether operations of this schedule are still in the engine.
+    pub(crate) fn in_flight(&self, engine: &Engine) -> bool {
+        self.pending.iter().any(|&id| !engine.is_done(id))
+    }
+
+    /// Fails the schedule: its outstanding operations are failed in the engine.
+    pub(crate) fn fail(&mut self, engine: &mut Engine, err: Error) -> Vec<ReqId> {
+        self.rounds.clear();
+        self.result = Some(Err(err));
+        std::mem::take(&mut self.pending).into_iter().filter(|&id| !engine.is_done(id)).collect()
+    }
+}
