@@ -132,6 +132,7 @@ impl Comm {
             None => None,
         };
         let s = match send {
+            Some((buf, dest)) if rt.send_now(ctx, me, tag, self.inner.group[dest], buf).unwrap_or(false) => None,
             Some((buf, dest)) => {
                 let world = self.inner.group[dest];
                 // SAFETY: `buf` stays borrowed until this function has waited for the request.
