@@ -196,29 +196,62 @@ fn recursive_doubling<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &
     with_scratch::<T, _>(buf.len(), |tmp| rd_steps(c, tag, buf, op, tmp))
 }
 
+/// The shape of recursive doubling over `p` ranks, with MPICH's fold for a rank count that
+/// is not a power of two: the first `2 * rem` ranks pair up and the even one of each pair sits
+/// the exchange out.
+pub(super) struct RecDoubling {
+    pof2: usize,
+    rem: usize,
+}
+
+impl RecDoubling {
+    pub(super) fn new(p: usize) -> RecDoubling {
+        let pof2 = 1usize << p.ilog2();
+        RecDoubling { pof2, rem: p - pof2 }
+    }
+
+    /// Whether rank `me` is one of a folded pair (even: hands over, odd: takes over).
+    pub(super) fn folded(&self, me: usize) -> bool {
+        me < 2 * self.rem
+    }
+
+    /// Rank `me`'s place among the `pof2` ranks that exchange, if it takes part.
+    pub(super) fn newrank(&self, me: usize) -> Option<usize> {
+        match (self.folded(me), me % 2) {
+            (true, 0) => None,
+            (true, _) => Some(me / 2),
+            (false, _) => Some(me - self.rem),
+        }
+    }
+
+    /// The partner of the exchanging rank `nr` at each step.
+    pub(super) fn partners(&self, nr: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.pof2.ilog2()).map(move |k| {
+            let nd = nr ^ (1 << k);
+            if nd < self.rem {
+                nd * 2 + 1
+            } else {
+                nd + self.rem
+            }
+        })
+    }
+}
+
 fn rd_steps<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O, tmp: &mut [T]) -> Result<(), Error> {
-    let (p, me) = (c.size(), c.rank());
-    let pof2 = 1usize << p.ilog2();
-    let rem = p - pof2;
-    let newrank = if me < 2 * rem {
+    let me = c.rank();
+    let rd = RecDoubling::new(c.size());
+    if rd.folded(me) {
         if me % 2 == 0 {
             c.coll_xchg(tag, Some((bytemuck::cast_slice(buf), me + 1)), None)?;
-            None
         } else {
             c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(&mut *tmp), me - 1)))?;
             // tmp comes from the lower rank: it goes on the left.
             op.apply(tmp, buf);
             buf.copy_from_slice(tmp);
-            Some(me / 2)
         }
-    } else {
-        Some(me - rem)
-    };
-    if let Some(nr) = newrank {
-        let mut mask = 1;
-        while mask < pof2 {
-            let nd = nr ^ mask;
-            let dst = if nd < rem { nd * 2 + 1 } else { nd + rem };
+    }
+    if let Some(nr) = rd.newrank(me) {
+        for dst in rd.partners(nr) {
             c.coll_xchg(tag, Some((bytemuck::cast_slice(buf), dst)), Some((bytemuck::cast_slice_mut(&mut *tmp), dst)))?;
             if dst < me {
                 op.apply(tmp, buf);
@@ -226,10 +259,9 @@ fn rd_steps<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O, tmp: &m
             } else {
                 op.apply(buf, tmp);
             }
-            mask <<= 1;
         }
     }
-    if me < 2 * rem {
+    if rd.folded(me) {
         if me % 2 == 0 {
             c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(buf), me + 1)))?;
         } else {

@@ -187,31 +187,22 @@ impl Comm {
             rounds.push(steps);
         };
         if p > 1 {
-            let pof2 = 1usize << p.ilog2();
-            let rem = p - pof2;
-            let newrank = if me < 2 * rem {
+            let rd = super::algo::RecDoubling::new(p);
+            if rd.folded(me) {
                 if me % 2 == 0 {
                     round(&mut carry, vec![self.send_step(me + 1, acc.as_read())]);
-                    None
                 } else {
                     round(&mut carry, vec![self.recv_step(me - 1, tmp)]);
                     carry = Some(left(&op));
-                    Some(me / 2)
-                }
-            } else {
-                Some(me - rem)
-            };
-            if let Some(nr) = newrank {
-                let mut mask = 1;
-                while mask < pof2 {
-                    let nd = nr ^ mask;
-                    let dst = if nd < rem { nd * 2 + 1 } else { nd + rem };
-                    round(&mut carry, vec![self.send_step(dst, acc.as_read()), self.recv_step(dst, tmp)]);
-                    carry = Some(if dst < me { left(&op) } else { right(&op) });
-                    mask <<= 1;
                 }
             }
-            if me < 2 * rem {
+            if let Some(nr) = rd.newrank(me) {
+                for dst in rd.partners(nr) {
+                    round(&mut carry, vec![self.send_step(dst, acc.as_read()), self.recv_step(dst, tmp)]);
+                    carry = Some(if dst < me { left(&op) } else { right(&op) });
+                }
+            }
+            if rd.folded(me) {
                 if me % 2 == 0 {
                     round(&mut carry, vec![self.recv_step(me + 1, acc)]);
                 } else {
