@@ -39,6 +39,15 @@ fn bcast_algorithms_forced() {
 }
 
 #[test]
+fn allgather_algorithms_forced() {
+    for algo in ["bruck", "ring"] {
+        for np in [3, 5, 6] {
+            run(np, &[("MPR_ALLGATHER_ALGO", algo), ("COLL_MAX", "70000")]);
+        }
+    }
+}
+
+#[test]
 fn over_tcp() {
     for np in [2, 3, 5] {
         run(np, &[("MPR_TRANSPORTS", "tcp"), ("COLL_MAX", "70000")]);

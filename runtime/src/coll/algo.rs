@@ -303,8 +303,48 @@ fn ring_steps<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O, tmp: 
     Ok(())
 }
 
+/// Allgather of p blocks of `blk` bytes (this rank's own already in place): Bruck's
+/// algorithm (ceil(log2 p) rounds) while the whole result is small, the ring (p-1 rounds,
+/// each link busy) above; `MPR_ALLGATHER_ALGO=bruck|ring` forces one.
+pub(super) fn allgather(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
+    match forced("MPR_ALLGATHER_ALGO").as_deref() {
+        Some("bruck") => allgather_bruck(c, tag, buf, blk),
+        Some("ring") => allgather_ring(c, tag, buf, blk),
+        _ if buf.len() <= (64 << 10) => allgather_bruck(c, tag, buf, blk),
+        _ => allgather_ring(c, tag, buf, blk),
+    }
+}
+
+/// Bruck: blocks are gathered in rotated order (own block first), doubling each round, then
+/// rotated into place.
+fn allgather_bruck(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
+    let (p, me) = (c.size(), c.rank());
+    if p == 1 || blk == 0 {
+        // Every rank has the same block size, so all of them skip together.
+        return Ok(());
+    }
+    with_scratch::<u8, _>(p * blk, |tmp| {
+        tmp[..blk].copy_from_slice(&buf[me * blk..(me + 1) * blk]);
+        let mut have = 1;
+        while have < p {
+            let n = have.min(p - have);
+            let to = (me + p - have) % p;
+            let from = (me + have) % p;
+            let (out, inn) = tmp.split_at_mut(have * blk);
+            c.coll_xchg(tag, Some((&out[..n * blk], to)), Some((&mut inn[..n * blk], from)))?;
+            have += n;
+        }
+        // tmp block i holds rank (me + i) % p's block.
+        for i in 0..p {
+            let r = (me + i) % p;
+            buf[r * blk..(r + 1) * blk].copy_from_slice(&tmp[i * blk..(i + 1) * blk]);
+        }
+        Ok(())
+    })
+}
+
 /// Ring allgather: `buf` holds p blocks of `blk` bytes, this rank's own already in place.
-pub(super) fn allgather_ring(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
+fn allgather_ring(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
     for step in 0..p.saturating_sub(1) {

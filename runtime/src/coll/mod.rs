@@ -141,12 +141,12 @@ impl Comm {
     }
 
     /// Gathers `send` of every rank, in rank order, into `recv` on every rank
-    /// (`MPI_Allgather`; ring algorithm).
+    /// (`MPI_Allgather`; Bruck for small totals, ring for large ones).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
         check_len("allgather", recv.len(), send.len() * self.size())?;
         let n = send.len();
         recv[self.rank() * n..(self.rank() + 1) * n].copy_from_slice(send);
-        algo::allgather_ring(self, self.coll_tag(), bytes_mut(recv), std::mem::size_of_val(send))
+        algo::allgather(self, self.coll_tag(), bytes_mut(recv), std::mem::size_of_val(send))
     }
 
     /// Sends block `j` of `send` to rank `j` and receives block `i` of `recv` from rank `i`
