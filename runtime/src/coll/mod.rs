@@ -3,8 +3,9 @@
 //! context + 1), so they never match user messages.
 //!
 //! Algorithms are chosen by size and rank count, as MPICH and Open MPI choose them, and can
-//! be forced with `MPR_ALLREDUCE_ALGO` (`recursive-doubling`, `ring`, `reduce-bcast`) and
-//! `MPR_BCAST_ALGO` (`binomial`, `scatter-allgather`) for tests and tuning. Every algorithm
+//! be forced with `MPR_ALLREDUCE_ALGO` (`recursive-doubling`, `ring`, `reduce-bcast`),
+//! `MPR_BCAST_ALGO` (`binomial`, `scatter-allgather`) and `MPR_ALLGATHER_ALGO` (`bruck`,
+//! `ring`) for tests and tuning. Every algorithm
 //! combines operands in a fixed order, so the same inputs on the same rank count give
 //! bit-identical floating-point results on every run.
 
