@@ -30,7 +30,7 @@ impl WaitPolicy {
     pub(crate) fn from_env(nlocal: usize) -> WaitPolicy {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         // Oversubscribed: spinning only steals the core from the rank we wait for.
-        let default_spin = if nlocal > cores { 16 } else { 20_000 };
+        let default_spin = if nlocal > cores { 0 } else { 20_000 };
         let spin = std::env::var("MPR_WAIT_SPIN").ok().and_then(|v| v.parse().ok()).unwrap_or(default_spin);
         let timeout = std::env::var("MPR_WAIT_TIMEOUT")
             .ok()
