@@ -268,4 +268,126 @@ impl Comm {
         }
         self.launch(scope, vec![steps], Vec::new())
     }
+
+    /// Nonblocking reduction to `root` (`MPI_Ireduce`; binomial tree, rank order for
+    /// non-commutative operations as in [`Comm::reduce`]). `recv` is used at the root only.
+    pub fn ireduce<'a, T: Pod, O: Op<T> + 'static>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        recv: Option<&'a mut [T]>,
+        op: O,
+        root: usize,
+    ) -> Result<CollRequest<'a>, Error> {
+        super::check_root(self, root)?;
+        let (p, me) = (self.size(), self.rank());
+        let n = send.len();
+        let out = match (me == root, recv) {
+            (true, Some(r)) => {
+                super::check_len("ireduce", r.len(), n)?;
+                Some(raw_mut(r))
+            }
+            (true, None) => return Err(Error::Other("ireduce: the root must pass a receive buffer".into())),
+            (false, _) => None,
+        };
+        let (acc_store, acc) = scratch::<T>(n)?;
+        let (tmp_store, tmp) = scratch::<T>(n)?;
+        let src = raw(send);
+        let op = Rc::new(op);
+        let tree_root = if op.commutative() { root } else { 0 };
+        let vr = (me + p - tree_root) % p;
+        let real = |v: usize| (v + tree_root) % p;
+        let mut rounds: Vec<Vec<Step>> = Vec::new();
+        let (mut a0, s0) = (acc, src);
+        let mut carry: Option<Step> = Some(Step::Compute(Box::new(move || {
+            typed::<T>(&mut a0).copy_from_slice(bytemuck::cast_slice(s0.bytes()));
+        })));
+        let mut push = |carry: &mut Option<Step>, mut steps: Vec<Step>| {
+            if let Some(c) = carry.take() {
+                steps.insert(0, c);
+            }
+            rounds.push(steps);
+        };
+        let mut mask = 1;
+        while mask < p {
+            if vr & mask == 0 {
+                if vr | mask < p {
+                    push(&mut carry, vec![self.recv_step(real(vr | mask), tmp)]);
+                    let (op, mut a, mut t) = (op.clone(), acc, tmp);
+                    carry = Some(Step::Compute(Box::new(move || op.apply(typed(&mut a), typed(&mut t)))));
+                }
+            } else {
+                push(&mut carry, vec![self.send_step(real(vr & !mask), acc.as_read())]);
+                break;
+            }
+            mask <<= 1;
+        }
+        if me == tree_root && tree_root != root {
+            push(&mut carry, vec![self.send_step(root, acc.as_read())]);
+        }
+        if let Some(mut o) = out {
+            if tree_root != root {
+                push(&mut carry, vec![self.recv_step(tree_root, o)]);
+            } else {
+                let mut a = acc;
+                carry = Some(match carry.take() {
+                    Some(Step::Compute(mut f)) => Step::Compute(Box::new(move || {
+                        f();
+                        typed::<T>(&mut o).copy_from_slice(typed::<T>(&mut a));
+                    })),
+                    _ => Step::Compute(Box::new(move || typed::<T>(&mut o).copy_from_slice(typed::<T>(&mut a)))),
+                });
+            }
+        }
+        if carry.is_some() {
+            push(&mut carry, Vec::new());
+        }
+        self.launch(scope, rounds, vec![acc_store, tmp_store])
+    }
+
+    /// Nonblocking gather to `root` (`MPI_Igather`); `recv` is used at the root only.
+    pub fn igather<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        recv: Option<&'a mut [T]>,
+        root: usize,
+    ) -> Result<CollRequest<'a>, Error> {
+        super::check_root(self, root)?;
+        let (p, me) = (self.size(), self.rank());
+        if me != root {
+            return self.launch(scope, vec![vec![self.send_step(root, raw(send))]], Vec::new());
+        }
+        let recv = recv.ok_or_else(|| Error::Other("igather: the root must pass a receive buffer".into()))?;
+        super::check_len("igather", recv.len(), send.len() * p)?;
+        let n = send.len();
+        recv[me * n..(me + 1) * n].copy_from_slice(send);
+        let blk = std::mem::size_of_val(send);
+        let all = raw_mut(recv);
+        let steps = (0..p).filter(|&r| r != me).map(|r| self.recv_step(r, all.window(r * blk, blk))).collect();
+        self.launch(scope, vec![steps], Vec::new())
+    }
+
+    /// Nonblocking scatter from `root` (`MPI_Iscatter`); `send` is used at the root only.
+    pub fn iscatter<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: Option<&'a [T]>,
+        recv: &'a mut [T],
+        root: usize,
+    ) -> Result<CollRequest<'a>, Error> {
+        super::check_root(self, root)?;
+        let (p, me) = (self.size(), self.rank());
+        if me != root {
+            return self.launch(scope, vec![vec![self.recv_step(root, raw_mut(recv))]], Vec::new());
+        }
+        let send = send.ok_or_else(|| Error::Other("iscatter: the root must pass a send buffer".into()))?;
+        let n = recv.len();
+        super::check_len("iscatter", send.len(), n * p)?;
+        recv.copy_from_slice(&send[me * n..(me + 1) * n]);
+        let blk = std::mem::size_of_val(recv);
+        let all = raw(send);
+        let steps = (0..p).filter(|&r| r != me).map(|r| self.send_step(r, all.slice(r * blk, blk))).collect();
+        self.launch(scope, vec![steps], Vec::new())
+    }
 }

@@ -397,7 +397,38 @@ fn check_nonblocking(w: &Comm) -> mpr::Result<()> {
     let mut out = [0i64; 4];
     let mine = mat(me);
     mpr::scope(|s| w.iallreduce(s, &mine, &mut out, matop)?.wait())?;
-    assert_eq!(out, (1..p).fold(mat(0), |acc, r| mul(&acc, &mat(r))), "non-commutative iallreduce");
+    let want = (1..p).fold(mat(0), |acc, r| mul(&acc, &mat(r)));
+    assert_eq!(out, want, "non-commutative iallreduce");
+    for root in [0, p - 1] {
+        let mut r = [0i64; 4];
+        mpr::scope(|s| w.ireduce(s, &mine, if me == root { Some(&mut r[..]) } else { None }, matop, root)?.wait())?;
+        if me == root {
+            assert_eq!(r, want, "non-commutative ireduce to {root}");
+        }
+    }
+    for n in [0usize, 3, 5000] {
+        let v: Vec<i64> = (0..n).map(|i| input(me, i)).collect();
+        let sum: Vec<i64> = (0..n).map(|i| (0..p).map(|r| input(r, i)).sum()).collect();
+        let all: Vec<i64> = (0..p).flat_map(|r| (0..n).map(move |i| input(r, i))).collect();
+        for root in 0..p {
+            let mut r = vec![0i64; n];
+            let mut g = vec![0i64; n * p];
+            let mut sc = vec![0i64; n];
+            mpr::scope(|s| -> mpr::Result<()> {
+                let a = w.ireduce(s, &v, if me == root { Some(&mut r[..]) } else { None }, Sum, root)?;
+                let b = w.igather(s, &v, if me == root { Some(&mut g[..]) } else { None }, root)?;
+                let c = w.iscatter(s, if me == root { Some(&all[..]) } else { None }, &mut sc, root)?;
+                c.wait()?;
+                b.wait()?;
+                a.wait()
+            })?;
+            if me == root {
+                assert!(r == sum, "ireduce n={n} root {root}");
+                assert!(g == all, "igather n={n} root {root}");
+            }
+            assert!(sc == v, "iscatter n={n} root {root} on rank {me}");
+        }
+    }
     // Progress inside other waits: rank 0 blocks in a receive that rank 1 sends only after
     // its own iallreduce completed, which needs rank 0's part to move meanwhile.
     if p >= 2 {
