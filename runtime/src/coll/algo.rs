@@ -287,9 +287,10 @@ fn ring_steps<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O, tmp: 
         let rb = block(n, p, (me + 2 * p - step - 1) % p);
         let t = &mut tmp[..rb.len()];
         c.coll_xchg(tag, Some((bytemuck::cast_slice(&buf[sb]), next)), Some((bytemuck::cast_slice_mut(t), prev)))?;
-        // The incoming partial result covers the ranks before us in the ring: it goes left.
-        op.apply(t, &buf[rb.clone()]);
-        buf[rb].copy_from_slice(t);
+        // The ring serves commutative operations only, so the partial result can be folded
+        // into our block in place (no copy back); each block is finished by one rank and
+        // then copied to all, so every rank ends with the same bits.
+        op.apply(&mut buf[rb], t);
     }
     // Rank `me` now holds the full result of block `me + 1`.
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
