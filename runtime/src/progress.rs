@@ -26,11 +26,37 @@ pub(crate) struct WaitPolicy {
     pub(crate) timeout: Option<Duration>,
 }
 
+/// Idle polls before yielding: none when oversubscribed (spinning only steals the core from
+/// the rank we wait for), many otherwise.
+fn default_spin(bound: bool, nlocal: usize, cores: usize) -> u32 {
+    if !bound && nlocal > cores {
+        0
+    } else {
+        20_000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_spin;
+
+    #[test]
+    fn a_bound_rank_is_not_taken_for_oversubscribed() {
+        // Bound to one core, a rank sees one CPU; that must not make it yield at once.
+        assert_eq!(default_spin(true, 2, 1), 20_000);
+        assert_eq!(default_spin(false, 4, 2), 0);
+        assert_eq!(default_spin(false, 2, 2), 20_000);
+    }
+}
+
 impl WaitPolicy {
     pub(crate) fn from_env(nlocal: usize) -> WaitPolicy {
+        // A rank the launcher bound has a core of its own (mprun binds only when ranks do not
+        // outnumber cores); its own affinity then says nothing about the host, so only an
+        // unbound rank compares the local rank count with the CPUs it may use.
+        let bound = std::env::var("MPR_BINDING").is_ok_and(|b| b.starts_with("cores:"));
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        // Oversubscribed: spinning only steals the core from the rank we wait for.
-        let default_spin = if nlocal > cores { 0 } else { 20_000 };
+        let default_spin = default_spin(bound, nlocal, cores);
         let spin = std::env::var("MPR_WAIT_SPIN").ok().and_then(|v| v.parse().ok()).unwrap_or(default_spin);
         let timeout = std::env::var("MPR_WAIT_TIMEOUT")
             .ok()
