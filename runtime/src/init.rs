@@ -74,7 +74,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         split_min: usize::MAX,
     };
     // Messages from this size up are copied by sender and receiver at once (0: never).
-    let split_min = match std::env::var("MPR_SPLIT_COPY_MIN").ok().and_then(|v| v.trim().parse::<usize>().ok()) {
+    let split_min = match crate::env::parsed::<usize>("MPR_SPLIT_COPY_MIN") {
         Some(0) => usize::MAX,
         Some(n) => n,
         None => 64 << 10,

@@ -27,6 +27,7 @@ mod buf;
 mod coll;
 mod comm;
 mod engine;
+mod env;
 mod error;
 mod group;
 mod init;

@@ -57,12 +57,8 @@ impl WaitPolicy {
         let bound = std::env::var("MPR_BINDING").is_ok_and(|b| b.starts_with("cores:"));
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let default_spin = default_spin(bound, nlocal, cores);
-        let spin = std::env::var("MPR_WAIT_SPIN").ok().and_then(|v| v.parse().ok()).unwrap_or(default_spin);
-        let timeout = std::env::var("MPR_WAIT_TIMEOUT")
-            .ok()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|s| *s > 0.0)
-            .map(Duration::from_secs_f64);
+        let spin = crate::env::parsed("MPR_WAIT_SPIN").unwrap_or(default_spin);
+        let timeout = crate::env::parsed::<f64>("MPR_WAIT_TIMEOUT").filter(|s| *s > 0.0).map(Duration::from_secs_f64);
         WaitPolicy { spin, check: Duration::from_millis(50), timeout }
     }
 }

@@ -34,22 +34,18 @@ pub(crate) struct ShmConfig {
     pub(crate) cma: bool,
 }
 
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
 impl ShmConfig {
     pub(crate) fn from_env(nlocal: usize) -> ShmConfig {
-        let cell_size = env_usize("MPR_SHM_CELL_SIZE").unwrap_or(8192).clamp(256, 1 << 22);
+        let cell_size = crate::env::parsed::<usize>("MPR_SHM_CELL_SIZE").unwrap_or(8192).clamp(256, 1 << 22);
         let cell_size = cell_size.div_ceil(segment::LINE) * segment::LINE;
         // Keep the whole segment within ~256 MiB however many ranks share the host.
         let budget = 256usize << 20;
         let fit = budget / (nlocal * nlocal * cell_size).max(1);
-        let cells = env_usize("MPR_SHM_CELLS").unwrap_or_else(|| fit.clamp(4, 64)).clamp(2, 1 << 16);
+        let cells = crate::env::parsed::<usize>("MPR_SHM_CELLS").unwrap_or_else(|| fit.clamp(4, 64)).clamp(2, 1 << 16);
         ShmConfig {
             cells,
             cell_size,
-            eager: env_usize("MPR_SHM_EAGER"),
+            eager: crate::env::parsed::<usize>("MPR_SHM_EAGER"),
             cma: cma::AVAILABLE && std::env::var("MPR_SHM_CMA").map(|v| v != "0").unwrap_or(true),
         }
     }

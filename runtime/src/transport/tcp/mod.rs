@@ -24,10 +24,6 @@ use super::{Caps, FrameSink, PeerState, Transport};
 use crate::engine::wire::MAX_HEADER;
 use crate::error::Error;
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
-}
-
 fn io_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Transport(format!("TCP {what}: {e}"))
 }
@@ -73,9 +69,10 @@ impl TcpListening {
         peers: &[(usize, SocketAddr)],
         key: &[u8],
     ) -> Result<TcpTransport, Error> {
-        let timeout = Duration::from_secs_f64(env_usize("MPR_CONNECT_TIMEOUT", 30) as f64);
-        let max_frame = env_usize("MPR_TCP_FRAME", 1 << 20).clamp(4096, 16 << 20);
-        let eager = env_usize("MPR_TCP_EAGER", 64 << 10).min(max_frame - MAX_HEADER);
+        let timeout =
+            Duration::from_secs_f64(crate::env::parsed::<f64>("MPR_CONNECT_TIMEOUT").unwrap_or(30.0).max(0.001));
+        let max_frame = crate::env::parsed::<usize>("MPR_TCP_FRAME").unwrap_or(1 << 20).clamp(4096, 16 << 20);
+        let eager = crate::env::parsed::<usize>("MPR_TCP_EAGER").unwrap_or(64 << 10).min(max_frame - MAX_HEADER);
         let deadline = Instant::now() + timeout;
         let mut conns: Vec<Option<Conn>> = (0..world).map(|_| None).collect();
         let setup = |s: TcpStream| -> Result<Conn, Error> {

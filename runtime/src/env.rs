@@ -1,0 +1,17 @@
+//! Tunables read from the environment (`MPR_*`): one parser for all of them.
+
+use std::str::FromStr;
+
+/// The value of `name` parsed as `T`; `None` if unset, empty or unparsable.
+pub(crate) fn parsed<T: FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn unset_and_garbage_are_none() {
+        assert_eq!(super::parsed::<usize>("MPR_TEST_SURELY_UNSET_VARIABLE"), None);
+        assert_eq!(super::parsed::<usize>("PATH"), None);
+    }
+}
