@@ -8,6 +8,7 @@
 
 pub(crate) mod shm;
 pub(crate) mod tcp;
+pub(crate) mod verbs;
 
 use crate::buf::RawBufMut;
 use crate::error::Error;

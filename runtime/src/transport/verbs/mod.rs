@@ -1,0 +1,5 @@
+//! RDMA over verbs: the provider seam ([`provider`]) and the providers behind it.
+
+#![allow(dead_code)] // The transport over this seam lands in steps.
+
+pub(crate) mod provider;
