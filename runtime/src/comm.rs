@@ -58,6 +58,8 @@ struct CommInner {
     group: Vec<usize>,
     /// Collectives started so far (all ranks call them in the same order): their tag.
     coll_seq: std::cell::Cell<u32>,
+    /// How the ranks sit on hosts, for collectives in shared memory (made on first use).
+    node: std::cell::OnceCell<Option<crate::coll::node::Plan>>,
 }
 
 /// A communicator: a group of ranks and a private context for their messages.
@@ -87,7 +89,16 @@ impl Comm {
     }
 
     pub(crate) fn new(rt: Rc<RefCell<Runtime>>, ctx: u32, rank: usize, group: Vec<usize>) -> Comm {
-        Comm { inner: Rc::new(CommInner { rt, ctx, rank, group, coll_seq: std::cell::Cell::new(0) }) }
+        Comm {
+            inner: Rc::new(CommInner {
+                rt,
+                ctx,
+                rank,
+                group,
+                coll_seq: std::cell::Cell::new(0),
+                node: Default::default(),
+            }),
+        }
     }
 
     pub(crate) fn rt(&self) -> &Rc<RefCell<Runtime>> {
@@ -96,6 +107,11 @@ impl Comm {
 
     pub(crate) fn group(&self) -> &[usize] {
         &self.inner.group
+    }
+
+    /// Where this communicator's ranks meet in shared memory, if any two share a host.
+    pub(crate) fn node_plan(&self) -> Option<&crate::coll::node::Plan> {
+        self.inner.node.get_or_init(|| crate::coll::node::Plan::new(self)).as_ref()
     }
 
     /// The context of this communicator's collectives.

@@ -163,5 +163,18 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         }
     }
     let engine = Engine::new(me, limits);
-    Ok(Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(nlocal)))
+    let mut rt = Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(nlocal));
+    let mut names: Vec<&str> = Vec::new();
+    let of = cards
+        .iter()
+        .map(|c| match names.iter().position(|h| *h == c.host) {
+            Some(i) => i as u32,
+            None => {
+                names.push(&c.host);
+                (names.len() - 1) as u32
+            }
+        })
+        .collect();
+    rt.hosts = crate::progress::Hosts { of, shm: allowed.shm };
+    Ok(rt)
 }

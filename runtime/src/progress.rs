@@ -82,6 +82,17 @@ pub(crate) struct Runtime {
     /// Nonblocking collectives in flight, with a generation each (handles stay unique).
     scheds: slab::Slab<(u32, Sched)>,
     sched_gen: u32,
+    /// Where the ranks run, for collectives that meet in shared memory per host (coll/node.rs).
+    pub(crate) hosts: Hosts,
+}
+
+/// Which ranks share a host.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Hosts {
+    /// Host index of each world rank (hosts numbered by their lowest rank).
+    pub(crate) of: Vec<u32>,
+    /// Whether ranks of one host may share memory (`MPR_TRANSPORTS` allows shm).
+    pub(crate) shm: bool,
 }
 
 /// Handle of a schedule in the runtime.
@@ -112,6 +123,7 @@ impl Runtime {
             next_ctx: 2,
             scheds: slab::Slab::new(),
             sched_gen: 0,
+            hosts: Hosts { of: vec![0; n], shm: false },
         }
     }
 

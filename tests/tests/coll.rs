@@ -53,3 +53,23 @@ fn over_tcp() {
         run(np, &[("MPR_TRANSPORTS", "tcp"), ("COLL_MAX", "70000")]);
     }
 }
+
+#[test]
+fn shared_memory_collectives_in_small_pieces() {
+    // Every bcast and reduction through the host's collective segment, in 4 KiB pieces.
+    let env = [
+        ("MPR_COLL_SHM_SLOT", "4096"),
+        ("MPR_COLL_SHM_BCAST_MAX", "1000000000"),
+        ("MPR_COLL_SHM_REDUCE_MAX", "1000000000"),
+    ];
+    for np in [2, 3, 5, 7] {
+        run(np, &env);
+    }
+}
+
+#[test]
+fn point_to_point_collectives_only() {
+    for np in [2, 4] {
+        run(np, &[("MPR_COLL_SHM", "0"), ("COLL_MAX", "70000")]);
+    }
+}

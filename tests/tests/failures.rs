@@ -58,14 +58,19 @@ fn sigkilled_rank_stops_job_and_leaves_nothing() {
     // Rank 1 SIGKILLs itself while rank 0 waits on it; rank 0 ignores SIGTERM, so it is
     // still alive to observe the death (then mprun SIGKILLs it after the grace, unless it
     // exited first).
-    let out = mprun(&["-np", "3", &ptp(), "peer-dies", &marker], &[("MPR_KILL_GRACE_MS", "5000")]);
-    let (so, se) = (text(&out.stdout), text(&out.stderr));
-    assert_eq!(out.status.code(), Some(128 + 9), "stdout {so} stderr {se}");
-    assert!(se.contains("rank 1") && se.contains("SIGKILL"), "names the rank and signal: {se}");
-    assert!(so.contains("rank 0 saw: rank 1 is gone: the process died"), "waiting peer got an error: {so}");
-    assert!(processes_with(&marker).is_empty(), "left running: {:?}", processes_with(&marker));
-    let id = jobid_of(&so);
-    assert!(shm_files(&id).is_empty(), "segment left: {:?}", shm_files(&id));
+    // Rank 0 waits in a receive, then (second run) in an all-reduce that meets in shared
+    // memory.
+    for wait_in in ["recv", "allreduce"] {
+        let env = [("MPR_KILL_GRACE_MS", "5000"), ("PEER_DIES_IN", wait_in)];
+        let out = mprun(&["-np", "3", &ptp(), "peer-dies", &marker], &env);
+        let (so, se) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(128 + 9), "{wait_in}: stdout {so} stderr {se}");
+        assert!(se.contains("rank 1") && se.contains("SIGKILL"), "names the rank and signal: {se}");
+        assert!(so.contains("rank 0 saw: rank 1 is gone: the process died"), "{wait_in}: peer got no error: {so}");
+        assert!(processes_with(&marker).is_empty(), "left running: {:?}", processes_with(&marker));
+        let id = jobid_of(&so);
+        assert!(shm_files(&id).is_empty(), "segment left: {:?}", shm_files(&id));
+    }
 }
 
 fn jobid_of(stdout: &str) -> String {

@@ -1,11 +1,69 @@
-//! The algorithms behind the collectives. All of them speak through `Comm::coll_xchg`
-//! (a blocking send/receive pair on the collective context) with one tag per call.
+//! The algorithms behind the collectives. All of them speak through [`Team::coll_xchg`]
+//! (a blocking send/receive pair on the collective context) with one tag per call, so they
+//! run on a whole communicator or on a subset of it (the host leaders of node.rs).
 
 use bytemuck::Pod;
 
 use super::op::Op;
 use crate::comm::Comm;
 use crate::error::Error;
+
+/// Ranks that run an algorithm together: a communicator, or some of its ranks.
+pub(super) trait Team {
+    /// This process's index in the team.
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+    /// Sends to and receives from team members (by index); see [`Comm::coll_xchg`].
+    fn coll_xchg(
+        &self,
+        tag: i32,
+        send: Option<(&[u8], usize)>,
+        recv: Option<(&mut [u8], usize)>,
+    ) -> Result<usize, Error>;
+}
+
+impl Team for Comm {
+    fn rank(&self) -> usize {
+        Comm::rank(self)
+    }
+    fn size(&self) -> usize {
+        Comm::size(self)
+    }
+    fn coll_xchg(
+        &self,
+        tag: i32,
+        send: Option<(&[u8], usize)>,
+        recv: Option<(&mut [u8], usize)>,
+    ) -> Result<usize, Error> {
+        Comm::coll_xchg(self, tag, send, recv)
+    }
+}
+
+/// Some ranks of a communicator (`members`, comm ranks), this process being `members[me]`.
+#[derive(Debug)]
+pub(super) struct Subset<'a> {
+    pub(super) comm: &'a Comm,
+    pub(super) members: &'a [usize],
+    pub(super) me: usize,
+}
+
+impl Team for Subset<'_> {
+    fn rank(&self) -> usize {
+        self.me
+    }
+    fn size(&self) -> usize {
+        self.members.len()
+    }
+    fn coll_xchg(
+        &self,
+        tag: i32,
+        send: Option<(&[u8], usize)>,
+        recv: Option<(&mut [u8], usize)>,
+    ) -> Result<usize, Error> {
+        let m = self.members;
+        self.comm.coll_xchg(tag, send.map(|(b, i)| (b, m[i])), recv.map(|(b, i)| (b, m[i])))
+    }
+}
 
 thread_local! {
     /// Scratch buffers reused across collectives: a fresh large allocation per call would
@@ -46,12 +104,12 @@ fn two(buf: &mut [u8], a: std::ops::Range<usize>, b: std::ops::Range<usize>) -> 
 }
 
 /// Algorithm forced by environment variable `var`, if set.
-fn forced(var: &str) -> Option<String> {
+pub(super) fn forced(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|v| !v.is_empty())
 }
 
 /// Dissemination barrier: ceil(log2 p) rounds of empty messages.
-pub(super) fn barrier(c: &Comm, tag: i32) -> Result<(), Error> {
+pub(super) fn barrier(c: &impl Team, tag: i32) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let mut k = 1;
     while k < p {
@@ -63,7 +121,7 @@ pub(super) fn barrier(c: &Comm, tag: i32) -> Result<(), Error> {
 
 /// Broadcast: binomial tree for small messages; scatter + ring allgather (van de Geijn) for
 /// large ones on more than two ranks.
-pub(super) fn bcast(c: &Comm, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
+pub(super) fn bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
     let p = c.size();
     let large = buf.len() >= (256 << 10) && p > 2;
     match forced("MPR_BCAST_ALGO").as_deref() {
@@ -74,7 +132,7 @@ pub(super) fn bcast(c: &Comm, tag: i32, buf: &mut [u8], root: usize) -> Result<(
     }
 }
 
-fn binomial_bcast(c: &Comm, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
+fn binomial_bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let vr = (me + p - root) % p;
     let real = |v: usize| (v + root) % p;
@@ -97,14 +155,14 @@ fn binomial_bcast(c: &Comm, tag: i32, buf: &mut [u8], root: usize) -> Result<(),
 }
 
 /// Block `i` of a buffer of `len` bytes cut into `p` nearly equal blocks.
-fn block(len: usize, p: usize, i: usize) -> std::ops::Range<usize> {
+pub(super) fn block(len: usize, p: usize, i: usize) -> std::ops::Range<usize> {
     let base = len / p;
     let extra = len % p;
     let start = i * base + i.min(extra);
     start..start + base + usize::from(i < extra)
 }
 
-fn scatter_allgather_bcast(c: &Comm, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
+fn scatter_allgather_bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     // Scatter: the root sends each rank its block (blocks in root-relative order).
     let vr = (me + p - root) % p;
@@ -132,7 +190,13 @@ fn scatter_allgather_bcast(c: &Comm, tag: i32, buf: &mut [u8], root: usize) -> R
 /// Binomial-tree reduction. Commutative operations use a tree rooted at `root`;
 /// non-commutative ones reduce to rank 0 in rank order (each combine puts the lower ranks'
 /// partial result on the left), and rank 0 forwards the result to `root`.
-pub(super) fn reduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, acc: &mut [T], op: &O, root: usize) -> Result<(), Error> {
+pub(super) fn reduce<T: Pod, O: Op<T>>(
+    c: &impl Team,
+    tag: i32,
+    acc: &mut [T],
+    op: &O,
+    root: usize,
+) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let tree_root = if op.commutative() { root } else { 0 };
     let vr = (me + p - tree_root) % p;
@@ -167,7 +231,7 @@ pub(super) fn reduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, acc: &mut [T], op: &O
 /// All-reduce: recursive doubling for small messages (and whenever the message has fewer
 /// elements than ranks), reduce-scatter + allgather around a ring for large ones, reduce +
 /// broadcast for non-commutative operations.
-pub(super) fn allreduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+pub(super) fn allreduce<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
     let p = c.size();
     if p == 1 {
         return Ok(());
@@ -184,7 +248,7 @@ pub(super) fn allreduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op:
     }
 }
 
-fn reduce_bcast<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+fn reduce_bcast<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
     reduce(c, tag, buf, op, 0)?;
     binomial_bcast(c, tag, bytemuck::cast_slice_mut(buf), 0)
 }
@@ -192,7 +256,7 @@ fn reduce_bcast<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> 
 /// Recursive doubling with the usual fold for a rank count that is not a power of two: the
 /// first `2 * rem` ranks pair up, the even one hands its data to the odd one and waits for
 /// the result.
-fn recursive_doubling<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+fn recursive_doubling<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
     with_scratch::<T, _>(buf.len(), |tmp| rd_steps(c, tag, buf, op, tmp))
 }
 
@@ -237,7 +301,7 @@ impl RecDoubling {
     }
 }
 
-fn rd_steps<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O, tmp: &mut [T]) -> Result<(), Error> {
+fn rd_steps<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O, tmp: &mut [T]) -> Result<(), Error> {
     let me = c.rank();
     let rd = RecDoubling::new(c.size());
     if rd.folded(me) {
@@ -273,12 +337,12 @@ fn rd_steps<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O, tmp: &m
 
 /// Ring all-reduce: p-1 reduce-scatter steps, then p-1 allgather steps; each rank sends and
 /// receives 2(p-1)/p of the buffer.
-fn ring_allreduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+fn ring_allreduce<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
     let n = block(buf.len(), c.size(), 0).len();
     with_scratch::<T, _>(n, |tmp| ring_steps(c, tag, buf, op, tmp))
 }
 
-fn ring_steps<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O, tmp: &mut [T]) -> Result<(), Error> {
+fn ring_steps<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O, tmp: &mut [T]) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
     let n = buf.len();
@@ -307,7 +371,7 @@ fn ring_steps<T: Pod, O: Op<T>>(c: &Comm, tag: i32, buf: &mut [T], op: &O, tmp: 
 /// Allgather of p blocks of `blk` bytes (this rank's own already in place): Bruck's
 /// algorithm (ceil(log2 p) rounds) while the whole result is small, the ring (p-1 rounds,
 /// each link busy) above; `MPR_ALLGATHER_ALGO=bruck|ring` forces one.
-pub(super) fn allgather(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
+pub(super) fn allgather(c: &impl Team, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
     match forced("MPR_ALLGATHER_ALGO").as_deref() {
         Some("bruck") => allgather_bruck(c, tag, buf, blk),
         Some("ring") => allgather_ring(c, tag, buf, blk),
@@ -318,7 +382,7 @@ pub(super) fn allgather(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> Resul
 
 /// Bruck: blocks are gathered in rotated order (own block first), doubling each round, then
 /// rotated into place.
-fn allgather_bruck(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
+fn allgather_bruck(c: &impl Team, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     if p == 1 || blk == 0 {
         // Every rank has the same block size, so all of them skip together.
@@ -345,7 +409,7 @@ fn allgather_bruck(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> Result<(),
 }
 
 /// Ring allgather: `buf` holds p blocks of `blk` bytes, this rank's own already in place.
-fn allgather_ring(c: &Comm, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
+fn allgather_ring(c: &impl Team, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
     for step in 0..p.saturating_sub(1) {

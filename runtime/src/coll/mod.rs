@@ -11,6 +11,7 @@
 
 mod algo;
 mod create;
+pub(crate) mod node;
 mod nonblocking;
 pub mod op;
 mod prefix;
@@ -52,13 +53,25 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<(), Error> {
 impl Comm {
     /// Blocks until every rank has entered (`MPI_Barrier`; dissemination algorithm).
     pub fn barrier(&self) -> Result<(), Error> {
-        algo::barrier(self, self.coll_tag())
+        match self.node_plan() {
+            Some(plan) => node::barrier(self, self.coll_tag(), plan),
+            None => algo::barrier(self, self.coll_tag()),
+        }
     }
 
     /// Broadcasts `buf` from `root` to every rank (`MPI_Bcast`).
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
         check_root(self, root)?;
-        algo::bcast(self, self.coll_tag(), bytes_mut(buf), root)
+        let bytes = bytes_mut(buf);
+        match self.node_plan() {
+            Some(plan)
+                if algo::forced("MPR_BCAST_ALGO").is_none()
+                    && (!plan.single_host() || bytes.len() <= node::single_host_max("bcast")) =>
+            {
+                node::bcast(self, self.coll_tag(), plan, bytes, root)
+            }
+            _ => algo::bcast(self, self.coll_tag(), bytes, root),
+        }
     }
 
     /// Reduces `send` of every rank with `op` into `recv` at `root` (`MPI_Reduce`); `recv`
@@ -73,7 +86,10 @@ impl Comm {
         check_root(self, root)?;
         let tag = self.coll_tag();
         let mut acc = send.to_vec();
-        algo::reduce(self, tag, &mut acc, &op, root)?;
+        match self.reduce_plan(size_of_val(send), &op) {
+            Some(plan) => node::reduce(self, tag, plan, &mut acc, &op, root)?,
+            None => algo::reduce(self, tag, &mut acc, &op, root)?,
+        }
         if self.rank() == root {
             let recv = recv.ok_or_else(|| Error::Other("reduce: the root must pass a receive buffer".into()))?;
             check_len("reduce", recv.len(), send.len())?;
@@ -91,7 +107,19 @@ impl Comm {
 
     /// In-place all-reduce (`MPI_Allreduce` with `MPI_IN_PLACE`).
     pub fn allreduce_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O) -> Result<(), Error> {
-        algo::allreduce(self, self.coll_tag(), buf, &op)
+        match self.reduce_plan(size_of_val(buf), &op) {
+            Some(plan) => node::allreduce(self, self.coll_tag(), plan, buf, &op),
+            None => algo::allreduce(self, self.coll_tag(), buf, &op),
+        }
+    }
+
+    /// The shared-memory plan for a reduction of `bytes`, if it should use one: not when an
+    /// algorithm is forced, across hosts only for commutative operations (the host order
+    /// would not be the rank order), and on one host only up to a size.
+    fn reduce_plan<T, O: Op<T>>(&self, bytes: usize, op: &O) -> Option<&node::Plan> {
+        let plan = self.node_plan()?;
+        let fits = if plan.single_host() { bytes <= node::single_host_max("reduce") } else { op.commutative() };
+        (fits && algo::forced("MPR_ALLREDUCE_ALGO").is_none()).then_some(plan)
     }
 
     /// Gathers `send` of every rank, in rank order, into `recv` at `root` (`MPI_Gather`).

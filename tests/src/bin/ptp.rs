@@ -342,7 +342,13 @@ fn peer_dies(w: &mpr::Comm) -> R {
             unsafe { libc_ignore_sigterm() };
             w.send(&[1u8], 1, 0)?;
             let mut b = [0u8; 8];
-            match w.recv(&mut b, 1, 1) {
+            // PEER_DIES_IN=allreduce: wait in a collective (on one host: in shared memory).
+            let got = if std::env::var("PEER_DIES_IN").is_ok_and(|v| v == "allreduce") {
+                w.allreduce_in_place(&mut b, mpr::Sum).map(|_| ())
+            } else {
+                w.recv(&mut b, 1, 1).map(|_| ())
+            };
+            match got {
                 Err(e @ Error::PeerGone { .. }) => {
                     println!("rank 0 saw: {e}");
                     std::process::exit(0);
@@ -355,6 +361,9 @@ fn peer_dies(w: &mpr::Comm) -> R {
             let _ = std::process::Command::new("kill").args(["-9", &std::process::id().to_string()]).status();
             std::thread::sleep(std::time::Duration::from_secs(10));
             Ok(())
+        }
+        _ if std::env::var("PEER_DIES_IN").is_ok_and(|v| v == "allreduce") => {
+            w.allreduce_in_place(&mut [0u8; 8], mpr::Sum).map(|_| ())
         }
         _ => Ok(()),
     }

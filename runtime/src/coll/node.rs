@@ -1,0 +1,489 @@
+//! Collectives among the ranks of a communicator that share a host: they meet in a shared
+//! segment of their own instead of sending each other messages, and for a communicator that
+//! spans hosts one leader per host speaks for the others over the network (the hierarchical
+//! scheme of MPICH's node-aware collectives and Open MPI's coll/han over coll/sm or xhc).
+//!
+//! The segment of a communicator on one host holds, for each of its `n` local members, a
+//! slot for its contribution and three counters (each on its own cache line); plus one
+//! result region. Every operation on the segment is numbered `k = 1, 2, ...` (all members do
+//! the same operations in the same order), and the counters say how far each member got:
+//!
+//! - `input = k`: it entered operation `k` (so it finished every earlier one) and, if the
+//!   operation takes contributions, its slot holds it;
+//! - `red = k`: its block of the result region is reduced (all-reduce);
+//! - `done = k`: it read all it needed of operation `k`.
+//!
+//! A member overwrites its slot only once every member is `done` with the previous
+//! operation, and writes the result region only once every member has entered the current
+//! one. Reductions combine contributions in rank order, so results are bit-identical on
+//! every run (and non-commutative operations are exact on one host).
+//!
+//! The segment is made on first use by the lowest local rank (`/mpr-<jobid>-n<ctx>-<rank>`,
+//! mode 0600), which tells the others by message; the last one to attach removes the name.
+//! `MPR_COLL_SHM=0` turns all of this off; `MPR_COLL_SHM_SLOT` sets the slot size (default
+//! 128 KiB; larger operations go through it in pieces).
+
+use std::cell::{Cell, OnceCell};
+use std::ffi::CString;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, AsRawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use bytemuck::Pod;
+use nix::fcntl::OFlag;
+use nix::sys::mman::{mmap, munmap, shm_open, shm_unlink, MapFlags, ProtFlags};
+use nix::sys::stat::Mode;
+
+use super::algo::{self, Subset};
+use super::op::Op;
+use crate::comm::Comm;
+use crate::error::Error;
+
+const PAGE: usize = 4096;
+const LINE: usize = 64;
+const MAGIC: u64 = 0x6d70_725f_636f_6c31; // "mpr_col1"
+/// Counters per member, each on its own cache line.
+const INPUT: usize = 0;
+const RED: usize = 1;
+const DONE: usize = 2;
+/// All-reduce contributions up to this size are reduced whole by every member (one
+/// synchronization); larger ones are split into blocks, one per member (two).
+const FULL_MAX: usize = 8 << 10;
+
+/// Whether the shared-memory collectives are on (`MPR_COLL_SHM`, default on).
+fn enabled() -> bool {
+    std::env::var("MPR_COLL_SHM").map_or(true, |v| v != "0")
+}
+
+/// On one host, the largest bcast / (all-)reduce that goes through the segment; beyond,
+/// point-to-point with single-copy transfers is faster.
+pub(super) fn single_host_max(what: &str) -> usize {
+    let (var, default) = match what {
+        "bcast" => ("MPR_COLL_SHM_BCAST_MAX", 64 << 10),
+        _ => ("MPR_COLL_SHM_REDUCE_MAX", 512 << 10),
+    };
+    crate::env::parsed(var).unwrap_or(default)
+}
+
+/// How a communicator's ranks sit on hosts, and its segment on this host.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// Comm ranks on this host, ascending.
+    local: Vec<usize>,
+    /// This process's index in `local`.
+    me: usize,
+    /// The leader (lowest comm rank) of each host, ascending.
+    leaders: Vec<usize>,
+    /// Index in `leaders` of each comm rank's host.
+    host_of: Vec<usize>,
+    arena: OnceCell<Arena>,
+}
+
+impl Plan {
+    /// The plan of `c`, or `None` if no two of its ranks share memory (or it is turned off).
+    pub(crate) fn new(c: &Comm) -> Option<Plan> {
+        if !enabled() || c.size() < 2 {
+            return None;
+        }
+        let rt = c.rt().borrow();
+        if !rt.hosts.shm {
+            return None;
+        }
+        let hw: Vec<u32> = c.group().iter().map(|&w| rt.hosts.of[w]).collect();
+        let mut leaders: Vec<usize> = Vec::new();
+        let mut host_of = Vec::with_capacity(hw.len());
+        for &h in &hw {
+            match leaders.iter().position(|&l| hw[l] == h) {
+                Some(i) => host_of.push(i),
+                None => {
+                    host_of.push(leaders.len());
+                    leaders.push(host_of.len() - 1);
+                }
+            }
+        }
+        if leaders.len() == hw.len() {
+            return None;
+        }
+        let mine = host_of[c.rank()];
+        let local: Vec<usize> = (0..hw.len()).filter(|&r| host_of[r] == mine).collect();
+        let me = local.iter().position(|&r| r == c.rank()).expect("a rank is on its own host");
+        Some(Plan { local, me, leaders, host_of, arena: OnceCell::new() })
+    }
+
+    /// Whether all ranks are on this host.
+    pub(super) fn single_host(&self) -> bool {
+        self.leaders.len() == 1
+    }
+
+    fn leader(&self) -> bool {
+        self.me == 0
+    }
+
+    fn my_host(&self) -> usize {
+        self.host_of[self.local[self.me]]
+    }
+
+    fn leader_team<'a>(&'a self, c: &'a Comm) -> Subset<'a> {
+        Subset { comm: c, members: &self.leaders, me: self.my_host() }
+    }
+
+    /// The segment of this host, made on first use (`None` if this rank is alone here).
+    /// Every local member calls this in the same collective.
+    fn arena(&self, c: &Comm, tag: i32) -> Result<Option<&Arena>, Error> {
+        if self.local.len() < 2 {
+            return Ok(None);
+        }
+        if let Some(a) = self.arena.get() {
+            return Ok(Some(a));
+        }
+        let name = {
+            let rt = c.rt().borrow();
+            format!("/mpr-{}-n{:x}-{:x}", rt.boot.jobid, c.coll_context(), c.group()[self.local[0]])
+        };
+        let slot = crate::env::parsed::<usize>("MPR_COLL_SHM_SLOT").unwrap_or(128 << 10).clamp(PAGE, 1 << 30);
+        let slot = slot.div_ceil(PAGE) * PAGE;
+        let n = self.local.len();
+        let mut made = if self.leader() {
+            let made = Arena::create(&name, n, slot);
+            let ok = [u8::from(made.is_ok())];
+            for &r in &self.local[1..] {
+                c.coll_xchg(tag, Some((&ok, r)), None)?;
+            }
+            made?
+        } else {
+            let mut ok = [0u8];
+            c.coll_xchg(tag, None, Some((&mut ok, self.local[0])))?;
+            if ok[0] != 1 {
+                return Err(Error::Other(format!(
+                    "rank {} could not make the shared memory for collectives (MPR_COLL_SHM=0 turns it off)",
+                    self.local[0]
+                )));
+            }
+            Arena::open(&name, n, slot)?
+        };
+        if made.header().attached.fetch_add(1, Ordering::AcqRel) + 1 == n as u32 {
+            unlink(&name);
+        }
+        made.me = self.me;
+        Ok(Some(self.arena.get_or_init(|| made)))
+    }
+}
+
+fn unlink(name: &str) {
+    if let Ok(c) = CString::new(name) {
+        let _ = shm_unlink(c.as_c_str());
+    }
+}
+
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    n: AtomicU32,
+    slot: AtomicU32,
+    attached: AtomicU32,
+}
+
+/// One host's shared segment of a communicator.
+#[derive(Debug)]
+struct Arena {
+    base: NonNull<u8>,
+    len: usize,
+    n: usize,
+    me: usize,
+    slot: usize,
+    /// Number of the last operation this member started.
+    seq: Cell<u64>,
+}
+
+fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
+    Error::Other(format!("shared memory for collectives: {what} of {name}: {e}"))
+}
+
+impl Arena {
+    fn data_off(n: usize) -> usize {
+        (PAGE + n * 3 * LINE).div_ceil(PAGE) * PAGE
+    }
+
+    fn total(n: usize, slot: usize) -> usize {
+        Self::data_off(n) + (n + 1) * slot
+    }
+
+    fn create(name: &str, n: usize, slot: usize) -> Result<Arena, Error> {
+        let cname = CString::new(name).map_err(|_| Error::Other(format!("bad segment name {name}")))?;
+        let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR;
+        let fd =
+            shm_open(cname.as_c_str(), flags, Mode::S_IRUSR | Mode::S_IWUSR).map_err(|e| os_err("create", name, e))?;
+        let len = Self::total(n, slot);
+        let a = nix::unistd::ftruncate(fd.as_fd(), len as libc::off_t)
+            .map_err(|e| os_err("resize", name, e))
+            .and_then(|()| Self::map(fd.as_fd(), len, n, slot));
+        let a = a.inspect_err(|_| unlink(name))?;
+        let h = a.header();
+        h.n.store(n as u32, Ordering::Relaxed);
+        h.slot.store(slot as u32, Ordering::Relaxed);
+        h.magic.store(MAGIC, Ordering::Release);
+        Ok(a)
+    }
+
+    fn open(name: &str, n: usize, slot: usize) -> Result<Arena, Error> {
+        let cname = CString::new(name).map_err(|_| Error::Other(format!("bad segment name {name}")))?;
+        let fd = shm_open(cname.as_c_str(), OFlag::O_RDWR, Mode::empty()).map_err(|e| os_err("open", name, e))?;
+        let len = Self::total(n, slot);
+        let size = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| os_err("stat", name, e))?.st_size as usize;
+        if size != len {
+            return Err(Error::Other(format!(
+                "{name} has {size} bytes, expected {len} (different MPR_COLL_SHM_SLOT?)"
+            )));
+        }
+        let a = Self::map(fd.as_fd(), len, n, slot)?;
+        let h = a.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC
+            || h.n.load(Ordering::Relaxed) as usize != n
+            || h.slot.load(Ordering::Relaxed) as usize != slot
+        {
+            return Err(Error::Other(format!("{name} is not this communicator's collective segment")));
+        }
+        Ok(a)
+    }
+
+    fn map(fd: std::os::fd::BorrowedFd<'_>, len: usize, n: usize, slot: usize) -> Result<Arena, Error> {
+        let nz = NonZeroUsize::new(len).expect("a segment has a header");
+        // SAFETY: a fresh shared mapping of a file we opened; no Rust object aliases it. Other
+        // processes touch it through the counters (atomics) and the slot protocol above.
+        let p = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd, 0) }
+            .map_err(|e| Error::Other(format!("mmap of {len} bytes for collectives: {e}")))?;
+        Ok(Arena { base: p.cast(), len, n, me: 0, slot, seq: Cell::new(0) })
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a page for the header (atomics only, page-aligned).
+        unsafe { &*(self.base.as_ptr() as *const Header) }
+    }
+
+    fn ctl(&self, i: usize, which: usize) -> &AtomicU64 {
+        assert!(i < self.n && which < 3);
+        // SAFETY: counter lines lie between the header page and data_off, 64-byte aligned,
+        // and are only accessed atomically.
+        unsafe { &*(self.base.as_ptr().add(PAGE + (i * 3 + which) * LINE) as *const AtomicU64) }
+    }
+
+    /// Start of member `i`'s slot; `i == n` is the result region.
+    fn slot_ptr(&self, i: usize) -> *mut u8 {
+        assert!(i <= self.n);
+        let off = Self::data_off(self.n) + i * self.slot;
+        debug_assert!(off + self.slot <= self.len);
+        // SAFETY: in bounds by the layout arithmetic (total() = data_off + (n + 1) * slot).
+        unsafe { self.base.as_ptr().add(off) }
+    }
+
+    /// Elements `r` of member `i`'s slot (or of the result region) as `T`s.
+    ///
+    /// # Safety
+    /// The protocol must guarantee that nobody writes that range while the slice lives.
+    unsafe fn view<T: Pod>(&self, i: usize, r: std::ops::Range<usize>) -> &[T] {
+        assert!(r.end * size_of::<T>() <= self.slot);
+        // SAFETY: in bounds (checked above), aligned (slots are page-aligned and the range is
+        // in whole elements), and not written meanwhile (the caller's promise).
+        unsafe { std::slice::from_raw_parts((self.slot_ptr(i) as *const T).add(r.start), r.len()) }
+    }
+
+    fn begin(&self) -> u64 {
+        let k = self.seq.get() + 1;
+        self.seq.set(k);
+        k
+    }
+
+    fn all(&self, which: usize, k: u64) -> bool {
+        (0..self.n).all(|i| self.ctl(i, which).load(Ordering::Acquire) >= k)
+    }
+
+    fn publish(&self, which: usize, k: u64) {
+        self.ctl(self.me, which).store(k, Ordering::Release);
+    }
+
+    /// Puts this member's contribution for operation `k` in its slot and enters `k`.
+    fn put(&self, c: &Comm, k: u64, data: &[u8]) -> Result<(), Error> {
+        wait(c, || self.all(DONE, k - 1))?;
+        assert!(data.len() <= self.slot);
+        // SAFETY: every member is done with operation k - 1 and none reads this slot again
+        // before we publish `input = k` below; the slot holds `slot` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.slot_ptr(self.me), data.len()) };
+        self.publish(INPUT, k);
+        Ok(())
+    }
+
+    fn barrier(&self, c: &Comm) -> Result<(), Error> {
+        let k = self.begin();
+        self.publish(INPUT, k);
+        wait(c, || self.all(INPUT, k))?;
+        self.publish(DONE, k);
+        Ok(())
+    }
+
+    /// Copies `buf` of member `from` to every member, a slot at a time.
+    fn bcast(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
+        for chunk in buf.chunks_mut(self.slot) {
+            let k = self.begin();
+            if self.me == from {
+                self.put(c, k, chunk)?;
+            } else {
+                self.publish(INPUT, k);
+                wait(c, || self.ctl(from, INPUT).load(Ordering::Acquire) >= k)?;
+                // SAFETY: `from` published operation k's contribution and rewrites its slot
+                // only after we say `done = k`.
+                chunk.copy_from_slice(unsafe { self.view::<u8>(from, 0..chunk.len()) });
+            }
+            self.publish(DONE, k);
+        }
+        Ok(())
+    }
+
+    /// Reduces elements `r` of every member's slot, in member order, into `dst`.
+    fn fold<T: Pod, O: Op<T>>(&self, dst: &mut [T], r: std::ops::Range<usize>, op: &O) {
+        // SAFETY (both views): every member published this operation's contribution, and
+        // rewrites its slot only after all members say `done` for it.
+        dst.copy_from_slice(unsafe { self.view::<T>(0, r.clone()) });
+        for i in 1..self.n {
+            op.apply(dst, unsafe { self.view::<T>(i, r.clone()) });
+        }
+    }
+
+    /// Reduces every member's `buf` into `buf` of member `to`.
+    fn reduce<T: Pod, O: Op<T>>(&self, c: &Comm, buf: &mut [T], op: &O, to: usize) -> Result<(), Error> {
+        for chunk in buf.chunks_mut((self.slot / size_of::<T>()).max(1)) {
+            let k = self.begin();
+            self.put(c, k, bytemuck::cast_slice(chunk))?;
+            if self.me == to {
+                wait(c, || self.all(INPUT, k))?;
+                self.fold(chunk, 0..chunk.len(), op);
+            }
+            self.publish(DONE, k);
+        }
+        Ok(())
+    }
+
+    fn allreduce<T: Pod, O: Op<T>>(&self, c: &Comm, buf: &mut [T], op: &O) -> Result<(), Error> {
+        for chunk in buf.chunks_mut((self.slot / size_of::<T>()).max(1)) {
+            let k = self.begin();
+            self.put(c, k, bytemuck::cast_slice(chunk))?;
+            wait(c, || self.all(INPUT, k))?;
+            if size_of_val(chunk) <= FULL_MAX {
+                self.fold(chunk, 0..chunk.len(), op);
+            } else {
+                let r = algo::block(chunk.len(), self.n, self.me);
+                // SAFETY: block `r` of the result region is written by this member alone,
+                // and only now: every member entered operation k, so all finished reading
+                // the result of k - 1; they read it again after `red = k` below.
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut((self.slot_ptr(self.n) as *mut T).add(r.start), r.len()) };
+                self.fold(dst, r, op);
+                self.publish(RED, k);
+                wait(c, || self.all(RED, k))?;
+                // SAFETY: every block is reduced (`red = k`) and is rewritten only after all
+                // members entered operation k + 1, which needs our `done = k` first.
+                chunk.copy_from_slice(unsafe { self.view::<T>(self.n, 0..chunk.len()) });
+            }
+            self.publish(DONE, k);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping; every reference into it is borrowed from `self`.
+        let _ = unsafe { munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Waits for `cond` (another member's counter), making progress and watching for dead peers
+/// and the wait time limit meanwhile.
+fn wait(c: &Comm, mut cond: impl FnMut() -> bool) -> Result<(), Error> {
+    for _ in 0..64 {
+        if cond() {
+            return Ok(());
+        }
+        std::hint::spin_loop();
+    }
+    c.rt().borrow_mut().wait_until(None, |_| cond())
+}
+
+pub(super) fn barrier(c: &Comm, tag: i32, plan: &Plan) -> Result<(), Error> {
+    let arena = plan.arena(c, tag)?;
+    if plan.single_host() {
+        return arena.expect("a single-host plan has company").barrier(c);
+    }
+    let Some(a) = arena else { return algo::barrier(&plan.leader_team(c), tag) };
+    let k = a.begin();
+    a.publish(INPUT, k);
+    if plan.leader() {
+        wait(c, || a.all(INPUT, k))?;
+        algo::barrier(&plan.leader_team(c), tag)?;
+    } else {
+        wait(c, || a.ctl(0, DONE).load(Ordering::Acquire) >= k)?;
+    }
+    a.publish(DONE, k);
+    Ok(())
+}
+
+pub(super) fn bcast(c: &Comm, tag: i32, plan: &Plan, buf: &mut [u8], root: usize) -> Result<(), Error> {
+    let arena = plan.arena(c, tag)?;
+    let root_host = plan.host_of[root];
+    let here = plan.my_host() == root_host;
+    if let (true, Some(a)) = (here, arena) {
+        a.bcast(c, buf, plan.local.iter().position(|&r| r == root).expect("root is local"))?;
+    }
+    if plan.leader() && !plan.single_host() {
+        algo::bcast(&plan.leader_team(c), tag, buf, root_host)?;
+    }
+    if let (false, Some(a)) = (here, arena) {
+        a.bcast(c, buf, 0)?;
+    }
+    Ok(())
+}
+
+/// Reduce to `root`: commutative operations on any plan, others on one host only.
+pub(super) fn reduce<T: Pod, O: Op<T>>(
+    c: &Comm,
+    tag: i32,
+    plan: &Plan,
+    acc: &mut [T],
+    op: &O,
+    root: usize,
+) -> Result<(), Error> {
+    let arena = plan.arena(c, tag)?;
+    let local_root = plan.local.iter().position(|&r| r == root);
+    if plan.single_host() {
+        return arena.expect("a single-host plan has company").reduce(c, acc, op, local_root.expect("one host"));
+    }
+    if let Some(a) = arena {
+        a.reduce(c, acc, op, 0)?;
+    }
+    if plan.leader() {
+        algo::reduce(&plan.leader_team(c), tag, acc, op, plan.host_of[root])?;
+    }
+    if let (Some(a), true) = (arena, local_root.is_some_and(|i| i != 0)) {
+        // The result is at this host's leader; hand it to the root.
+        a.bcast(c, bytemuck::cast_slice_mut(acc), 0)?;
+    }
+    Ok(())
+}
+
+/// All-reduce: commutative operations on any plan, others on one host only.
+pub(super) fn allreduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, plan: &Plan, buf: &mut [T], op: &O) -> Result<(), Error> {
+    let arena = plan.arena(c, tag)?;
+    if plan.single_host() {
+        return arena.expect("a single-host plan has company").allreduce(c, buf, op);
+    }
+    if let Some(a) = arena {
+        a.reduce(c, buf, op, 0)?;
+    }
+    if plan.leader() {
+        algo::allreduce(&plan.leader_team(c), tag, buf, op)?;
+    }
+    if let Some(a) = arena {
+        a.bcast(c, bytemuck::cast_slice_mut(buf), 0)?;
+    }
+    Ok(())
+}
