@@ -30,6 +30,7 @@ mod engine;
 mod env;
 mod error;
 mod group;
+pub mod info;
 mod init;
 mod progress;
 mod request;

@@ -2,4 +2,6 @@
 
 #![allow(dead_code)] // The transport over this seam lands in steps.
 
+pub(crate) mod ffi;
+pub(crate) mod ibv;
 pub(crate) mod provider;
