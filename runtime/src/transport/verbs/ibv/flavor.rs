@@ -10,6 +10,7 @@ use crate::transport::verbs::provider::{DeviceCaps, QpType, WcStatus};
 
 /// Which verbs library this is, and the habits that go with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)] // A build constructs only its host's flavor; the tests construct both.
 pub(crate) enum Flavor {
     /// rdma-core's libibverbs (Linux): InfiniBand and RoCE NICs.
     RdmaCore,
