@@ -5,3 +5,4 @@
 pub(crate) mod ffi;
 pub(crate) mod ibv;
 pub(crate) mod provider;
+pub(crate) mod soft;
