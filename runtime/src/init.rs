@@ -7,32 +7,36 @@ use crate::progress::{Runtime, WaitPolicy, SELF_ROUTE};
 use crate::transport::shm::segment::Segment;
 use crate::transport::shm::{ShmConfig, ShmTransport};
 use crate::transport::tcp::{addr, TcpListening};
+use crate::transport::verbs::{self, provider::QpAddr, transport::VerbsTransport};
 use crate::transport::Transport;
 
-/// Which transports this job may use (`MPR_TRANSPORTS`, a comma list of `shm` and `tcp`;
-/// default both: shared memory within a host, TCP between hosts).
+/// Which transports this job may use (`MPR_TRANSPORTS`, a comma list of `shm`, `tcp` and
+/// `rdma`; default all: shared memory within a host, RDMA between hosts whose devices match,
+/// TCP otherwise).
 #[derive(Clone, Copy, Debug)]
 struct Allowed {
     shm: bool,
     tcp: bool,
+    rdma: bool,
 }
 
 impl Allowed {
     fn from_env() -> Result<Allowed, Error> {
-        let Ok(list) = std::env::var("MPR_TRANSPORTS") else { return Ok(Allowed { shm: true, tcp: true }) };
-        let mut a = Allowed { shm: false, tcp: false };
+        let Ok(list) = std::env::var("MPR_TRANSPORTS") else { return Ok(Allowed { shm: true, tcp: true, rdma: true }) };
+        let mut a = Allowed { shm: false, tcp: false, rdma: false };
         for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             match t {
                 "shm" => a.shm = true,
                 "tcp" => a.tcp = true,
+                "rdma" => a.rdma = true,
                 other => {
                     return Err(Error::Bootstrap(format!(
-                        "MPR_TRANSPORTS={list}: unknown transport {other:?} (this build has shm, tcp)"
+                        "MPR_TRANSPORTS={list}: unknown transport {other:?} (this build has shm, tcp, rdma)"
                     )))
                 }
             }
         }
-        if !a.shm && !a.tcp {
+        if !a.shm && !a.tcp && !a.rdma {
             return Err(Error::Bootstrap(format!("MPR_TRANSPORTS={list:?} names no transport")));
         }
         Ok(a)
@@ -57,8 +61,19 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         Ok(ip) => (ip, None),
         Err(e) => (std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), Some(e)),
     };
-    let listening = if allowed.tcp && boot.size > 1 { Some(TcpListening::bind(listen_ip)?) } else { None };
-    let card = Card { host: boot.host.clone(), pid: std::process::id(), tcp: listening.as_ref().map(|l| l.addr()) };
+    // TCP also carries the liveness side channel of RDMA peers.
+    let listening =
+        if (allowed.tcp || allowed.rdma) && boot.size > 1 { Some(TcpListening::bind(listen_ip)?) } else { None };
+    // RDMA serves peers on other hosts (or every peer, when shared memory is not allowed): a
+    // job on one host does not look for a device.
+    let want_rdma = allowed.rdma && boot.size > 1 && (!boot.one_host || !allowed.shm);
+    let mut rdma = if want_rdma { verbs::select::open(listen_ip, me)? } else { Err("not needed".to_string()) };
+    let card = Card {
+        host: boot.host.clone(),
+        pid: std::process::id(),
+        tcp: listening.as_ref().map(|l| l.addr()),
+        rdma: rdma.as_ref().ok().map(|o| o.kind.clone()),
+    };
     let cards = boot.exchange(&card)?;
     let same_host: Vec<bool> = cards.iter().map(|c| c.host == card.host).collect();
     let locals: Vec<usize> = if allowed.shm { (0..boot.size).filter(|&r| same_host[r]).collect() } else { vec![me] };
@@ -122,6 +137,27 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         }
     }
     let remote: Vec<usize> = (0..boot.size).filter(|&r| r != me && route[r] == SELF_ROUTE).collect();
+    // RDMA between two ranks when both opened a device of the same kind and shared memory
+    // does not serve them; every rank can tell from the cards whether any pair does.
+    let shm_pair = |a: usize, b: usize| allowed.shm && cards[a].host == cards[b].host;
+    let rdma_pair = |a: usize, b: usize| cards[a].rdma.is_some() && cards[a].rdma == cards[b].rdma && !shm_pair(a, b);
+    let rdma_peers: Vec<usize> = remote.iter().copied().filter(|&p| rdma_pair(me, p)).collect();
+    let any_rdma = (0..boot.size).any(|a| (a + 1..boot.size).any(|b| rdma_pair(a, b)));
+    if let Some(&p) = remote.iter().find(|&&p| !allowed.tcp && !rdma_peers.contains(&p)) {
+        let why = match &rdma {
+            Err(e) => e.clone(),
+            Ok(o) => match &cards[p].rdma {
+                Some(k) => format!("rank {p} opened a {k} device, this rank a {} one", o.kind),
+                None => format!("rank {p} on host {} has no RDMA device", cards[p].host),
+            },
+        };
+        let allowed_list = std::env::var("MPR_TRANSPORTS").unwrap_or_default();
+        return Err(Error::Bootstrap(format!(
+            "MPR_TRANSPORTS={allowed_list}: no transport reaches rank {p} on host {} from host {}: RDMA unavailable: {why}",
+            cards[p].host, card.host
+        )));
+    }
+    let mut names: Vec<&'static str> = vec![""; boot.size];
     if let Some(&r) = remote.first() {
         let Some(listening) = listening else {
             return Err(Error::Bootstrap(format!(
@@ -139,10 +175,8 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         }
         let tcp = listening.establish(me, boot.size, &peers, &boot.secret)?;
         let caps = tcp.caps();
-        let idx = transports.len();
-        transports.push(Box::new(tcp));
         for &p in &remote {
-            route[p] = idx;
+            names[p] = caps.name;
             limits[p] = PeerLimits {
                 max_payload: caps.max_frame - crate::engine::wire::MAX_HEADER,
                 eager: caps.eager_limit,
@@ -151,15 +185,37 @@ pub(crate) fn start() -> Result<Runtime, Error> {
                 split_min: usize::MAX,
             };
         }
+        let mut tcp: Box<dyn Transport> = Box::new(tcp);
+        if any_rdma {
+            tcp = connect_rdma(&mut boot, &mut rdma, &rdma_peers, tcp)?;
+            let caps = tcp.caps();
+            for &p in &rdma_peers {
+                names[p] = caps.name;
+                limits[p] = PeerLimits {
+                    max_payload: caps.max_frame - crate::engine::wire::MAX_HEADER,
+                    eager: caps.eager_limit,
+                    bulk_read: caps.bulk_read,
+                    bulk_write: caps.bulk_write,
+                    split_min: usize::MAX,
+                };
+            }
+        }
+        let idx = transports.len();
+        transports.push(tcp);
+        for &p in &remote {
+            route[p] = idx;
+        }
+    } else if any_rdma {
+        // Others exchange queue-pair addresses: take part in their fences.
+        boot.fence()?;
     }
     if std::env::var("MPR_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0") {
         for (peer, &r) in route.iter().enumerate().filter(|&(p, _)| p != me) {
             let c = transports[r].caps();
-            let bulk = if c.bulk_read { "single-copy reads" } else { "pipelined frames" };
-            eprintln!(
-                "mpr: rank {me} -> rank {peer}: {} (eager up to {} B, large messages by {bulk})",
-                c.name, c.eager_limit
-            );
+            let name = if names[peer].is_empty() { c.name } else { names[peer] };
+            let l = &limits[peer];
+            let bulk = if l.bulk_read { "single-copy reads" } else { "pipelined frames" };
+            eprintln!("mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk})", l.eager);
         }
     }
     let engine = Engine::new(me, limits);
@@ -177,4 +233,41 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         .collect();
     rt.hosts = crate::progress::Hosts { of, shm: allowed.shm };
     Ok(rt)
+}
+
+/// Sets up RDMA towards `peers`: queue pairs, their addresses through the key-value service
+/// (`mpr-qp-<from>-<to>`), connection. `side` (TCP to the same peers and maybe others) becomes
+/// the liveness side channel and serves the other peers. Every rank calls this when any pair
+/// of ranks uses RDMA (the fence is global).
+fn connect_rdma(
+    boot: &mut Bootstrap,
+    rdma: &mut Result<verbs::select::Opened, String>,
+    peers: &[usize],
+    side: Box<dyn Transport>,
+) -> Result<Box<dyn Transport>, Error> {
+    let me = boot.rank;
+    let prepared = match rdma.as_mut() {
+        Ok(o) if !peers.is_empty() => VerbsTransport::prepare(o.dev.as_mut(), peers),
+        _ => Ok(Vec::new()),
+    };
+    let published = prepared
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|prep| prep.iter().try_for_each(|p| boot.put(&format!("mpr-qp-{me}-{}", p.peer), &p.addr.encode())));
+    // Everyone fences, also after a failure here, so nobody waits forever.
+    let fenced = boot.fence();
+    let prepared = prepared?;
+    published?;
+    fenced?;
+    if peers.is_empty() {
+        return Ok(side);
+    }
+    let mut addrs = Vec::new();
+    for p in &prepared {
+        let key = format!("mpr-qp-{}-{me}", p.peer);
+        let v = boot.get(&key)?;
+        addrs.push(QpAddr::decode(&v).ok_or_else(|| Error::Bootstrap(format!("bad queue-pair address {key}={v}")))?);
+    }
+    let opened = std::mem::replace(rdma, Err("in use".into())).map_err(Error::Bootstrap)?;
+    Ok(Box::new(VerbsTransport::connect(opened.dev, boot.size, prepared, &addrs, side)?))
 }

@@ -440,6 +440,17 @@ impl Runtime {
         for t in self.transports.iter_mut() {
             t.finalize();
         }
+        // Transports that acknowledge in software need the peers' last words (bounded: they
+        // give up on a peer that stops answering).
+        let limit = Instant::now() + Duration::from_secs(60);
+        while !self.transports.iter().all(|t| t.quiescent()) && Instant::now() < limit {
+            for t in self.transports.iter_mut() {
+                t.flush();
+            }
+            if self.progress().unwrap_or(0) == 0 {
+                std::thread::yield_now();
+            }
+        }
         self.boot.finalize();
         r
     }

@@ -79,3 +79,27 @@ fn a_rank_killed_on_one_host_fails_its_peers_on_others() {
     assert!(so.contains("rank 0 saw: rank 1 is gone"), "{so}");
     assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
 }
+
+#[test]
+fn three_hosts_over_the_software_rdma_provider() {
+    let Some(hosts) = net_hosts(3) else { return };
+    let ptp = bin_dir().join("ptp");
+    let coll = bin_dir().join("coll");
+    for kind in ["soft", "soft-rc"] {
+        // Shared memory within a host, RDMA between hosts (TCP only as the side channel).
+        let env = [("MPR_VERBS_PROVIDER", kind), ("PTP_MAX", "8000000"), ("COLL_MAX", "70000")];
+        let out = run_on(&hosts, &[2, 2, 1], &["--verbose", ptp.to_str().unwrap(), "pairs"], &env);
+        check_ok(&out, "pairs", 5);
+        let err = text(&out.stderr);
+        assert!(err.contains("mpr: rank 0 -> rank 1: shm"), "{err}");
+        assert!(err.contains("mpr: rank 0 -> rank 2: rdma"), "{err}");
+        assert!(err.contains("mpr: rank 4 -> rank 1: rdma"), "{err}");
+        let out = run_on(&hosts, &[2, 2, 1], &[coll.to_str().unwrap()], &env);
+        check_ok(&out, "coll", 5);
+    }
+    // With loss on the wire the data still arrives intact.
+    let env = [("MPR_VERBS_PROVIDER", "soft"), ("MPR_SOFT_LOSS", "0.01"), ("PTP_MAX", "4000000")];
+    let out = run_on(&hosts, &[1, 1, 1], &[ptp.to_str().unwrap(), "pairs"], &env);
+    check_ok(&out, "pairs", 3);
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+}

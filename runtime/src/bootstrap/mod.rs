@@ -25,24 +25,33 @@ pub(crate) struct Card {
     pub(crate) pid: u32,
     /// TCP listener address, if the rank listens.
     pub(crate) tcp: Option<std::net::SocketAddr>,
+    /// The kind of RDMA device the rank opened (`soft`, `soft-rc`, `verbs`), if any: peers of
+    /// the same kind on other hosts reach each other over RDMA.
+    pub(crate) rdma: Option<String>,
 }
 
 impl Card {
     pub(crate) fn encode(&self) -> String {
-        match self.tcp {
-            Some(t) => format!("h={};p={};t={t}", self.host, self.pid),
-            None => format!("h={};p={}", self.host, self.pid),
+        let mut s = format!("h={};p={}", self.host, self.pid);
+        if let Some(t) = self.tcp {
+            s += &format!(";t={t}");
         }
+        if let Some(v) = &self.rdma {
+            s += &format!(";v={v}");
+        }
+        s
     }
 
     pub(crate) fn decode(s: &str) -> Result<Card, Error> {
         let mut host = None;
         let mut pid = None;
         let mut tcp = None;
+        let mut rdma = None;
         for part in s.split(';') {
             match part.split_once('=') {
                 Some(("h", v)) => host = Some(v.to_string()),
                 Some(("p", v)) => pid = v.parse().ok(),
+                Some(("v", v)) => rdma = Some(v.to_string()),
                 Some(("t", v)) => {
                     tcp = Some(v.parse().map_err(|_| Error::Bootstrap(format!("bad TCP address in card {s:?}")))?)
                 }
@@ -50,7 +59,7 @@ impl Card {
             }
         }
         match (host, pid) {
-            (Some(host), Some(pid)) => Ok(Card { host, pid, tcp }),
+            (Some(host), Some(pid)) => Ok(Card { host, pid, tcp, rdma }),
             _ => Err(Error::Bootstrap(format!("malformed business card {s:?}"))),
         }
     }
@@ -138,6 +147,22 @@ impl Bootstrap {
             .collect()
     }
 
+    /// Publishes `key = value` in the job's key-value space (visible after the next fence).
+    pub(crate) fn put(&mut self, key: &str, value: &str) -> Result<(), Error> {
+        match self.pmi.as_mut() {
+            Some(p) => p.put(key, value),
+            None => Ok(()),
+        }
+    }
+
+    /// The value another rank published under `key` before the last fence.
+    pub(crate) fn get(&mut self, key: &str) -> Result<String, Error> {
+        match self.pmi.as_mut() {
+            Some(p) => p.get(key),
+            None => Err(Error::Bootstrap(format!("no key-value service to look up {key}"))),
+        }
+    }
+
     /// A fence across all ranks (no-op for a job of one).
     pub(crate) fn fence(&mut self) -> Result<(), Error> {
         match self.pmi.as_mut() {
@@ -165,9 +190,10 @@ mod tests {
 
     #[test]
     fn card_round_trip() {
-        let c = Card { host: "node-1.local".into(), pid: 4242, tcp: None };
+        let c = Card { host: "node-1.local".into(), pid: 4242, tcp: None, rdma: None };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
-        let c = Card { host: "n2".into(), pid: 1, tcp: Some("10.0.0.2:5000".parse().unwrap()) };
+        let c =
+            Card { host: "n2".into(), pid: 1, tcp: Some("10.0.0.2:5000".parse().unwrap()), rdma: Some("soft".into()) };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
         assert!(Card::decode("h=x;p=1;t=nonsense").is_err());
         assert!(Card::decode("h=x").is_err());

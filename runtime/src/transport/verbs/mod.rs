@@ -5,4 +5,6 @@
 pub(crate) mod ffi;
 pub(crate) mod ibv;
 pub(crate) mod provider;
+pub(crate) mod select;
 pub(crate) mod soft;
+pub(crate) mod transport;

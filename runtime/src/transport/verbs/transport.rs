@@ -1,0 +1,682 @@
+//! The RDMA transport: engine frames over any verbs provider, within what the Thunderbolt
+//! hardware gives (UC queue pairs, SEND/RECV, page-aligned regions, few work requests).
+//!
+//! Every peer gets one queue pair and, in two page-aligned regions registered once (two of
+//! the device's ~100), `window + ACK_BUFS` send buffers and as many receive buffers of
+//! `chunk` bytes each. One engine frame travels as one SEND with a 16-byte header:
+//!
+//! ```text
+//! kind u8 | 0 u8 | 0 u16 | seq u32 | ack u32 | len u32 | frame (len bytes)
+//! ```
+//!
+//! - Credits: a peer's receive buffers are always posted (each is posted again as soon as
+//!   its message is handed to the engine), and a sender has at most `window` unacknowledged
+//!   messages, fewer than the receiver's buffers, so a send finds a posted receive.
+//! - Reliability (UC gives none): messages are numbered; `ack` says the next number wanted
+//!   (cumulative), piggybacked on every message and sent alone when nothing else goes out.
+//!   Messages out of order are dropped (go-back-N); a sender retransmits everything
+//!   unacknowledged after `rto` (doubling up to 64 x) or after two repeated acks, and keeps
+//!   each message's buffer until it is acknowledged. No acknowledgement for `dead_after`
+//!   while messages wait: the peer is declared dead (a dead peer gives no error completion).
+//!   On RC queue pairs the device retransmits; only the credits remain, and a failed
+//!   completion means the peer is gone.
+//! - Liveness: a side channel (the TCP connection of the pair) tells a crashed process from
+//!   a busy one at once, as the kernel closes its sockets; the acknowledgement bound covers
+//!   a cut link.
+//! - Leaving: `finalize` sends a FIN in sequence; the side channel says goodbye only once
+//!   every message of ours is acknowledged and every peer's FIN has arrived (or the peer
+//!   left), so no message is lost to an early exit.
+//!
+//! Tunables: `MPR_RDMA_CHUNK` (bytes per message, default 64 KiB), `MPR_RDMA_WINDOW`
+//! (messages in flight per peer, default 16, at most the device's work requests minus
+//! acknowledgement slots), `MPR_RDMA_RTO_MS` (first retransmission timeout, default 5),
+//! `MPR_RDMA_TIMEOUT` (seconds without acknowledgement before a peer is declared dead,
+//! default 10).
+
+use std::alloc::Layout;
+use std::collections::VecDeque;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+use super::provider::{Completion, DeviceCaps, Mr, Opcode, Provider, QpAddr, QpId, QpType, Sge, WcStatus};
+use crate::error::Error;
+#[cfg(test)]
+use crate::transport::Sink;
+use crate::transport::{Caps, FrameSink, PeerState, Transport};
+
+const THDR: usize = 16;
+const DATA: u8 = 1;
+const ACK: u8 = 2;
+const FIN: u8 = 3;
+/// Send buffers per peer kept for acknowledgements (never retransmitted).
+const ACK_BUFS: usize = 2;
+/// Receive buffers beyond the window: room for acknowledgements and a retransmission.
+const RECV_SPARE: usize = 4;
+/// Most completions taken per poll.
+const POLL_MAX: usize = 64;
+
+/// Protocol settings, from the environment and the device's limits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tuning {
+    pub(crate) chunk: usize,
+    pub(crate) window: usize,
+    pub(crate) rto: Duration,
+    pub(crate) dead_after: Duration,
+}
+
+impl Tuning {
+    pub(crate) fn from_env(caps: &DeviceCaps) -> Tuning {
+        let page = caps.align.max(4096);
+        let chunk = crate::env::parsed::<usize>("MPR_RDMA_CHUNK").unwrap_or(64 << 10).clamp(page, caps.max_msg);
+        let chunk = chunk.div_ceil(page) * page;
+        let most = caps.max_wr.saturating_sub(ACK_BUFS + RECV_SPARE).max(1);
+        let window = crate::env::parsed::<usize>("MPR_RDMA_WINDOW").unwrap_or(16).clamp(1, most);
+        let rto = Duration::from_millis(crate::env::parsed("MPR_RDMA_RTO_MS").unwrap_or(5u64).max(1));
+        let dead_after = Duration::from_secs_f64(crate::env::parsed("MPR_RDMA_TIMEOUT").unwrap_or(10.0f64).max(0.1));
+        Tuning { chunk, window, rto, dead_after }
+    }
+}
+
+/// Page-aligned memory for registration.
+#[derive(Debug)]
+struct Pinned {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+impl Pinned {
+    fn new(len: usize, align: usize) -> Pinned {
+        let layout = Layout::from_size_align(len.div_ceil(align) * align, align).expect("valid layout");
+        // SAFETY: the layout has a non-zero size (callers ask for at least one buffer).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        Pinned { ptr: NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout)), layout }
+    }
+
+    fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; the transport deregisters the region
+        // (so the device stops using it) before its fields drop.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// A message waiting for its acknowledgement.
+#[derive(Debug)]
+struct Out {
+    seq: u32,
+    buf: usize,
+    len: usize,
+    sent: Instant,
+}
+
+/// State towards one peer.
+#[derive(Debug)]
+struct Link {
+    rank: usize,
+    qp: QpId,
+    next_seq: u32,
+    unacked: VecDeque<Out>,
+    free: Vec<usize>,
+    free_ack: Vec<usize>,
+    /// Send work requests posted and not completed.
+    send_wr: usize,
+    /// Posts of each send buffer not yet completed: an acknowledged buffer is rewritten only
+    /// when none is left (the device may still be reading a retransmission).
+    in_flight: Vec<u32>,
+    /// Acknowledged buffers waiting for their posts to complete.
+    retired: Vec<bool>,
+    /// Next sequence number wanted from the peer.
+    expect: u32,
+    ack_due: bool,
+    /// Polls that ended with an acknowledgement owed (one is sent alone from the second on,
+    /// so a reply can carry it instead).
+    ack_polls: u32,
+    /// Messages taken since our last acknowledgement went out.
+    owed: usize,
+    last_ack: u32,
+    dup_acks: u32,
+    rto: Duration,
+    /// Last time an acknowledgement moved (or the queue was empty).
+    progress: Instant,
+    fin_sent: bool,
+    fin_got: bool,
+    dead: Option<String>,
+}
+
+/// Sequence number `a` comes before `b` (wrapping).
+fn before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// The RDMA transport of one rank.
+#[derive(Debug)]
+pub(crate) struct VerbsTransport {
+    dev: Box<dyn Provider>,
+    caps: DeviceCaps,
+    tune: Tuning,
+    name: &'static str,
+    /// Link index of each world rank (usize::MAX: not served here).
+    index: Vec<usize>,
+    links: Vec<Link>,
+    send_mem: Pinned,
+    recv_mem: Pinned,
+    send_mr: Option<Mr>,
+    recv_mr: Option<Mr>,
+    side: Box<dyn Transport>,
+    comps: Vec<Completion>,
+    finalizing: bool,
+    said_goodbye: bool,
+}
+
+/// A queue pair made for `peer` before the exchange of addresses.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) peer: usize,
+    qp: QpId,
+    pub(crate) addr: QpAddr,
+}
+
+impl VerbsTransport {
+    /// Creates the queue pairs for `peers` (world ranks); publish each `Pending::addr` to its
+    /// peer, then call [`VerbsTransport::connect`] with the peers' addresses.
+    pub(crate) fn prepare(dev: &mut dyn Provider, peers: &[usize]) -> Result<Vec<Pending>, Error> {
+        let caps = dev.caps();
+        if peers.len() > caps.max_qp {
+            return Err(Error::Bootstrap(format!(
+                "RDMA: {} peers need {} queue pairs, the device {} has {}",
+                peers.len(),
+                peers.len(),
+                dev.name(),
+                caps.max_qp
+            )));
+        }
+        let ty = if caps.rc { QpType::Rc } else { QpType::Uc };
+        let mut out = Vec::new();
+        for &peer in peers {
+            match dev.create_qp(ty) {
+                Ok((qp, addr)) => out.push(Pending { peer, qp, addr }),
+                Err(e) => {
+                    for p in &out {
+                        let _ = dev.destroy_qp(p.qp);
+                    }
+                    return Err(Error::Bootstrap(format!("RDMA queue pair for rank {peer}: {e}")));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Connects the prepared queue pairs to `remote` (the peers' addresses, in the same
+    /// order), registers the buffers and posts every receive. `side` is the transport whose
+    /// connections to the same peers serve as the liveness side channel.
+    pub(crate) fn connect(
+        mut dev: Box<dyn Provider>,
+        size: usize,
+        prepared: Vec<Pending>,
+        remote: &[QpAddr],
+        side: Box<dyn Transport>,
+    ) -> Result<VerbsTransport, Error> {
+        let caps = dev.caps();
+        let tune = Tuning::from_env(&caps);
+        let per = tune.window + ACK_BUFS;
+        let recv_per = tune.window + ACK_BUFS + RECV_SPARE;
+        let n = prepared.len().max(1);
+        let align = caps.align.max(4096);
+        let send_mem = Pinned::new(n * per * tune.chunk, align);
+        let recv_mem = Pinned::new(n * recv_per * tune.chunk, align);
+        let now = Instant::now();
+        let mut index = vec![usize::MAX; size];
+        let links = prepared
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                index[p.peer] = i;
+                Link {
+                    rank: p.peer,
+                    qp: p.qp,
+                    next_seq: 0,
+                    unacked: VecDeque::new(),
+                    free: (0..tune.window).rev().collect(),
+                    in_flight: vec![0; per],
+                    retired: vec![false; per],
+                    free_ack: (tune.window..per).collect(),
+                    send_wr: 0,
+                    expect: 0,
+                    ack_due: false,
+                    ack_polls: 0,
+                    owed: 0,
+                    last_ack: 0,
+                    dup_acks: 0,
+                    rto: tune.rto,
+                    progress: now,
+                    fin_sent: false,
+                    fin_got: false,
+                    dead: None,
+                }
+            })
+            .collect();
+        let name = if caps.rc { "rdma (RC)" } else { "rdma (UC)" };
+        let mut t = VerbsTransport {
+            dev: {
+                // Connect first: a failure here must still release the queue pairs.
+                for (p, r) in prepared.iter().zip(remote) {
+                    if let Err(e) = dev.connect(p.qp, r) {
+                        for p in &prepared {
+                            let _ = dev.destroy_qp(p.qp);
+                        }
+                        return Err(Error::Bootstrap(format!("RDMA connection to rank {}: {e}", p.peer)));
+                    }
+                }
+                dev
+            },
+            caps,
+            tune,
+            name,
+            index,
+            links,
+            send_mem,
+            recv_mem,
+            send_mr: None,
+            recv_mr: None,
+            side,
+            comps: Vec::with_capacity(POLL_MAX),
+            finalizing: false,
+            said_goodbye: false,
+        };
+        // From here on, Drop releases everything.
+        let reg = |dev: &mut Box<dyn Provider>, m: &Pinned| {
+            // SAFETY: the region lives in `t` and is deregistered in Drop before it is freed.
+            unsafe { dev.register(m.ptr.as_ptr(), m.layout.size()) }
+                .map_err(|e| Error::Bootstrap(format!("RDMA memory registration: {e}")))
+        };
+        t.send_mr = Some(reg(&mut t.dev, &t.send_mem)?);
+        t.recv_mr = Some(reg(&mut t.dev, &t.recv_mem)?);
+        for l in 0..t.links.len() {
+            for b in 0..recv_per {
+                t.post_recv(l, b)?;
+            }
+        }
+        Ok(t)
+    }
+
+    fn recv_sge(&self, link: usize, buf: usize) -> Sge {
+        let per = self.tune.window + ACK_BUFS + RECV_SPARE;
+        let mr = self.recv_mr.expect("registered");
+        Sge {
+            addr: self.recv_mem.addr() + ((link * per + buf) * self.tune.chunk) as u64,
+            len: self.tune.chunk as u32,
+            lkey: mr.lkey,
+        }
+    }
+
+    fn send_ptr(&self, link: usize, buf: usize) -> *mut u8 {
+        let per = self.tune.window + ACK_BUFS;
+        // SAFETY: link < links and buf < per, so the offset is inside `send_mem`.
+        unsafe { self.send_mem.ptr.as_ptr().add((link * per + buf) * self.tune.chunk) }
+    }
+
+    fn send_sge(&self, link: usize, buf: usize, len: usize) -> Sge {
+        let mr = self.send_mr.expect("registered");
+        Sge { addr: self.send_ptr(link, buf) as u64, len: len as u32, lkey: mr.lkey }
+    }
+
+    fn wr_id(link: usize, buf: usize) -> u64 {
+        ((link as u64) << 32) | buf as u64
+    }
+
+    fn post_recv(&mut self, link: usize, buf: usize) -> Result<(), Error> {
+        let sge = self.recv_sge(link, buf);
+        let qp = self.links[link].qp;
+        self.dev.post_recv(qp, Self::wr_id(link, buf), sge).map_err(|e| Error::Transport(format!("RDMA receive: {e}")))
+    }
+
+    /// Writes the header of a message into send buffer `buf` of `link`.
+    fn header(&self, link: usize, buf: usize, kind: u8, seq: u32, len: usize) {
+        let mut h = [0u8; THDR];
+        h[0] = kind;
+        h[4..8].copy_from_slice(&seq.to_le_bytes());
+        h[8..12].copy_from_slice(&self.links[link].expect.to_le_bytes());
+        h[12..16].copy_from_slice(&(len as u32).to_le_bytes());
+        // SAFETY: every send buffer holds `chunk >= THDR` bytes; the device reads it only
+        // after the post that follows.
+        unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), self.send_ptr(link, buf), THDR) };
+    }
+
+    fn post_send(&mut self, link: usize, buf: usize, len: usize) -> Result<(), Error> {
+        let sge = self.send_sge(link, buf, THDR + len);
+        let l = &mut self.links[link];
+        self.dev
+            .post_send(l.qp, Self::wr_id(link, buf), sge)
+            .map_err(|e| Error::Transport(format!("RDMA send: {e}")))?;
+        l.send_wr += 1;
+        l.in_flight[buf] += 1;
+        l.ack_due = false;
+        l.ack_polls = 0;
+        l.owed = 0;
+        Ok(())
+    }
+
+    /// Queues a sequenced message (a frame or a FIN); false if there is no room now.
+    fn send_seq(&mut self, link: usize, kind: u8, parts: &[&[u8]]) -> Result<bool, Error> {
+        let l = &self.links[link];
+        if l.free.is_empty() || l.send_wr >= self.caps.max_wr {
+            return Ok(false);
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        debug_assert!(THDR + len <= self.tune.chunk);
+        let buf = self.links[link].free.pop().expect("checked");
+        let seq = self.links[link].next_seq;
+        self.header(link, buf, kind, seq, len);
+        let mut at = THDR;
+        for p in parts {
+            // SAFETY: THDR + len fits the buffer (max_frame), which the device does not read
+            // until the post below.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.send_ptr(link, buf).add(at), p.len()) };
+            at += p.len();
+        }
+        self.post_send(link, buf, len)?;
+        let l = &mut self.links[link];
+        if l.unacked.is_empty() {
+            l.progress = Instant::now();
+        }
+        l.unacked.push_back(Out { seq, buf, len, sent: Instant::now() });
+        l.next_seq = seq.wrapping_add(1);
+        Ok(true)
+    }
+
+    fn send_ack(&mut self, link: usize) -> Result<(), Error> {
+        let l = &self.links[link];
+        if l.send_wr >= self.caps.max_wr {
+            return Ok(());
+        }
+        let Some(buf) = self.links[link].free_ack.pop() else { return Ok(()) };
+        self.header(link, buf, ACK, 0, 0);
+        self.post_send(link, buf, 0)
+    }
+
+    /// Takes the acknowledgement `ack` (next number the peer wants) from `link`'s peer.
+    fn acked(&mut self, link: usize, ack: u32, alone: bool) {
+        let l = &mut self.links[link];
+        let mut moved = false;
+        while l.unacked.front().is_some_and(|o| before(o.seq, ack)) {
+            let o = l.unacked.pop_front().expect("front");
+            if l.in_flight[o.buf] == 0 {
+                l.free.push(o.buf);
+            } else {
+                l.retired[o.buf] = true;
+            }
+            moved = true;
+        }
+        if moved {
+            l.progress = Instant::now();
+            l.rto = self.tune.rto;
+            l.dup_acks = 0;
+        } else if alone && ack == l.last_ack && !l.unacked.is_empty() {
+            l.dup_acks += 1;
+            if l.dup_acks == 2 {
+                // The peer saw a gap: retransmit now.
+                for o in l.unacked.iter_mut() {
+                    o.sent = o.sent.checked_sub(l.rto).unwrap_or(o.sent);
+                }
+            }
+        }
+        l.last_ack = ack;
+    }
+
+    fn on_recv(&mut self, link: usize, buf: usize, c: &Completion, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
+        let peer = self.links[link].rank;
+        if c.status != WcStatus::Success {
+            return match c.status {
+                WcStatus::Flushed => Ok(0),
+                s => Err(Error::Transport(format!("RDMA receive from rank {peer} failed: {s:?}"))),
+            };
+        }
+        let sge = self.recv_sge(link, buf);
+        let got = (c.byte_len as usize).min(self.tune.chunk);
+        // SAFETY: the device finished writing this buffer (its completion is here) and it is
+        // posted again only after this slice's last use below.
+        let msg = unsafe { std::slice::from_raw_parts(sge.addr as *const u8, got) };
+        if got < THDR {
+            return Err(Error::Transport(format!("RDMA: a {got}-byte message from rank {peer} has no header")));
+        }
+        let kind = msg[0];
+        let seq = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
+        let ack = u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes"));
+        let len = u32::from_le_bytes(msg[12..16].try_into().expect("4 bytes")) as usize;
+        if THDR + len > got || !(DATA..=FIN).contains(&kind) {
+            return Err(Error::Transport(format!(
+                "RDMA: malformed message from rank {peer} (kind {kind}, {len} bytes in {got}, byte_len {})",
+                c.byte_len
+            )));
+        }
+        self.acked(link, ack, kind == ACK);
+        let mut n = 0;
+        if kind != ACK {
+            let l = &mut self.links[link];
+            l.ack_due = true;
+            l.owed += 1;
+            if seq == l.expect {
+                l.expect = seq.wrapping_add(1);
+                if kind == FIN {
+                    l.fin_got = true;
+                } else {
+                    sink.frame(peer, &msg[THDR..THDR + len])?;
+                    n = 1;
+                }
+            }
+        }
+        self.post_recv(link, buf)?;
+        Ok(n)
+    }
+
+    fn on_send(&mut self, link: usize, buf: usize, c: &Completion) {
+        let l = &mut self.links[link];
+        l.send_wr = l.send_wr.saturating_sub(1);
+        l.in_flight[buf] = l.in_flight[buf].saturating_sub(1);
+        if buf >= self.tune.window {
+            l.free_ack.push(buf);
+        } else if l.in_flight[buf] == 0 && l.retired[buf] {
+            l.retired[buf] = false;
+            l.free.push(buf);
+        }
+        // UC: an error completion means the message may be lost; the retransmission covers
+        // it. RC: the device gave up on the peer.
+        if self.caps.rc && !matches!(c.status, WcStatus::Success | WcStatus::Flushed) && l.dead.is_none() {
+            l.dead = Some(format!("RDMA send failed ({:?})", c.status));
+        }
+    }
+
+    /// Retransmissions, standalone acknowledgements, the dead-peer bound, and the goodbye.
+    fn timers(&mut self) -> Result<(), Error> {
+        let now = Instant::now();
+        for link in 0..self.links.len() {
+            let l = &mut self.links[link];
+            if l.dead.is_some() {
+                continue;
+            }
+            if !l.unacked.is_empty() && now.duration_since(l.progress) > self.tune.dead_after {
+                l.dead = Some(format!("no RDMA acknowledgement for {:.1} s", self.tune.dead_after.as_secs_f64()));
+                continue;
+            }
+            if !self.caps.rc && l.unacked.front().is_some_and(|o| now.duration_since(o.sent) >= l.rto) {
+                // Go back N: everything unacknowledged, in order, as far as the queue allows.
+                l.rto = (l.rto * 2).min(self.tune.rto * 64);
+                l.dup_acks = 0;
+                let resend: Vec<(usize, usize)> = l.unacked.iter().map(|o| (o.buf, o.len)).collect();
+                for (i, (buf, len)) in resend.into_iter().enumerate() {
+                    if self.links[link].send_wr >= self.caps.max_wr {
+                        break;
+                    }
+                    self.links[link].unacked[i].sent = now;
+                    if self.links[link].in_flight[buf] == 0 {
+                        // Refresh the piggybacked acknowledgement.
+                        let expect = self.links[link].expect;
+                        // SAFETY: the buffer is ours until acknowledged and no post of it is
+                        // in flight (the device reads it no more); bytes 8..12 are `ack`.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                expect.to_le_bytes().as_ptr(),
+                                self.send_ptr(link, buf).add(8),
+                                4,
+                            )
+                        };
+                    }
+                    self.post_send(link, buf, len)?;
+                }
+            }
+            let l = &mut self.links[link];
+            if l.ack_due {
+                l.ack_polls += 1;
+                if l.ack_polls >= 2 || l.owed * 2 >= self.tune.window {
+                    self.send_ack(link)?;
+                }
+            }
+        }
+        if self.finalizing && !self.said_goodbye && self.quiet() {
+            self.said_goodbye = true;
+            self.side.finalize();
+        }
+        Ok(())
+    }
+
+    /// Every message of ours is acknowledged and every peer said FIN (or is gone).
+    fn quiet(&self) -> bool {
+        self.links.iter().all(|l| {
+            l.dead.is_some()
+                || self.side.peer_state(l.rank) != PeerState::Alive
+                || (l.fin_sent && l.unacked.is_empty() && l.fin_got)
+        })
+    }
+}
+
+impl Transport for VerbsTransport {
+    fn caps(&self) -> Caps {
+        Caps {
+            name: self.name,
+            max_frame: self.tune.chunk - THDR,
+            eager_limit: (self.tune.chunk - THDR - crate::engine::wire::MAX_HEADER).min(32 << 10),
+            bulk_read: false,
+            bulk_write: false,
+        }
+    }
+
+    fn try_send(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
+        let link = self.index[peer];
+        if let Some(why) = &self.links[link].dead {
+            return Err(Error::PeerGone { rank: peer, detail: why.clone() });
+        }
+        self.send_seq(link, DATA, &[hdr, payload])
+    }
+
+    fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
+        let mut comps = std::mem::take(&mut self.comps);
+        comps.clear();
+        let polled = self.dev.poll(&mut comps, POLL_MAX).map_err(|e| Error::Transport(format!("RDMA poll: {e}")));
+        let mut n = 0;
+        let mut err = polled.err();
+        for c in &comps {
+            let (link, buf) = ((c.wr_id >> 32) as usize, (c.wr_id & 0xffff_ffff) as usize);
+            if link >= self.links.len() {
+                continue;
+            }
+            match c.op {
+                Opcode::Recv => match self.on_recv(link, buf, c, sink) {
+                    Ok(k) => n += k,
+                    Err(e) => {
+                        err.get_or_insert(e);
+                    }
+                },
+                _ => {
+                    self.on_send(link, buf, c);
+                    n += 1;
+                }
+            }
+        }
+        self.comps = comps;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        self.timers()?;
+        n += self.side.poll(sink)?;
+        Ok(n)
+    }
+
+    fn bulk_read(&mut self, peer: usize, _addr: u64, _dst: &mut [u8]) -> Result<(), Error> {
+        Err(Error::Transport(format!("RDMA transport to rank {peer} has no single-copy reads")))
+    }
+
+    fn bulk_write(&mut self, peer: usize, _addr: u64, _src: &[u8]) -> Result<(), Error> {
+        Err(Error::Transport(format!("RDMA transport to rank {peer} has no single-copy writes")))
+    }
+
+    fn peer_state(&self, peer: usize) -> PeerState {
+        let l = &self.links[self.index[peer]];
+        match (self.side.peer_state(peer), &l.dead) {
+            (PeerState::Alive, Some(_)) => PeerState::Dead,
+            (s, _) => s,
+        }
+    }
+
+    fn finalize(&mut self) {
+        self.finalizing = true;
+        for link in 0..self.links.len() {
+            if self.links[link].dead.is_none() && !self.links[link].fin_sent {
+                // A full queue: the FIN goes out from `flush` once there is room.
+                self.links[link].fin_sent = self.send_seq(link, FIN, &[]).unwrap_or(true);
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.finalizing {
+            for link in 0..self.links.len() {
+                if !self.links[link].fin_sent && self.links[link].dead.is_none() {
+                    self.links[link].fin_sent = self.send_seq(link, FIN, &[]).unwrap_or(true);
+                }
+            }
+        }
+        self.side.flush();
+    }
+
+    fn quiescent(&self) -> bool {
+        self.said_goodbye
+    }
+}
+
+impl Drop for VerbsTransport {
+    fn drop(&mut self) {
+        for l in &self.links {
+            let _ = self.dev.destroy_qp(l.qp);
+        }
+        for mr in [self.send_mr.take(), self.recv_mr.take()].into_iter().flatten() {
+            let _ = self.dev.deregister(mr);
+        }
+    }
+}
+
+/// A sink for tests that keeps every frame.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct Frames(pub(crate) Vec<(usize, Vec<u8>)>);
+
+#[cfg(test)]
+impl Sink for Frames {
+    fn frame(&mut self, peer: usize, frame: &[u8]) -> Result<(), Error> {
+        self.0.push((peer, frame.to_vec()));
+        Ok(())
+    }
+    fn place(&mut self, _: usize, _: &[u8], _: usize) -> Option<(usize, u64, crate::buf::RawBufMut)> {
+        None
+    }
+    fn placement_live(&self, _: u64) -> bool {
+        false
+    }
+    fn placed(&mut self, _: usize, _: u64, _: usize) -> Result<(), Error> {
+        Ok(())
+    }
+}
