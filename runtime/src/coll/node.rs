@@ -15,7 +15,9 @@
 //!
 //! A member overwrites its slot only once every member is `done` with the previous
 //! operation, and writes the result region only once every member has entered the current
-//! one. Reductions combine contributions in rank order, so results are bit-identical on
+//! one. Contributions of up to 56 bytes travel in the line of their sequence number instead
+//! (one line per operation parity; written once every member entered the operation before),
+//! so a reader waits for and fetches one cache line. Reductions combine contributions in rank order, so results are bit-identical on
 //! every run (and non-commutative operations are exact on one host).
 //!
 //! The segment is made on first use by the lowest local rank (`/mpr-<jobid>-n<ctx>-<rank>`,
@@ -47,6 +49,12 @@ const MAGIC: u64 = 0x6d70_725f_636f_6c31; // "mpr_col1"
 const INPUT: usize = 0;
 const RED: usize = 1;
 const DONE: usize = 2;
+/// Lines per member: the three counters, then two lines (by operation parity) that carry a
+/// small contribution next to its sequence number, so a reader fetches both at once.
+const LINES: usize = 5;
+const INLINE: usize = 3;
+/// Bytes of contribution an inline line holds (after its 8-byte sequence number).
+const INLINE_MAX: usize = LINE - 8;
 /// All-reduce contributions up to this size are reduced whole by every member (one
 /// synchronization); larger ones are split into blocks, one per member (two).
 const FULL_MAX: usize = 8 << 10;
@@ -60,7 +68,7 @@ fn enabled() -> bool {
 /// point-to-point with single-copy transfers is faster.
 pub(super) fn single_host_max(what: &str) -> usize {
     let (var, default) = match what {
-        "bcast" => ("MPR_COLL_SHM_BCAST_MAX", 64 << 10),
+        "bcast" => ("MPR_COLL_SHM_BCAST_MAX", 16 << 10),
         _ => ("MPR_COLL_SHM_REDUCE_MAX", 512 << 10),
     };
     crate::env::parsed(var).unwrap_or(default)
@@ -194,6 +202,8 @@ struct Arena {
     slot: usize,
     /// Number of the last operation this member started.
     seq: Cell<u64>,
+    /// Every member is known to have entered this operation.
+    seen: Cell<u64>,
 }
 
 fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
@@ -202,7 +212,7 @@ fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
 
 impl Arena {
     fn data_off(n: usize) -> usize {
-        (PAGE + n * 3 * LINE).div_ceil(PAGE) * PAGE
+        (PAGE + n * LINES * LINE).div_ceil(PAGE) * PAGE
     }
 
     fn total(n: usize, slot: usize) -> usize {
@@ -253,7 +263,7 @@ impl Arena {
         // processes touch it through the counters (atomics) and the slot protocol above.
         let p = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd, 0) }
             .map_err(|e| Error::Other(format!("mmap of {len} bytes for collectives: {e}")))?;
-        Ok(Arena { base: p.cast(), len, n, me: 0, slot, seq: Cell::new(0) })
+        Ok(Arena { base: p.cast(), len, n, me: 0, slot, seq: Cell::new(0), seen: Cell::new(0) })
     }
 
     fn header(&self) -> &Header {
@@ -262,10 +272,82 @@ impl Arena {
     }
 
     fn ctl(&self, i: usize, which: usize) -> &AtomicU64 {
-        assert!(i < self.n && which < 3);
-        // SAFETY: counter lines lie between the header page and data_off, 64-byte aligned,
-        // and are only accessed atomically.
-        unsafe { &*(self.base.as_ptr().add(PAGE + (i * 3 + which) * LINE) as *const AtomicU64) }
+        assert!(i < self.n && which < LINES);
+        // SAFETY: counter lines lie between the header page and data_off, 64-byte aligned;
+        // their first 8 bytes are only accessed atomically.
+        unsafe { &*(self.base.as_ptr().add(PAGE + (i * LINES + which) * LINE) as *const AtomicU64) }
+    }
+
+    /// The inline line of member `i` for operation `k`: its sequence number and its data.
+    fn inline(&self, i: usize, k: u64) -> (&AtomicU64, *mut u8) {
+        let seq = self.ctl(i, INLINE + (k % 2) as usize);
+        // SAFETY: the data follows the sequence number inside the same 64-byte line.
+        (seq, unsafe { (seq as *const AtomicU64 as *mut u8).add(8) })
+    }
+
+    /// Whether a contribution of `T`s of `bytes` fits an inline line.
+    fn fits_inline<T>(bytes: usize) -> bool {
+        bytes <= INLINE_MAX && align_of::<T>() <= 8
+    }
+
+    /// Before writing inline line `k % 2`: every member must have entered operation `k - 1`,
+    /// so none still reads what operation `k - 2` left in that line.
+    fn inline_ready(&self, c: &Comm, k: u64) -> Result<(), Error> {
+        if self.seen.get() + 1 < k {
+            wait(c, || self.all(INPUT, k - 1))?;
+            self.seen.set(k - 1);
+        }
+        Ok(())
+    }
+
+    fn put_inline(&self, c: &Comm, k: u64, data: &[u8]) -> Result<(), Error> {
+        self.inline_ready(c, k)?;
+        let (seq, p) = self.inline(self.me, k);
+        // SAFETY: `data` fits the line (callers check INLINE_MAX); nobody reads this line
+        // until `seq = k` below (inline_ready).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        seq.store(k, Ordering::Release);
+        self.publish(INPUT, k);
+        Ok(())
+    }
+
+    /// Member `i`'s inline contribution to operation `k` (published: its sequence is `k`).
+    ///
+    /// # Safety
+    /// `len` elements must fit the line, and member `i` must have published `k`.
+    unsafe fn inline_view<T: Pod>(&self, i: usize, k: u64, len: usize) -> &[T] {
+        // SAFETY: 8-byte aligned (fits_inline checks T's alignment), in the line, and not
+        // rewritten before every member entered operation k + 1 (inline_ready).
+        unsafe { std::slice::from_raw_parts(self.inline(i, k).1 as *const T, len) }
+    }
+
+    fn allreduce_inline<T: Pod, O: Op<T>>(&self, c: &Comm, buf: &mut [T], op: &O) -> Result<(), Error> {
+        let k = self.begin();
+        self.put_inline(c, k, bytemuck::cast_slice(buf))?;
+        wait(c, || (0..self.n).all(|i| self.inline(i, k).0.load(Ordering::Acquire) >= k))?;
+        // SAFETY: all members published k (waited above); the length is ours, which fits.
+        buf.copy_from_slice(unsafe { self.inline_view::<T>(0, k, buf.len()) });
+        for i in 1..self.n {
+            op.apply(buf, unsafe { self.inline_view::<T>(i, k, buf.len()) });
+        }
+        self.seen.set(k);
+        self.publish(DONE, k);
+        Ok(())
+    }
+
+    fn bcast_inline(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
+        let k = self.begin();
+        if self.me == from {
+            self.put_inline(c, k, buf)?;
+        } else {
+            self.publish(INPUT, k);
+            let (seq, _) = self.inline(from, k);
+            wait(c, || seq.load(Ordering::Acquire) >= k)?;
+            // SAFETY: `from` published k; the length is the broadcast's, which fits.
+            buf.copy_from_slice(unsafe { self.inline_view::<u8>(from, k, buf.len()) });
+        }
+        self.publish(DONE, k);
+        Ok(())
     }
 
     /// Start of member `i`'s slot; `i == n` is the result region.
@@ -323,6 +405,9 @@ impl Arena {
 
     /// Copies `buf` of member `from` to every member, a slot at a time.
     fn bcast(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
+        if Self::fits_inline::<u8>(buf.len()) {
+            return self.bcast_inline(c, buf, from);
+        }
         for chunk in buf.chunks_mut(self.slot) {
             let k = self.begin();
             if self.me == from {
@@ -364,6 +449,9 @@ impl Arena {
     }
 
     fn allreduce<T: Pod, O: Op<T>>(&self, c: &Comm, buf: &mut [T], op: &O) -> Result<(), Error> {
+        if Self::fits_inline::<T>(size_of_val(buf)) {
+            return self.allreduce_inline(c, buf, op);
+        }
         for chunk in buf.chunks_mut((self.slot / size_of::<T>()).max(1)) {
             let k = self.begin();
             self.put(c, k, bytemuck::cast_slice(chunk))?;
