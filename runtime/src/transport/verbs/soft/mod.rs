@@ -478,6 +478,9 @@ impl Provider for SoftDevice {
         let Core { ctx, qps, buf, .. } = &mut *core;
         let now = Instant::now();
         for q in qps.values_mut() {
+            // Read what arrived here too (as a NIC's completion queue fills without waiting for
+            // a thread to be scheduled): the service thread only covers times nobody polls.
+            q.receive(ctx, buf, now);
             q.flush(ctx, buf, now);
         }
         let mut n = 0;
