@@ -70,9 +70,11 @@ pub fn transports() -> Vec<Transport> {
                     cfg!(target_os = "macos"),
                     "Apple's librdma.dylib (RDMA over Thunderbolt, macOS 26.2+), loaded at run time",
                 ),
-                // Listed as built once the software provider (transport/verbs/soft) is part of
-                // the build.
-                provider("soft", false, "software provider with Thunderbolt's limits, for tests"),
+                provider(
+                    "soft",
+                    true,
+                    "software provider with Thunderbolt's limits (MPR_VERBS_PROVIDER=soft, or soft-rc like a NIC)",
+                ),
             ],
         },
     ]

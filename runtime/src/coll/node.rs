@@ -328,6 +328,7 @@ impl Arena {
         // SAFETY: all members published k (waited above); the length is ours, which fits.
         buf.copy_from_slice(unsafe { self.inline_view::<T>(0, k, buf.len()) });
         for i in 1..self.n {
+            // SAFETY: as above, for member i.
             op.apply(buf, unsafe { self.inline_view::<T>(i, k, buf.len()) });
         }
         self.seen.set(k);
@@ -426,10 +427,11 @@ impl Arena {
 
     /// Reduces elements `r` of every member's slot, in member order, into `dst`.
     fn fold<T: Pod, O: Op<T>>(&self, dst: &mut [T], r: std::ops::Range<usize>, op: &O) {
-        // SAFETY (both views): every member published this operation's contribution, and
-        // rewrites its slot only after all members say `done` for it.
+        // SAFETY: every member published this operation's contribution, and rewrites its
+        // slot only after all members say `done` for it.
         dst.copy_from_slice(unsafe { self.view::<T>(0, r.clone()) });
         for i in 1..self.n {
+            // SAFETY: as above, for member i.
             op.apply(dst, unsafe { self.view::<T>(i, r.clone()) });
         }
     }
