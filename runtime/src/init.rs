@@ -127,13 +127,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         transports.push(Box::new(shm));
         for &r in locals.iter().filter(|&&r| r != me) {
             route[r] = idx;
-            limits[r] = PeerLimits {
-                max_payload: caps.max_frame - crate::engine::wire::MAX_HEADER,
-                eager: caps.eager_limit,
-                bulk_read: caps.bulk_read,
-                bulk_write: caps.bulk_write,
-                split_min,
-            };
+            limits[r] = peer_limits(&caps, split_min);
         }
     }
     let remote: Vec<usize> = (0..boot.size).filter(|&r| r != me && route[r] == SELF_ROUTE).collect();
@@ -177,13 +171,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         let caps = tcp.caps();
         for &p in &remote {
             names[p] = caps.name;
-            limits[p] = PeerLimits {
-                max_payload: caps.max_frame - crate::engine::wire::MAX_HEADER,
-                eager: caps.eager_limit,
-                bulk_read: false,
-                bulk_write: false,
-                split_min: usize::MAX,
-            };
+            limits[p] = peer_limits(&caps, usize::MAX);
         }
         let mut tcp: Box<dyn Transport> = Box::new(tcp);
         if any_rdma {
@@ -191,13 +179,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             let caps = tcp.caps();
             for &p in &rdma_peers {
                 names[p] = caps.name;
-                limits[p] = PeerLimits {
-                    max_payload: caps.max_frame - crate::engine::wire::MAX_HEADER,
-                    eager: caps.eager_limit,
-                    bulk_read: caps.bulk_read,
-                    bulk_write: caps.bulk_write,
-                    split_min: usize::MAX,
-                };
+                limits[p] = peer_limits(&caps, usize::MAX);
             }
         }
         let idx = transports.len();
@@ -270,4 +252,15 @@ fn connect_rdma(
     }
     let opened = std::mem::replace(rdma, Err("in use".into())).map_err(Error::Bootstrap)?;
     Ok(Box::new(VerbsTransport::connect(opened.dev, boot.size, prepared, &addrs, side)?))
+}
+
+/// What the engine may do towards a peer served by a transport with `caps`.
+fn peer_limits(caps: &crate::transport::Caps, split_min: usize) -> PeerLimits {
+    PeerLimits {
+        max_payload: caps.max_frame - crate::engine::wire::MAX_HEADER,
+        eager: caps.eager_limit,
+        bulk_read: caps.bulk_read,
+        bulk_write: caps.bulk_write,
+        split_min,
+    }
 }
