@@ -46,6 +46,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "--control-addr",
     "--iface",
     "--transports",
+    "--rdma-device",
     "--bind-to",
     "--map-by",
 ];
@@ -131,6 +132,10 @@ struct Args {
     #[arg(long, value_name = "LIST")]
     transports: Option<String>,
 
+    /// RDMA device of every host the hostfile gives none (`rdma_en3`, `mlx5_0`; sets MPR_RDMA_DEVICE)
+    #[arg(long = "rdma-device", value_name = "NAME")]
+    rdma_device: Option<String>,
+
     /// Bind each rank to the CPUs of a core or a NUMA node, or not at all (default: core when
     /// a host's ranks do not outnumber its cores, else none)
     #[arg(long = "bind-to", value_name = "core|numa|none", allow_hyphen_values = true)]
@@ -186,6 +191,8 @@ pub(crate) struct Options {
     pub(crate) iface: Option<String>,
     /// `--transports`, if given.
     pub(crate) transports: Option<String>,
+    /// `--rdma-device`, if given.
+    pub(crate) rdma_device: Option<String>,
     /// `--bind-to`, `--map-by`, `--report-bindings`.
     pub(crate) binding: bind::Policy,
 }
@@ -302,10 +309,11 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
     for list in &args.host {
         hosts.extend(hosts::parse_host_list(list).map_err(UsageError::usage)?);
     }
-    let mut hosts = hosts::merge(hosts, |a, b| a == b || (addr::is_local(a) && addr::is_local(b)));
+    let mut hosts =
+        hosts::merge(hosts, |a, b| a == b || (addr::is_local(a) && addr::is_local(b))).map_err(UsageError::usage)?;
     if let Some(ppn) = ppn {
         if hosts.is_empty() {
-            hosts.push(HostSpec { name: "localhost".into(), slots: ppn });
+            hosts.push(HostSpec { name: "localhost".into(), slots: ppn, rdma_device: None });
         }
         hosts.iter_mut().for_each(|h| h.slots = ppn);
     }
@@ -344,6 +352,12 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
             return Err(UsageError::usage("--transports: expected a list such as tcp or shm,tcp, got ''".into()));
         }
     }
+    let rdma_device = args
+        .rdma_device
+        .as_deref()
+        .map(hosts::check_device)
+        .transpose()
+        .map_err(|e| UsageError::usage(format!("--rdma-device: {e}")))?;
     let binding = bind::Policy {
         bind: args.bind_to.as_deref().map(BindTo::parse).transpose().map_err(UsageError::usage)?,
         map: args.map_by.as_deref().map(MapBy::parse).transpose().map_err(UsageError::usage)?.unwrap_or_default(),
@@ -374,6 +388,7 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
         control_addr,
         iface: args.iface,
         transports: args.transports,
+        rdma_device,
         binding,
     })
 }

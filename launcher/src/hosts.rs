@@ -10,6 +10,9 @@
 //! node3                      node3
 //! ```
 //!
+//! A line may also name the RDMA device of its host, `node1 slots=4 rdma_device=rdma_en3`
+//! (or `rdma=`): its ranks get `MPR_RDMA_DEVICE`, which beats mprun's `--rdma-device`.
+//!
 //! A host without a slot count has one slot (as hydra and `-H` in Open MPI). `#` starts a
 //! comment; blank lines are skipped. A host named twice gets the slots of both. Placement is
 //! by slot, as mpirun's default mapping: ranks fill the first host's slots, then the next
@@ -28,6 +31,8 @@ pub(crate) struct HostSpec {
     pub(crate) name: String,
     /// How many ranks it takes before the job overflows to round-robin.
     pub(crate) slots: usize,
+    /// The RDMA device its ranks use, if the hostfile names one.
+    pub(crate) rdma_device: Option<String>,
 }
 
 /// Parses one `--host` value: `a,b:2,c`.
@@ -40,7 +45,7 @@ pub(crate) fn parse_host_list(text: &str) -> Result<Vec<HostSpec>, String> {
                 None => (item, None),
             };
             check_name(name).map_err(|e| format!("--host '{item}': {e}"))?;
-            Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1) })
+            Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1), rdma_device: None })
         })
         .collect()
 }
@@ -72,6 +77,7 @@ pub(crate) fn parse_hostfile(file: &str, text: &str) -> Result<Vec<HostSpec>, St
 fn parse_line(line: &str) -> Result<HostSpec, String> {
     let mut words = line.split_whitespace();
     let first = words.next().unwrap_or_default();
+    let mut rdma_device = None;
     let (name, mut slots) = match first.split_once(':') {
         Some((name, n)) => (name, Some(parse_slots(n)?)),
         None => (first, None),
@@ -88,12 +94,28 @@ fn parse_line(line: &str) -> Result<HostSpec, String> {
             Some(("max_slots" | "max-slots", n)) => {
                 parse_slots(n)?;
             }
+            Some(("rdma_device" | "rdma", dev)) => {
+                if rdma_device.is_some() {
+                    return Err(format!("'{name}' has its RDMA device given twice"));
+                }
+                rdma_device = Some(check_device(dev)?);
+            }
             _ => {
-                return Err(format!("unexpected '{word}' (expected 'HOST', 'HOST slots=N' or 'HOST:N')"));
+                return Err(format!(
+                    "unexpected '{word}' (expected 'HOST', 'HOST slots=N' or 'HOST:N', then optionally 'rdma_device=NAME')"
+                ));
             }
         }
     }
-    Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1) })
+    Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1), rdma_device })
+}
+
+/// An RDMA device name (`mlx5_0`, `rdma_en3`): letters, digits, `_`, `-`, `.`.
+pub(crate) fn check_device(name: &str) -> Result<String, String> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c)) {
+        return Err(format!("'{name}' is not an RDMA device name (such as mlx5_0 or rdma_en3)"));
+    }
+    Ok(name.to_string())
 }
 
 fn parse_slots(text: &str) -> Result<usize, String> {
@@ -117,15 +139,25 @@ fn check_name(name: &str) -> Result<(), String> {
 
 /// Merges hosts named more than once (adding their slots), keeping first-seen order.
 /// `same` says whether two names are the same host (all names of this machine are one).
-pub(crate) fn merge(hosts: Vec<HostSpec>, same: impl Fn(&str, &str) -> bool) -> Vec<HostSpec> {
+/// A host given two different RDMA devices is an error.
+pub(crate) fn merge(hosts: Vec<HostSpec>, same: impl Fn(&str, &str) -> bool) -> Result<Vec<HostSpec>, String> {
     let mut merged: Vec<HostSpec> = Vec::new();
     for host in hosts {
         match merged.iter_mut().find(|m| same(&m.name, &host.name)) {
-            Some(m) => m.slots = m.slots.saturating_add(host.slots),
+            Some(m) => {
+                m.slots = m.slots.saturating_add(host.slots);
+                match (&m.rdma_device, host.rdma_device) {
+                    (Some(a), Some(b)) if *a != b => {
+                        return Err(format!("host '{}' is given two RDMA devices, '{a}' and '{b}'", m.name));
+                    }
+                    (None, b) => m.rdma_device = b,
+                    _ => {}
+                }
+            }
             None => merged.push(host),
         }
     }
-    merged
+    Ok(merged)
 }
 
 /// The host index of every rank: slots in order, then round-robin one rank per host.
@@ -156,13 +188,15 @@ pub(crate) struct Planned {
     pub(crate) local: bool,
     /// Its ranks, in order: a rank's index here is its local rank.
     pub(crate) ranks: Vec<usize>,
+    /// The RDMA device the hostfile names for it.
+    pub(crate) rdma_device: Option<String>,
 }
 
 /// Places `np` ranks on `hosts` (this machine, named `here`, if there are none); hosts that
 /// get no rank are left out.
 pub(crate) fn plan(hosts: &[HostSpec], np: usize, is_local: impl Fn(&str) -> bool, here: &str) -> Vec<Planned> {
     if hosts.is_empty() {
-        return vec![Planned { name: here.into(), local: true, ranks: (0..np).collect() }];
+        return vec![Planned { name: here.into(), local: true, ranks: (0..np).collect(), rdma_device: None }];
     }
     let slots: Vec<usize> = hosts.iter().map(|h| h.slots).collect();
     let mut ranks = vec![Vec::new(); hosts.len()];
@@ -173,7 +207,12 @@ pub(crate) fn plan(hosts: &[HostSpec], np: usize, is_local: impl Fn(&str) -> boo
         .iter()
         .zip(ranks)
         .filter(|(_, r)| !r.is_empty())
-        .map(|(h, ranks)| Planned { name: h.name.clone(), local: is_local(&h.name), ranks })
+        .map(|(h, ranks)| Planned {
+            name: h.name.clone(),
+            local: is_local(&h.name),
+            ranks,
+            rdma_device: h.rdma_device.clone(),
+        })
         .collect()
 }
 
@@ -182,7 +221,11 @@ mod tests {
     use super::*;
 
     fn h(name: &str, slots: usize) -> HostSpec {
-        HostSpec { name: name.into(), slots }
+        HostSpec { name: name.into(), slots, rdma_device: None }
+    }
+
+    fn hd(name: &str, slots: usize, dev: &str) -> HostSpec {
+        HostSpec { rdma_device: Some(dev.into()), ..h(name, slots) }
     }
 
     #[test]
@@ -202,6 +245,22 @@ mod tests {
     }
 
     #[test]
+    fn hostfiles_name_rdma_devices() {
+        let text = "mac1 slots=2 rdma_device=rdma_en3
+mac2:1 rdma=rdma_en5
+linux1 slots=4 rdma=mlx5_0
+plain
+";
+        let want = [hd("mac1", 2, "rdma_en3"), hd("mac2", 1, "rdma_en5"), hd("linux1", 4, "mlx5_0"), h("plain", 1)];
+        assert_eq!(parse_hostfile("f", text).unwrap(), want);
+        let p = plan(&want, 8, |_| false, "me");
+        assert_eq!(
+            p.iter().map(|h| h.rdma_device.as_deref()).collect::<Vec<_>>(),
+            [Some("rdma_en3"), Some("rdma_en5"), Some("mlx5_0"), None]
+        );
+    }
+
+    #[test]
     fn mpich_hostfiles() {
         let text = "node1:4\n#node9:9\n\t\nnode2:2\n192.168.1.7\n";
         assert_eq!(parse_hostfile("f", text).unwrap(), [h("node1", 4), h("node2", 2), h("192.168.1.7", 1)]);
@@ -213,8 +272,11 @@ mod tests {
         let cases = [
             ("a\nb slots=x\n", "hf:2: expected a slot count from 1 to 65536, got 'x'"),
             ("a\n\n# c\nb:0\n", "hf:4: expected a slot count from 1 to 65536, got '0'"),
-            ("a slots=2 cpus=4\n", "hf:1: unexpected 'cpus=4' (expected 'HOST', 'HOST slots=N' or 'HOST:N')"),
-            ("a b\n", "hf:1: unexpected 'b' (expected 'HOST', 'HOST slots=N' or 'HOST:N')"),
+            ("a slots=2 cpus=4\n", "hf:1: unexpected 'cpus=4' (expected 'HOST', 'HOST slots=N' or 'HOST:N', then optionally 'rdma_device=NAME')"),
+            ("a b\n", "hf:1: unexpected 'b' (expected 'HOST', 'HOST slots=N' or 'HOST:N', then optionally 'rdma_device=NAME')"),
+            ("a rdma_device=\n", "hf:1: '' is not an RDMA device name (such as mlx5_0 or rdma_en3)"),
+            ("a rdma=x/y\n", "hf:1: 'x/y' is not an RDMA device name (such as mlx5_0 or rdma_en3)"),
+            ("a rdma=x rdma_device=x\n", "hf:1: 'a' has its RDMA device given twice"),
             ("a:2 slots=3\n", "hf:1: 'a' has its slots given twice"),
             ("ok\nbad/name\n", "hf:2: 'bad/name' is not a host name or IPv4 address"),
             (":4\n", "hf:1: empty host name"),
@@ -241,11 +303,16 @@ mod tests {
 
     #[test]
     fn merging() {
-        let merged = merge(vec![h("a", 1), h("b", 2), h("a", 3)], |x, y| x == y);
+        let merged = merge(vec![h("a", 1), h("b", 2), h("a", 3)], |x, y| x == y).unwrap();
         assert_eq!(merged, [h("a", 4), h("b", 2)]);
         let local = |x: &str| x == "localhost" || x == "me";
-        let merged = merge(vec![h("localhost", 1), h("b", 1), h("me", 2)], |x, y| x == y || (local(x) && local(y)));
+        let merged =
+            merge(vec![h("localhost", 1), h("b", 1), h("me", 2)], |x, y| x == y || (local(x) && local(y))).unwrap();
         assert_eq!(merged, [h("localhost", 3), h("b", 1)]);
+        let merged = merge(vec![h("a", 1), hd("a", 1, "d0"), hd("a", 1, "d0")], |x, y| x == y).unwrap();
+        assert_eq!(merged, [hd("a", 3, "d0")]);
+        let err = merge(vec![hd("a", 1, "d0"), hd("a", 1, "d1")], |x, y| x == y).unwrap_err();
+        assert_eq!(err, "host 'a' is given two RDMA devices, 'd0' and 'd1'");
     }
 
     #[test]
@@ -268,12 +335,12 @@ mod tests {
         assert_eq!(
             p,
             [
-                Planned { name: "a".into(), local: false, ranks: vec![0, 1] },
-                Planned { name: "me".into(), local: true, ranks: vec![2] },
+                Planned { name: "a".into(), local: false, ranks: vec![0, 1], rdma_device: None },
+                Planned { name: "me".into(), local: true, ranks: vec![2], rdma_device: None },
             ]
         );
         let p = plan(&[], 2, local, "here");
-        assert_eq!(p, [Planned { name: "here".into(), local: true, ranks: vec![0, 1] }]);
+        assert_eq!(p, [Planned { name: "here".into(), local: true, ranks: vec![0, 1], rdma_device: None }]);
         let p = plan(&[h("a", 1), h("b", 1)], 5, local, "me");
         assert_eq!(p.iter().map(|h| h.ranks.clone()).collect::<Vec<_>>(), [vec![0, 2, 4], vec![1, 3]]);
     }

@@ -85,6 +85,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         max_payload: usize::MAX,
         eager: 64 << 10,
         bulk_read: false,
+        expose: false,
         bulk_write: false,
         split_min: usize::MAX,
     };
@@ -196,7 +197,11 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             let c = transports[r].caps();
             let name = if names[peer].is_empty() { c.name } else { names[peer] };
             let l = &limits[peer];
-            let bulk = if l.bulk_read { "single-copy reads" } else { "pipelined frames" };
+            let bulk = match (l.bulk_read, l.expose) {
+                (true, true) => "reads of registered memory",
+                (true, false) => "single-copy reads",
+                _ => "pipelined frames",
+            };
             eprintln!("mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk})", l.eager);
         }
     }
@@ -260,6 +265,7 @@ fn peer_limits(caps: &crate::transport::Caps, split_min: usize) -> PeerLimits {
         max_payload: caps.max_frame - crate::engine::wire::MAX_HEADER,
         eager: caps.eager_limit,
         bulk_read: caps.bulk_read,
+        expose: caps.expose,
         bulk_write: caps.bulk_write,
         split_min,
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
 use crate::coll::sched::Sched;
-use crate::engine::{Action, Engine, ReqId, Transmit};
+use crate::engine::{Action, Engine, Exposure, ReqId, Transmit};
 use crate::error::Error;
 use crate::status::Status;
 use crate::transport::{PeerState, Transport};
@@ -128,7 +128,10 @@ impl Runtime {
     }
 
     fn flush_outbox(&mut self) -> Result<(), Error> {
-        while let Some(t) = self.engine.outbox.pop_front() {
+        while let Some(mut t) = self.engine.outbox.pop_front() {
+            if t.expose {
+                self.expose(&mut t);
+            }
             if self.pending[t.peer].is_empty() {
                 let tr = &mut self.transports[self.route[t.peer]];
                 if tr.try_send(t.peer, t.hdr.as_slice(), t.payload.bytes())? {
@@ -142,6 +145,18 @@ impl Runtime {
             self.pending_total += 1;
         }
         Ok(())
+    }
+
+    /// Exposes the buffer an `Rts` announces to its peer's transport, if it offers a key.
+    fn expose(&mut self, t: &mut Transmit) {
+        let key = self.engine.to_expose(t).and_then(|buf| {
+            let tr = &mut self.transports[self.route[t.peer]];
+            // SAFETY: the buffer belongs to a live send request, which keeps it until the
+            // receiver's `Fin` or its failure; both conceal the key first (`Action::Conceal`,
+            // `Runtime::fail`).
+            unsafe { tr.expose(t.peer, buf.addr(), buf.len()) }
+        });
+        self.engine.on_exposed(t, key);
     }
 
     fn flush_pending(&mut self) -> Result<usize, Error> {
@@ -217,10 +232,10 @@ impl Runtime {
         let n = actions.len();
         for a in actions {
             match a {
-                Action::BulkRead { peer, addr, mut dst, rreq } => {
+                Action::BulkRead { peer, addr, key, mut dst, rreq } => {
                     let len = dst.len();
                     let tr = &mut self.transports[self.route[peer]];
-                    let ok = dst.range_mut(0, len).is_some_and(|d| tr.bulk_read(peer, addr, d).is_ok());
+                    let ok = dst.range_mut(0, len).is_some_and(|d| tr.bulk_read(peer, addr, key, d).is_ok());
                     self.engine.on_bulk_read(peer, rreq, len, ok);
                 }
                 Action::BulkWrite { peer, addr, src, sreq, rreq, off } => {
@@ -228,6 +243,7 @@ impl Runtime {
                     let ok = tr.bulk_write(peer, addr, src.bytes()).is_ok();
                     self.engine.on_bulk_write(peer, sreq, rreq, off, src.len(), ok);
                 }
+                Action::Conceal { peer, key } => self.transports[self.route[peer]].conceal(peer, key),
             }
         }
         n
@@ -262,21 +278,24 @@ impl Runtime {
 
     /// Fails request `id` and drops its queued frames (its buffer goes back to the caller).
     /// If a live peer was given the buffer's address, releasing it would let that peer read
-    /// or write freed memory: the job is aborted instead.
+    /// or write freed memory: the job is aborted instead (a key is revoked instead).
     fn fail(&mut self, id: ReqId, err: Error) -> Error {
         if let Some(p) = self.engine.waits_on(id) {
             let before = self.pending[p].len();
             self.pending[p].retain(|t| t.owner != Some(id));
             self.pending_total -= before - self.pending[p].len();
         }
-        if let Some(p) = self.engine.fail(id, err.clone()) {
-            if self.peer_state(p) != PeerState::Dead {
+        match self.engine.fail(id, err.clone()) {
+            // Revoked: the peer can no longer read the buffer.
+            Some(Exposure::Key(p, key)) => self.transports[self.route[p]].conceal(p, key),
+            Some(Exposure::Address(p)) if self.peer_state(p) != PeerState::Dead => {
                 let me = self.boot.rank;
                 let msg = format!("rank {me}: {err}; rank {p} may still access the buffer, so the job is aborted");
                 eprintln!("mpr: {msg}");
                 self.boot.abort(1, &msg);
                 std::process::exit(1);
             }
+            _ => {}
         }
         let _ = self.engine.take(id);
         err

@@ -100,4 +100,86 @@ fn verbose_names_the_rdma_transport() {
     let se = text(&out.stderr);
     assert!(out.status.success(), "{se}");
     assert!(se.contains("mpr: rank 0 -> rank 1: rdma (UC)"), "{se}");
+    assert!(se.contains("large messages by pipelined frames"), "UC has no RDMA READ: {se}");
+    let env = [("MPR_TRANSPORTS", "rdma"), ("MPR_VERBS_PROVIDER", "soft-rc"), ("MPR_VERBOSE", "1")];
+    let out = run(2, "ptp", &["ring"], &env);
+    let se = text(&out.stderr);
+    assert!(out.status.success(), "{se}");
+    assert!(se.contains("rdma (RC) (eager up to 32768 B, large messages by reads of registered memory)"), "{se}");
+}
+
+#[test]
+fn large_messages_over_rc_are_read_and_can_be_streamed_instead() {
+    // RDMA READ from 64 KiB up (the default is 512 KiB), and with READ turned off: the same
+    // bytes either way.
+    for read in ["1", "0"] {
+        let mut e = soft("soft-rc");
+        e.extend([("PTP_MAX", "3000000"), ("MPR_RDMA_READ_MIN", "65536"), ("MPR_RDMA_READ", read)]);
+        ok(3, "ptp", "pairs", &e);
+        ok(2, "ptp", "truncate", &e);
+    }
+    // Each rank reports what it pulled: pairs sends 7 messages from 64 KiB up per peer pair
+    // and direction at least (the fixed sizes 65536 and PTP_MAX among them).
+    let mut e = soft("soft-rc");
+    e.extend([("PTP_MAX", "3000000"), ("MPR_RDMA_READ_MIN", "65536"), ("MPR_VERBOSE", "1")]);
+    let out = run(3, "ptp", &["pairs"], &e);
+    let se = text(&out.stderr);
+    assert!(out.status.success(), "{se}");
+    let pulled: Vec<u64> = se
+        .lines()
+        .filter_map(|l| l.strip_prefix("mpr: rdma (RC): "))
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(pulled.len(), 3, "{se}");
+    assert!(pulled.iter().all(|&n| n >= 4), "every rank read its large messages: {pulled:?}\n{se}");
+}
+
+#[test]
+fn a_device_with_few_resources_slows_the_job_but_never_breaks_it() {
+    // 48 messages of up to 1.5 MB in flight at once per rank, on devices shrunk to a few
+    // work requests and regions: RC keeps at most mr - 3 buffers exposed for READ (here 2)
+    // and streams the rest; UC lives in its two bounce regions with a window of one.
+    for (kind, limits) in [("soft-rc", "mr=5,wr=10"), ("soft-rc", "mr=3"), ("soft", "mr=2,wr=7")] {
+        let mut e = soft(kind);
+        e.extend([("MPR_SOFT_LIMITS", limits), ("PTP_MANY", "48,1500000"), ("MPR_RDMA_READ_MIN", "100000")]);
+        ok(3, "ptp", "many", &e);
+    }
+    // Too few queue pairs for the peers: a clear error at start-up.
+    let mut e = soft("soft-rc");
+    e.push(("MPR_SOFT_LIMITS", "qp=1"));
+    let out = run(3, "ptp", &["ring"], &e);
+    let se = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(se.contains("RDMA: 2 peers need 2 queue pairs, the device soft-rc:127.0.0.1 has 1"), "{se}");
+    let mut e = soft("soft");
+    e.push(("MPR_SOFT_LIMITS", "wr=x"));
+    let out = run(2, "ptp", &["ring"], &e);
+    let se = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(se.contains("MPR_SOFT_LIMITS=wr=x: 'wr=x': expected a count above 0"), "{se}");
+}
+
+#[test]
+fn the_rdma_device_comes_from_the_hostfile_or_the_flag() {
+    // No device here: the error each rank reports names the device it was told to open.
+    let exe = bin_dir().join("ptp");
+    let exe = exe.to_str().unwrap();
+    let env = [("MPR_TRANSPORTS", "rdma")];
+    let out = mprun(&["-np", "2", "--rdma-device", "rdma_en9", exe, "ring"], &env);
+    let se = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(se.contains("(device rdma_en9, from MPR_RDMA_DEVICE)"), "{se}");
+    let hostfile = std::env::temp_dir().join(format!("mpr-rdma-hostfile-{}", std::process::id()));
+    std::fs::write(&hostfile, "localhost slots=2 rdma_device=mlx5_7\n").unwrap();
+    let out =
+        mprun(&["-np", "2", "--hostfile", hostfile.to_str().unwrap(), "--rdma-device", "rdma_en9", exe, "ring"], &env);
+    let se = text(&out.stderr);
+    std::fs::remove_file(&hostfile).unwrap();
+    assert!(
+        se.contains("(device mlx5_7, from MPR_RDMA_DEVICE)") && !se.contains("rdma_en9"),
+        "the hostfile wins: {se}"
+    );
+    let out = mprun(&["-np", "2", "--rdma-device", "en/9", exe, "ring"], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--rdma-device: 'en/9' is not an RDMA device name"));
 }

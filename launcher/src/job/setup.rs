@@ -133,6 +133,9 @@ impl Job<'_> {
         if let Some(list) = &self.opts.transports {
             set("MPR_TRANSPORTS", list);
         }
+        if let Some(dev) = host.rdma_device.as_ref().or(self.opts.rdma_device.as_ref()) {
+            set("MPR_RDMA_DEVICE", dev);
+        }
         if self.opts.verbose {
             set("MPR_VERBOSE", "1");
         }

@@ -42,6 +42,9 @@ pub(crate) struct PeerLimits {
     pub(crate) eager: usize,
     /// The driver can read the peer's memory directly (single copy).
     pub(crate) bulk_read: bool,
+    /// Single-copy reads need the sender's buffer exposed first (registered with the
+    /// transport); the key travels in the `Rts`. See [`Transmit::expose`].
+    pub(crate) expose: bool,
     /// The driver can write into the peer's memory directly.
     pub(crate) bulk_write: bool,
     /// Messages from this size up are copied by both sides at once (when both directions
@@ -59,15 +62,30 @@ pub(crate) struct Transmit {
     pub(crate) on_sent: Option<ReqId>,
     /// The send request whose buffer the payload points into (dropped if it fails).
     pub(crate) owner: Option<ReqId>,
+    /// An `Rts` whose buffer the driver exposes to the peer just before the frame goes out
+    /// (so it keeps its place in the peer's order), then reports with [`Engine::on_exposed`].
+    pub(crate) expose: bool,
 }
 
 /// Work the driver performs for the engine.
 #[derive(Debug)]
 pub(crate) enum Action {
-    /// Fill `dst` from address `addr` in `peer`'s memory, then call [`Engine::on_bulk_read`].
-    BulkRead { peer: usize, addr: u64, dst: RawBufMut, rreq: ReqId },
+    /// Fill `dst` from address `addr` (opened by `key`) in `peer`'s memory, then call
+    /// [`Engine::on_bulk_read`].
+    BulkRead { peer: usize, addr: u64, key: u64, dst: RawBufMut, rreq: ReqId },
     /// Write `src` to address `addr` in `peer`'s memory, then call [`Engine::on_bulk_write`].
     BulkWrite { peer: usize, addr: u64, src: RawBuf, sreq: ReqId, rreq: u64, off: usize },
+    /// The send that exposed a buffer to `peer` under `key` is over: release the key.
+    Conceal { peer: usize, key: u64 },
+}
+
+/// What a failed request had given its peer (see [`Engine::fail`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exposure {
+    /// The buffer's address: the peer may still read or write it.
+    Address(usize),
+    /// A key of the peer's transport: releasing it (`Transport::conceal`) revokes the access.
+    Key(usize, u64),
 }
 
 #[derive(Debug)]
@@ -81,7 +99,7 @@ struct Posted {
 #[derive(Debug)]
 enum Body {
     Eager(Vec<u8>),
-    Rts { peer: usize, sreq: u64, saddr: u64 },
+    Rts { peer: usize, sreq: u64, saddr: u64, skey: u64 },
     SelfSend(ReqId),
 }
 
@@ -138,11 +156,12 @@ impl Engine {
     }
 
     fn push(&mut self, peer: usize, f: Frame, payload: RawBuf, on_sent: Option<ReqId>) {
-        self.outbox.push_back(Transmit { peer, hdr: f.encode(), payload, on_sent, owner: on_sent });
+        self.outbox.push_back(Transmit { peer, hdr: f.encode(), payload, on_sent, owner: on_sent, expose: false });
     }
 
     fn push_owned(&mut self, peer: usize, f: Frame, payload: RawBuf, owner: ReqId) {
-        self.outbox.push_back(Transmit { peer, hdr: f.encode(), payload, on_sent: None, owner: Some(owner) });
+        let t = Transmit { peer, hdr: f.encode(), payload, on_sent: None, owner: Some(owner), expose: false };
+        self.outbox.push_back(t);
     }
 
     /// Starts sending `buf` to world rank `peer` as `(ctx, src, tag)`.
@@ -157,10 +176,15 @@ impl Engine {
             self.push(peer, Frame::Eager(env), buf, Some(id));
             id
         } else {
-            let id = self.reqs.insert(State::SendRndv { peer, buf, exposed: lim.bulk_read });
-            let saddr = if lim.bulk_read { buf.addr() } else { 0 };
-            let rts = Frame::Rts { env, len: buf.len() as u64, sreq: id.to_wire(), saddr };
+            // With a key to get first, the address goes in when the driver exposes the buffer.
+            let direct = lim.bulk_read && !lim.expose;
+            let id = self.reqs.insert(State::SendRndv { peer, buf, exposed: direct, key: None });
+            let saddr = if direct { buf.addr() } else { 0 };
+            let rts = Frame::Rts { env, len: buf.len() as u64, sreq: id.to_wire(), saddr, skey: 0 };
             self.push_owned(peer, rts, RawBuf::EMPTY, id);
+            if lim.bulk_read && lim.expose {
+                self.outbox.back_mut().expect("just pushed").expose = true;
+            }
             id
         }
     }
@@ -211,7 +235,7 @@ impl Engine {
         let status = Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len };
         match u.body {
             Body::Eager(data) => self.deliver(id, status, &data),
-            Body::Rts { peer, sreq, saddr } => self.start_rndv(id, peer, status, sreq, saddr),
+            Body::Rts { peer, sreq, saddr, skey } => self.start_rndv(id, peer, status, sreq, saddr, skey),
             Body::SelfSend(sid) => {
                 if let Some(State::SendSelf { buf: sbuf }) = self.reqs.get(sid) {
                     let sbuf = *sbuf;
@@ -252,7 +276,7 @@ impl Engine {
     }
 
     /// Receive `id` matched a rendezvous message from `peer`: pick how its bytes come.
-    fn start_rndv(&mut self, id: ReqId, peer: usize, status: Status, sreq: u64, saddr: u64) {
+    fn start_rndv(&mut self, id: ReqId, peer: usize, status: Status, sreq: u64, saddr: u64, skey: u64) {
         let Some(State::RecvPosted { buf, .. }) = self.reqs.get(id) else { return };
         let buf = *buf;
         let len = status.bytes;
@@ -281,7 +305,28 @@ impl Engine {
             let cts = Frame::Cts { sreq, rreq, off: split as u64, len: (len - split) as u64, raddr };
             self.push(peer, cts, RawBuf::EMPTY, None);
         }
-        self.actions.push(Action::BulkRead { peer, addr: saddr, dst: buf.prefix(split), rreq: id });
+        self.actions.push(Action::BulkRead { peer, addr: saddr, key: skey, dst: buf.prefix(split), rreq: id });
+    }
+
+    /// The buffer a queued `Rts` (with [`Transmit::expose`]) announces, while its send is live.
+    pub(crate) fn to_expose(&self, t: &Transmit) -> Option<RawBuf> {
+        match t.owner.and_then(|id| self.reqs.get(id)) {
+            Some(State::SendRndv { buf, key: None, .. }) if t.expose => Some(*buf),
+            _ => None,
+        }
+    }
+
+    /// The driver exposed the buffer of `t`'s send under `key` (or could not: `None`, and the
+    /// bytes are streamed): writes the address and key into the `Rts`.
+    pub(crate) fn on_exposed(&mut self, t: &mut Transmit, key: Option<u64>) {
+        t.expose = false;
+        let Some(k) = key else { return };
+        let Some(State::SendRndv { buf, exposed, key, .. }) = t.owner.and_then(|id| self.reqs.get_mut(id)) else {
+            return;
+        };
+        let Ok((Frame::Rts { env, len, sreq, .. }, _)) = Frame::decode(t.hdr.as_slice()) else { return };
+        (*exposed, *key) = (true, Some(k));
+        t.hdr = Frame::Rts { env, len, sreq, saddr: buf.addr(), skey: k }.encode();
     }
 
     /// The driver finished (or failed) an [`Action::BulkRead`] of `n` bytes.
@@ -368,15 +413,15 @@ impl Engine {
                     }
                 }
             }
-            Frame::Rts { env, len, sreq, saddr } => {
+            Frame::Rts { env, len, sreq, saddr, skey } => {
                 let status = Status { source: env.src as usize, tag: env.tag, bytes: len as usize };
                 match self.find_posted(&env) {
                     Some(i) => {
                         let p = self.posted.remove(i).expect("index from find_posted");
-                        self.start_rndv(p.req, peer, status, sreq, saddr);
+                        self.start_rndv(p.req, peer, status, sreq, saddr, skey);
                     }
                     None => {
-                        let body = Body::Rts { peer, sreq, saddr };
+                        let body = Body::Rts { peer, sreq, saddr, skey };
                         self.unexpected.push_back(Unexpected { env, len: len as usize, body });
                     }
                 }
@@ -420,7 +465,10 @@ impl Engine {
             Frame::Fin { sreq, .. } => {
                 let sid = ReqId::from_wire(sreq);
                 match self.reqs.get(sid) {
-                    Some(State::SendRndv { .. }) => {
+                    Some(&State::SendRndv { key, .. }) => {
+                        if let Some(key) = key {
+                            self.actions.push(Action::Conceal { peer, key });
+                        }
                         self.reqs.complete(sid, Ok(Status { source: self.me, tag: 0, bytes: 0 }));
                     }
                     _ => return Err(proto_err(peer, "FIN for no pending send")),
@@ -455,12 +503,13 @@ impl Engine {
     }
 
     /// Fails request `id` (e.g. its peer is gone or a wait timed out), removing it from the
-    /// posted queue; later frames for it are ignored. Returns the peer that was given the
-    /// request's buffer address, if any: that peer may still read or write the buffer.
-    pub(crate) fn fail(&mut self, id: ReqId, err: Error) -> Option<usize> {
+    /// posted queue; later frames for it are ignored. Returns what the request's peer was
+    /// given, if anything: that peer may still read or write the buffer.
+    pub(crate) fn fail(&mut self, id: ReqId, err: Error) -> Option<Exposure> {
         let exposed = match self.reqs.get(id) {
+            Some(&State::SendRndv { peer, key: Some(k), .. }) => Some(Exposure::Key(peer, k)),
             Some(State::SendRndv { peer, exposed: true, .. }) | Some(State::RecvRndv { peer, exposed: true, .. }) => {
-                Some(*peer)
+                Some(Exposure::Address(*peer))
             }
             _ => None,
         };

@@ -14,16 +14,28 @@ struct Net {
     pipes: Vec<Vec<VecDeque<Vec<u8>>>>,
     held: Vec<VecDeque<Transmit>>,
     cap: usize,
+    /// Keys handed out for exposed buffers and not yet concealed, per engine: key -> address.
+    keys: Vec<std::collections::HashMap<u64, u64>>,
+    next_key: u64,
 }
 
 impl Net {
     fn new(n: usize, eager: usize, max_payload: usize, cap: usize) -> Net {
-        let lim = PeerLimits { max_payload, eager, bulk_read: false, bulk_write: false, split_min: usize::MAX };
+        let lim = PeerLimits {
+            max_payload,
+            eager,
+            bulk_read: false,
+            expose: false,
+            bulk_write: false,
+            split_min: usize::MAX,
+        };
         Net {
             engines: (0..n).map(|me| Engine::new(me, vec![lim; n])).collect(),
             pipes: (0..n).map(|_| (0..n).map(|_| VecDeque::new()).collect()).collect(),
             held: (0..n).map(|_| VecDeque::new()).collect(),
             cap,
+            keys: (0..n).map(|_| Default::default()).collect(),
+            next_key: 1,
         }
     }
 
@@ -33,7 +45,19 @@ impl Net {
         let mut moved = false;
         for me in 0..self.engines.len() {
             let e = &mut self.engines[me];
-            self.held[me].extend(e.outbox.drain(..));
+            let out: Vec<Transmit> = e.outbox.drain(..).collect();
+            for mut t in out {
+                if t.expose {
+                    // Like a transport with a budget of keys: every third buffer gets none.
+                    let key = e.to_expose(&t).filter(|_| self.next_key % 3 != 0).map(|b| {
+                        self.keys[me].insert(self.next_key, b.addr());
+                        self.next_key
+                    });
+                    self.next_key += 1;
+                    e.on_exposed(&mut t, key);
+                }
+                self.held[me].push_back(t);
+            }
             let mut keep = VecDeque::new();
             while let Some(t) = self.held[me].pop_front() {
                 let pipe = &mut self.pipes[me][t.peer];
@@ -232,7 +256,14 @@ fn random_traffic_keeps_order_and_content() {
 
 #[test]
 fn malformed_frames_are_errors() {
-    let lim = PeerLimits { max_payload: 100, eager: 50, bulk_read: false, bulk_write: false, split_min: usize::MAX };
+    let lim = PeerLimits {
+        max_payload: 100,
+        eager: 50,
+        bulk_read: false,
+        expose: false,
+        bulk_write: false,
+        split_min: usize::MAX,
+    };
     let mut e = Engine::new(0, vec![lim; 2]);
     assert!(e.on_frame(1, &[1, 2, 3]).is_err());
     let f = |fr: Frame| fr.encode().as_slice().to_vec();
@@ -257,8 +288,11 @@ impl Net {
             for a in std::mem::take(&mut self.engines[me].actions) {
                 any = true;
                 match a {
-                    Action::BulkRead { peer, addr, mut dst, rreq } => {
+                    Action::BulkRead { peer, addr, key, mut dst, rreq } => {
                         let n = dst.len();
+                        if let Some(k) = self.keys[peer].get(&key) {
+                            assert_eq!(*k, addr, "the key opens the announced buffer");
+                        }
                         if !fail {
                             // SAFETY: `addr` is the address of a live send buffer of this test
                             // with at least `n` bytes (announced in the RTS).
@@ -275,6 +309,9 @@ impl Net {
                             dst.copy_from_slice(src.bytes());
                         }
                         self.engines[me].on_bulk_write(peer, sreq, rreq, off, src.len(), !fail);
+                    }
+                    Action::Conceal { key, .. } => {
+                        assert!(self.keys[me].remove(&key).is_some(), "key {key} concealed once, after exposure");
                     }
                 }
             }
@@ -309,4 +346,47 @@ fn single_and_split_copy_with_fallback() {
             assert_eq!(&got[..len], &m[..], "len {len} split_min {split_min} fail {fail}");
         }
     }
+}
+
+#[test]
+fn exposed_buffers_are_read_by_key_and_concealed_once() {
+    for fail in [false, true] {
+        let mut net = Net::new(2, 64, 100, 4);
+        for e in net.engines.iter_mut() {
+            for l in e.limits.iter_mut() {
+                *l = PeerLimits { bulk_read: true, expose: true, ..*l };
+            }
+        }
+        let mut sends = Vec::new();
+        for (i, len) in [65usize, 5000, 20000, 100_003, 7777, 300].into_iter().enumerate() {
+            let m = data(len + i, len);
+            let mut got = vec![0u8; len];
+            let r = net.engines[1].irecv(0, Some(0), Some(i as i32), Some(0), rbm(&mut got));
+            let s = net.engines[0].isend(0, 0, i as i32, 1, rb(&m));
+            for _ in 0..100_000 {
+                if net.engines[1].is_done(r) && net.engines[0].is_done(s) {
+                    break;
+                }
+                let moved = net.step(2) | net.run_actions(fail);
+                assert!(moved, "stuck at len {len} fail {fail}");
+            }
+            // The conceal action follows the FIN; run it.
+            net.run_actions(fail);
+            assert_eq!(net.engines[1].take(r).unwrap().unwrap().bytes, len);
+            net.engines[0].take(s).unwrap().unwrap();
+            assert_eq!(got, m, "len {len} fail {fail}");
+            sends.push(s);
+        }
+        assert!(net.next_key > 5, "every rendezvous send asked for a key");
+        assert!(net.keys[0].is_empty(), "keys left exposed: {:?}", net.keys[0]);
+    }
+    // A send that fails while exposed hands its key back for the driver to revoke.
+    let mut net = Net::new(2, 64, 100, 4);
+    net.engines[0].limits[1] = PeerLimits { bulk_read: true, expose: true, ..net.engines[0].limits[1] };
+    let m = data(1, 5000);
+    let s = net.engines[0].isend(0, 0, 1, 1, rb(&m));
+    net.next_key = 7;
+    net.step(1);
+    let key = *net.keys[0].keys().next().expect("exposed");
+    assert_eq!(net.engines[0].fail(s, Error::Timeout(std::time::Duration::from_secs(1))), Some(Exposure::Key(1, key)));
 }

@@ -8,20 +8,21 @@
 //! | kind    | bytes | fields after kind, version                                   |
 //! |---------|-------|--------------------------------------------------------------|
 //! | Eager   | 16    | pad u16, ctx u32, src u32, tag i32                           |
-//! | Rts     | 40    | pad u16, ctx u32, src u32, tag i32, len u64, sreq u64, saddr u64 |
+//! | Rts     | 48    | pad u16, ctx u32, src u32, tag i32, len u64, sreq u64, saddr u64, skey u64 |
 //! | Cts     | 48    | pad u16 + u32, sreq u64, rreq u64, off u64, len u64, raddr u64 |
 //! | Data    | 24    | pad u16 + u32, rreq u64, off u64                             |
 //! | Written | 24    | pad u16 + u32, rreq u64, len u64                             |
 //! | Fin     | 16    | flags u8, pad u8 + u32, sreq u64                             |
 //!
 //! Rendezvous: the sender announces a large message with `Rts` (with its buffer's address
-//! when the path allows single-copy reads). The receiver, once matched, either reads the
+//! when the path allows single-copy reads, and the key that opens it where the path needs
+//! one: an RDMA region's rkey). The receiver, once matched, either reads the
 //! bytes itself, or asks with `Cts` for a byte range, to be streamed as `Data` frames or
 //! (when `raddr` is set) written straight into its memory and then confirmed by `Written`.
 //! When all bytes are in, the receiver sends `Fin`: only then may the sender reuse its buffer.
 
 /// Version of this format; a frame of another version is rejected.
-pub(crate) const WIRE_VERSION: u8 = 1;
+pub(crate) const WIRE_VERSION: u8 = 2;
 /// Bytes of the longest header.
 pub(crate) const MAX_HEADER: usize = 48;
 /// On `Fin`: the receiver matched the message but it did not fit (the receive failed).
@@ -47,8 +48,9 @@ pub(crate) struct Envelope {
 pub(crate) enum Frame {
     /// A whole small message; the payload is the message.
     Eager(Envelope),
-    /// A large message is ready at the sender (`saddr`: its address for single-copy reads, or 0).
-    Rts { env: Envelope, len: u64, sreq: u64, saddr: u64 },
+    /// A large message is ready at the sender (`saddr`: its address for single-copy reads, or
+    /// 0; `skey`: the key the transport needs to read it, if any).
+    Rts { env: Envelope, len: u64, sreq: u64, saddr: u64, skey: u64 },
     /// Send bytes `off..off+len` of `sreq`: into `raddr + ..` directly if non-zero, else as `Data`.
     Cts { sreq: u64, rreq: u64, off: u64, len: u64, raddr: u64 },
     /// Bytes at `off` of the message received by `rreq`; the payload is the bytes.
@@ -148,8 +150,7 @@ fn header_len(kind: u8) -> Option<usize> {
     Some(match kind {
         EAGER | FIN => 16,
         DATA | WRITTEN => 24,
-        RTS => 40,
-        CTS => 48,
+        RTS | CTS => 48,
         _ => return None,
     })
 }
@@ -158,7 +159,9 @@ impl Frame {
     pub(crate) fn encode(&self) -> HeaderBytes {
         match *self {
             Frame::Eager(e) => Writer::new(EAGER, 0).env(&e).done(),
-            Frame::Rts { env, len, sreq, saddr } => Writer::new(RTS, 0).env(&env).u64(len).u64(sreq).u64(saddr).done(),
+            Frame::Rts { env, len, sreq, saddr, skey } => {
+                Writer::new(RTS, 0).env(&env).u64(len).u64(sreq).u64(saddr).u64(skey).done()
+            }
             Frame::Cts { sreq, rreq, off, len, raddr } => {
                 Writer::new(CTS, 0).u64(sreq).u64(rreq).u64(off).u64(len).u64(raddr).done()
             }
@@ -182,7 +185,7 @@ impl Frame {
         let mut r = Reader { b: frame, at: 4 };
         let f = match kind {
             EAGER => Frame::Eager(r.env()),
-            RTS => Frame::Rts { env: r.env(), len: r.u64(), sreq: r.u64(), saddr: r.u64() },
+            RTS => Frame::Rts { env: r.env(), len: r.u64(), sreq: r.u64(), saddr: r.u64(), skey: r.u64() },
             CTS => Frame::Cts { sreq: r.u64(), rreq: r.u64(), off: r.u64(), len: r.u64(), raddr: r.u64() },
             DATA => Frame::Data { rreq: r.u64(), off: r.u64() },
             WRITTEN => Frame::Written { rreq: r.u64(), len: r.u64() },
@@ -203,7 +206,7 @@ mod tests {
         let env = Envelope { ctx: rng.gen(), src: rng.gen(), tag: rng.gen() };
         match rng.gen_range(0..6) {
             0 => Frame::Eager(env),
-            1 => Frame::Rts { env, len: rng.gen(), sreq: rng.gen(), saddr: rng.gen() },
+            1 => Frame::Rts { env, len: rng.gen(), sreq: rng.gen(), saddr: rng.gen(), skey: rng.gen() },
             2 => Frame::Cts { sreq: rng.gen(), rreq: rng.gen(), off: rng.gen(), len: rng.gen(), raddr: rng.gen() },
             3 => Frame::Data { rreq: rng.gen(), off: rng.gen() },
             4 => Frame::Written { rreq: rng.gen(), len: rng.gen() },

@@ -24,6 +24,9 @@ pub(crate) struct Caps {
     pub(crate) eager_limit: usize,
     /// `bulk_read` can read a peer's memory directly (single copy).
     pub(crate) bulk_read: bool,
+    /// The sender's buffer must be exposed (`expose`) before the peer can read it; the key
+    /// `expose` returns travels in the announcement.
+    pub(crate) expose: bool,
     /// `bulk_write` can write into a peer's memory directly (single copy).
     pub(crate) bulk_write: bool,
 }
@@ -75,8 +78,22 @@ pub(crate) trait Transport: std::fmt::Debug {
     /// Delivers arrived frames, in order per peer, to `sink(peer, frame)`; returns how many.
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error>;
 
-    /// Reads `dst.len()` bytes at address `addr` of `peer`'s memory (only if `caps().bulk_read`).
-    fn bulk_read(&mut self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<(), Error>;
+    /// Reads `dst.len()` bytes at address `addr` of `peer`'s memory, opened by `key` where
+    /// the transport exposes memory (only if `caps().bulk_read`).
+    fn bulk_read(&mut self, peer: usize, addr: u64, key: u64, dst: &mut [u8]) -> Result<(), Error>;
+
+    /// Lets `peer` read the `len` bytes at `addr` (only if `caps().expose`) until
+    /// [`Transport::conceal`]: the key to announce, or `None` to have the bytes streamed (too
+    /// small to be worth it, or out of registrations).
+    ///
+    /// # Safety
+    /// The memory must stay valid until `conceal(peer, key)` returns.
+    unsafe fn expose(&mut self, _peer: usize, _addr: u64, _len: usize) -> Option<u64> {
+        None
+    }
+
+    /// Ends an exposure: from its return on, `peer` can no longer read the memory.
+    fn conceal(&mut self, _peer: usize, _key: u64) {}
 
     /// Writes `src` to address `addr` of `peer`'s memory (only if `caps().bulk_write`).
     fn bulk_write(&mut self, peer: usize, addr: u64, src: &[u8]) -> Result<(), Error>;

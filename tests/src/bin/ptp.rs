@@ -245,8 +245,12 @@ fn truncate(w: &mpr::Comm) -> R {
 /// test_all.
 fn many(w: &mpr::Comm) -> R {
     let (me, n) = (w.rank(), w.size());
-    let count = 4000usize;
-    let len_of = |i: usize| (i * 31) % 3000;
+    // PTP_MANY=COUNT,LEN: fewer, larger messages (all in flight at once).
+    let (count, len) = std::env::var("PTP_MANY")
+        .ok()
+        .and_then(|v| v.split_once(',').and_then(|(c, l)| Some((c.parse().ok()?, l.parse().ok()?))))
+        .unwrap_or((4000usize, 3000usize));
+    let len_of = |i: usize| (i * 31 * len / 3000) % len;
     let (to, from) = ((me + 1) % n, (me + n - 1) % n);
     let outs: Vec<Vec<u8>> = (0..count).map(|i| pattern(me, to, i, len_of(i))).collect();
     let mut ins: Vec<Vec<u8>> = (0..count).map(|i| vec![0u8; len_of(i)]).collect();

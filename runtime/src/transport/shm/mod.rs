@@ -100,7 +100,14 @@ impl ShmTransport {
             local_of,
             tx,
             rx,
-            caps: Caps { name: "shm", max_frame, eager_limit: eager, bulk_read: cfg.cma, bulk_write: cfg.cma },
+            caps: Caps {
+                name: "shm",
+                max_frame,
+                eager_limit: eager,
+                bulk_read: cfg.cma,
+                expose: false,
+                bulk_write: cfg.cma,
+            },
             next_poll: 0,
         }
     }
@@ -151,7 +158,7 @@ impl Transport for ShmTransport {
         Ok(got)
     }
 
-    fn bulk_read(&mut self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<(), Error> {
+    fn bulk_read(&mut self, peer: usize, addr: u64, _key: u64, dst: &mut [u8]) -> Result<(), Error> {
         let i = self.local(peer)?;
         let pid = self.seg.slot(i).0.load(Ordering::Acquire);
         cma::read(pid, addr, dst)

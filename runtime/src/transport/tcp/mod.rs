@@ -116,7 +116,8 @@ impl TcpListening {
                 Err(e) => return Err(io_err("accept", e)),
             }
         }
-        let caps = Caps { name: "tcp", max_frame, eager_limit: eager, bulk_read: false, bulk_write: false };
+        let caps =
+            Caps { name: "tcp", max_frame, eager_limit: eager, bulk_read: false, expose: false, bulk_write: false };
         let listener = mio::net::TcpListener::from_std(self.listener);
         Ok(TcpTransport { me, conns, listener, caps, polls: 0, next: 0 })
     }
@@ -196,7 +197,7 @@ impl Transport for TcpTransport {
         }
     }
 
-    fn bulk_read(&mut self, _peer: usize, _addr: u64, _dst: &mut [u8]) -> Result<(), Error> {
+    fn bulk_read(&mut self, _peer: usize, _addr: u64, _key: u64, _dst: &mut [u8]) -> Result<(), Error> {
         Err(Error::Transport("TCP has no single-copy reads".into()))
     }
 

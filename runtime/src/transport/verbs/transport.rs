@@ -23,6 +23,15 @@
 //! - Liveness: a side channel (the TCP connection of the pair) tells a crashed process from
 //!   a busy one at once, as the kernel closes its sockets; the acknowledgement bound covers
 //!   a cut link.
+//! - Large messages: on RC devices with RDMA READ, a message of at least `read_min` bytes is
+//!   not copied through the bounce buffers. The sender registers its buffer when the
+//!   engine's RTS goes out (`expose`: the key is the region's rkey, and the region is
+//!   released at the receiver's FIN, or at once if the send fails), and the receiver
+//!   registers its own buffer and READs the bytes straight into it, in pieces of at most
+//!   `READ_PIECE` bytes, as many at once as the send queue allows. Each side keeps at most
+//!   the device's regions minus three (the two bounce regions and one receive) exposed; a
+//!   message beyond that goes through the bounce buffers. On UC (Thunderbolt) every message
+//!   goes through the bounce buffers, pipelined in frames.
 //! - Leaving: `finalize` sends a FIN in sequence; the side channel says goodbye only once
 //!   every message of ours is acknowledged and every peer's FIN has arrived (or the peer
 //!   left), so no message is lost to an early exit.
@@ -31,18 +40,17 @@
 //! (messages in flight per peer, default 16, at most the device's work requests minus
 //! acknowledgement slots), `MPR_RDMA_RTO_MS` (first retransmission timeout, default 5),
 //! `MPR_RDMA_TIMEOUT` (seconds without acknowledgement before a peer is declared dead,
-//! default 10).
+//! default 10), `MPR_RDMA_READ_MIN` (smallest message pulled with RDMA READ where the device
+//! can, default 512 KiB; `MPR_RDMA_READ=0` turns READ off).
 
 use std::alloc::Layout;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use super::provider::{Completion, DeviceCaps, Mr, Opcode, Provider, QpAddr, QpId, QpType, Sge, WcStatus};
+use super::provider::{Completion, DeviceCaps, Mr, Opcode, Provider, QpAddr, QpId, QpType, Remote, Sge, WcStatus};
 use crate::error::Error;
-#[cfg(test)]
-use crate::transport::Sink;
-use crate::transport::{Caps, FrameSink, PeerState, Transport};
+use crate::transport::{Caps, FrameSink, PeerState, Sink, Transport};
 
 const THDR: usize = 16;
 const DATA: u8 = 1;
@@ -54,6 +62,12 @@ const ACK_BUFS: usize = 2;
 const RECV_SPARE: usize = 4;
 /// Most completions taken per poll.
 const POLL_MAX: usize = 64;
+/// Largest piece of one RDMA READ work request.
+const READ_PIECE: usize = 1 << 20;
+/// Marks the `buf` half of a READ's work-request id (the rest: the read's generation).
+const READ_TAG: usize = 0x8000_0000;
+/// Regions kept for the transport itself: the two bounce regions and one receive buffer.
+const OWN_REGIONS: usize = 3;
 
 /// Protocol settings, from the environment and the device's limits.
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +76,8 @@ pub(crate) struct Tuning {
     pub(crate) window: usize,
     pub(crate) rto: Duration,
     pub(crate) dead_after: Duration,
+    /// Smallest message pulled with RDMA READ (`usize::MAX`: never).
+    pub(crate) read_min: usize,
 }
 
 impl Tuning {
@@ -73,7 +89,10 @@ impl Tuning {
         let window = crate::env::parsed::<usize>("MPR_RDMA_WINDOW").unwrap_or(16).clamp(1, most);
         let rto = Duration::from_millis(crate::env::parsed("MPR_RDMA_RTO_MS").unwrap_or(5u64).max(1));
         let dead_after = Duration::from_secs_f64(crate::env::parsed("MPR_RDMA_TIMEOUT").unwrap_or(10.0f64).max(0.1));
-        Tuning { chunk, window, rto, dead_after }
+        let read = caps.rc && caps.rdma_read && crate::env::parsed::<u32>("MPR_RDMA_READ").unwrap_or(1) != 0;
+        let read_min =
+            if read { crate::env::parsed("MPR_RDMA_READ_MIN").unwrap_or(512usize << 10).max(1) } else { usize::MAX };
+        Tuning { chunk, window, rto, dead_after, read_min }
     }
 }
 
@@ -169,6 +188,15 @@ pub(crate) struct VerbsTransport {
     recv_mr: Option<Mr>,
     side: Box<dyn Transport>,
     comps: Vec<Completion>,
+    /// Frames that arrived while a READ was waited for, delivered at the next poll (their
+    /// receive buffers went back to the device at once, so the peer is never refused).
+    stash: Frames,
+    /// Send buffers exposed to peers for READ, by key.
+    exposed: HashMap<u64, Mr>,
+    /// Generation of the current READ (tells its completions from a given-up one's).
+    read_gen: u32,
+    /// Messages and bytes pulled with READ (reported by `finalize` under `MPR_VERBOSE`).
+    reads: (u64, u64),
     finalizing: bool,
     said_goodbye: bool,
 }
@@ -285,6 +313,10 @@ impl VerbsTransport {
             recv_mr: None,
             side,
             comps: Vec::with_capacity(POLL_MAX),
+            stash: Frames::default(),
+            exposed: HashMap::new(),
+            read_gen: 0,
+            reads: (0, 0),
             finalizing: false,
             said_goodbye: false,
         };
@@ -544,6 +576,80 @@ impl VerbsTransport {
         Ok(())
     }
 
+    /// The span of whole alignment units (pages, where the device needs them) around
+    /// `len` bytes at `addr`.
+    fn span(&self, addr: u64, len: usize) -> (u64, usize) {
+        let a = self.caps.align.max(1) as u64;
+        let start = addr / a * a;
+        let end = (addr + len as u64).div_ceil(a) * a;
+        (start, (end - start).max(a) as usize)
+    }
+
+    /// READs `dst.len()` bytes at `remote` of `link`'s peer into `dst` (registered as
+    /// `lkey`), in pieces, as many in flight as the send queue allows. Other completions
+    /// are handled meanwhile, and the frames that arrive are stashed for the next poll.
+    fn read_into(&mut self, link: usize, remote: Remote, dst: &mut [u8], lkey: u32) -> Result<(), Error> {
+        let peer = self.links[link].rank;
+        self.read_gen = self.read_gen.wrapping_add(1) & 0x7fff_ffff;
+        let id = Self::wr_id(link, READ_TAG | self.read_gen as usize);
+        let piece = READ_PIECE.min(self.caps.max_msg);
+        let (base, total) = (dst.as_mut_ptr() as u64, dst.len());
+        let (mut off, mut outstanding) = (0usize, 0usize);
+        let deadline = Instant::now() + self.tune.dead_after;
+        let mut comps = Vec::new();
+        while off < total || outstanding > 0 {
+            while off < total && self.links[link].send_wr < self.caps.max_wr {
+                let k = piece.min(total - off);
+                let sge = Sge { addr: base + off as u64, len: k as u32, lkey };
+                let at = Remote { addr: remote.addr + off as u64, rkey: remote.rkey };
+                self.dev
+                    .post_read(self.links[link].qp, id, sge, at)
+                    .map_err(|e| Error::Transport(format!("RDMA READ from rank {peer}: {e}")))?;
+                self.links[link].send_wr += 1;
+                outstanding += 1;
+                off += k;
+            }
+            comps.clear();
+            self.dev.poll(&mut comps, POLL_MAX).map_err(|e| Error::Transport(format!("RDMA poll: {e}")))?;
+            let mut failed = None;
+            let mut stash = std::mem::take(&mut self.stash);
+            for c in comps.drain(..) {
+                if c.wr_id != id {
+                    let (l, buf) = ((c.wr_id >> 32) as usize, (c.wr_id & 0xffff_ffff) as usize);
+                    match c.op {
+                        _ if l >= self.links.len() => {}
+                        Opcode::Recv => {
+                            if let Err(e) = self.on_recv(l, buf, &c, &mut stash) {
+                                self.stash = stash;
+                                return Err(e);
+                            }
+                        }
+                        _ if buf & READ_TAG != 0 => self.links[l].send_wr = self.links[l].send_wr.saturating_sub(1),
+                        _ => self.on_send(l, buf, &c),
+                    }
+                    continue;
+                }
+                outstanding -= 1;
+                let l = &mut self.links[link];
+                l.send_wr = l.send_wr.saturating_sub(1);
+                if c.status != WcStatus::Success {
+                    failed.get_or_insert(c.status);
+                }
+            }
+            self.stash = stash;
+            if let Some(st) = failed {
+                return Err(Error::Transport(format!("RDMA READ from rank {peer} failed ({st:?})")));
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Transport(format!(
+                    "RDMA READ from rank {peer} not done after {:.1} s",
+                    self.tune.dead_after.as_secs_f64()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Every message of ours is acknowledged and every peer said FIN (or is gone).
     fn quiet(&self) -> bool {
         self.links.iter().all(|l| {
@@ -560,7 +666,8 @@ impl Transport for VerbsTransport {
             name: self.name,
             max_frame: self.tune.chunk - THDR,
             eager_limit: (self.tune.chunk - THDR - crate::engine::wire::MAX_HEADER).min(32 << 10),
-            bulk_read: false,
+            bulk_read: self.tune.read_min != usize::MAX,
+            expose: true,
             bulk_write: false,
         }
     }
@@ -576,8 +683,11 @@ impl Transport for VerbsTransport {
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
         let mut comps = std::mem::take(&mut self.comps);
         comps.clear();
+        let mut n = self.stash.0.len();
+        for (peer, f) in self.stash.0.drain(..) {
+            sink.frame(peer, &f)?;
+        }
         let polled = self.dev.poll(&mut comps, POLL_MAX).map_err(|e| Error::Transport(format!("RDMA poll: {e}")));
-        let mut n = 0;
         let mut err = polled.err();
         for c in &comps {
             let (link, buf) = ((c.wr_id >> 32) as usize, (c.wr_id & 0xffff_ffff) as usize);
@@ -591,6 +701,11 @@ impl Transport for VerbsTransport {
                         err.get_or_insert(e);
                     }
                 },
+                // A READ given up on (its wait ended early): only its queue slot is left.
+                _ if buf & READ_TAG != 0 => {
+                    let l = &mut self.links[link];
+                    l.send_wr = l.send_wr.saturating_sub(1);
+                }
                 _ => {
                     self.on_send(link, buf, c);
                     n += 1;
@@ -606,8 +721,50 @@ impl Transport for VerbsTransport {
         Ok(n)
     }
 
-    fn bulk_read(&mut self, peer: usize, _addr: u64, _dst: &mut [u8]) -> Result<(), Error> {
-        Err(Error::Transport(format!("RDMA transport to rank {peer} has no single-copy reads")))
+    fn bulk_read(&mut self, peer: usize, addr: u64, key: u64, dst: &mut [u8]) -> Result<(), Error> {
+        if self.tune.read_min == usize::MAX {
+            return Err(Error::Transport(format!("RDMA transport to rank {peer} has no RDMA READ")));
+        }
+        let link = self.index[peer];
+        if let Some(why) = &self.links[link].dead {
+            return Err(Error::PeerGone { rank: peer, detail: why.clone() });
+        }
+        let (start, n) = self.span(dst.as_mut_ptr() as u64, dst.len());
+        // SAFETY: `dst` is borrowed mutably for this call, and the region is deregistered
+        // before it returns.
+        let mr = unsafe { self.dev.register(start as *mut u8, n) }.map_err(|e| {
+            Error::Transport(format!("RDMA READ from rank {peer}: registering the receive buffer: {e}"))
+        })?;
+        let res = self.read_into(link, Remote { addr, rkey: key as u32 }, dst, mr.lkey);
+        let _ = self.dev.deregister(mr);
+        if res.is_ok() {
+            self.reads = (self.reads.0 + 1, self.reads.1 + dst.len() as u64);
+        }
+        if let Err(e) = &res {
+            // A failed READ leaves an RC queue pair in the error state: the link is gone.
+            self.links[link].dead.get_or_insert_with(|| e.to_string());
+        }
+        res
+    }
+
+    unsafe fn expose(&mut self, peer: usize, addr: u64, len: usize) -> Option<u64> {
+        let link = *self.index.get(peer)?;
+        let budget = self.caps.max_mr.saturating_sub(OWN_REGIONS);
+        if len < self.tune.read_min || self.exposed.len() >= budget || self.links[link].dead.is_some() {
+            return None;
+        }
+        let (start, n) = self.span(addr, len);
+        // SAFETY: the caller keeps the memory valid until `conceal`, which deregisters it.
+        let mr = unsafe { self.dev.register(start as *mut u8, n) }.ok()?;
+        let key = (u64::from(mr.id) << 32) | u64::from(mr.rkey);
+        self.exposed.insert(key, mr);
+        Some(key)
+    }
+
+    fn conceal(&mut self, _peer: usize, key: u64) {
+        if let Some(mr) = self.exposed.remove(&key) {
+            let _ = self.dev.deregister(mr);
+        }
     }
 
     fn bulk_write(&mut self, peer: usize, _addr: u64, _src: &[u8]) -> Result<(), Error> {
@@ -624,6 +781,10 @@ impl Transport for VerbsTransport {
 
     fn finalize(&mut self) {
         self.finalizing = true;
+        if self.tune.read_min != usize::MAX && std::env::var("MPR_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0") {
+            let (n, bytes) = self.reads;
+            eprintln!("mpr: {}: {n} messages ({bytes} B) pulled with RDMA READ", self.name);
+        }
         for link in 0..self.links.len() {
             if self.links[link].dead.is_none() && !self.links[link].fin_sent {
                 // A full queue: the FIN goes out from `flush` once there is room.
@@ -653,18 +814,17 @@ impl Drop for VerbsTransport {
         for l in &self.links {
             let _ = self.dev.destroy_qp(l.qp);
         }
-        for mr in [self.send_mr.take(), self.recv_mr.take()].into_iter().flatten() {
+        let exposed = self.exposed.drain().map(|(_, mr)| mr);
+        for mr in [self.send_mr.take(), self.recv_mr.take()].into_iter().flatten().chain(exposed.collect::<Vec<_>>()) {
             let _ = self.dev.deregister(mr);
         }
     }
 }
 
-/// A sink for tests that keeps every frame.
-#[cfg(test)]
+/// A sink that keeps every frame (for later delivery, and for tests).
 #[derive(Debug, Default)]
 pub(crate) struct Frames(pub(crate) Vec<(usize, Vec<u8>)>);
 
-#[cfg(test)]
 impl Sink for Frames {
     fn frame(&mut self, peer: usize, frame: &[u8]) -> Result<(), Error> {
         self.0.push((peer, frame.to_vec()));
