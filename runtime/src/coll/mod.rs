@@ -26,6 +26,40 @@ use crate::comm::Comm;
 use crate::error::Error;
 use op::Op;
 
+/// The collectives' settings from the environment, read once per process (a collective on
+/// the fast path must not scan the environment).
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// `MPR_COLL_SHM` (not `0`): shared-memory collectives.
+    shm: bool,
+    /// `MPR_COLL_SHM_SLOT`: bytes of a member's slot in the segment.
+    shm_slot: usize,
+    /// `MPR_COLL_SHM_BCAST_MAX`, `MPR_COLL_SHM_REDUCE_MAX`: on one host, the largest
+    /// operations that go through the segment.
+    shm_bcast_max: usize,
+    shm_reduce_max: usize,
+    /// `MPR_BCAST_ALGO`, `MPR_ALLREDUCE_ALGO`, `MPR_ALLGATHER_ALGO`: a forced algorithm.
+    bcast_algo: Option<String>,
+    allreduce_algo: Option<String>,
+    allgather_algo: Option<String>,
+}
+
+pub(crate) fn settings() -> &'static Settings {
+    static SETTINGS: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
+    SETTINGS.get_or_init(|| {
+        let algo = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
+        Settings {
+            shm: std::env::var("MPR_COLL_SHM").map_or(true, |v| v != "0"),
+            shm_slot: crate::env::parsed("MPR_COLL_SHM_SLOT").unwrap_or(128 << 10),
+            shm_bcast_max: crate::env::parsed("MPR_COLL_SHM_BCAST_MAX").unwrap_or(16 << 10),
+            shm_reduce_max: crate::env::parsed("MPR_COLL_SHM_REDUCE_MAX").unwrap_or(512 << 10),
+            bcast_algo: algo("MPR_BCAST_ALGO"),
+            allreduce_algo: algo("MPR_ALLREDUCE_ALGO"),
+            allgather_algo: algo("MPR_ALLGATHER_ALGO"),
+        }
+    })
+}
+
 fn bytes<T: Pod>(v: &[T]) -> &[u8] {
     bytemuck::cast_slice(v)
 }

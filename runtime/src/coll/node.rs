@@ -61,17 +61,18 @@ const FULL_MAX: usize = 8 << 10;
 
 /// Whether the shared-memory collectives are on (`MPR_COLL_SHM`, default on).
 fn enabled() -> bool {
-    std::env::var("MPR_COLL_SHM").map_or(true, |v| v != "0")
+    super::settings().shm
 }
 
 /// On one host, the largest bcast / (all-)reduce that goes through the segment; beyond,
 /// point-to-point with single-copy transfers is faster.
 pub(super) fn single_host_max(what: &str) -> usize {
-    let (var, default) = match what {
-        "bcast" => ("MPR_COLL_SHM_BCAST_MAX", 16 << 10),
-        _ => ("MPR_COLL_SHM_REDUCE_MAX", 512 << 10),
-    };
-    crate::env::parsed(var).unwrap_or(default)
+    let s = super::settings();
+    if what == "bcast" {
+        s.shm_bcast_max
+    } else {
+        s.shm_reduce_max
+    }
 }
 
 /// How a communicator's ranks sit on hosts, and its segment on this host.
@@ -149,8 +150,7 @@ impl Plan {
             let rt = c.rt().borrow();
             format!("/mpr-{}-n{:x}-{:x}", rt.boot.jobid, c.coll_context(), c.group()[self.local[0]])
         };
-        let slot = crate::env::parsed::<usize>("MPR_COLL_SHM_SLOT").unwrap_or(128 << 10).clamp(PAGE, 1 << 30);
-        let slot = slot.div_ceil(PAGE) * PAGE;
+        let slot = super::settings().shm_slot.clamp(PAGE, 1 << 30).div_ceil(PAGE) * PAGE;
         let n = self.local.len();
         let mut made = if self.leader() {
             let made = Arena::create(&name, n, slot);
@@ -400,6 +400,8 @@ impl Arena {
         let k = self.begin();
         self.publish(INPUT, k);
         wait(c, || self.all(INPUT, k))?;
+        // Every member entered k: the next inline operation need not check again.
+        self.seen.set(k);
         self.publish(DONE, k);
         Ok(())
     }
