@@ -15,7 +15,10 @@
 //!
 //! A member overwrites its slot only once every member is `done` with the previous
 //! operation, and writes the result region only once every member has entered the current
-//! one. Contributions of up to 56 bytes travel in the line of their sequence number instead
+//! one. A broadcast goes through half of the root's slot (by operation parity), so it only
+//! waits for the readers of the last operation that used that half; the root copies it in
+//! pieces and advances a fourth counter, `prog = k << 32 | bytes`, after each, so readers
+//! copy a piece out while the root copies the next one in. Contributions of up to 56 bytes travel in the line of their sequence number instead
 //! (one line per operation parity; written once every member entered the operation before),
 //! so a reader waits for and fetches one cache line. Reductions combine contributions in rank order, so results are bit-identical on
 //! every run (and non-commutative operations are exact on one host).
@@ -49,10 +52,12 @@ const MAGIC: u64 = 0x6d70_725f_636f_6c31; // "mpr_col1"
 const INPUT: usize = 0;
 const RED: usize = 1;
 const DONE: usize = 2;
-/// Lines per member: the three counters, then two lines (by operation parity) that carry a
+/// A broadcast root's progress through its slot: `k << 32 | bytes copied in`.
+const PROG: usize = 3;
+/// Lines per member: the four counters, then two lines (by operation parity) that carry a
 /// small contribution next to its sequence number, so a reader fetches both at once.
-const LINES: usize = 5;
-const INLINE: usize = 3;
+const LINES: usize = 6;
+const INLINE: usize = 4;
 /// Bytes of contribution an inline line holds (after its 8-byte sequence number).
 const INLINE_MAX: usize = LINE - 8;
 /// All-reduce contributions up to this size are reduced whole by every member (one
@@ -204,6 +209,11 @@ struct Arena {
     seq: Cell<u64>,
     /// Every member is known to have entered this operation.
     seen: Cell<u64>,
+    /// Every member is known to be done with this operation.
+    done_seen: Cell<u64>,
+    /// For each half of a slot: the last operation that used it (all members keep the same
+    /// numbers, as they do the same operations).
+    half_used: [Cell<u64>; 2],
 }
 
 fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
@@ -263,7 +273,17 @@ impl Arena {
         // processes touch it through the counters (atomics) and the slot protocol above.
         let p = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd, 0) }
             .map_err(|e| Error::Other(format!("mmap of {len} bytes for collectives: {e}")))?;
-        Ok(Arena { base: p.cast(), len, n, me: 0, slot, seq: Cell::new(0), seen: Cell::new(0) })
+        Ok(Arena {
+            base: p.cast(),
+            len,
+            n,
+            me: 0,
+            slot,
+            seq: Cell::new(0),
+            seen: Cell::new(0),
+            done_seen: Cell::new(0),
+            half_used: [Cell::new(0), Cell::new(0)],
+        })
     }
 
     fn header(&self) -> &Header {
@@ -293,9 +313,14 @@ impl Arena {
     /// Before writing inline line `k % 2`: every member must have entered operation `k - 1`,
     /// so none still reads what operation `k - 2` left in that line.
     fn inline_ready(&self, c: &Comm, k: u64) -> Result<(), Error> {
-        if self.seen.get() + 1 < k {
-            wait(c, || self.all(INPUT, k - 1))?;
-            self.seen.set(k - 1);
+        self.all_entered(c, k - 1)
+    }
+
+    /// Waits until every member has entered operation `k` (remembered: `seen`).
+    fn all_entered(&self, c: &Comm, k: u64) -> Result<(), Error> {
+        if self.seen.get() < k {
+            wait(c, || self.all(INPUT, k))?;
+            self.seen.set(k);
         }
         Ok(())
     }
@@ -385,9 +410,20 @@ impl Arena {
         self.ctl(self.me, which).store(k, Ordering::Release);
     }
 
+    /// Waits until every member is done with operation `k` (known at once when all entered
+    /// `k + 1`).
+    fn all_done(&self, c: &Comm, k: u64) -> Result<(), Error> {
+        if self.done_seen.get().max(self.seen.get().saturating_sub(1)) < k {
+            wait(c, || self.all(DONE, k))?;
+            self.done_seen.set(k);
+        }
+        Ok(())
+    }
+
     /// Puts this member's contribution for operation `k` in its slot and enters `k`.
     fn put(&self, c: &Comm, k: u64, data: &[u8]) -> Result<(), Error> {
-        wait(c, || self.all(DONE, k - 1))?;
+        self.half_used.iter().for_each(|h| h.set(k));
+        self.all_done(c, k - 1)?;
         assert!(data.len() <= self.slot);
         // SAFETY: every member is done with operation k - 1 and none reads this slot again
         // before we publish `input = k` below; the slot holds `slot` bytes.
@@ -399,28 +435,43 @@ impl Arena {
     fn barrier(&self, c: &Comm) -> Result<(), Error> {
         let k = self.begin();
         self.publish(INPUT, k);
-        wait(c, || self.all(INPUT, k))?;
-        // Every member entered k: the next inline operation need not check again.
-        self.seen.set(k);
+        self.all_entered(c, k)?;
         self.publish(DONE, k);
         Ok(())
     }
 
-    /// Copies `buf` of member `from` to every member, a slot at a time.
+    /// Copies `buf` of member `from` to every member, half a slot at a time, each half in
+    /// pieces the readers take as soon as they are in.
     fn bcast(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
         if Self::fits_inline::<u8>(buf.len()) {
             return self.bcast_inline(c, buf, from);
         }
-        for chunk in buf.chunks_mut(self.slot) {
+        let half = self.slot / 2;
+        for chunk in buf.chunks_mut(half) {
             let k = self.begin();
+            let h = (k % 2) as usize;
+            let last = self.half_used[h].replace(k);
+            self.publish(INPUT, k);
+            // SAFETY: the half lies inside member `from`'s slot.
+            let base = unsafe { self.slot_ptr(from).add(h * half) };
+            let piece = (chunk.len() / 4).clamp(4 << 10, 16 << 10);
+            let prog = self.ctl(from, PROG);
             if self.me == from {
-                self.put(c, k, chunk)?;
+                self.all_done(c, last)?;
+                for (i, p) in chunk.chunks(piece).enumerate() {
+                    // SAFETY: every member is done with the last operation that used this
+                    // half, and none reads these bytes before `prog` says they are in.
+                    unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), base.add(i * piece), p.len()) };
+                    prog.store(k << 32 | (i * piece + p.len()) as u64, Ordering::Release);
+                }
             } else {
-                self.publish(INPUT, k);
-                wait(c, || self.ctl(from, INPUT).load(Ordering::Acquire) >= k)?;
-                // SAFETY: `from` published operation k's contribution and rewrites its slot
-                // only after we say `done = k`.
-                chunk.copy_from_slice(unsafe { self.view::<u8>(from, 0..chunk.len()) });
+                for (i, p) in chunk.chunks_mut(piece).enumerate() {
+                    let want = k << 32 | (i * piece + p.len()) as u64;
+                    wait(c, || prog.load(Ordering::Acquire) >= want)?;
+                    // SAFETY: the root copied these bytes in (`prog`) and rewrites this half
+                    // only after every member says `done = k`.
+                    unsafe { std::ptr::copy_nonoverlapping(base.add(i * piece), p.as_mut_ptr(), p.len()) };
+                }
             }
             self.publish(DONE, k);
         }
@@ -444,7 +495,7 @@ impl Arena {
             let k = self.begin();
             self.put(c, k, bytemuck::cast_slice(chunk))?;
             if self.me == to {
-                wait(c, || self.all(INPUT, k))?;
+                self.all_entered(c, k)?;
                 self.fold(chunk, 0..chunk.len(), op);
             }
             self.publish(DONE, k);
@@ -459,7 +510,7 @@ impl Arena {
         for chunk in buf.chunks_mut((self.slot / size_of::<T>()).max(1)) {
             let k = self.begin();
             self.put(c, k, bytemuck::cast_slice(chunk))?;
-            wait(c, || self.all(INPUT, k))?;
+            self.all_entered(c, k)?;
             if size_of_val(chunk) <= FULL_MAX {
                 self.fold(chunk, 0..chunk.len(), op);
             } else {
