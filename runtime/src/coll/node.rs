@@ -15,8 +15,9 @@
 //!
 //! A member overwrites its slot only once every member is `done` with the previous
 //! operation, and writes the result region only once every member has entered the current
-//! one. A broadcast goes through half of the root's slot (by operation parity), so it only
-//! waits for the readers of the last operation that used that half; the root copies it in
+//! one. A broadcast goes through the next part of the root's slot (they take turns around
+//! it), so it only waits for the readers of the last operation that used that part, long
+//! done; the root copies it in
 //! pieces and advances a fourth counter, `prog = k << 32 | bytes`, after each, so readers
 //! copy a piece out while the root copies the next one in. Contributions of up to 56 bytes travel in the line of their sequence number instead
 //! (one line per operation parity; written once every member entered the operation before),
@@ -60,6 +61,12 @@ const LINES: usize = 6;
 const INLINE: usize = 4;
 /// Bytes of contribution an inline line holds (after its 8-byte sequence number).
 const INLINE_MAX: usize = LINE - 8;
+/// Broadcasts up to `LL_LINES` inline lines (560 B) go through lines of their own, each
+/// holding the operation's number next to 56 bytes of data (the LL protocol of NCCL and
+/// Open MPI's xhc): a reader waits on the lines themselves, so the flag and the data come in
+/// one transfer. `LL_WAYS` sets of lines per member are used in turn.
+const LL_LINES: usize = 10;
+const LL_WAYS: usize = 4;
 /// All-reduce contributions up to this size are reduced whole by every member (one
 /// synchronization); larger ones are split into blocks, one per member (two).
 const FULL_MAX: usize = 8 << 10;
@@ -211,9 +218,11 @@ struct Arena {
     seen: Cell<u64>,
     /// Every member is known to be done with this operation.
     done_seen: Cell<u64>,
-    /// For each half of a slot: the last operation that used it (all members keep the same
+    /// For each page of a slot: the last operation that used it (all members keep the same
     /// numbers, as they do the same operations).
-    half_used: [Cell<u64>; 2],
+    page_used: Vec<Cell<u64>>,
+    /// Where the next broadcast starts in the root's slot (broadcasts take turns around it).
+    cursor: Cell<usize>,
 }
 
 fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
@@ -222,7 +231,52 @@ fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
 
 impl Arena {
     fn data_off(n: usize) -> usize {
-        (PAGE + n * LINES * LINE).div_ceil(PAGE) * PAGE
+        (Self::ll_off(n) + n * LL_WAYS * LL_LINES * LINE).div_ceil(PAGE) * PAGE
+    }
+
+    /// Start of the LL lines, after the counter lines.
+    fn ll_off(n: usize) -> usize {
+        PAGE + n * LINES * LINE
+    }
+
+    /// LL line `j` of member `i`'s set `way`: its sequence number and its data.
+    fn ll_line(&self, i: usize, way: usize, j: usize) -> (&AtomicU64, *mut u8) {
+        assert!(i < self.n && way < LL_WAYS && j < LL_LINES);
+        let off = Self::ll_off(self.n) + ((i * LL_WAYS + way) * LL_LINES + j) * LINE;
+        // SAFETY: inside the LL area (before data_off), 64-byte aligned; the first 8 bytes are
+        // only accessed atomically, the data follows in the same line.
+        unsafe {
+            let p = self.base.as_ptr().add(off);
+            (&*(p as *const AtomicU64), p.add(8))
+        }
+    }
+
+    /// A broadcast of at most `LL_LINES * INLINE_MAX` bytes through LL lines.
+    fn bcast_ll(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
+        let k = self.begin();
+        let way = (k % LL_WAYS as u64) as usize;
+        self.publish(INPUT, k);
+        if self.me == from {
+            // The set was last used at k - LL_WAYS or before.
+            self.all_done(c, k.saturating_sub(LL_WAYS as u64))?;
+            for (j, part) in buf.chunks(INLINE_MAX).enumerate() {
+                let (seq, data) = self.ll_line(self.me, way, j);
+                // SAFETY: the part fits the line's data; every member is done with the last
+                // operation that used this set, and none reads the line before `seq = k`.
+                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), data, part.len()) };
+                seq.store(k, Ordering::Release);
+            }
+        } else {
+            for (j, part) in buf.chunks_mut(INLINE_MAX).enumerate() {
+                let (seq, data) = self.ll_line(from, way, j);
+                wait(c, || seq.load(Ordering::Acquire) >= k)?;
+                // SAFETY: the root wrote this line for operation k (`seq`) and rewrites it
+                // only after every member says `done = k`.
+                unsafe { std::ptr::copy_nonoverlapping(data, part.as_mut_ptr(), part.len()) };
+            }
+        }
+        self.publish(DONE, k);
+        Ok(())
     }
 
     fn total(n: usize, slot: usize) -> usize {
@@ -282,7 +336,8 @@ impl Arena {
             seq: Cell::new(0),
             seen: Cell::new(0),
             done_seen: Cell::new(0),
-            half_used: [Cell::new(0), Cell::new(0)],
+            page_used: (0..slot / PAGE).map(|_| Cell::new(0)).collect(),
+            cursor: Cell::new(0),
         })
     }
 
@@ -422,7 +477,7 @@ impl Arena {
 
     /// Puts this member's contribution for operation `k` in its slot and enters `k`.
     fn put(&self, c: &Comm, k: u64, data: &[u8]) -> Result<(), Error> {
-        self.half_used.iter().for_each(|h| h.set(k));
+        self.page_used.iter().for_each(|h| h.set(k));
         self.all_done(c, k - 1)?;
         assert!(data.len() <= self.slot);
         // SAFETY: every member is done with operation k - 1 and none reads this slot again
@@ -441,19 +496,25 @@ impl Arena {
     }
 
     /// Copies `buf` of member `from` to every member, half a slot at a time, each half in
-    /// pieces the readers take as soon as they are in.
+    /// pieces the readers take as soon as they are in, through the next part of the slot.
     fn bcast(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
         if Self::fits_inline::<u8>(buf.len()) {
             return self.bcast_inline(c, buf, from);
         }
-        let half = self.slot / 2;
-        for chunk in buf.chunks_mut(half) {
+        if buf.len() <= LL_LINES * INLINE_MAX {
+            return self.bcast_ll(c, buf, from);
+        }
+        for chunk in buf.chunks_mut(self.slot / 2) {
             let k = self.begin();
-            let h = (k % 2) as usize;
-            let last = self.half_used[h].replace(k);
+            // The next part of the slot, around: the one used longest ago.
+            let len = chunk.len().next_multiple_of(PAGE);
+            let at = Some(self.cursor.get()).filter(|&a| a + len <= self.slot).unwrap_or(0);
+            self.cursor.set(at + len);
+            let pages = &self.page_used[at / PAGE..(at + len) / PAGE];
+            let last = pages.iter().map(|p| p.replace(k)).max().unwrap_or(0);
             self.publish(INPUT, k);
-            // SAFETY: the half lies inside member `from`'s slot.
-            let base = unsafe { self.slot_ptr(from).add(h * half) };
+            // SAFETY: the part lies inside member `from`'s slot.
+            let base = unsafe { self.slot_ptr(from).add(at) };
             let piece = (chunk.len() / 4).clamp(4 << 10, 16 << 10);
             let prog = self.ctl(from, PROG);
             if self.me == from {

@@ -47,6 +47,23 @@ fn check_bcast(w: &Comm) -> mpr::Result<()> {
             assert!(buf == want, "bcast of {n} bytes from {root}: wrong content on rank {me}");
         }
     }
+    // Back to back, every size class of the shared-memory path (inline line, LL lines,
+    // slot parts taking turns), roots changing, with all-reduces (which use the slots too)
+    // in between: every buffer must arrive whole, whichever part of the segment it went by.
+    for i in 0..96usize {
+        let n = [57, 300, 560, 561, 3000, 9000, 40_000, 65_536, 56, 8][i % 10];
+        let root = (i * 7) % p;
+        let want: Vec<u8> = (0..n).map(|j| (input(root, i + j) & 0xff) as u8).collect();
+        let mut buf = if me == root { want.clone() } else { vec![0u8; n] };
+        w.bcast(&mut buf, root)?;
+        assert!(buf == want, "bcast #{i} of {n} bytes from {root}: wrong content on rank {me}");
+        if i % 3 == 0 {
+            let mut v = vec![(me + i) as u64; 1 + i * 50];
+            w.allreduce_in_place(&mut v, mpr::Sum)?;
+            let sum: u64 = (0..p).map(|r| (r + i) as u64).sum();
+            assert!(v.iter().all(|&x| x == sum), "allreduce #{i} between broadcasts on rank {me}");
+        }
+    }
     Ok(())
 }
 
