@@ -477,12 +477,19 @@ impl Arena {
 
     /// Puts this member's contribution for operation `k` in its slot and enters `k`.
     fn put(&self, c: &Comm, k: u64, data: &[u8]) -> Result<(), Error> {
+        self.put_except(c, k, data, 0..0)
+    }
+
+    /// As `put`, leaving out the bytes `skip` (a part no other member reads).
+    fn put_except(&self, c: &Comm, k: u64, data: &[u8], skip: std::ops::Range<usize>) -> Result<(), Error> {
         self.page_used.iter().for_each(|h| h.set(k));
         self.all_done(c, k - 1)?;
-        assert!(data.len() <= self.slot);
-        // SAFETY: every member is done with operation k - 1 and none reads this slot again
-        // before we publish `input = k` below; the slot holds `slot` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.slot_ptr(self.me), data.len()) };
+        assert!(data.len() <= self.slot && skip.start <= skip.end && skip.end <= data.len());
+        for r in [0..skip.start, skip.end..data.len()] {
+            // SAFETY: every member is done with operation k - 1 and none reads this slot
+            // again before we publish `input = k` below; the slot holds `slot` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(data[r.clone()].as_ptr(), self.slot_ptr(self.me).add(r.start), r.len()) };
+        }
         self.publish(INPUT, k);
         Ok(())
     }
@@ -541,12 +548,21 @@ impl Arena {
 
     /// Reduces elements `r` of every member's slot, in member order, into `dst`.
     fn fold<T: Pod, O: Op<T>>(&self, dst: &mut [T], r: std::ops::Range<usize>, op: &O) {
-        // SAFETY: every member published this operation's contribution, and rewrites its
-        // slot only after all members say `done` for it.
-        dst.copy_from_slice(unsafe { self.view::<T>(0, r.clone()) });
+        self.fold_with(dst, r, op, None);
+    }
+
+    /// As `fold`, with this member's elements `r` taken from `mine` instead of its slot
+    /// (`dst` must not be `mine`).
+    fn fold_with<T: Pod, O: Op<T>>(&self, dst: &mut [T], r: std::ops::Range<usize>, op: &O, mine: Option<&[T]>) {
+        let part = |i: usize| match mine {
+            Some(m) if i == self.me => m,
+            // SAFETY: every member published this operation's contribution, and rewrites its
+            // slot only after all members say `done` for it.
+            _ => unsafe { self.view::<T>(i, r.clone()) },
+        };
+        dst.copy_from_slice(part(0));
         for i in 1..self.n {
-            // SAFETY: as above, for member i.
-            op.apply(dst, unsafe { self.view::<T>(i, r.clone()) });
+            op.apply(dst, part(i));
         }
     }
 
@@ -570,18 +586,22 @@ impl Arena {
         }
         for chunk in buf.chunks_mut((self.slot / size_of::<T>()).max(1)) {
             let k = self.begin();
-            self.put(c, k, bytemuck::cast_slice(chunk))?;
+            let full = size_of_val(chunk) <= FULL_MAX;
+            let r = algo::block(chunk.len(), self.n, self.me);
+            // Above FULL_MAX this member reduces block `r` itself, from its own buffer: the
+            // others never read that part of its slot.
+            let skip = if full { 0..0 } else { r.start * size_of::<T>()..r.end * size_of::<T>() };
+            self.put_except(c, k, bytemuck::cast_slice(chunk), skip)?;
             self.all_entered(c, k)?;
-            if size_of_val(chunk) <= FULL_MAX {
+            if full {
                 self.fold(chunk, 0..chunk.len(), op);
             } else {
-                let r = algo::block(chunk.len(), self.n, self.me);
                 // SAFETY: block `r` of the result region is written by this member alone,
                 // and only now: every member entered operation k, so all finished reading
                 // the result of k - 1; they read it again after `red = k` below.
                 let dst =
                     unsafe { std::slice::from_raw_parts_mut((self.slot_ptr(self.n) as *mut T).add(r.start), r.len()) };
-                self.fold(dst, r, op);
+                self.fold_with(dst, r.clone(), op, Some(&chunk[r]));
                 self.publish(RED, k);
                 wait(c, || self.all(RED, k))?;
                 // SAFETY: every block is reduced (`red = k`) and is rewritten only after all
