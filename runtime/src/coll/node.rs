@@ -488,7 +488,9 @@ impl Arena {
         for r in [0..skip.start, skip.end..data.len()] {
             // SAFETY: every member is done with operation k - 1 and none reads this slot
             // again before we publish `input = k` below; the slot holds `slot` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(data[r.clone()].as_ptr(), self.slot_ptr(self.me).add(r.start), r.len()) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(data[r.clone()].as_ptr(), self.slot_ptr(self.me).add(r.start), r.len())
+            };
         }
         self.publish(INPUT, k);
         Ok(())
