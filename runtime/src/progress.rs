@@ -301,6 +301,11 @@ impl Runtime {
         err
     }
 
+    /// Whether waits spin before yielding the CPU (not when ranks outnumber cores).
+    pub(crate) fn spins(&self) -> bool {
+        self.policy.spin > 0
+    }
+
     /// Drives progress until `done(self)` holds. Errors: a peer gone, the time limit, a
     /// transport failure.
     pub(crate) fn wait_until(

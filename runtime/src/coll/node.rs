@@ -626,11 +626,18 @@ impl Drop for Arena {
 /// Waits for `cond` (another member's counter), making progress and watching for dead peers
 /// and the wait time limit meanwhile.
 fn wait(c: &Comm, mut cond: impl FnMut() -> bool) -> Result<(), Error> {
-    for _ in 0..64 {
-        if cond() {
-            return Ok(());
+    if cond() {
+        return Ok(());
+    }
+    // Spin a little before the full wait, unless ranks outnumber cores: then the member we
+    // wait for needs this core.
+    if c.rt().borrow().spins() {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+            if cond() {
+                return Ok(());
+            }
         }
-        std::hint::spin_loop();
     }
     c.rt().borrow_mut().wait_until(None, |_| cond())
 }
