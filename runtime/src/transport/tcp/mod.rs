@@ -8,7 +8,9 @@
 //! sockets with bounded buffers (conn.rs); large messages are streamed by the engine in
 //! frames of at most `max_frame` bytes.
 //!
-//! Tunables: `MPR_TCP_EAGER` (largest eager message, default 65536), `MPR_TCP_FRAME` (largest
+//! Tunables: `MPR_TCP_EAGER` (largest eager message, default 262144: below that, the
+//! rendezvous round trip costs more than the receiver's copy out of its buffer, as MPICH's
+//! 128 KiB for TCP also reflects), `MPR_TCP_FRAME` (largest
 //! frame, default 1048576), `MPR_CONNECT_TIMEOUT` (seconds, default 30).
 
 pub(crate) mod addr;
@@ -72,7 +74,7 @@ impl TcpListening {
         let timeout =
             Duration::from_secs_f64(crate::env::parsed::<f64>("MPR_CONNECT_TIMEOUT").unwrap_or(30.0).max(0.001));
         let max_frame = crate::env::parsed::<usize>("MPR_TCP_FRAME").unwrap_or(1 << 20).clamp(4096, 16 << 20);
-        let eager = crate::env::parsed::<usize>("MPR_TCP_EAGER").unwrap_or(64 << 10).min(max_frame - MAX_HEADER);
+        let eager = crate::env::parsed::<usize>("MPR_TCP_EAGER").unwrap_or(256 << 10).min(max_frame - MAX_HEADER);
         let deadline = Instant::now() + timeout;
         let mut conns: Vec<Option<Conn>> = (0..world).map(|_| None).collect();
         let setup = |s: TcpStream| -> Result<Conn, Error> {
