@@ -286,7 +286,7 @@ impl Engine {
             return;
         }
         if let Some(s) = self.reqs.get_mut(id) {
-            *s = State::RecvRndv { buf, peer, got: 0, status, sreq, exposed: false };
+            *s = State::RecvRndv { buf, peer, got: 0, status, sreq: Some(sreq), exposed: false };
         }
         let lim = self.limits[peer];
         let rreq = id.to_wire();
@@ -331,8 +331,7 @@ impl Engine {
 
     /// The driver finished (or failed) an [`Action::BulkRead`] of `n` bytes.
     pub(crate) fn on_bulk_read(&mut self, peer: usize, rreq: ReqId, n: usize, ok: bool) {
-        let Some(State::RecvRndv { sreq, .. }) = self.reqs.get(rreq) else { return };
-        let sreq = *sreq;
+        let Some(&State::RecvRndv { sreq: Some(sreq), .. }) = self.reqs.get(rreq) else { return };
         if ok {
             self.add_received(rreq, n);
         } else {
@@ -375,7 +374,9 @@ impl Engine {
         if *got >= status.bytes {
             let (st, peer, sreq) = (*status, *peer, *sreq);
             self.reqs.complete(rreq, Ok(st));
-            self.push(peer, Frame::Fin { sreq, flags: 0 }, RawBuf::EMPTY, None);
+            if let Some(sreq) = sreq {
+                self.push(peer, Frame::Fin { sreq, flags: 0 }, RawBuf::EMPTY, None);
+            }
         }
     }
 
@@ -528,15 +529,40 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// An eager message of `n` bytes from `peer` is arriving: if a posted receive matches it
+    /// and has room, the transport may read the payload straight into that buffer. Matching
+    /// now keeps the order, as the frames before this one from `peer` are all delivered.
+    fn place_eager(&mut self, peer: usize, env: Envelope, n: usize) -> Option<(u64, RawBufMut)> {
+        let i = self.find_posted(&env)?;
+        let req = self.posted[i].req;
+        let Some(&State::RecvPosted { buf, .. }) = self.reqs.get(req) else { return None };
+        // Too long for the buffer: the ordinary path reports the truncation.
+        let dst = buf.window(0, n);
+        if n > buf.len() || dst.len() != n {
+            return None;
+        }
+        self.posted.remove(i);
+        let status = Status { source: env.src as usize, tag: env.tag, bytes: n };
+        *self.reqs.get_mut(req)? = State::RecvRndv { buf, peer, got: 0, status, sreq: None, exposed: false };
+        Some((req.to_wire(), dst))
+    }
+}
+
 impl crate::transport::Sink for Engine {
     fn frame(&mut self, peer: usize, frame: &[u8]) -> Result<(), Error> {
         self.on_frame(peer, frame)
     }
 
-    fn place(&mut self, _peer: usize, head: &[u8], frame_len: usize) -> Option<(usize, u64, RawBufMut)> {
-        let (Frame::Data { rreq, off }, payload) = Frame::decode(head).ok()? else { return None };
+    fn place(&mut self, peer: usize, head: &[u8], frame_len: usize) -> Option<(usize, u64, RawBufMut)> {
+        let (f, payload) = Frame::decode(head).ok()?;
         let hlen = head.len() - payload.len();
         let n = frame_len.checked_sub(hlen)?;
+        let (rreq, off) = match f {
+            Frame::Data { rreq, off } => (rreq, off),
+            Frame::Eager(env) => return self.place_eager(peer, env, n).map(|(token, dst)| (hlen, token, dst)),
+            _ => return None,
+        };
         let Some(State::RecvRndv { buf, status, .. }) = self.reqs.get(ReqId::from_wire(rreq)) else { return None };
         let off = off as usize;
         if off.checked_add(n)? > status.bytes {

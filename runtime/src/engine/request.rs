@@ -39,8 +39,10 @@ pub(crate) enum State {
     /// A posted receive; `peer` is the world rank of a specific source.
     RecvPosted { buf: RawBufMut, peer: Option<usize> },
     /// A matched rendezvous receive whose bytes are arriving (`got` so far). `exposed`: its
-    /// address went to the peer, which may write it directly.
-    RecvRndv { buf: RawBufMut, peer: usize, got: usize, status: Status, sreq: u64, exposed: bool },
+    /// address went to the peer, which may write it directly. `sreq`: the sender's request,
+    /// told when all is in; `None` for an eager message the transport places straight into
+    /// the buffer (nobody waits on the sending side).
+    RecvRndv { buf: RawBufMut, peer: usize, got: usize, status: Status, sreq: Option<u64>, exposed: bool },
     /// Finished; waiting for its owner to collect the result.
     Done(Result<Status, Error>),
 }

@@ -390,3 +390,40 @@ fn exposed_buffers_are_read_by_key_and_concealed_once() {
     let key = *net.keys[0].keys().next().expect("exposed");
     assert_eq!(net.engines[0].fail(s, Error::Timeout(std::time::Duration::from_secs(1))), Some(Exposure::Key(1, key)));
 }
+
+#[test]
+fn eager_messages_land_in_posted_receives() {
+    use crate::transport::Sink;
+    let lim = PeerLimits {
+        max_payload: 1 << 20,
+        eager: 1 << 20,
+        bulk_read: false,
+        expose: false,
+        bulk_write: false,
+        split_min: usize::MAX,
+    };
+    let mut e = Engine::new(0, vec![lim; 2]);
+    let head = |tag: i32| Frame::Eager(Envelope { ctx: 0, src: 1, tag }).encode().as_slice().to_vec();
+    // A wildcard receive takes the message as its header arrives; the payload goes straight in.
+    let mut got = vec![0u8; 100_000];
+    let r = e.irecv(0, None, Some(5), None, rbm(&mut got));
+    let m = data(3, 70_000);
+    let (hlen, token, mut dst) = e.place(1, &head(5), head(5).len() + m.len()).expect("placed");
+    assert_eq!((hlen, dst.len()), (head(5).len(), m.len()));
+    assert!(dst.write_at(0, &m));
+    assert!(e.placement_live(token));
+    e.placed(1, token, m.len()).unwrap();
+    let st = e.take(r).unwrap().unwrap();
+    assert_eq!((st.source, st.tag, st.bytes), (1, 5, m.len()));
+    assert_eq!(&got[..m.len()], &m[..]);
+    assert!(e.outbox.is_empty(), "nobody to tell for an eager message");
+    // Too long for the posted buffer, or nothing posted: the ordinary path takes it.
+    let mut small = vec![0u8; 10];
+    let r = e.irecv(0, Some(1), Some(6), Some(1), rbm(&mut small));
+    assert!(e.place(1, &head(6), head(6).len() + 50).is_none());
+    assert!(e.place(1, &head(7), head(7).len() + 50).is_none());
+    let mut f = head(6);
+    f.extend_from_slice(&[1u8; 50]);
+    e.on_frame(1, &f).unwrap();
+    assert!(matches!(e.take(r), Some(Err(Error::Truncate { message: 50, buffer: 10 }))));
+}
