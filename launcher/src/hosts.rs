@@ -112,7 +112,7 @@ fn parse_line(line: &str) -> Result<HostSpec, String> {
 
 /// An RDMA device name (`mlx5_0`, `rdma_en3`): letters, digits, `_`, `-`, `.`.
 pub(crate) fn check_device(name: &str) -> Result<String, String> {
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c)) {
+    if name.is_empty() || !plain(name) {
         return Err(format!("'{name}' is not an RDMA device name (such as mlx5_0 or rdma_en3)"));
     }
     Ok(name.to_string())
@@ -131,10 +131,15 @@ fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("empty host name".into());
     }
-    if name.starts_with('-') || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c)) {
+    if name.starts_with('-') || !plain(name) {
         return Err(format!("'{name}' is not a host name or IPv4 address"));
     }
     Ok(())
+}
+
+/// Letters, digits, `-`, `.` and `_` only.
+fn plain(name: &str) -> bool {
+    name.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
 }
 
 /// Merges hosts named more than once (adding their slots), keeping first-seen order.

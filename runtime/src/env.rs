@@ -7,6 +7,11 @@ pub(crate) fn parsed<T: FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
+/// `MPR_VERBOSE` is set (and not `0`): report the transports chosen and what they did.
+pub(crate) fn verbose() -> bool {
+    std::env::var("MPR_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

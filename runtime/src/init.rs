@@ -192,7 +192,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         // Others exchange queue-pair addresses: take part in their fences.
         boot.fence()?;
     }
-    if std::env::var("MPR_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0") {
+    if crate::env::verbose() {
         for (peer, &r) in route.iter().enumerate().filter(|&(p, _)| p != me) {
             let c = transports[r].caps();
             let name = if names[peer].is_empty() { c.name } else { names[peer] };

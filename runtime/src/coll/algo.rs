@@ -103,17 +103,6 @@ fn two(buf: &mut [u8], a: std::ops::Range<usize>, b: std::ops::Range<usize>) -> 
     }
 }
 
-/// Algorithm forced by environment variable `var`, if set.
-pub(super) fn forced(var: &str) -> Option<&'static str> {
-    let s = super::settings();
-    match var {
-        "MPR_BCAST_ALGO" => s.bcast_algo.as_deref(),
-        "MPR_ALLREDUCE_ALGO" => s.allreduce_algo.as_deref(),
-        "MPR_ALLGATHER_ALGO" => s.allgather_algo.as_deref(),
-        _ => None,
-    }
-}
-
 /// Dissemination barrier: ceil(log2 p) rounds of empty messages.
 pub(super) fn barrier(c: &impl Team, tag: i32) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
@@ -130,7 +119,7 @@ pub(super) fn barrier(c: &impl Team, tag: i32) -> Result<(), Error> {
 pub(super) fn bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
     let p = c.size();
     let large = buf.len() >= (256 << 10) && p > 2;
-    match forced("MPR_BCAST_ALGO") {
+    match super::settings().bcast_algo.as_deref() {
         Some("binomial") => binomial_bcast(c, tag, buf, root),
         Some("scatter-allgather") => scatter_allgather_bcast(c, tag, buf, root),
         _ if large => scatter_allgather_bcast(c, tag, buf, root),
@@ -243,8 +232,7 @@ pub(super) fn allreduce<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T]
         return Ok(());
     }
     let bytes = std::mem::size_of_val(buf);
-    let algo = forced("MPR_ALLREDUCE_ALGO");
-    match algo {
+    match super::settings().allreduce_algo.as_deref() {
         Some("reduce-bcast") => reduce_bcast(c, tag, buf, op),
         _ if !op.commutative() => reduce_bcast(c, tag, buf, op),
         Some("recursive-doubling") => recursive_doubling(c, tag, buf, op),
@@ -378,7 +366,7 @@ fn ring_steps<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O, 
 /// algorithm (ceil(log2 p) rounds) while the whole result is small, the ring (p-1 rounds,
 /// each link busy) above; `MPR_ALLGATHER_ALGO=bruck|ring` forces one.
 pub(super) fn allgather(c: &impl Team, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
-    match forced("MPR_ALLGATHER_ALGO") {
+    match super::settings().allgather_algo.as_deref() {
         Some("bruck") => allgather_bruck(c, tag, buf, blk),
         Some("ring") => allgather_ring(c, tag, buf, blk),
         _ if buf.len() <= (64 << 10) => allgather_bruck(c, tag, buf, blk),

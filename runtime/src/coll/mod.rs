@@ -35,7 +35,8 @@ pub(crate) struct Settings {
     /// `MPR_COLL_SHM_SLOT`: bytes of a member's slot in the segment.
     shm_slot: usize,
     /// `MPR_COLL_SHM_BCAST_MAX`, `MPR_COLL_SHM_REDUCE_MAX`: on one host, the largest
-    /// operations that go through the segment.
+    /// operations that go through the segment (beyond, point-to-point with single-copy
+    /// transfers is faster).
     shm_bcast_max: usize,
     shm_reduce_max: usize,
     /// `MPR_BCAST_ALGO`, `MPR_ALLREDUCE_ALGO`, `MPR_ALLGATHER_ALGO`: a forced algorithm.
@@ -99,8 +100,8 @@ impl Comm {
         let bytes = bytes_mut(buf);
         match self.node_plan() {
             Some(plan)
-                if algo::forced("MPR_BCAST_ALGO").is_none()
-                    && (!plan.single_host() || bytes.len() <= node::single_host_max("bcast")) =>
+                if settings().bcast_algo.is_none()
+                    && (!plan.single_host() || bytes.len() <= settings().shm_bcast_max) =>
             {
                 node::bcast(self, self.coll_tag(), plan, bytes, root)
             }
@@ -152,8 +153,9 @@ impl Comm {
     /// would not be the rank order), and on one host only up to a size.
     fn reduce_plan<T, O: Op<T>>(&self, bytes: usize, op: &O) -> Option<&node::Plan> {
         let plan = self.node_plan()?;
-        let fits = if plan.single_host() { bytes <= node::single_host_max("reduce") } else { op.commutative() };
-        (fits && algo::forced("MPR_ALLREDUCE_ALGO").is_none()).then_some(plan)
+        let s = settings();
+        let fits = if plan.single_host() { bytes <= s.shm_reduce_max } else { op.commutative() };
+        (fits && s.allreduce_algo.is_none()).then_some(plan)
     }
 
     /// Gathers `send` of every rank, in rank order, into `recv` at `root` (`MPI_Gather`).

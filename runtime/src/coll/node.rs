@@ -71,22 +71,6 @@ const LL_WAYS: usize = 4;
 /// synchronization); larger ones are split into blocks, one per member (two).
 const FULL_MAX: usize = 8 << 10;
 
-/// Whether the shared-memory collectives are on (`MPR_COLL_SHM`, default on).
-fn enabled() -> bool {
-    super::settings().shm
-}
-
-/// On one host, the largest bcast / (all-)reduce that goes through the segment; beyond,
-/// point-to-point with single-copy transfers is faster.
-pub(super) fn single_host_max(what: &str) -> usize {
-    let s = super::settings();
-    if what == "bcast" {
-        s.shm_bcast_max
-    } else {
-        s.shm_reduce_max
-    }
-}
-
 /// How a communicator's ranks sit on hosts, and its segment on this host.
 #[derive(Debug)]
 pub(crate) struct Plan {
@@ -104,7 +88,7 @@ pub(crate) struct Plan {
 impl Plan {
     /// The plan of `c`, or `None` if no two of its ranks share memory (or it is turned off).
     pub(crate) fn new(c: &Comm) -> Option<Plan> {
-        if !enabled() || c.size() < 2 {
+        if !super::settings().shm || c.size() < 2 {
             return None;
         }
         let rt = c.rt().borrow();

@@ -523,6 +523,33 @@ impl VerbsTransport {
         }
     }
 
+    /// Handles one completion of a receive or a send (frames go to `sink`); returns the
+    /// events it made.
+    fn complete(&mut self, c: &Completion, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
+        let (link, buf) = ((c.wr_id >> 32) as usize, (c.wr_id & 0xffff_ffff) as usize);
+        if link >= self.links.len() {
+            return Ok(0);
+        }
+        match c.op {
+            Opcode::Recv => self.on_recv(link, buf, c, sink),
+            // A READ given up on (its wait ended early): only its queue slot is left.
+            _ if buf & READ_TAG != 0 => {
+                let l = &mut self.links[link];
+                l.send_wr = l.send_wr.saturating_sub(1);
+                Ok(0)
+            }
+            _ => {
+                self.on_send(link, buf, c);
+                Ok(1)
+            }
+        }
+    }
+
+    /// Whether large messages are pulled with RDMA READ (RC devices that have it).
+    fn reads(&self) -> bool {
+        self.tune.read_min != usize::MAX
+    }
+
     /// Retransmissions, standalone acknowledgements, the dead-peer bound, and the goodbye.
     fn timers(&mut self) -> Result<(), Error> {
         let now = Instant::now();
@@ -613,19 +640,11 @@ impl VerbsTransport {
             self.dev.poll(&mut comps, POLL_MAX).map_err(|e| Error::Transport(format!("RDMA poll: {e}")))?;
             let mut failed = None;
             let mut stash = std::mem::take(&mut self.stash);
+            let mut err = None;
             for c in comps.drain(..) {
                 if c.wr_id != id {
-                    let (l, buf) = ((c.wr_id >> 32) as usize, (c.wr_id & 0xffff_ffff) as usize);
-                    match c.op {
-                        _ if l >= self.links.len() => {}
-                        Opcode::Recv => {
-                            if let Err(e) = self.on_recv(l, buf, &c, &mut stash) {
-                                self.stash = stash;
-                                return Err(e);
-                            }
-                        }
-                        _ if buf & READ_TAG != 0 => self.links[l].send_wr = self.links[l].send_wr.saturating_sub(1),
-                        _ => self.on_send(l, buf, &c),
+                    if let Err(e) = self.complete(&c, &mut stash) {
+                        err.get_or_insert(e);
                     }
                     continue;
                 }
@@ -637,6 +656,9 @@ impl VerbsTransport {
                 }
             }
             self.stash = stash;
+            if let Some(e) = err {
+                return Err(e);
+            }
             if let Some(st) = failed {
                 return Err(Error::Transport(format!("RDMA READ from rank {peer} failed ({st:?})")));
             }
@@ -666,7 +688,7 @@ impl Transport for VerbsTransport {
             name: self.name,
             max_frame: self.tune.chunk - THDR,
             eager_limit: (self.tune.chunk - THDR - crate::engine::wire::MAX_HEADER).min(32 << 10),
-            bulk_read: self.tune.read_min != usize::MAX,
+            bulk_read: self.reads(),
             expose: true,
             bulk_write: false,
         }
@@ -690,25 +712,10 @@ impl Transport for VerbsTransport {
         let polled = self.dev.poll(&mut comps, POLL_MAX).map_err(|e| Error::Transport(format!("RDMA poll: {e}")));
         let mut err = polled.err();
         for c in &comps {
-            let (link, buf) = ((c.wr_id >> 32) as usize, (c.wr_id & 0xffff_ffff) as usize);
-            if link >= self.links.len() {
-                continue;
-            }
-            match c.op {
-                Opcode::Recv => match self.on_recv(link, buf, c, sink) {
-                    Ok(k) => n += k,
-                    Err(e) => {
-                        err.get_or_insert(e);
-                    }
-                },
-                // A READ given up on (its wait ended early): only its queue slot is left.
-                _ if buf & READ_TAG != 0 => {
-                    let l = &mut self.links[link];
-                    l.send_wr = l.send_wr.saturating_sub(1);
-                }
-                _ => {
-                    self.on_send(link, buf, c);
-                    n += 1;
+            match self.complete(c, sink) {
+                Ok(k) => n += k,
+                Err(e) => {
+                    err.get_or_insert(e);
                 }
             }
         }
@@ -722,7 +729,7 @@ impl Transport for VerbsTransport {
     }
 
     fn bulk_read(&mut self, peer: usize, addr: u64, key: u64, dst: &mut [u8]) -> Result<(), Error> {
-        if self.tune.read_min == usize::MAX {
+        if !self.reads() {
             return Err(Error::Transport(format!("RDMA transport to rank {peer} has no RDMA READ")));
         }
         let link = self.index[peer];
@@ -781,7 +788,7 @@ impl Transport for VerbsTransport {
 
     fn finalize(&mut self) {
         self.finalizing = true;
-        if self.tune.read_min != usize::MAX && std::env::var("MPR_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0") {
+        if self.reads() && crate::env::verbose() {
             let (n, bytes) = self.reads;
             eprintln!("mpr: {}: {n} messages ({bytes} B) pulled with RDMA READ", self.name);
         }
@@ -814,8 +821,8 @@ impl Drop for VerbsTransport {
         for l in &self.links {
             let _ = self.dev.destroy_qp(l.qp);
         }
-        let exposed = self.exposed.drain().map(|(_, mr)| mr);
-        for mr in [self.send_mr.take(), self.recv_mr.take()].into_iter().flatten().chain(exposed.collect::<Vec<_>>()) {
+        let bounce = [self.send_mr.take(), self.recv_mr.take()];
+        for mr in self.exposed.drain().map(|(_, mr)| mr).chain(bounce.into_iter().flatten()) {
             let _ = self.dev.deregister(mr);
         }
     }
