@@ -138,15 +138,9 @@ impl Comm {
         let ctx = self.inner.ctx + 1;
         let me = self.inner.rank as u32;
         let mut rt = self.inner.rt.borrow_mut();
-        let r = match recv {
-            Some((buf, src)) => {
-                let world = self.inner.group[src];
-                // SAFETY: `buf` stays borrowed until this function has waited for the request.
-                let b = unsafe { RawBufMut::new(buf) };
-                Some(rt.engine.irecv(ctx, Some(src as u32), Some(tag), Some(world), b))
-            }
-            None => None,
-        };
+        // The send goes first: a receive that matches a rendezvous message at once then
+        // knows it is half of an exchange (see `Engine::start_rndv`). Nothing is polled in
+        // between, so an eager message from the peer still finds the receive posted.
         let s = match send {
             Some((buf, dest)) if rt.send_now(ctx, me, tag, self.inner.group[dest], buf).unwrap_or(false) => None,
             Some((buf, dest)) => {
@@ -158,6 +152,15 @@ impl Comm {
                 // both requests before their buffers are released.
                 let _ = rt.flush();
                 Some(id)
+            }
+            None => None,
+        };
+        let r = match recv {
+            Some((buf, src)) => {
+                let world = self.inner.group[src];
+                // SAFETY: `buf` stays borrowed until this function has waited for the request.
+                let b = unsafe { RawBufMut::new(buf) };
+                Some(rt.engine.irecv(ctx, Some(src as u32), Some(tag), Some(world), b))
             }
             None => None,
         };

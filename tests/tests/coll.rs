@@ -45,6 +45,9 @@ fn allgather_algorithms_forced() {
             run(np, &[("MPR_ALLGATHER_ALGO", algo), ("COLL_MAX", "70000")]);
         }
     }
+    // Recursive doubling runs by default on 4 ranks below 512 KiB; forced, it also takes
+    // the large sizes.
+    run(4, &[("MPR_ALLGATHER_ALGO", "recursive-doubling"), ("COLL_MAX", "300000")]);
 }
 
 #[test]

@@ -362,22 +362,51 @@ fn ring_steps<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O, 
     Ok(())
 }
 
-/// Allgather of p blocks of `blk` bytes (this rank's own already in place): Bruck's
-/// algorithm (ceil(log2 p) rounds) while the whole result is small, the ring (p-1 rounds,
-/// each link busy) above; `MPR_ALLGATHER_ALGO=bruck|ring` forces one.
-pub(super) fn allgather(c: &impl Team, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
+/// Allgather of p blocks of `blk` bytes (this rank's own already in place), chosen as MPICH
+/// chooses: recursive doubling in place (log2 p rounds, no copies) on a power-of-two rank
+/// count while the whole result is below 512 KiB; Bruck's algorithm (ceil(log2 p) rounds
+/// through a scratch buffer) on other counts below 80 KiB; the ring (p-1 rounds, each link
+/// busy, in place) above. On two ranks all three are one exchange, done in place.
+/// `MPR_ALLGATHER_ALGO=recursive-doubling|bruck|ring` forces one (recursive doubling only
+/// where the count is a power of two; elsewhere the choice by size stands).
+///
+/// `own` is this rank's block as the caller passed it: the first round sends it from there,
+/// not from its copy in `buf`. The copy was just written by this core, so a peer's
+/// single-copy read of it would first have to pull every line out of this core's cache.
+pub(super) fn allgather(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(), Error> {
+    let pof2 = c.size().is_power_of_two();
     match super::settings().allgather_algo.as_deref() {
-        Some("bruck") => allgather_bruck(c, tag, buf, blk),
-        Some("ring") => allgather_ring(c, tag, buf, blk),
-        _ if buf.len() <= (64 << 10) => allgather_bruck(c, tag, buf, blk),
-        _ => allgather_ring(c, tag, buf, blk),
+        Some("recursive-doubling") if pof2 => allgather_rd(c, tag, buf, own),
+        Some("bruck") => allgather_bruck(c, tag, buf, own),
+        Some("ring") => allgather_ring(c, tag, buf, own),
+        _ if c.size() == 2 => allgather_ring(c, tag, buf, own),
+        _ if pof2 && buf.len() < (512 << 10) => allgather_rd(c, tag, buf, own),
+        _ if buf.len() < (80 << 10) => allgather_bruck(c, tag, buf, own),
+        _ => allgather_ring(c, tag, buf, own),
     }
+}
+
+/// Recursive doubling on a power-of-two rank count: in round k each rank swaps the 2^k
+/// blocks it holds (one contiguous run of `buf`) with partner `me ^ 2^k`.
+fn allgather_rd(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(), Error> {
+    let (p, me, blk) = (c.size(), c.rank(), own.len());
+    debug_assert!(p.is_power_of_two());
+    let mut mask = 1;
+    while mask < p {
+        let peer = me ^ mask;
+        let (mine, theirs) = (me & !(mask - 1), peer & !(mask - 1));
+        let run = |first: usize| first * blk..(first + mask) * blk;
+        let (out, inn) = two(buf, run(mine), run(theirs));
+        c.coll_xchg(tag, Some((if mask == 1 { own } else { out }, peer)), Some((inn, peer)))?;
+        mask <<= 1;
+    }
+    Ok(())
 }
 
 /// Bruck: blocks are gathered in rotated order (own block first), doubling each round, then
 /// rotated into place.
-fn allgather_bruck(c: &impl Team, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
-    let (p, me) = (c.size(), c.rank());
+fn allgather_bruck(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(), Error> {
+    let (p, me, blk) = (c.size(), c.rank(), own.len());
     if p == 1 || blk == 0 {
         // Every rank has the same block size, so all of them skip together.
         return Ok(());
@@ -390,7 +419,8 @@ fn allgather_bruck(c: &impl Team, tag: i32, buf: &mut [u8], blk: usize) -> Resul
             let to = (me + p - have) % p;
             let from = (me + have) % p;
             let (out, inn) = tmp.split_at_mut(have * blk);
-            c.coll_xchg(tag, Some((&out[..n * blk], to)), Some((&mut inn[..n * blk], from)))?;
+            let out = if have == 1 { own } else { &out[..n * blk] };
+            c.coll_xchg(tag, Some((out, to)), Some((&mut inn[..n * blk], from)))?;
             have += n;
         }
         // tmp block i holds rank (me + i) % p's block.
@@ -403,14 +433,14 @@ fn allgather_bruck(c: &impl Team, tag: i32, buf: &mut [u8], blk: usize) -> Resul
 }
 
 /// Ring allgather: `buf` holds p blocks of `blk` bytes, this rank's own already in place.
-fn allgather_ring(c: &impl Team, tag: i32, buf: &mut [u8], blk: usize) -> Result<(), Error> {
-    let (p, me) = (c.size(), c.rank());
+fn allgather_ring(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(), Error> {
+    let (p, me, blk) = (c.size(), c.rank(), own.len());
     let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
     for step in 0..p.saturating_sub(1) {
         let sb = (me + p - step) % p;
         let rb = (me + p - step - 1) % p;
         let (out, inn) = two(buf, sb * blk..(sb + 1) * blk, rb * blk..(rb + 1) * blk);
-        c.coll_xchg(tag, Some((out, next)), Some((inn, prev)))?;
+        c.coll_xchg(tag, Some((if step == 0 { own } else { out }, next)), Some((inn, prev)))?;
     }
     Ok(())
 }

@@ -4,8 +4,8 @@
 //!
 //! Algorithms are chosen by size and rank count, as MPICH and Open MPI choose them, and can
 //! be forced with `MPR_ALLREDUCE_ALGO` (`recursive-doubling`, `ring`, `reduce-bcast`),
-//! `MPR_BCAST_ALGO` (`binomial`, `scatter-allgather`) and `MPR_ALLGATHER_ALGO` (`bruck`,
-//! `ring`) for tests and tuning. Every algorithm
+//! `MPR_BCAST_ALGO` (`binomial`, `scatter-allgather`) and `MPR_ALLGATHER_ALGO`
+//! (`recursive-doubling`, `bruck`, `ring`) for tests and tuning. Every algorithm
 //! combines operands in a fixed order, so the same inputs on the same rank count give
 //! bit-identical floating-point results on every run.
 
@@ -211,7 +211,7 @@ impl Comm {
         check_len("allgather", recv.len(), send.len() * self.size())?;
         let n = send.len();
         recv[self.rank() * n..(self.rank() + 1) * n].copy_from_slice(send);
-        algo::allgather(self, self.coll_tag(), bytes_mut(recv), std::mem::size_of_val(send))
+        algo::allgather(self, self.coll_tag(), bytes_mut(recv), bytes(send))
     }
 
     /// Sends block `j` of `send` to rank `j` and receives block `i` of `recv` from rank `i`

@@ -114,6 +114,10 @@ fn fits(e: &Envelope, ctx: u32, src: Option<u32>, tag: Option<i32>) -> bool {
     e.ctx == ctx && src.is_none_or(|s| s == e.src) && tag.is_none_or(|t| t == e.tag)
 }
 
+/// The smallest message split between sender and receiver in an exchange (both ways at
+/// once between two ranks), where each side is already busy with the other's message.
+const EXCHANGE_SPLIT_MIN: usize = 512 << 10;
+
 /// Split point of a message copied by both sides: half, on a page boundary.
 fn split_point(len: usize) -> usize {
     (len / 2) & !4095
@@ -295,7 +299,15 @@ impl Engine {
             self.push(peer, cts, RawBuf::EMPTY, None);
             return;
         }
-        let split = if lim.bulk_write && len >= lim.split_min { split_point(len) } else { len };
+        // In an exchange (a rendezvous send to the same peer in flight) the sender is busy
+        // copying our message's twin, so asking it to help costs a round trip and saves no
+        // time, except for large messages.
+        let split_min = lim.split_min.max(EXCHANGE_SPLIT_MIN);
+        let split = if lim.bulk_write && len >= lim.split_min && (len >= split_min || !self.reqs.sending_to(peer)) {
+            split_point(len)
+        } else {
+            len
+        };
         if split < len {
             if let Some(State::RecvRndv { exposed, .. }) = self.reqs.get_mut(id) {
                 *exposed = true;

@@ -100,6 +100,11 @@ impl Requests {
         }
     }
 
+    /// Whether a rendezvous send to `peer` is in flight (a scan of the live requests).
+    pub(crate) fn sending_to(&self, peer: usize) -> bool {
+        self.slots.iter().any(|(_, s)| matches!(s.state, State::SendRndv { peer: p, .. } if p == peer))
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.slots.len()

@@ -6,7 +6,8 @@
 //! OS allows it (cma.rs: Linux `process_vm_readv`), and otherwise stream through the rings
 //! in cell-sized frames (the engine's pipelined fallback).
 //!
-//! Tunables (environment): `MPR_SHM_CELL_SIZE` (bytes per cell, default 8192),
+//! Tunables (environment): `MPR_SHM_CELL_SIZE` (bytes per cell, default 8 KiB of payload
+//! and the headers, rounded up to a cache line: 8256),
 //! `MPR_SHM_CELLS` (cells per ring, default 64), `MPR_SHM_EAGER` (largest eager message,
 //! default: what one cell holds), `MPR_SHM_CMA=0` (disable single-copy reads).
 
@@ -25,6 +26,10 @@ use crate::error::Error;
 use ring::Ring;
 use segment::{Geometry, Segment, SLOT_ALIVE, SLOT_FINALIZED};
 
+/// Default cell: 8 KiB of payload and the headers, so an 8 KiB message still goes eagerly
+/// (a rendezvous costs more than the two copies up to about that size).
+const DEFAULT_CELL: usize = 8192 + ring::CELL_HDR + MAX_HEADER;
+
 /// Ring shape and protocol thresholds, from the environment.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ShmConfig {
@@ -36,7 +41,7 @@ pub(crate) struct ShmConfig {
 
 impl ShmConfig {
     pub(crate) fn from_env(nlocal: usize) -> ShmConfig {
-        let cell_size = crate::env::parsed::<usize>("MPR_SHM_CELL_SIZE").unwrap_or(8192).clamp(256, 1 << 22);
+        let cell_size = crate::env::parsed::<usize>("MPR_SHM_CELL_SIZE").unwrap_or(DEFAULT_CELL).clamp(256, 1 << 22);
         let cell_size = cell_size.div_ceil(segment::LINE) * segment::LINE;
         // Keep the whole segment within ~256 MiB however many ranks share the host.
         let budget = 256usize << 20;
