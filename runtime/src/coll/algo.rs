@@ -5,6 +5,7 @@
 use bytemuck::Pod;
 
 use super::op::Op;
+use super::Input;
 use crate::comm::Comm;
 use crate::error::Error;
 
@@ -226,18 +227,29 @@ pub(super) fn reduce<T: Pod, O: Op<T>>(
 /// All-reduce: recursive doubling for small messages (and whenever the message has fewer
 /// elements than ranks), reduce-scatter + allgather around a ring for large ones, reduce +
 /// broadcast for non-commutative operations.
-pub(super) fn allreduce<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+pub(super) fn allreduce<T: Pod, O: Op<T>>(
+    c: &impl Team,
+    tag: i32,
+    input: Input<'_, T>,
+    buf: &mut [T],
+    op: &O,
+) -> Result<(), Error> {
     let p = c.size();
-    if p == 1 {
-        return Ok(());
-    }
     let bytes = std::mem::size_of_val(buf);
+    let ring = match super::settings().allreduce_algo.as_deref() {
+        _ if p == 1 || !op.commutative() => false,
+        Some("ring") => buf.len() >= p,
+        Some(_) => false,
+        None => bytes >= (16 << 10) && buf.len() >= p,
+    };
+    if ring {
+        return ring_allreduce(c, tag, input, buf, op);
+    }
+    input.fill(buf);
     match super::settings().allreduce_algo.as_deref() {
+        _ if p == 1 => Ok(()),
         Some("reduce-bcast") => reduce_bcast(c, tag, buf, op),
         _ if !op.commutative() => reduce_bcast(c, tag, buf, op),
-        Some("recursive-doubling") => recursive_doubling(c, tag, buf, op),
-        Some("ring") if buf.len() >= p => ring_allreduce(c, tag, buf, op),
-        _ if bytes >= (16 << 10) && buf.len() >= p => ring_allreduce(c, tag, buf, op),
         _ => recursive_doubling(c, tag, buf, op),
     }
 }
@@ -330,13 +342,28 @@ fn rd_steps<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O, tm
 }
 
 /// Ring all-reduce: p-1 reduce-scatter steps, then p-1 allgather steps; each rank sends and
-/// receives 2(p-1)/p of the buffer.
-fn ring_allreduce<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
+/// receives 2(p-1)/p of the buffer. An input of its own is never copied into `buf`: the
+/// first step sends this rank's block from it, and each block received is combined with the
+/// input's block straight into `buf`; the blocks this rank does not reduce arrive whole.
+fn ring_allreduce<T: Pod, O: Op<T>>(
+    c: &impl Team,
+    tag: i32,
+    input: Input<'_, T>,
+    buf: &mut [T],
+    op: &O,
+) -> Result<(), Error> {
     let n = block(buf.len(), c.size(), 0).len();
-    with_scratch::<T, _>(n, |tmp| ring_steps(c, tag, buf, op, tmp))
+    with_scratch::<T, _>(n, |tmp| ring_steps(c, tag, input, buf, op, tmp))
 }
 
-fn ring_steps<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O, tmp: &mut [T]) -> Result<(), Error> {
+fn ring_steps<T: Pod, O: Op<T>>(
+    c: &impl Team,
+    tag: i32,
+    input: Input<'_, T>,
+    buf: &mut [T],
+    op: &O,
+    tmp: &mut [T],
+) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
     let n = buf.len();
@@ -344,11 +371,20 @@ fn ring_steps<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O, 
         let sb = block(n, p, (me + p - step) % p);
         let rb = block(n, p, (me + 2 * p - step - 1) % p);
         let t = &mut tmp[..rb.len()];
-        c.coll_xchg(tag, Some((bytemuck::cast_slice(&buf[sb]), next)), Some((bytemuck::cast_slice_mut(t), prev)))?;
+        // Block `sb` is this rank's own input at step 0 and the block it combined at the
+        // step before after that.
+        let out = match input {
+            Input::From(s) if step == 0 => &s[sb],
+            _ => &buf[sb],
+        };
+        c.coll_xchg(tag, Some((bytemuck::cast_slice(out), next)), Some((bytemuck::cast_slice_mut(t), prev)))?;
         // The ring serves commutative operations only, so the partial result can be folded
         // into our block in place (no copy back); each block is finished by one rank and
         // then copied to all, so every rank ends with the same bits.
-        op.apply(&mut buf[rb], t);
+        match input {
+            Input::From(s) => op.apply_into(&mut buf[rb.clone()], &s[rb], t),
+            Input::InPlace => op.apply(&mut buf[rb], t),
+        }
     }
     // Rank `me` now holds the full result of block `me + 1`.
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);

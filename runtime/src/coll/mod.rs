@@ -36,9 +36,9 @@ pub(crate) struct Settings {
     shm_slot: usize,
     /// `MPR_COLL_SHM_BCAST_MAX`, `MPR_COLL_SHM_REDUCE_MAX`: on one host, the largest
     /// operations that go through the segment (beyond, point-to-point with single-copy
-    /// transfers is faster).
+    /// transfers is faster). Reductions: see [`Comm::reduce_plan`] for the default.
     shm_bcast_max: usize,
-    shm_reduce_max: usize,
+    shm_reduce_max: Option<usize>,
     /// `MPR_BCAST_ALGO`, `MPR_ALLREDUCE_ALGO`, `MPR_ALLGATHER_ALGO`: a forced algorithm.
     bcast_algo: Option<String>,
     allreduce_algo: Option<String>,
@@ -53,12 +53,37 @@ pub(crate) fn settings() -> &'static Settings {
             shm: std::env::var("MPR_COLL_SHM").map_or(true, |v| v != "0"),
             shm_slot: crate::env::parsed("MPR_COLL_SHM_SLOT").unwrap_or(128 << 10),
             shm_bcast_max: crate::env::parsed("MPR_COLL_SHM_BCAST_MAX").unwrap_or(16 << 10),
-            shm_reduce_max: crate::env::parsed("MPR_COLL_SHM_REDUCE_MAX").unwrap_or(512 << 10),
+            shm_reduce_max: crate::env::parsed("MPR_COLL_SHM_REDUCE_MAX"),
             bcast_algo: algo("MPR_BCAST_ALGO"),
             allreduce_algo: algo("MPR_ALLREDUCE_ALGO"),
             allgather_algo: algo("MPR_ALLGATHER_ALGO"),
         }
     })
+}
+
+/// A reduction's input: already in the result buffer (`MPI_IN_PLACE`), or in a buffer of its
+/// own, which the algorithms read where they can instead of first copying it over.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Input<'a, T> {
+    InPlace,
+    From(&'a [T]),
+}
+
+impl<'a, T: Pod> Input<'a, T> {
+    /// Puts the input in `buf`, for the algorithms that work in place.
+    fn fill(self, buf: &mut [T]) {
+        if let Input::From(s) = self {
+            buf.copy_from_slice(s);
+        }
+    }
+
+    /// Elements `r` of the input.
+    fn part(self, r: std::ops::Range<usize>) -> Input<'a, T> {
+        match self {
+            Input::From(s) => Input::From(&s[r]),
+            Input::InPlace => Input::InPlace,
+        }
+    }
 }
 
 fn bytes<T: Pod>(v: &[T]) -> &[u8] {
@@ -136,25 +161,32 @@ impl Comm {
     /// Reduces `send` of every rank with `op` into `recv` on every rank (`MPI_Allreduce`).
     pub fn allreduce<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<(), Error> {
         check_len("allreduce", recv.len(), send.len())?;
-        recv.copy_from_slice(send);
-        self.allreduce_in_place(recv, op)
+        self.allreduce_from(Input::From(send), recv, &op)
     }
 
     /// In-place all-reduce (`MPI_Allreduce` with `MPI_IN_PLACE`).
     pub fn allreduce_in_place<T: Pod, O: Op<T>>(&self, buf: &mut [T], op: O) -> Result<(), Error> {
-        match self.reduce_plan(size_of_val(buf), &op) {
-            Some(plan) => node::allreduce(self, self.coll_tag(), plan, buf, &op),
-            None => algo::allreduce(self, self.coll_tag(), buf, &op),
+        self.allreduce_from(Input::InPlace, buf, &op)
+    }
+
+    fn allreduce_from<T: Pod, O: Op<T>>(&self, input: Input<'_, T>, buf: &mut [T], op: &O) -> Result<(), Error> {
+        match self.reduce_plan(size_of_val(buf), op) {
+            Some(plan) => node::allreduce(self, self.coll_tag(), plan, input, buf, op),
+            None => algo::allreduce(self, self.coll_tag(), input, buf, op),
         }
     }
 
     /// The shared-memory plan for a reduction of `bytes`, if it should use one: not when an
     /// algorithm is forced, across hosts only for commutative operations (the host order
-    /// would not be the rank order), and on one host only up to a size.
+    /// would not be the rank order), and on one host only up to a size. That size is 64 KiB
+    /// for two ranks, whose point-to-point exchange reads each other's memory once where the
+    /// segment copies in and out, and 512 KiB for more, where the ring's 2(p-1) steps cost
+    /// more than the segment's copies.
     fn reduce_plan<T, O: Op<T>>(&self, bytes: usize, op: &O) -> Option<&node::Plan> {
         let plan = self.node_plan()?;
         let s = settings();
-        let fits = if plan.single_host() { bytes <= s.shm_reduce_max } else { op.commutative() };
+        let max = s.shm_reduce_max.unwrap_or(if self.size() == 2 { 64 << 10 } else { 512 << 10 });
+        let fits = if plan.single_host() { bytes <= max } else { op.commutative() };
         (fits && s.allreduce_algo.is_none()).then_some(plan)
     }
 

@@ -43,6 +43,7 @@ use nix::sys::stat::Mode;
 
 use super::algo::{self, Subset};
 use super::op::Op;
+use super::Input;
 use crate::comm::Comm;
 use crate::error::Error;
 
@@ -566,18 +567,26 @@ impl Arena {
         Ok(())
     }
 
-    fn allreduce<T: Pod, O: Op<T>>(&self, c: &Comm, buf: &mut [T], op: &O) -> Result<(), Error> {
+    /// All-reduce of `input` into `buf`; an input of its own is read where it is (never
+    /// copied into `buf` first).
+    fn allreduce<T: Pod, O: Op<T>>(&self, c: &Comm, input: Input<'_, T>, buf: &mut [T], op: &O) -> Result<(), Error> {
         if Self::fits_inline::<T>(size_of_val(buf)) {
+            input.fill(buf);
             return self.allreduce_inline(c, buf, op);
         }
-        for chunk in buf.chunks_mut((self.slot / size_of::<T>()).max(1)) {
+        let step = (self.slot / size_of::<T>()).max(1);
+        for (i, chunk) in buf.chunks_mut(step).enumerate() {
             let k = self.begin();
             let full = size_of_val(chunk) <= FULL_MAX;
             let r = algo::block(chunk.len(), self.n, self.me);
             // Above FULL_MAX this member reduces block `r` itself, from its own buffer: the
             // others never read that part of its slot.
             let skip = if full { 0..0 } else { r.start * size_of::<T>()..r.end * size_of::<T>() };
-            self.put_except(c, k, bytemuck::cast_slice(chunk), skip)?;
+            let mine = match input.part(i * step..i * step + chunk.len()) {
+                Input::From(s) => s,
+                Input::InPlace => &*chunk,
+            };
+            self.put_except(c, k, bytemuck::cast_slice(mine), skip)?;
             self.all_entered(c, k)?;
             if full {
                 self.fold(chunk, 0..chunk.len(), op);
@@ -587,7 +596,7 @@ impl Arena {
                 // the result of k - 1; they read it again after `red = k` below.
                 let dst =
                     unsafe { std::slice::from_raw_parts_mut((self.slot_ptr(self.n) as *mut T).add(r.start), r.len()) };
-                self.fold_with(dst, r.clone(), op, Some(&chunk[r]));
+                self.fold_with(dst, r.clone(), op, Some(&mine[r]));
                 self.publish(RED, k);
                 wait(c, || self.all(RED, k))?;
                 // SAFETY: every block is reduced (`red = k`) and is rewritten only after all
@@ -688,16 +697,24 @@ pub(super) fn reduce<T: Pod, O: Op<T>>(
 }
 
 /// All-reduce: commutative operations on any plan, others on one host only.
-pub(super) fn allreduce<T: Pod, O: Op<T>>(c: &Comm, tag: i32, plan: &Plan, buf: &mut [T], op: &O) -> Result<(), Error> {
+pub(super) fn allreduce<T: Pod, O: Op<T>>(
+    c: &Comm,
+    tag: i32,
+    plan: &Plan,
+    input: Input<'_, T>,
+    buf: &mut [T],
+    op: &O,
+) -> Result<(), Error> {
     let arena = plan.arena(c, tag)?;
     if plan.single_host() {
-        return arena.expect("a single-host plan has company").allreduce(c, buf, op);
+        return arena.expect("a single-host plan has company").allreduce(c, input, buf, op);
     }
+    input.fill(buf);
     if let Some(a) = arena {
         a.reduce(c, buf, op, 0)?;
     }
     if plan.leader() {
-        algo::allreduce(&plan.leader_team(c), tag, buf, op)?;
+        algo::allreduce(&plan.leader_team(c), tag, Input::InPlace, buf, op)?;
     }
     if let Some(a) = arena {
         a.bcast(c, bytemuck::cast_slice_mut(buf), 0)?;

@@ -11,6 +11,16 @@ pub trait Op<T> {
     /// `acc[i] = acc[i] (op) x[i]`, where `acc` comes from lower ranks than `x`.
     fn apply(&self, acc: &mut [T], x: &[T]);
 
+    /// `out[i] = a[i] (op) x[i]`, where `a` comes from lower ranks than `x`: the same bits
+    /// as copying `a` into `out` and applying `x`, in one pass over memory.
+    fn apply_into(&self, out: &mut [T], a: &[T], x: &[T])
+    where
+        T: Copy,
+    {
+        out.copy_from_slice(a);
+        self.apply(out, x);
+    }
+
     /// Whether operands may be combined in any order (default: yes).
     fn commutative(&self) -> bool {
         true
@@ -123,47 +133,40 @@ fn zip<T: Copy>(acc: &mut [T], x: &[T], f: impl Fn(T, T) -> T) {
     }
 }
 
-impl<T: Number> Op<T> for Sum {
-    fn apply(&self, acc: &mut [T], x: &[T]) {
-        zip(acc, x, |a, b| a + b)
+fn zip_into<T: Copy>(out: &mut [T], a: &[T], x: &[T], f: impl Fn(T, T) -> T) {
+    assert!(out.len() == a.len() && a.len() == x.len());
+    for ((o, &a), &b) in out.iter_mut().zip(a).zip(x) {
+        *o = f(a, b);
     }
 }
 
-impl<T: Number> Op<T> for Prod {
-    fn apply(&self, acc: &mut [T], x: &[T]) {
-        zip(acc, x, |a, b| a * b)
-    }
+/// Implements [`Op`] for a built-in operation from its element function.
+macro_rules! elementwise {
+    ($op:ty, $bound:ident, |$a:ident, $b:ident| $e:expr) => {
+        impl<T: $bound> Op<T> for $op {
+            fn apply(&self, acc: &mut [T], x: &[T]) {
+                zip(acc, x, |$a: T, $b: T| $e)
+            }
+            fn apply_into(&self, out: &mut [T], a: &[T], x: &[T]) {
+                zip_into(out, a, x, |$a: T, $b: T| $e)
+            }
+        }
+    };
 }
 
-impl<T: Number> Op<T> for Min {
-    fn apply(&self, acc: &mut [T], x: &[T]) {
-        zip(acc, x, |a, b| if b < a { b } else { a })
-    }
-}
+elementwise!(Sum, Number, |a, b| a + b);
 
-impl<T: Number> Op<T> for Max {
-    fn apply(&self, acc: &mut [T], x: &[T]) {
-        zip(acc, x, |a, b| if b > a { b } else { a })
-    }
-}
+elementwise!(Prod, Number, |a, b| a * b);
 
-impl<T: Integer> Op<T> for BitAnd {
-    fn apply(&self, acc: &mut [T], x: &[T]) {
-        zip(acc, x, |a, b| a & b)
-    }
-}
+elementwise!(Min, Number, |a, b| if b < a { b } else { a });
 
-impl<T: Integer> Op<T> for BitOr {
-    fn apply(&self, acc: &mut [T], x: &[T]) {
-        zip(acc, x, |a, b| a | b)
-    }
-}
+elementwise!(Max, Number, |a, b| if b > a { b } else { a });
 
-impl<T: Integer> Op<T> for BitXor {
-    fn apply(&self, acc: &mut [T], x: &[T]) {
-        zip(acc, x, |a, b| a ^ b)
-    }
-}
+elementwise!(BitAnd, Integer, |a, b| a & b);
+
+elementwise!(BitOr, Integer, |a, b| a | b);
+
+elementwise!(BitXor, Integer, |a, b| a ^ b);
 
 fn truth<T: Number>(v: bool) -> T {
     if v {
@@ -173,17 +176,9 @@ fn truth<T: Number>(v: bool) -> T {
     }
 }
 
-impl<T: Integer> Op<T> for LogicalAnd {
-    fn apply(&self, acc: &mut [T], x: &[T]) {
-        zip(acc, x, |a, b| truth(a != T::ZERO && b != T::ZERO))
-    }
-}
+elementwise!(LogicalAnd, Integer, |a, b| truth(a != T::ZERO && b != T::ZERO));
 
-impl<T: Integer> Op<T> for LogicalOr {
-    fn apply(&self, acc: &mut [T], x: &[T]) {
-        zip(acc, x, |a, b| truth(a != T::ZERO || b != T::ZERO))
-    }
-}
+elementwise!(LogicalOr, Integer, |a, b| truth(a != T::ZERO || b != T::ZERO));
 
 /// A user-defined operation from a function (`MPI_Op_create`).
 #[derive(Clone, Copy)]
