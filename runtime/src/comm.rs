@@ -135,6 +135,18 @@ impl Comm {
         send: Option<(&[u8], usize)>,
         recv: Option<(&mut [u8], usize)>,
     ) -> Result<usize, Error> {
+        self.coll_xchg_with(tag, send, recv, &mut || {})
+    }
+
+    /// As [`Comm::coll_xchg`], running `work` (a local copy, say) once both transfers are
+    /// posted and before waiting for them: the peer handles our request meanwhile.
+    pub(crate) fn coll_xchg_with(
+        &self,
+        tag: i32,
+        send: Option<(&[u8], usize)>,
+        recv: Option<(&mut [u8], usize)>,
+        work: &mut dyn FnMut(),
+    ) -> Result<usize, Error> {
         let ctx = self.inner.ctx + 1;
         let me = self.inner.rank as u32;
         let mut rt = self.inner.rt.borrow_mut();
@@ -164,6 +176,7 @@ impl Comm {
             }
             None => None,
         };
+        work();
         let got = r.map(|id| rt.wait(id));
         let sent = s.map(|id| rt.wait(id));
         if let Some(e) = sent.and_then(|r| r.err()) {

@@ -14,13 +14,25 @@ pub(super) trait Team {
     /// This process's index in the team.
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
+    /// Sends to and receives from team members (by index), running `work` while the
+    /// transfers are under way; see [`Comm::coll_xchg_with`].
+    fn coll_xchg_with(
+        &self,
+        tag: i32,
+        send: Option<(&[u8], usize)>,
+        recv: Option<(&mut [u8], usize)>,
+        work: &mut dyn FnMut(),
+    ) -> Result<usize, Error>;
+
     /// Sends to and receives from team members (by index); see [`Comm::coll_xchg`].
     fn coll_xchg(
         &self,
         tag: i32,
         send: Option<(&[u8], usize)>,
         recv: Option<(&mut [u8], usize)>,
-    ) -> Result<usize, Error>;
+    ) -> Result<usize, Error> {
+        self.coll_xchg_with(tag, send, recv, &mut || {})
+    }
 }
 
 impl Team for Comm {
@@ -30,13 +42,14 @@ impl Team for Comm {
     fn size(&self) -> usize {
         Comm::size(self)
     }
-    fn coll_xchg(
+    fn coll_xchg_with(
         &self,
         tag: i32,
         send: Option<(&[u8], usize)>,
         recv: Option<(&mut [u8], usize)>,
+        work: &mut dyn FnMut(),
     ) -> Result<usize, Error> {
-        Comm::coll_xchg(self, tag, send, recv)
+        Comm::coll_xchg_with(self, tag, send, recv, work)
     }
 }
 
@@ -55,14 +68,15 @@ impl Team for Subset<'_> {
     fn size(&self) -> usize {
         self.members.len()
     }
-    fn coll_xchg(
+    fn coll_xchg_with(
         &self,
         tag: i32,
         send: Option<(&[u8], usize)>,
         recv: Option<(&mut [u8], usize)>,
+        work: &mut dyn FnMut(),
     ) -> Result<usize, Error> {
         let m = self.members;
-        self.comm.coll_xchg(tag, send.map(|(b, i)| (b, m[i])), recv.map(|(b, i)| (b, m[i])))
+        self.comm.coll_xchg_with(tag, send.map(|(b, i)| (b, m[i])), recv.map(|(b, i)| (b, m[i])), work)
     }
 }
 
@@ -93,14 +107,26 @@ pub(super) fn with_scratch<T: Pod, R>(len: usize, f: impl FnOnce(&mut [T]) -> R)
 }
 
 /// Block `a` to read and block `b` to write of one buffer (they must not overlap).
-fn two(buf: &mut [u8], a: std::ops::Range<usize>, b: std::ops::Range<usize>) -> (&[u8], &mut [u8]) {
-    debug_assert!(a.end <= b.start || b.end <= a.start);
+pub(super) fn two(buf: &mut [u8], a: std::ops::Range<usize>, b: std::ops::Range<usize>) -> (&[u8], &mut [u8]) {
+    let (a, b) = two_mut(buf, a, b);
+    (a, b)
+}
+
+/// Blocks `a` and `b` of one buffer, both to write (they must not overlap).
+pub(super) fn two_mut<T>(buf: &mut [T], a: std::ops::Range<usize>, b: std::ops::Range<usize>) -> (&mut [T], &mut [T]) {
+    if a.is_empty() {
+        return (Default::default(), &mut buf[b]);
+    }
+    if b.is_empty() {
+        return (&mut buf[a], Default::default());
+    }
+    assert!(a.end <= b.start || b.end <= a.start, "blocks {a:?} and {b:?} overlap");
     if a.start < b.start {
         let (lo, hi) = buf.split_at_mut(b.start);
-        (&lo[a], &mut hi[..b.end - b.start])
+        (&mut lo[a], &mut hi[..b.end - b.start])
     } else {
         let (lo, hi) = buf.split_at_mut(a.start);
-        (&hi[..a.end - a.start], &mut lo[b])
+        (&mut hi[..a.end - a.start], &mut lo[b])
     }
 }
 
@@ -398,7 +424,7 @@ fn ring_steps<T: Pod, O: Op<T>>(
     Ok(())
 }
 
-/// Allgather of p blocks of `blk` bytes (this rank's own already in place), chosen as MPICH
+/// Allgather of p blocks of `own.len()` bytes into `buf`, in rank order, chosen as MPICH
 /// chooses: recursive doubling in place (log2 p rounds, no copies) on a power-of-two rank
 /// count while the whole result is below 512 KiB; Bruck's algorithm (ceil(log2 p) rounds
 /// through a scratch buffer) on other counts below 80 KiB; the ring (p-1 rounds, each link
@@ -406,10 +432,15 @@ fn ring_steps<T: Pod, O: Op<T>>(
 /// `MPR_ALLGATHER_ALGO=recursive-doubling|bruck|ring` forces one (recursive doubling only
 /// where the count is a power of two; elsewhere the choice by size stands).
 ///
-/// `own` is this rank's block as the caller passed it: the first round sends it from there,
-/// not from its copy in `buf`. The copy was just written by this core, so a peer's
-/// single-copy read of it would first have to pull every line out of this core's cache.
+/// `own` is this rank's block as the caller passed it. The first round sends it from there,
+/// not from its copy in `buf` (the copy was just written by this core, so a peer's
+/// single-copy read of it would first pull every line out of this core's cache), and makes
+/// that copy while the peers take the message.
 pub(super) fn allgather(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(), Error> {
+    if c.size() == 1 {
+        buf.copy_from_slice(own);
+        return Ok(());
+    }
     let pof2 = c.size().is_power_of_two();
     match super::settings().allgather_algo.as_deref() {
         Some("recursive-doubling") if pof2 => allgather_rd(c, tag, buf, own),
@@ -427,15 +458,25 @@ pub(super) fn allgather(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> 
 fn allgather_rd(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(), Error> {
     let (p, me, blk) = (c.size(), c.rank(), own.len());
     debug_assert!(p.is_power_of_two());
-    let mut mask = 1;
+    first_round(c, tag, buf, own, me ^ 1, me ^ 1)?;
+    let mut mask = 2;
     while mask < p {
         let peer = me ^ mask;
         let (mine, theirs) = (me & !(mask - 1), peer & !(mask - 1));
         let run = |first: usize| first * blk..(first + mask) * blk;
         let (out, inn) = two(buf, run(mine), run(theirs));
-        c.coll_xchg(tag, Some((if mask == 1 { own } else { out }, peer)), Some((inn, peer)))?;
+        c.coll_xchg(tag, Some((out, peer)), Some((inn, peer)))?;
         mask <<= 1;
     }
+    Ok(())
+}
+
+/// The first round of an allgather: sends this rank's block (`own`, from the caller's buffer)
+/// to `to`, receives the block of `from` into place, and copies `own` into place meanwhile.
+fn first_round(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8], to: usize, from: usize) -> Result<(), Error> {
+    let (me, blk) = (c.rank(), own.len());
+    let (mine, inn) = two_mut(buf, me * blk..(me + 1) * blk, from * blk..(from + 1) * blk);
+    c.coll_xchg_with(tag, Some((own, to)), Some((inn, from)), &mut || mine.copy_from_slice(own))?;
     Ok(())
 }
 
@@ -443,20 +484,23 @@ fn allgather_rd(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(
 /// rotated into place.
 fn allgather_bruck(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(), Error> {
     let (p, me, blk) = (c.size(), c.rank(), own.len());
-    if p == 1 || blk == 0 {
+    if blk == 0 {
         // Every rank has the same block size, so all of them skip together.
         return Ok(());
     }
     with_scratch::<u8, _>(p * blk, |tmp| {
-        tmp[..blk].copy_from_slice(&buf[me * blk..(me + 1) * blk]);
         let mut have = 1;
         while have < p {
             let n = have.min(p - have);
             let to = (me + p - have) % p;
             let from = (me + have) % p;
             let (out, inn) = tmp.split_at_mut(have * blk);
-            let out = if have == 1 { own } else { &out[..n * blk] };
-            c.coll_xchg(tag, Some((out, to)), Some((&mut inn[..n * blk], from)))?;
+            let inn = &mut inn[..n * blk];
+            if have == 1 {
+                c.coll_xchg_with(tag, Some((own, to)), Some((inn, from)), &mut || out.copy_from_slice(own))?;
+            } else {
+                c.coll_xchg(tag, Some((&out[..n * blk], to)), Some((inn, from)))?;
+            }
             have += n;
         }
         // tmp block i holds rank (me + i) % p's block.
@@ -468,15 +512,16 @@ fn allgather_bruck(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Resul
     })
 }
 
-/// Ring allgather: `buf` holds p blocks of `blk` bytes, this rank's own already in place.
+/// Ring allgather: p-1 rounds, each passing the block received last to the next rank.
 fn allgather_ring(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(), Error> {
     let (p, me, blk) = (c.size(), c.rank(), own.len());
     let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
-    for step in 0..p.saturating_sub(1) {
+    first_round(c, tag, buf, own, next, prev)?;
+    for step in 1..p - 1 {
         let sb = (me + p - step) % p;
         let rb = (me + p - step - 1) % p;
         let (out, inn) = two(buf, sb * blk..(sb + 1) * blk, rb * blk..(rb + 1) * blk);
-        c.coll_xchg(tag, Some((if step == 0 { own } else { out }, next)), Some((inn, prev)))?;
+        c.coll_xchg(tag, Some((out, next)), Some((inn, prev)))?;
     }
     Ok(())
 }

@@ -241,8 +241,6 @@ impl Comm {
     /// (`MPI_Allgather`; Bruck for small totals, ring for large ones).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
         check_len("allgather", recv.len(), send.len() * self.size())?;
-        let n = send.len();
-        recv[self.rank() * n..(self.rank() + 1) * n].copy_from_slice(send);
         algo::allgather(self, self.coll_tag(), bytes_mut(recv), bytes(send))
     }
 
@@ -256,14 +254,23 @@ impl Comm {
         }
         let n = send.len() / p;
         let me = self.rank();
-        recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
+        let own = &send[me * n..(me + 1) * n];
+        if p == 1 {
+            recv.copy_from_slice(own);
+        }
         let tag = self.coll_tag();
         for step in 1..p {
             let to = (me + step) % p;
             let from = (me + p - step) % p;
             let out = bytes(&send[to * n..(to + 1) * n]);
-            let inn = bytes_mut(&mut recv[from * n..(from + 1) * n]);
-            self.coll_xchg(tag, Some((out, to)), Some((inn, from)))?;
+            if step == 1 {
+                // Our own block is copied while the first peer takes its message.
+                let (mine, inn) = algo::two_mut(recv, me * n..(me + 1) * n, from * n..(from + 1) * n);
+                self.coll_xchg_with(tag, Some((out, to)), Some((bytes_mut(inn), from)), &mut || mine.copy_from_slice(own))?;
+            } else {
+                let inn = bytes_mut(&mut recv[from * n..(from + 1) * n]);
+                self.coll_xchg(tag, Some((out, to)), Some((inn, from)))?;
+            }
         }
         Ok(())
     }

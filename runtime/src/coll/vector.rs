@@ -3,6 +3,7 @@
 
 use bytemuck::Pod;
 
+use super::algo::two_mut;
 use super::{bytes, bytes_mut, check_root};
 use crate::comm::Comm;
 use crate::error::Error;
@@ -24,6 +25,18 @@ fn layout(what: &str, counts: &[usize], displs: &[usize], p: usize, len: usize) 
         }
     }
     Ok(())
+}
+
+/// As [`layout`], for a buffer the blocks are written to: they must not overlap either.
+fn disjoint_layout(what: &str, counts: &[usize], displs: &[usize], p: usize, len: usize) -> Result<(), Error> {
+    layout(what, counts, displs, p, len)?;
+    let mut blocks: Vec<(usize, usize, usize)> =
+        (0..p).filter(|&r| counts[r] > 0).map(|r| (displs[r], displs[r] + counts[r], r)).collect();
+    blocks.sort_unstable();
+    match blocks.windows(2).find(|w| w[1].0 < w[0].1) {
+        Some(w) => Err(Error::Other(format!("{what}: the blocks of ranks {} and {} overlap", w[0].2, w[1].2))),
+        None => Ok(()),
+    }
 }
 
 impl Comm {
@@ -92,17 +105,26 @@ impl Comm {
         displs: &[usize],
     ) -> Result<(), Error> {
         let (p, me) = (self.size(), self.rank());
-        layout("allgatherv", counts, displs, p, recv.len())?;
+        disjoint_layout("allgatherv", counts, displs, p, recv.len())?;
         super::check_len("allgatherv (own block)", send.len(), counts[me])?;
-        recv[displs[me]..displs[me] + counts[me]].copy_from_slice(send);
         let tag = self.coll_tag();
         let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+        let block = |r: usize| displs[r]..displs[r] + counts[r];
+        if p == 1 {
+            recv[block(me)].copy_from_slice(send);
+        }
         for step in 0..p.saturating_sub(1) {
             let sb = (me + p - step) % p;
             let rb = (me + p - step - 1) % p;
-            let out: Vec<T> = recv[displs[sb]..displs[sb] + counts[sb]].to_vec();
-            let inn = &mut recv[displs[rb]..displs[rb] + counts[rb]];
-            self.coll_xchg(tag, Some((bytes(&out), next)), Some((bytes_mut(inn), prev)))?;
+            let (out, inn) = two_mut(recv, block(sb), block(rb));
+            if step == 0 {
+                // Our block goes from `send`, and is copied into place meanwhile.
+                self.coll_xchg_with(tag, Some((bytes(send), next)), Some((bytes_mut(inn), prev)), &mut || {
+                    out.copy_from_slice(send)
+                })?;
+            } else {
+                self.coll_xchg(tag, Some((bytes(out), next)), Some((bytes_mut(inn), prev)))?;
+            }
         }
         Ok(())
     }
@@ -120,16 +142,27 @@ impl Comm {
     ) -> Result<(), Error> {
         let (p, me) = (self.size(), self.rank());
         layout("alltoallv (send)", scounts, sdispls, p, send.len())?;
-        layout("alltoallv (receive)", rcounts, rdispls, p, recv.len())?;
+        disjoint_layout("alltoallv (receive)", rcounts, rdispls, p, recv.len())?;
         super::check_len("alltoallv (own block)", rcounts[me], scounts[me])?;
-        recv[rdispls[me]..rdispls[me] + rcounts[me]].copy_from_slice(&send[sdispls[me]..sdispls[me] + scounts[me]]);
+        let own = &send[sdispls[me]..sdispls[me] + scounts[me]];
+        let rblock = |r: usize| rdispls[r]..rdispls[r] + rcounts[r];
+        if p == 1 {
+            recv[rblock(me)].copy_from_slice(own);
+        }
         let tag = self.coll_tag();
         for step in 1..p {
             let to = (me + step) % p;
             let from = (me + p - step) % p;
-            let out = &send[sdispls[to]..sdispls[to] + scounts[to]];
-            let inn = &mut recv[rdispls[from]..rdispls[from] + rcounts[from]];
-            self.coll_xchg(tag, Some((bytes(out), to)), Some((bytes_mut(inn), from)))?;
+            let out = bytes(&send[sdispls[to]..sdispls[to] + scounts[to]]);
+            let (mine, inn) = two_mut(recv, rblock(me), rblock(from));
+            if step == 1 {
+                // Our own block is copied while the first peer takes its message.
+                self.coll_xchg_with(tag, Some((out, to)), Some((bytes_mut(inn), from)), &mut || {
+                    mine.copy_from_slice(own)
+                })?;
+            } else {
+                self.coll_xchg(tag, Some((out, to)), Some((bytes_mut(inn), from)))?;
+            }
         }
         Ok(())
     }

@@ -256,6 +256,21 @@ fn check_vector_variants(w: &Comm) -> mpr::Result<()> {
     let mut all = vec![-1i64; total];
     w.allgatherv(&mine, &mut all, &counts, &displs)?;
     assert!(all == want, "allgatherv on rank {me}");
+    // The same blocks laid out in reverse rank order.
+    let rev: Vec<usize> = (0..p).map(|r| total - displs[r] - counts[r]).collect();
+    let mut all = vec![-1i64; total];
+    w.allgatherv(&mine, &mut all, &counts, &rev)?;
+    for r in 0..p {
+        let block: Vec<i64> = (0..counts[r]).map(|i| input(r, i)).collect();
+        assert!(all[rev[r]..rev[r] + counts[r]] == block[..], "allgatherv (reversed) block {r} on rank {me}");
+    }
+    // Overlapping blocks are refused on every rank, before anything is sent.
+    if p > 1 {
+        let mut over = displs.clone();
+        over[1] = displs[0];
+        let e = w.allgatherv(&mine, &mut all, &counts, &over).expect_err("overlapping allgatherv blocks");
+        assert!(e.to_string().contains("the blocks of ranks 0 and 1 overlap"), "{e}");
+    }
     for root in [0, p - 1] {
         let mut g = vec![-1i64; total];
         w.gatherv(&mine, if me == root { Some((&mut g[..], &counts[..], &displs[..])) } else { None }, root)?;

@@ -94,6 +94,7 @@ impl ShmTransport {
             // rings and the only consumer of its incoming ones.
             (from != to).then(|| unsafe { Ring::new(seg.ring(from, to), geo.cells, geo.cell_size) })
         };
+        seg.populate(me_local);
         let tx = (0..geo.nlocal).map(|j| mk(me_local, j)).collect();
         let rx = (0..geo.nlocal).map(|i| mk(i, me_local)).collect();
         let max_frame = geo.cell_size - ring::CELL_HDR;
