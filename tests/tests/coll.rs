@@ -59,11 +59,13 @@ fn over_tcp() {
 
 #[test]
 fn shared_memory_collectives_in_small_pieces() {
-    // Every bcast and reduction through the host's collective segment, in 4 KiB pieces.
+    // Every bcast and reduction through the host's collective segment, in 4 KiB pieces, and
+    // every allgather and all-to-all that fits a slot.
     let env = [
         ("MPR_COLL_SHM_SLOT", "4096"),
         ("MPR_COLL_SHM_BCAST_MAX", "1000000000"),
         ("MPR_COLL_SHM_REDUCE_MAX", "1000000000"),
+        ("MPR_COLL_SHM_GATHER_MAX", "1000000000"),
     ];
     for np in [2, 3, 5, 7] {
         run(np, &env);

@@ -39,6 +39,11 @@ pub(crate) struct Settings {
     /// transfers is faster). Reductions: see [`Comm::reduce_plan`] for the default.
     shm_bcast_max: usize,
     shm_reduce_max: Option<usize>,
+    /// `MPR_COLL_SHM_GATHER_MAX`: on one host, the largest contribution per rank to an
+    /// allgather (its block) or all-to-all (its send buffer) that goes through the segment;
+    /// by default what a member's LL lines carry (above, the copies through a slot cost more
+    /// than point-to-point messages).
+    shm_gather_max: usize,
     /// `MPR_BCAST_ALGO`, `MPR_ALLREDUCE_ALGO`, `MPR_ALLGATHER_ALGO`: a forced algorithm.
     bcast_algo: Option<String>,
     allreduce_algo: Option<String>,
@@ -54,6 +59,7 @@ pub(crate) fn settings() -> &'static Settings {
             shm_slot: crate::env::parsed("MPR_COLL_SHM_SLOT").unwrap_or(128 << 10),
             shm_bcast_max: crate::env::parsed("MPR_COLL_SHM_BCAST_MAX").unwrap_or(16 << 10),
             shm_reduce_max: crate::env::parsed("MPR_COLL_SHM_REDUCE_MAX"),
+            shm_gather_max: crate::env::parsed("MPR_COLL_SHM_GATHER_MAX").unwrap_or(node::LL_MAX),
             bcast_algo: algo("MPR_BCAST_ALGO"),
             allreduce_algo: algo("MPR_ALLREDUCE_ALGO"),
             allgather_algo: algo("MPR_ALLGATHER_ALGO"),
@@ -176,6 +182,14 @@ impl Comm {
         }
     }
 
+    /// Whether an allgather or all-to-all whose contribution per rank (its block, its send
+    /// buffer) is `bytes` goes through the host's segment: on one host, up to
+    /// `MPR_COLL_SHM_GATHER_MAX`.
+    fn through_segment(&self, plan: &node::Plan, bytes: usize) -> bool {
+        let s = settings();
+        plan.single_host() && bytes <= s.shm_gather_max.min(s.shm_slot)
+    }
+
     /// The shared-memory plan for a reduction of `bytes`, if it should use one: not when an
     /// algorithm is forced, across hosts only for commutative operations (the host order
     /// would not be the rank order), and on one host only up to a size. That size is 64 KiB
@@ -241,7 +255,12 @@ impl Comm {
     /// (`MPI_Allgather`; Bruck for small totals, ring for large ones).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
         check_len("allgather", recv.len(), send.len() * self.size())?;
-        algo::allgather(self, self.coll_tag(), bytes_mut(recv), bytes(send))
+        match self.node_plan() {
+            Some(plan) if settings().allgather_algo.is_none() && self.through_segment(plan, size_of_val(send)) => {
+                node::allgather(self, self.coll_tag(), plan, bytes(send), bytes_mut(recv))
+            }
+            _ => algo::allgather(self, self.coll_tag(), bytes_mut(recv), bytes(send)),
+        }
     }
 
     /// Sends block `j` of `send` to rank `j` and receives block `i` of `recv` from rank `i`
@@ -253,6 +272,9 @@ impl Comm {
             return Err(Error::Other(format!("alltoall: {} elements do not split into {p} blocks", send.len())));
         }
         let n = send.len() / p;
+        if let Some(plan) = self.node_plan().filter(|plan| self.through_segment(plan, size_of_val(send))) {
+            return node::alltoall(self, self.coll_tag(), plan, bytes(send), bytes_mut(recv), n * size_of::<T>());
+        }
         let me = self.rank();
         let own = &send[me * n..(me + 1) * n];
         if p == 1 {
@@ -266,7 +288,9 @@ impl Comm {
             if step == 1 {
                 // Our own block is copied while the first peer takes its message.
                 let (mine, inn) = algo::two_mut(recv, me * n..(me + 1) * n, from * n..(from + 1) * n);
-                self.coll_xchg_with(tag, Some((out, to)), Some((bytes_mut(inn), from)), &mut || mine.copy_from_slice(own))?;
+                self.coll_xchg_with(tag, Some((out, to)), Some((bytes_mut(inn), from)), &mut || {
+                    mine.copy_from_slice(own)
+                })?;
             } else {
                 let inn = bytes_mut(&mut recv[from * n..(from + 1) * n]);
                 self.coll_xchg(tag, Some((out, to)), Some((inn, from)))?;

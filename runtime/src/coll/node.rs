@@ -68,6 +68,8 @@ const INLINE_MAX: usize = LINE - 8;
 /// one transfer. `LL_WAYS` sets of lines per member are used in turn.
 const LL_LINES: usize = 10;
 const LL_WAYS: usize = 4;
+/// Most bytes a member's LL lines carry in one operation.
+pub(crate) const LL_MAX: usize = LL_LINES * INLINE_MAX;
 /// All-reduce contributions up to this size are reduced whole by every member (one
 /// synchronization); larger ones are split into blocks, one per member (two).
 const FULL_MAX: usize = 8 << 10;
@@ -236,29 +238,49 @@ impl Arena {
         }
     }
 
-    /// A broadcast of at most `LL_LINES * INLINE_MAX` bytes through LL lines.
+    /// Writes `data` (at most `LL_MAX` bytes) to this member's LL lines for operation `k`.
+    fn ll_put(&self, c: &Comm, k: u64, data: &[u8]) -> Result<(), Error> {
+        debug_assert!(data.len() <= LL_MAX);
+        let way = (k % LL_WAYS as u64) as usize;
+        // The set was last used at k - LL_WAYS or before.
+        self.all_done(c, k.saturating_sub(LL_WAYS as u64))?;
+        for (j, part) in data.chunks(INLINE_MAX).enumerate() {
+            let (seq, line) = self.ll_line(self.me, way, j);
+            // SAFETY: the part fits the line's data; every member is done with the last
+            // operation that used this set, and none reads the line before `seq = k`.
+            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), line, part.len()) };
+            seq.store(k, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Reads bytes `at..at + out.len()` of what member `from` put in its LL lines for
+    /// operation `k`, each line as soon as it is in.
+    fn ll_get(&self, c: &Comm, from: usize, k: u64, at: usize, out: &mut [u8]) -> Result<(), Error> {
+        let way = (k % LL_WAYS as u64) as usize;
+        let mut done = 0;
+        while done < out.len() {
+            let pos = at + done;
+            let (j, off) = (pos / INLINE_MAX, pos % INLINE_MAX);
+            let n = (INLINE_MAX - off).min(out.len() - done);
+            let (seq, line) = self.ll_line(from, way, j);
+            wait(c, || seq.load(Ordering::Acquire) >= k)?;
+            // SAFETY: `from` wrote this line for operation k (`seq`) and rewrites it only
+            // after every member says `done = k`; `off + n` stays inside the line's data.
+            unsafe { std::ptr::copy_nonoverlapping(line.add(off), out[done..].as_mut_ptr(), n) };
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// A broadcast of at most `LL_MAX` bytes through LL lines.
     fn bcast_ll(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
         let k = self.begin();
-        let way = (k % LL_WAYS as u64) as usize;
         self.publish(INPUT, k);
         if self.me == from {
-            // The set was last used at k - LL_WAYS or before.
-            self.all_done(c, k.saturating_sub(LL_WAYS as u64))?;
-            for (j, part) in buf.chunks(INLINE_MAX).enumerate() {
-                let (seq, data) = self.ll_line(self.me, way, j);
-                // SAFETY: the part fits the line's data; every member is done with the last
-                // operation that used this set, and none reads the line before `seq = k`.
-                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), data, part.len()) };
-                seq.store(k, Ordering::Release);
-            }
+            self.ll_put(c, k, buf)?;
         } else {
-            for (j, part) in buf.chunks_mut(INLINE_MAX).enumerate() {
-                let (seq, data) = self.ll_line(from, way, j);
-                wait(c, || seq.load(Ordering::Acquire) >= k)?;
-                // SAFETY: the root wrote this line for operation k (`seq`) and rewrites it
-                // only after every member says `done = k`.
-                unsafe { std::ptr::copy_nonoverlapping(data, part.as_mut_ptr(), part.len()) };
-            }
+            self.ll_get(c, from, k, 0, buf)?;
         }
         self.publish(DONE, k);
         Ok(())
@@ -416,6 +438,92 @@ impl Arena {
         Ok(())
     }
 
+    /// Allgather of `own` (at most a slot) from every member into `buf`, in member order:
+    /// through the inline lines, the LL lines or the slots, by size.
+    fn allgather(&self, c: &Comm, own: &[u8], buf: &mut [u8]) -> Result<(), Error> {
+        let blk = own.len();
+        let k = self.begin();
+        let blocks = buf.chunks_exact_mut(blk.max(1)).enumerate();
+        if Self::fits_inline::<u8>(blk) {
+            self.put_inline(c, k, own)?;
+            for (i, b) in blocks {
+                if i == self.me {
+                    b.copy_from_slice(own);
+                    continue;
+                }
+                let seq = self.inline(i, k).0;
+                wait(c, || seq.load(Ordering::Acquire) >= k)?;
+                // SAFETY: member i published k, with a block of our length.
+                b.copy_from_slice(unsafe { self.inline_view::<u8>(i, k, blk) });
+            }
+        } else if blk <= LL_MAX {
+            self.publish(INPUT, k);
+            self.ll_put(c, k, own)?;
+            for (i, b) in blocks {
+                if i == self.me {
+                    b.copy_from_slice(own);
+                } else {
+                    self.ll_get(c, i, k, 0, b)?;
+                }
+            }
+        } else {
+            self.put(c, k, own)?;
+            self.all_entered(c, k)?;
+            for (i, b) in blocks {
+                // SAFETY: every member published its block for k, and rewrites its slot
+                // only after all say `done = k`.
+                b.copy_from_slice(if i == self.me { own } else { unsafe { self.view::<u8>(i, 0..blk) } });
+            }
+        }
+        self.publish(DONE, k);
+        Ok(())
+    }
+
+    /// All-to-all of `send` (one block of `blk` bytes per member, at most a slot in all):
+    /// block `j` of member `i` lands in block `i` of member `j`'s `recv`.
+    fn alltoall(&self, c: &Comm, send: &[u8], recv: &mut [u8], blk: usize) -> Result<(), Error> {
+        let k = self.begin();
+        let mine = self.me * blk..(self.me + 1) * blk;
+        let blocks = recv.chunks_exact_mut(blk.max(1)).enumerate();
+        if Self::fits_inline::<u8>(send.len()) {
+            self.put_inline(c, k, send)?;
+            for (i, b) in blocks {
+                if i == self.me {
+                    b.copy_from_slice(&send[mine.clone()]);
+                    continue;
+                }
+                let seq = self.inline(i, k).0;
+                wait(c, || seq.load(Ordering::Acquire) >= k)?;
+                // SAFETY: member i published k, with a send buffer of our length.
+                b.copy_from_slice(&unsafe { self.inline_view::<u8>(i, k, send.len()) }[mine.clone()]);
+            }
+        } else if send.len() <= LL_MAX {
+            self.publish(INPUT, k);
+            self.ll_put(c, k, send)?;
+            for (i, b) in blocks {
+                if i == self.me {
+                    b.copy_from_slice(&send[mine.clone()]);
+                } else {
+                    self.ll_get(c, i, k, mine.start, b)?;
+                }
+            }
+        } else {
+            self.put(c, k, send)?;
+            self.all_entered(c, k)?;
+            for (i, b) in blocks {
+                // SAFETY: every member published its blocks for k, and rewrites its slot
+                // only after all say `done = k`.
+                b.copy_from_slice(if i == self.me {
+                    &send[mine.clone()]
+                } else {
+                    unsafe { self.view::<u8>(i, mine.clone()) }
+                });
+            }
+        }
+        self.publish(DONE, k);
+        Ok(())
+    }
+
     /// Start of member `i`'s slot; `i == n` is the result region.
     fn slot_ptr(&self, i: usize) -> *mut u8 {
         assert!(i <= self.n);
@@ -495,7 +603,7 @@ impl Arena {
         if Self::fits_inline::<u8>(buf.len()) {
             return self.bcast_inline(c, buf, from);
         }
-        if buf.len() <= LL_LINES * INLINE_MAX {
+        if buf.len() <= LL_MAX {
             return self.bcast_ll(c, buf, from);
         }
         for chunk in buf.chunks_mut(self.slot / 2) {
@@ -633,6 +741,20 @@ fn wait(c: &Comm, mut cond: impl FnMut() -> bool) -> Result<(), Error> {
         }
     }
     c.rt().borrow_mut().wait_until(None, |_| cond())
+}
+
+/// Allgather through the segment, for a communicator on one host whose blocks fit a slot
+/// (the caller checks).
+pub(super) fn allgather(c: &Comm, tag: i32, plan: &Plan, own: &[u8], buf: &mut [u8]) -> Result<(), Error> {
+    debug_assert!(plan.single_host());
+    plan.arena(c, tag)?.expect("a single-host plan has company").allgather(c, own, buf)
+}
+
+/// All-to-all through the segment, for a communicator on one host whose send buffer fits a
+/// slot (the caller checks).
+pub(super) fn alltoall(c: &Comm, tag: i32, plan: &Plan, send: &[u8], recv: &mut [u8], blk: usize) -> Result<(), Error> {
+    debug_assert!(plan.single_host());
+    plan.arena(c, tag)?.expect("a single-host plan has company").alltoall(c, send, recv, blk)
 }
 
 pub(super) fn barrier(c: &Comm, tag: i32, plan: &Plan) -> Result<(), Error> {

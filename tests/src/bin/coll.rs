@@ -11,7 +11,7 @@ fn input(r: usize, i: usize) -> i64 {
 
 fn sizes() -> Vec<usize> {
     let max: usize = std::env::var("COLL_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000);
-    [0usize, 1, 2, 7, 100, 5000, 70_000, max].into_iter().filter(|&n| n <= max).collect()
+    [0usize, 1, 2, 7, 30, 100, 5000, 70_000, max].into_iter().filter(|&n| n <= max).collect()
 }
 
 fn main() -> mpr::Result<()> {
@@ -62,6 +62,21 @@ fn check_bcast(w: &Comm) -> mpr::Result<()> {
             w.allreduce_in_place(&mut v, mpr::Sum)?;
             let sum: u64 = (0..p).map(|r| (r + i) as u64).sum();
             assert!(v.iter().all(|&x| x == sum), "allreduce #{i} between broadcasts on rank {me}");
+        }
+        // Allgathers and all-to-alls of every size class too (inline, LL lines, slots).
+        if i % 3 == 1 {
+            let m = [1, 7, 8, 40, 70, 200][(i / 3) % 6];
+            let mine: Vec<u64> = (0..m).map(|j| (me * 1000 + i + j) as u64).collect();
+            let mut all = vec![0u64; m * p];
+            w.allgather(&mine, &mut all)?;
+            let want: Vec<u64> = (0..p).flat_map(|r| (0..m).map(move |j| (r * 1000 + i + j) as u64)).collect();
+            assert!(all == want, "allgather #{i} of {m} elements between broadcasts on rank {me}");
+            let send: Vec<u64> = (0..p * m).map(|j| (me * 100_000 + i * 100 + j) as u64).collect();
+            let mut got = vec![0u64; p * m];
+            w.alltoall(&send, &mut got)?;
+            let want: Vec<u64> =
+                (0..p).flat_map(|r| (0..m).map(move |j| (r * 100_000 + i * 100 + me * m + j) as u64)).collect();
+            assert!(got == want, "alltoall #{i} of {m} elements per block between broadcasts on rank {me}");
         }
     }
     Ok(())
@@ -136,7 +151,7 @@ fn check_gather_scatter(w: &Comm) -> mpr::Result<()> {
 
 fn check_alltoall(w: &Comm) -> mpr::Result<()> {
     let (me, p) = (w.rank(), w.size());
-    for n in [0usize, 1, 3, 1000, 20_000] {
+    for n in [0usize, 1, 3, 20, 1000, 20_000] {
         // block j of rank r holds (r, j, i)
         let val = |r: usize, j: usize, i: usize| (r * 1_000_000 + j * 10_000 + i % 10_000) as i64;
         let send: Vec<i64> = (0..p).flat_map(|j| (0..n).map(move |i| val(me, j, i))).collect();

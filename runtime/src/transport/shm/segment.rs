@@ -187,7 +187,8 @@ impl Segment {
             for ring in [self.ring(me, j), self.ring(j, me)] {
                 // The pages that hold the ring (neighbours' edges included).
                 let off = ring.as_ptr() as usize - self.base.as_ptr() as usize;
-                let (start, end) = (off / PAGE * PAGE, (off + self.geo.ring_bytes()).next_multiple_of(PAGE).min(self.len));
+                let (start, end) =
+                    (off / PAGE * PAGE, (off + self.geo.ring_bytes()).next_multiple_of(PAGE).min(self.len));
                 // SAFETY: whole pages inside our mapping; MADV_POPULATE_WRITE only faults them
                 // in (as a write would, without writing), so no data changes.
                 let _ = unsafe {
