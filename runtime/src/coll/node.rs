@@ -423,6 +423,37 @@ impl Arena {
         Ok(())
     }
 
+    /// All-reduce of at most `LL_MAX` bytes through the LL lines: no member waits for
+    /// another to finish the operation before (the lines of four operations take turns).
+    fn allreduce_ll<T: Pod, O: Op<T>>(&self, c: &Comm, buf: &mut [T], op: &O) -> Result<(), Error> {
+        let k = self.begin();
+        self.publish(INPUT, k);
+        let bytes = size_of_val(buf);
+        self.ll_put(c, k, bytemuck::cast_slice(buf))?;
+        // Word arrays, so the bytes can be seen as `T`s (alignment at most 8, checked).
+        let mut own = [0u64; LL_MAX.div_ceil(8)];
+        let mut theirs = [0u64; LL_MAX.div_ceil(8)];
+        let own = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut own)[..bytes];
+        own.copy_from_slice(bytemuck::cast_slice(buf));
+        let theirs = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut theirs)[..bytes];
+        // Combined in member order, so every member computes the same bits.
+        for i in 0..self.n {
+            let part: &[u8] = if i == self.me {
+                own
+            } else {
+                self.ll_get(c, i, k, 0, theirs)?;
+                theirs
+            };
+            if i == 0 {
+                buf.copy_from_slice(bytemuck::cast_slice(part));
+            } else {
+                op.apply(buf, bytemuck::cast_slice(part));
+            }
+        }
+        self.publish(DONE, k);
+        Ok(())
+    }
+
     fn bcast_inline(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
         let k = self.begin();
         if self.me == from {
@@ -681,6 +712,16 @@ impl Arena {
         if Self::fits_inline::<T>(size_of_val(buf)) {
             input.fill(buf);
             return self.allreduce_inline(c, buf, op);
+        }
+        // Through the LL lines up to half their capacity, or all of it when ranks outnumber
+        // cores: there the slots' wait for every member to finish the operation before (a
+        // scheduler time slice when one is not running) costs more than the lines' smaller
+        // copies, while with a core each, every member reading the lines that all the others
+        // are still writing costs more than one copy through the slots.
+        let ll_max = if c.rt().borrow().spins() { LL_MAX / 2 } else { LL_MAX };
+        if size_of_val(buf) <= ll_max && align_of::<T>() <= 8 {
+            input.fill(buf);
+            return self.allreduce_ll(c, buf, op);
         }
         let step = (self.slot / size_of::<T>()).max(1);
         for (i, chunk) in buf.chunks_mut(step).enumerate() {
