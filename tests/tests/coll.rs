@@ -78,3 +78,11 @@ fn point_to_point_collectives_only() {
         run(np, &[("MPR_COLL_SHM", "0"), ("COLL_MAX", "70000")]);
     }
 }
+
+#[test]
+fn paths_for_a_core_per_rank() {
+    // Ranks outnumber the cores here, which picks the shared-memory paths made for that;
+    // with waits told to spin, the runtime takes the ones for a core per rank instead (the
+    // ring all-reduce above 512 KiB, LL lines up to 280 B), decided alike on every rank.
+    run(4, &[("MPR_WAIT_SPIN", "50")]);
+}

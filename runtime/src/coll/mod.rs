@@ -152,7 +152,7 @@ impl Comm {
         check_root(self, root)?;
         let tag = self.coll_tag();
         let mut acc = send.to_vec();
-        match self.reduce_plan(size_of_val(send), &op) {
+        match self.reduce_plan(size_of_val(send), &op, tag)? {
             Some(plan) => node::reduce(self, tag, plan, &mut acc, &op, root)?,
             None => algo::reduce(self, tag, &mut acc, &op, root)?,
         }
@@ -176,9 +176,10 @@ impl Comm {
     }
 
     fn allreduce_from<T: Pod, O: Op<T>>(&self, input: Input<'_, T>, buf: &mut [T], op: &O) -> Result<(), Error> {
-        match self.reduce_plan(size_of_val(buf), op) {
-            Some(plan) => node::allreduce(self, self.coll_tag(), plan, input, buf, op),
-            None => algo::allreduce(self, self.coll_tag(), input, buf, op),
+        let tag = self.coll_tag();
+        match self.reduce_plan(size_of_val(buf), op, tag)? {
+            Some(plan) => node::allreduce(self, tag, plan, input, buf, op),
+            None => algo::allreduce(self, tag, input, buf, op),
         }
     }
 
@@ -195,13 +196,21 @@ impl Comm {
     /// would not be the rank order), and on one host only up to a size. That size is 64 KiB
     /// for two ranks, whose point-to-point exchange reads each other's memory once where the
     /// segment copies in and out, and 512 KiB for more, where the ring's 2(p-1) steps cost
-    /// more than the segment's copies.
-    fn reduce_plan<T, O: Op<T>>(&self, bytes: usize, op: &O) -> Option<&node::Plan> {
-        let plan = self.node_plan()?;
+    /// more than the segment's copies; when ranks outnumber cores, every size (each of
+    /// those steps may wait for a scheduler time slice). Every rank of the collective calls
+    /// this with the same `bytes` and `tag`.
+    fn reduce_plan<T, O: Op<T>>(&self, bytes: usize, op: &O, tag: i32) -> Result<Option<&node::Plan>, Error> {
         let s = settings();
-        let max = s.shm_reduce_max.unwrap_or(if self.size() == 2 { 64 << 10 } else { 512 << 10 });
-        let fits = if plan.single_host() { bytes <= max } else { op.commutative() };
-        (fits && s.allreduce_algo.is_none()).then_some(plan)
+        let Some(plan) = self.node_plan().filter(|_| s.allreduce_algo.is_none()) else { return Ok(None) };
+        if !plan.single_host() {
+            return Ok(op.commutative().then_some(plan));
+        }
+        let fits = match s.shm_reduce_max {
+            Some(max) => bytes <= max,
+            None if self.size() == 2 => bytes <= 64 << 10,
+            None => bytes <= 512 << 10 || plan.crowded(self, tag)?,
+        };
+        Ok(fits.then_some(plan))
     }
 
     /// Gathers `send` of every rank, in rank order, into `recv` at `root` (`MPI_Gather`).

@@ -136,6 +136,12 @@ impl Plan {
         Subset { comm: c, members: &self.leaders, me: self.my_host() }
     }
 
+    /// Whether this host's members outnumber its cores, as all of them see it (makes the
+    /// segment: every local member calls this in the same collective).
+    pub(super) fn crowded(&self, c: &Comm, tag: i32) -> Result<bool, Error> {
+        Ok(self.arena(c, tag)?.is_some_and(|a| a.crowded))
+    }
+
     /// The segment of this host, made on first use (`None` if this rank is alone here).
     /// Every local member calls this in the same collective.
     fn arena(&self, c: &Comm, tag: i32) -> Result<Option<&Arena>, Error> {
@@ -151,15 +157,19 @@ impl Plan {
         };
         let slot = super::settings().shm_slot.clamp(PAGE, 1 << 30).div_ceil(PAGE) * PAGE;
         let n = self.local.len();
+        // The maker tells the others whether it made the segment, and whether the members
+        // outnumber the cores (its view, so that all take the same paths).
         let mut made = if self.leader() {
             let made = Arena::create(&name, n, slot);
-            let ok = [u8::from(made.is_ok())];
+            let ok = [u8::from(made.is_ok()), u8::from(!c.rt().borrow().spins())];
             for &r in &self.local[1..] {
                 c.coll_xchg(tag, Some((&ok, r)), None)?;
             }
-            made?
+            let mut made = made?;
+            made.crowded = ok[1] == 1;
+            made
         } else {
-            let mut ok = [0u8];
+            let mut ok = [0u8; 2];
             c.coll_xchg(tag, None, Some((&mut ok, self.local[0])))?;
             if ok[0] != 1 {
                 return Err(Error::Other(format!(
@@ -167,7 +177,9 @@ impl Plan {
                     self.local[0]
                 )));
             }
-            Arena::open(&name, n, slot)?
+            let mut made = Arena::open(&name, n, slot)?;
+            made.crowded = ok[1] == 1;
+            made
         };
         if made.header().attached.fetch_add(1, Ordering::AcqRel) + 1 == n as u32 {
             unlink(&name);
@@ -210,6 +222,9 @@ struct Arena {
     page_used: Vec<Cell<u64>>,
     /// Where the next broadcast starts in the root's slot (broadcasts take turns around it).
     cursor: Cell<usize>,
+    /// The members outnumber the cores (as the segment's maker saw it: all members must
+    /// choose their paths alike).
+    crowded: bool,
 }
 
 fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
@@ -345,6 +360,7 @@ impl Arena {
             done_seen: Cell::new(0),
             page_used: (0..slot / PAGE).map(|_| Cell::new(0)).collect(),
             cursor: Cell::new(0),
+            crowded: false,
         })
     }
 
@@ -718,7 +734,7 @@ impl Arena {
         // scheduler time slice when one is not running) costs more than the lines' smaller
         // copies, while with a core each, every member reading the lines that all the others
         // are still writing costs more than one copy through the slots.
-        let ll_max = if c.rt().borrow().spins() { LL_MAX / 2 } else { LL_MAX };
+        let ll_max = if self.crowded { LL_MAX } else { LL_MAX / 2 };
         if size_of_val(buf) <= ll_max && align_of::<T>() <= 8 {
             input.fill(buf);
             return self.allreduce_ll(c, buf, op);
