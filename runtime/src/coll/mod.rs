@@ -129,14 +129,16 @@ impl Comm {
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
         check_root(self, root)?;
         let bytes = bytes_mut(buf);
-        match self.node_plan() {
+        let tag = self.coll_tag();
+        // On one host, large broadcasts go point to point (single-copy reads), unless ranks
+        // outnumber cores: then each handshake may wait for a time slice.
+        match self.node_plan().filter(|_| settings().bcast_algo.is_none()) {
             Some(plan)
-                if settings().bcast_algo.is_none()
-                    && (!plan.single_host() || bytes.len() <= settings().shm_bcast_max) =>
+                if !plan.single_host() || bytes.len() <= settings().shm_bcast_max || plan.crowded(self, tag)? =>
             {
-                node::bcast(self, self.coll_tag(), plan, bytes, root)
+                node::bcast(self, tag, plan, bytes, root)
             }
-            _ => algo::bcast(self, self.coll_tag(), bytes, root),
+            _ => algo::bcast(self, tag, bytes, root),
         }
     }
 
@@ -185,10 +187,12 @@ impl Comm {
 
     /// Whether an allgather or all-to-all whose contribution per rank (its block, its send
     /// buffer) is `bytes` goes through the host's segment: on one host, up to
-    /// `MPR_COLL_SHM_GATHER_MAX`.
-    fn through_segment(&self, plan: &node::Plan, bytes: usize) -> bool {
+    /// `MPR_COLL_SHM_GATHER_MAX`, or up to a slot when ranks outnumber cores (point-to-point
+    /// exchanges then wait for time slices; beyond a slot, so would the segment's pieces).
+    /// Every rank calls this with the same `bytes`.
+    fn through_segment(&self, plan: &node::Plan, bytes: usize, tag: i32) -> Result<bool, Error> {
         let s = settings();
-        plan.single_host() && bytes <= s.shm_gather_max.min(s.shm_slot)
+        Ok(plan.single_host() && (bytes <= s.shm_gather_max || (bytes <= s.shm_slot && plan.crowded(self, tag)?)))
     }
 
     /// The shared-memory plan for a reduction of `bytes`, if it should use one: not when an
@@ -264,11 +268,12 @@ impl Comm {
     /// (`MPI_Allgather`; Bruck for small totals, ring for large ones).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
         check_len("allgather", recv.len(), send.len() * self.size())?;
-        match self.node_plan() {
-            Some(plan) if settings().allgather_algo.is_none() && self.through_segment(plan, size_of_val(send)) => {
-                node::allgather(self, self.coll_tag(), plan, bytes(send), bytes_mut(recv))
+        let tag = self.coll_tag();
+        match self.node_plan().filter(|_| settings().allgather_algo.is_none()) {
+            Some(plan) if self.through_segment(plan, size_of_val(send), tag)? => {
+                node::allgather(self, tag, plan, bytes(send), bytes_mut(recv))
             }
-            _ => algo::allgather(self, self.coll_tag(), bytes_mut(recv), bytes(send)),
+            _ => algo::allgather(self, tag, bytes_mut(recv), bytes(send)),
         }
     }
 
@@ -281,15 +286,17 @@ impl Comm {
             return Err(Error::Other(format!("alltoall: {} elements do not split into {p} blocks", send.len())));
         }
         let n = send.len() / p;
-        if let Some(plan) = self.node_plan().filter(|plan| self.through_segment(plan, size_of_val(send))) {
-            return node::alltoall(self, self.coll_tag(), plan, bytes(send), bytes_mut(recv), n * size_of::<T>());
+        let tag = self.coll_tag();
+        if let Some(plan) = self.node_plan() {
+            if self.through_segment(plan, size_of_val(send), tag)? {
+                return node::alltoall(self, tag, plan, bytes(send), bytes_mut(recv), n * size_of::<T>());
+            }
         }
         let me = self.rank();
         let own = &send[me * n..(me + 1) * n];
         if p == 1 {
             recv.copy_from_slice(own);
         }
-        let tag = self.coll_tag();
         for step in 1..p {
             let to = (me + step) % p;
             let from = (me + p - step) % p;

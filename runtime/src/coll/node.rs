@@ -485,10 +485,13 @@ impl Arena {
         Ok(())
     }
 
-    /// Allgather of `own` (at most a slot) from every member into `buf`, in member order:
-    /// through the inline lines, the LL lines or the slots, by size.
+    /// Allgather of `own` from every member into `buf`, in member order: through the inline
+    /// lines, the LL lines or the slots (in pieces of a slot), by size.
     fn allgather(&self, c: &Comm, own: &[u8], buf: &mut [u8]) -> Result<(), Error> {
         let blk = own.len();
+        if blk > LL_MAX {
+            return self.allgather_slots(c, own, buf);
+        }
         let k = self.begin();
         let blocks = buf.chunks_exact_mut(blk.max(1)).enumerate();
         if Self::fits_inline::<u8>(blk) {
@@ -503,7 +506,7 @@ impl Arena {
                 // SAFETY: member i published k, with a block of our length.
                 b.copy_from_slice(unsafe { self.inline_view::<u8>(i, k, blk) });
             }
-        } else if blk <= LL_MAX {
+        } else {
             self.publish(INPUT, k);
             self.ll_put(c, k, own)?;
             for (i, b) in blocks {
@@ -513,22 +516,40 @@ impl Arena {
                     self.ll_get(c, i, k, 0, b)?;
                 }
             }
-        } else {
-            self.put(c, k, own)?;
-            self.all_entered(c, k)?;
-            for (i, b) in blocks {
-                // SAFETY: every member published its block for k, and rewrites its slot
-                // only after all say `done = k`.
-                b.copy_from_slice(if i == self.me { own } else { unsafe { self.view::<u8>(i, 0..blk) } });
-            }
         }
         self.publish(DONE, k);
         Ok(())
     }
 
-    /// All-to-all of `send` (one block of `blk` bytes per member, at most a slot in all):
-    /// block `j` of member `i` lands in block `i` of member `j`'s `recv`.
+    /// Allgather through the slots: each operation moves a slot's worth of every block.
+    fn allgather_slots(&self, c: &Comm, own: &[u8], buf: &mut [u8]) -> Result<(), Error> {
+        let blk = own.len();
+        for at in (0..blk).step_by(self.slot) {
+            let len = self.slot.min(blk - at);
+            let k = self.begin();
+            self.put(c, k, &own[at..at + len])?;
+            self.all_entered(c, k)?;
+            for (i, b) in buf.chunks_exact_mut(blk).enumerate() {
+                let b = &mut b[at..at + len];
+                // SAFETY: every member published this piece of its block for k, and rewrites
+                // its slot only after all say `done = k`.
+                b.copy_from_slice(if i == self.me {
+                    &own[at..at + len]
+                } else {
+                    unsafe { self.view::<u8>(i, 0..len) }
+                });
+            }
+            self.publish(DONE, k);
+        }
+        Ok(())
+    }
+
+    /// All-to-all of `send` (one block of `blk` bytes per member): block `j` of member `i`
+    /// lands in block `i` of member `j`'s `recv`.
     fn alltoall(&self, c: &Comm, send: &[u8], recv: &mut [u8], blk: usize) -> Result<(), Error> {
+        if send.len() > LL_MAX {
+            return self.alltoall_slots(c, send, recv, blk);
+        }
         let k = self.begin();
         let mine = self.me * blk..(self.me + 1) * blk;
         let blocks = recv.chunks_exact_mut(blk.max(1)).enumerate();
@@ -544,7 +565,7 @@ impl Arena {
                 // SAFETY: member i published k, with a send buffer of our length.
                 b.copy_from_slice(&unsafe { self.inline_view::<u8>(i, k, send.len()) }[mine.clone()]);
             }
-        } else if send.len() <= LL_MAX {
+        } else {
             self.publish(INPUT, k);
             self.ll_put(c, k, send)?;
             for (i, b) in blocks {
@@ -554,20 +575,41 @@ impl Arena {
                     self.ll_get(c, i, k, mine.start, b)?;
                 }
             }
-        } else {
-            self.put(c, k, send)?;
-            self.all_entered(c, k)?;
-            for (i, b) in blocks {
-                // SAFETY: every member published its blocks for k, and rewrites its slot
-                // only after all say `done = k`.
-                b.copy_from_slice(if i == self.me {
-                    &send[mine.clone()]
-                } else {
-                    unsafe { self.view::<u8>(i, mine.clone()) }
-                });
-            }
         }
         self.publish(DONE, k);
+        Ok(())
+    }
+
+    /// All-to-all through the slots: each operation moves the same piece of every block, as
+    /// many bytes of each as a slot holds for all of them.
+    fn alltoall_slots(&self, c: &Comm, send: &[u8], recv: &mut [u8], blk: usize) -> Result<(), Error> {
+        let piece = (self.slot / self.n).max(1);
+        for at in (0..blk).step_by(piece) {
+            let len = piece.min(blk - at);
+            let k = self.begin();
+            self.put_with(c, k, |slot| {
+                for j in 0..self.n {
+                    // SAFETY: `put_with` hands us the slot while nobody reads it; piece j
+                    // lies at j * len, inside the slot (n * len <= slot).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(send[j * blk + at..][..len].as_ptr(), slot.add(j * len), len)
+                    };
+                }
+            })?;
+            self.all_entered(c, k)?;
+            let mine = self.me * len..(self.me + 1) * len;
+            for (i, b) in recv.chunks_exact_mut(blk).enumerate() {
+                let b = &mut b[at..at + len];
+                if i == self.me {
+                    b.copy_from_slice(&send[self.me * blk + at..][..len]);
+                } else {
+                    // SAFETY: every member published its pieces for k, and rewrites its slot
+                    // only after all say `done = k`.
+                    b.copy_from_slice(unsafe { self.view::<u8>(i, mine.clone()) });
+                }
+            }
+            self.publish(DONE, k);
+        }
         Ok(())
     }
 
@@ -622,16 +664,24 @@ impl Arena {
 
     /// As `put`, leaving out the bytes `skip` (a part no other member reads).
     fn put_except(&self, c: &Comm, k: u64, data: &[u8], skip: std::ops::Range<usize>) -> Result<(), Error> {
+        assert!(data.len() <= self.slot && skip.start <= skip.end && skip.end <= data.len());
+        self.put_with(c, k, |slot| {
+            for r in [0..skip.start, skip.end..data.len()] {
+                // SAFETY: `put_with` hands us the slot while nobody reads it; it holds `slot`
+                // bytes (asserted above).
+                unsafe { std::ptr::copy_nonoverlapping(data[r.clone()].as_ptr(), slot.add(r.start), r.len()) };
+            }
+        })
+    }
+
+    /// Lets `fill` write this member's slot (`slot` bytes from the pointer it gets) for
+    /// operation `k`, once every member is done with the operation before, and enters `k`.
+    fn put_with(&self, c: &Comm, k: u64, fill: impl FnOnce(*mut u8)) -> Result<(), Error> {
         self.page_used.iter().for_each(|h| h.set(k));
         self.all_done(c, k - 1)?;
-        assert!(data.len() <= self.slot && skip.start <= skip.end && skip.end <= data.len());
-        for r in [0..skip.start, skip.end..data.len()] {
-            // SAFETY: every member is done with operation k - 1 and none reads this slot
-            // again before we publish `input = k` below; the slot holds `slot` bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(data[r.clone()].as_ptr(), self.slot_ptr(self.me).add(r.start), r.len())
-            };
-        }
+        // Every member is done with operation k - 1 and none reads this slot again before we
+        // publish `input = k` below.
+        fill(self.slot_ptr(self.me));
         self.publish(INPUT, k);
         Ok(())
     }
