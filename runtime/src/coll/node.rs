@@ -531,13 +531,13 @@ impl Arena {
             self.all_entered(c, k)?;
             for (i, b) in buf.chunks_exact_mut(blk).enumerate() {
                 let b = &mut b[at..at + len];
-                // SAFETY: every member published this piece of its block for k, and rewrites
-                // its slot only after all say `done = k`.
-                b.copy_from_slice(if i == self.me {
-                    &own[at..at + len]
+                if i == self.me {
+                    b.copy_from_slice(&own[at..at + len]);
                 } else {
-                    unsafe { self.view::<u8>(i, 0..len) }
-                });
+                    // SAFETY: every member published this piece of its block for k, and
+                    // rewrites its slot only after all say `done = k`.
+                    b.copy_from_slice(unsafe { self.view::<u8>(i, 0..len) });
+                }
             }
             self.publish(DONE, k);
         }
