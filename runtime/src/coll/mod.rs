@@ -187,12 +187,14 @@ impl Comm {
 
     /// Whether an allgather or all-to-all whose contribution per rank (its block, its send
     /// buffer) is `bytes` goes through the host's segment: on one host, up to
-    /// `MPR_COLL_SHM_GATHER_MAX`, or up to a slot when ranks outnumber cores (point-to-point
-    /// exchanges then wait for time slices; beyond a slot, so would the segment's pieces).
+    /// `MPR_COLL_SHM_GATHER_MAX`, or when ranks outnumber cores (point-to-point exchanges
+    /// then wait for time slices): at any size (`any_size`, allgather) or up to a slot
+    /// (all-to-all, whose pieces beyond a slot cost more than its pairwise exchanges).
     /// Every rank calls this with the same `bytes`.
-    fn through_segment(&self, plan: &node::Plan, bytes: usize, tag: i32) -> Result<bool, Error> {
+    fn through_segment(&self, plan: &node::Plan, bytes: usize, any_size: bool, tag: i32) -> Result<bool, Error> {
         let s = settings();
-        Ok(plan.single_host() && (bytes <= s.shm_gather_max || (bytes <= s.shm_slot && plan.crowded(self, tag)?)))
+        let crowded_max = if any_size { usize::MAX } else { s.shm_slot };
+        Ok(plan.single_host() && (bytes <= s.shm_gather_max || (bytes <= crowded_max && plan.crowded(self, tag)?)))
     }
 
     /// The shared-memory plan for a reduction of `bytes`, if it should use one: not when an
@@ -270,7 +272,7 @@ impl Comm {
         check_len("allgather", recv.len(), send.len() * self.size())?;
         let tag = self.coll_tag();
         match self.node_plan().filter(|_| settings().allgather_algo.is_none()) {
-            Some(plan) if self.through_segment(plan, size_of_val(send), tag)? => {
+            Some(plan) if self.through_segment(plan, size_of_val(send), true, tag)? => {
                 node::allgather(self, tag, plan, bytes(send), bytes_mut(recv))
             }
             _ => algo::allgather(self, tag, bytes_mut(recv), bytes(send)),
@@ -288,7 +290,7 @@ impl Comm {
         let n = send.len() / p;
         let tag = self.coll_tag();
         if let Some(plan) = self.node_plan() {
-            if self.through_segment(plan, size_of_val(send), tag)? {
+            if self.through_segment(plan, size_of_val(send), false, tag)? {
                 return node::alltoall(self, tag, plan, bytes(send), bytes_mut(recv), n * size_of::<T>());
             }
         }
