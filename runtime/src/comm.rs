@@ -139,7 +139,8 @@ impl Comm {
     }
 
     /// As [`Comm::coll_xchg`], running `work` (a local copy, say) once both transfers are
-    /// posted and before waiting for them: the peer handles our request meanwhile.
+    /// posted and before waiting for them: the peer handles our request meanwhile. `work`
+    /// runs with the runtime borrowed, so it must not communicate.
     pub(crate) fn coll_xchg_with(
         &self,
         tag: i32,

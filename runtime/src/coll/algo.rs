@@ -261,23 +261,26 @@ pub(super) fn allreduce<T: Pod, O: Op<T>>(
     op: &O,
 ) -> Result<(), Error> {
     let p = c.size();
-    let bytes = std::mem::size_of_val(buf);
-    let ring = match super::settings().allreduce_algo.as_deref() {
-        _ if p == 1 || !op.commutative() => false,
-        Some("ring") => buf.len() >= p,
-        Some(_) => false,
-        None => bytes >= (16 << 10) && buf.len() >= p,
-    };
+    let forced = super::settings().allreduce_algo.as_deref();
+    if p == 1 {
+        input.fill(buf);
+        return Ok(());
+    }
+    if !op.commutative() || forced == Some("reduce-bcast") {
+        input.fill(buf);
+        return reduce_bcast(c, tag, buf, op);
+    }
+    let ring = buf.len() >= p
+        && match forced {
+            Some("ring") => true,
+            Some("recursive-doubling") => false,
+            _ => std::mem::size_of_val(buf) >= (16 << 10),
+        };
     if ring {
         return ring_allreduce(c, tag, input, buf, op);
     }
     input.fill(buf);
-    match super::settings().allreduce_algo.as_deref() {
-        _ if p == 1 => Ok(()),
-        Some("reduce-bcast") => reduce_bcast(c, tag, buf, op),
-        _ if !op.commutative() => reduce_bcast(c, tag, buf, op),
-        _ => recursive_doubling(c, tag, buf, op),
-    }
+    recursive_doubling(c, tag, buf, op)
 }
 
 fn reduce_bcast<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {

@@ -294,26 +294,7 @@ impl Comm {
                 return node::alltoall(self, tag, plan, bytes(send), bytes_mut(recv), n * size_of::<T>());
             }
         }
-        let me = self.rank();
-        let own = &send[me * n..(me + 1) * n];
-        if p == 1 {
-            recv.copy_from_slice(own);
-        }
-        for step in 1..p {
-            let to = (me + step) % p;
-            let from = (me + p - step) % p;
-            let out = bytes(&send[to * n..(to + 1) * n]);
-            if step == 1 {
-                // Our own block is copied while the first peer takes its message.
-                let (mine, inn) = algo::two_mut(recv, me * n..(me + 1) * n, from * n..(from + 1) * n);
-                self.coll_xchg_with(tag, Some((out, to)), Some((bytes_mut(inn), from)), &mut || {
-                    mine.copy_from_slice(own)
-                })?;
-            } else {
-                let inn = bytes_mut(&mut recv[from * n..(from + 1) * n]);
-                self.coll_xchg(tag, Some((out, to)), Some((inn, from)))?;
-            }
-        }
-        Ok(())
+        let block = |r: usize| r * n..(r + 1) * n;
+        self.pairwise(tag, send, block, recv, block)
     }
 }

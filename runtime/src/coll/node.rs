@@ -488,33 +488,36 @@ impl Arena {
     /// Allgather of `own` from every member into `buf`, in member order: through the inline
     /// lines, the LL lines or the slots (in pieces of a slot), by size.
     fn allgather(&self, c: &Comm, own: &[u8], buf: &mut [u8]) -> Result<(), Error> {
-        let blk = own.len();
-        if blk > LL_MAX {
+        if own.len() > LL_MAX {
             return self.allgather_slots(c, own, buf);
         }
+        self.swap_small(c, own, 0, own, buf)
+    }
+
+    /// Every member puts `data` (at most `LL_MAX` bytes) in its inline or LL lines; block `i`
+    /// of `out` (blocks of `mine.len()` bytes) gets bytes `at..` of member `i`'s data, and
+    /// this member's own block is `mine`. Allgather and all-to-all of small buffers.
+    fn swap_small(&self, c: &Comm, data: &[u8], at: usize, mine: &[u8], out: &mut [u8]) -> Result<(), Error> {
+        let blk = mine.len();
         let k = self.begin();
-        let blocks = buf.chunks_exact_mut(blk.max(1)).enumerate();
-        if Self::fits_inline::<u8>(blk) {
-            self.put_inline(c, k, own)?;
-            for (i, b) in blocks {
-                if i == self.me {
-                    b.copy_from_slice(own);
-                    continue;
-                }
-                let seq = self.inline(i, k).0;
-                wait(c, || seq.load(Ordering::Acquire) >= k)?;
-                // SAFETY: member i published k, with a block of our length.
-                b.copy_from_slice(unsafe { self.inline_view::<u8>(i, k, blk) });
-            }
+        let inline = Self::fits_inline::<u8>(data.len());
+        if inline {
+            self.put_inline(c, k, data)?;
         } else {
             self.publish(INPUT, k);
-            self.ll_put(c, k, own)?;
-            for (i, b) in blocks {
-                if i == self.me {
-                    b.copy_from_slice(own);
-                } else {
-                    self.ll_get(c, i, k, 0, b)?;
-                }
+            self.ll_put(c, k, data)?;
+        }
+        for (i, b) in out.chunks_exact_mut(blk.max(1)).enumerate() {
+            if i == self.me {
+                b.copy_from_slice(mine);
+            } else if inline {
+                let seq = self.inline(i, k).0;
+                wait(c, || seq.load(Ordering::Acquire) >= k)?;
+                // SAFETY: member i published k, with data of our length (the callers'
+                // operations give every member the same sizes).
+                b.copy_from_slice(&unsafe { self.inline_view::<u8>(i, k, data.len()) }[at..at + blk]);
+            } else {
+                self.ll_get(c, i, k, at, b)?;
             }
         }
         self.publish(DONE, k);
@@ -550,34 +553,8 @@ impl Arena {
         if send.len() > LL_MAX {
             return self.alltoall_slots(c, send, recv, blk);
         }
-        let k = self.begin();
-        let mine = self.me * blk..(self.me + 1) * blk;
-        let blocks = recv.chunks_exact_mut(blk.max(1)).enumerate();
-        if Self::fits_inline::<u8>(send.len()) {
-            self.put_inline(c, k, send)?;
-            for (i, b) in blocks {
-                if i == self.me {
-                    b.copy_from_slice(&send[mine.clone()]);
-                    continue;
-                }
-                let seq = self.inline(i, k).0;
-                wait(c, || seq.load(Ordering::Acquire) >= k)?;
-                // SAFETY: member i published k, with a send buffer of our length.
-                b.copy_from_slice(&unsafe { self.inline_view::<u8>(i, k, send.len()) }[mine.clone()]);
-            }
-        } else {
-            self.publish(INPUT, k);
-            self.ll_put(c, k, send)?;
-            for (i, b) in blocks {
-                if i == self.me {
-                    b.copy_from_slice(&send[mine.clone()]);
-                } else {
-                    self.ll_get(c, i, k, mine.start, b)?;
-                }
-            }
-        }
-        self.publish(DONE, k);
-        Ok(())
+        let at = self.me * blk;
+        self.swap_small(c, send, at, &send[at..at + blk], recv)
     }
 
     /// All-to-all through the slots: each operation moves the same piece of every block, as

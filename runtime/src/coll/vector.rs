@@ -144,19 +144,32 @@ impl Comm {
         layout("alltoallv (send)", scounts, sdispls, p, send.len())?;
         disjoint_layout("alltoallv (receive)", rcounts, rdispls, p, recv.len())?;
         super::check_len("alltoallv (own block)", rcounts[me], scounts[me])?;
-        let own = &send[sdispls[me]..sdispls[me] + scounts[me]];
-        let rblock = |r: usize| rdispls[r]..rdispls[r] + rcounts[r];
+        let tag = self.coll_tag();
+        self.pairwise(tag, send, |r| sdispls[r]..sdispls[r] + scounts[r], recv, |r| rdispls[r]..rdispls[r] + rcounts[r])
+    }
+
+    /// Pairwise exchange (all-to-all): in step s, block `sblock(me + s)` of `send` goes to
+    /// rank me + s and block `rblock(me - s)` of `recv` comes from rank me - s. This rank's
+    /// own block is copied while the first peer takes its message.
+    pub(super) fn pairwise<T: Pod>(
+        &self,
+        tag: i32,
+        send: &[T],
+        sblock: impl Fn(usize) -> std::ops::Range<usize>,
+        recv: &mut [T],
+        rblock: impl Fn(usize) -> std::ops::Range<usize>,
+    ) -> Result<(), Error> {
+        let (p, me) = (self.size(), self.rank());
+        let own = &send[sblock(me)];
         if p == 1 {
             recv[rblock(me)].copy_from_slice(own);
         }
-        let tag = self.coll_tag();
         for step in 1..p {
             let to = (me + step) % p;
             let from = (me + p - step) % p;
-            let out = bytes(&send[sdispls[to]..sdispls[to] + scounts[to]]);
+            let out = bytes(&send[sblock(to)]);
             let (mine, inn) = two_mut(recv, rblock(me), rblock(from));
             if step == 1 {
-                // Our own block is copied while the first peer takes its message.
                 self.coll_xchg_with(tag, Some((out, to)), Some((bytes_mut(inn), from)), &mut || {
                     mine.copy_from_slice(own)
                 })?;
