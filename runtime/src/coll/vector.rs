@@ -3,7 +3,7 @@
 
 use bytemuck::Pod;
 
-use super::algo::two_mut;
+use super::algo::{split_blocks, two_mut};
 use super::{bytes, bytes_mut, check_root};
 use crate::comm::Comm;
 use crate::error::Error;
@@ -148,9 +148,14 @@ impl Comm {
         self.pairwise(tag, send, |r| sdispls[r]..sdispls[r] + scounts[r], recv, |r| rdispls[r]..rdispls[r] + rcounts[r])
     }
 
-    /// Pairwise exchange (all-to-all): in step s, block `sblock(me + s)` of `send` goes to
-    /// rank me + s and block `rblock(me - s)` of `recv` comes from rank me - s. This rank's
-    /// own block is copied while the first peer takes its message.
+    /// All-to-all exchange: block `sblock(r)` of `send` goes to rank `r`, and block
+    /// `rblock(r)` of `recv` comes from rank `r`. This rank's own block is copied while the
+    /// first peer takes its message.
+    ///
+    /// Pairwise (in step s, to rank me + s and from rank me - s), except when ranks outnumber
+    /// the cores of a host: then every transfer is posted at once (scattered), so a running
+    /// rank moves whatever its peers have posted instead of waiting, step by step, for the
+    /// one peer of the step to get a time slice.
     pub(super) fn pairwise<T: Pod>(
         &self,
         tag: i32,
@@ -163,6 +168,16 @@ impl Comm {
         let own = &send[sblock(me)];
         if p == 1 {
             recv[rblock(me)].copy_from_slice(own);
+        }
+        if p > 2 && self.crowded(tag)? {
+            let sends: Vec<(&[u8], usize)> =
+                (1..p).map(|s| (me + s) % p).map(|r| (bytes(&send[sblock(r)]), r)).collect();
+            let mut blocks = split_blocks(recv, (0..p).map(&rblock));
+            let mine = std::mem::take(&mut blocks[me]);
+            let mut recvs: Vec<(&mut [u8], usize)> =
+                (1..p).map(|s| (me + p - s) % p).map(|r| (bytes_mut(std::mem::take(&mut blocks[r])), r)).collect();
+            self.coll_xchg_all(tag, &sends, &mut recvs, &mut || mine.copy_from_slice(own))?;
+            return Ok(());
         }
         for step in 1..p {
             let to = (me + step) % p;

@@ -307,6 +307,23 @@ fn check_vector_variants(w: &Comm) -> mpr::Result<()> {
     w.alltoallv(&send, &scounts, &sdispls, &mut recv, &rcounts, &rdispls)?;
     let want: Vec<i64> = (0..p).flat_map(|i| (0..cnt(i, me)).map(move |k| (i * 100 + me * 10 + k) as i64)).collect();
     assert!(recv == want, "alltoallv on rank {me}");
+    // The same blocks received in reverse rank order, those from rank 1 left out (zero count).
+    let rcounts: Vec<usize> = (0..p).map(|i| if i == 1 { 0 } else { cnt(i, me) }).collect();
+    let mut rdispls = vec![0; p];
+    let mut at = 0;
+    for i in (0..p).rev() {
+        rdispls[i] = at;
+        at += rcounts[i];
+    }
+    let scounts: Vec<usize> = (0..p).map(|j| if me == 1 { 0 } else { cnt(me, j) }).collect();
+    let mut recv = vec![-1i64; at];
+    w.alltoallv(&send, &scounts, &sdispls, &mut recv, &rcounts, &rdispls)?;
+    let want: Vec<i64> = (0..p)
+        .rev()
+        .filter(|&i| i != 1)
+        .flat_map(|i| (0..cnt(i, me)).map(move |k| (i * 100 + me * 10 + k) as i64))
+        .collect();
+    assert!(recv == want, "alltoallv (blocks in reverse order) on rank {me}");
     Ok(())
 }
 
