@@ -32,8 +32,9 @@ use op::Op;
 pub(crate) struct Settings {
     /// `MPR_COLL_SHM` (not `0`): shared-memory collectives.
     shm: bool,
-    /// `MPR_COLL_SHM_SLOT`: bytes of a member's slot in the segment.
-    shm_slot: usize,
+    /// `MPR_COLL_SHM_SLOT`: bytes of a member's slot in the segment (default: the
+    /// segment's maker chooses).
+    shm_slot: Option<usize>,
     /// `MPR_COLL_SHM_BCAST_MAX`, `MPR_COLL_SHM_REDUCE_MAX`: on one host, the largest
     /// operations that go through the segment (beyond, point-to-point with single-copy
     /// transfers is faster). Reductions: see [`Comm::reduce_plan`] for the default.
@@ -50,13 +51,19 @@ pub(crate) struct Settings {
     allgather_algo: Option<String>,
 }
 
+/// When ranks outnumber cores, the largest all-to-all send buffer that goes through the
+/// segment: beyond it, the scattered exchange (each block read once, straight from its
+/// sender) beats two copies through the segment (4 ranks on 2 cores, 64 KiB blocks: ~45 us
+/// against ~70-90).
+const CROWDED_ALLTOALL_MAX: usize = 128 << 10;
+
 pub(crate) fn settings() -> &'static Settings {
     static SETTINGS: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
     SETTINGS.get_or_init(|| {
         let algo = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
         Settings {
             shm: std::env::var("MPR_COLL_SHM").map_or(true, |v| v != "0"),
-            shm_slot: crate::env::parsed("MPR_COLL_SHM_SLOT").unwrap_or(128 << 10),
+            shm_slot: crate::env::parsed("MPR_COLL_SHM_SLOT"),
             shm_bcast_max: crate::env::parsed("MPR_COLL_SHM_BCAST_MAX").unwrap_or(16 << 10),
             shm_reduce_max: crate::env::parsed("MPR_COLL_SHM_REDUCE_MAX"),
             shm_gather_max: crate::env::parsed("MPR_COLL_SHM_GATHER_MAX").unwrap_or(node::LL_MAX),
@@ -194,12 +201,10 @@ impl Comm {
     /// Whether an allgather or all-to-all whose contribution per rank (its block, its send
     /// buffer) is `bytes` goes through the host's segment: on one host, up to
     /// `MPR_COLL_SHM_GATHER_MAX`, or when ranks outnumber cores (point-to-point exchanges
-    /// then wait for time slices): at any size (`any_size`, allgather) or up to a slot
-    /// (all-to-all, whose pieces beyond a slot cost more than its pairwise exchanges).
-    /// Every rank calls this with the same `bytes`.
-    fn through_segment(&self, plan: &node::Plan, bytes: usize, any_size: bool, tag: i32) -> Result<bool, Error> {
+    /// then wait for time slices) up to `crowded_max`. Every rank calls this with the same
+    /// `bytes`.
+    fn through_segment(&self, plan: &node::Plan, bytes: usize, crowded_max: usize, tag: i32) -> Result<bool, Error> {
         let s = settings();
-        let crowded_max = if any_size { usize::MAX } else { s.shm_slot };
         Ok(plan.single_host() && (bytes <= s.shm_gather_max || (bytes <= crowded_max && plan.crowded(self, tag)?)))
     }
 
@@ -278,7 +283,7 @@ impl Comm {
         check_len("allgather", recv.len(), send.len() * self.size())?;
         let tag = self.coll_tag();
         match self.node_plan().filter(|_| settings().allgather_algo.is_none()) {
-            Some(plan) if self.through_segment(plan, size_of_val(send), true, tag)? => {
+            Some(plan) if self.through_segment(plan, size_of_val(send), usize::MAX, tag)? => {
                 node::allgather(self, tag, plan, bytes(send), bytes_mut(recv))
             }
             _ => algo::allgather(self, tag, bytes_mut(recv), bytes(send)),
@@ -296,7 +301,7 @@ impl Comm {
         let n = send.len() / p;
         let tag = self.coll_tag();
         if let Some(plan) = self.node_plan() {
-            if self.through_segment(plan, size_of_val(send), false, tag)? {
+            if self.through_segment(plan, size_of_val(send), CROWDED_ALLTOALL_MAX, tag)? {
                 return node::alltoall(self, tag, plan, bytes(send), bytes_mut(recv), n * size_of::<T>());
             }
         }
