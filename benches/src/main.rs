@@ -175,6 +175,7 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
         let mut b = vec![0.0f32; n * if matches!(what, "allgather" | "alltoall") { p } else { 1 }];
         let big = if what == "alltoall" { vec![1.0f32; n * p] } else { Vec::new() };
         let mut total = 0.0;
+        let mut samples: Vec<f64> = Vec::new();
         for i in 0..iters + skip {
             w.barrier()?;
             let t0 = mpr::wtime();
@@ -186,8 +187,22 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
                 _ => w.barrier()?,
             }
             if i >= skip {
+                samples.push(mpr::wtime() - t0);
                 total += mpr::wtime() - t0;
             }
+        }
+        if std::env::var("PER_RANK").is_ok() {
+            samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            let q = |f: f64| samples[((samples.len() as f64 - 1.0) * f) as usize] * 1e6;
+            eprintln!(
+                "size {size} rank {me}: {:.2} p50 {:.2} p80 {:.2} p90 {:.2} p95 {:.2} p99 {:.2}",
+                total * 1e6 / iters as f64,
+                q(0.5),
+                q(0.8),
+                q(0.9),
+                q(0.95),
+                q(0.99)
+            );
         }
         let mut avg = [total * 1e6 / iters as f64];
         w.allreduce_in_place(&mut avg, mpr::Sum)?;

@@ -15,9 +15,9 @@
 //!
 //! A member overwrites its slot only once every member is `done` with the previous
 //! operation, and writes the result region only once every member has entered the current
-//! one. A broadcast goes through the next part of the root's slot (they take turns around
-//! it), so it only waits for the readers of the last operation that used that part, long
-//! done; the root copies it in
+//! one. A broadcast, and an allgather or all-to-all that fits half a slot, go through the
+//! next part of the slot instead (they take turns around it), so they only wait for the
+//! readers of the last operation that used that part, long done; the broadcast's root copies it in
 //! pieces and advances a fourth counter, `prog = k << 32 | bytes`, after each, so readers
 //! copy a piece out while the root copies the next one in. Contributions of up to 56 bytes travel in the line of their sequence number instead
 //! (one line per operation parity; written once every member entered the operation before),
