@@ -7,7 +7,9 @@
 //!
 //! Options: `--min SIZE`, `--max SIZE` (bytes), `--iters N` (small messages; large ones use
 //! a tenth), `--window N` (bw, default 64), `--slots` (bw: a buffer slot per message of the
-//! window instead of OSU's one shared buffer).
+//! window instead of OSU's one shared buffer), `--per-rank` (collectives: each rank also
+//! prints its own mean and percentiles of one call's time on stderr, which shows a rank that
+//! waits where the average hides it).
 
 use mpr::Comm;
 
@@ -17,10 +19,11 @@ struct Opts {
     iters: usize,
     window: usize,
     slots: bool,
+    per_rank: bool,
 }
 
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { min: 0, max: 4 << 20, iters: 10_000, window: 64, slots: false };
+    let mut o = Opts { min: 0, max: 4 << 20, iters: 10_000, window: 64, slots: false, per_rank: false };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = |name: &str| -> Result<usize, String> {
@@ -33,6 +36,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--iters" => o.iters = val("--iters")?.max(1),
             "--window" => o.window = val("--window")?.max(1),
             "--slots" => o.slots = true,
+            "--per-rank" => o.per_rank = true,
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -175,7 +179,7 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
         let mut b = vec![0.0f32; n * if matches!(what, "allgather" | "alltoall") { p } else { 1 }];
         let big = if what == "alltoall" { vec![1.0f32; n * p] } else { Vec::new() };
         let mut total = 0.0;
-        let mut samples: Vec<f64> = Vec::new();
+        let mut samples: Vec<f64> = Vec::with_capacity(iters);
         for i in 0..iters + skip {
             w.barrier()?;
             let t0 = mpr::wtime();
@@ -187,21 +191,21 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
                 _ => w.barrier()?,
             }
             if i >= skip {
-                samples.push(mpr::wtime() - t0);
-                total += mpr::wtime() - t0;
+                let t = mpr::wtime() - t0;
+                samples.push(t);
+                total += t;
             }
         }
-        if std::env::var("PER_RANK").is_ok() {
-            samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            let q = |f: f64| samples[((samples.len() as f64 - 1.0) * f) as usize] * 1e6;
+        if o.per_rank {
+            samples.sort_by(f64::total_cmp);
+            let q = |f: f64| samples[((samples.len() - 1) as f64 * f) as usize] * 1e6;
             eprintln!(
-                "size {size} rank {me}: {:.2} p50 {:.2} p80 {:.2} p90 {:.2} p95 {:.2} p99 {:.2}",
+                "# size {size} rank {me}: mean {:.2} p50 {:.2} p90 {:.2} p99 {:.2} max {:.2} (us)",
                 total * 1e6 / iters as f64,
                 q(0.5),
-                q(0.8),
                 q(0.9),
-                q(0.95),
-                q(0.99)
+                q(0.99),
+                q(1.0)
             );
         }
         let mut avg = [total * 1e6 / iters as f64];
