@@ -110,13 +110,25 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         let name = segment_name(&boot.jobid, &card.host);
         let leader = locals[0] == me;
         let created = if leader { Some(Segment::create(&name, cfg.geometry(nlocal))) } else { None };
-        // Everyone fences even if the leader failed, so nobody waits forever on it.
+        // Everyone fences even if the leader failed, so nobody waits forever on it; the
+        // leader's error goes with it, so every rank of the host can say what went wrong.
+        let fail_key = format!("mpr-shm-fail-{}", locals[0]);
+        if let Some(Err(e)) = &created {
+            let why = match e {
+                Error::Bootstrap(m) => m.clone(),
+                other => other.to_string(),
+            };
+            let _ = boot.put(&fail_key, &hex(&why));
+        }
         let fenced = boot.fence();
         let seg = match created {
             Some(r) => r?,
             None => {
                 fenced?;
-                Segment::open(&name, nlocal)?
+                Segment::open(&name, nlocal).map_err(|e| match boot.get(&fail_key).ok().and_then(|h| unhex(&h)) {
+                    Some(why) => Error::Bootstrap(format!("rank {} could not make this host's {why}", locals[0])),
+                    None => e,
+                })?
             }
         };
         if seg.attach() {
@@ -269,4 +281,17 @@ fn peer_limits(caps: &crate::transport::Caps, split_min: usize) -> PeerLimits {
         bulk_write: caps.bulk_write,
         split_min,
     }
+}
+
+/// `text` (at most 240 bytes of it) as hexadecimal digits, a value the key-value service
+/// carries whatever the text holds.
+fn hex(text: &str) -> String {
+    text.bytes().take(240).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The text [`hex`] encoded, if `h` is such.
+fn unhex(h: &str) -> Option<String> {
+    let bytes: Option<Vec<u8>> =
+        (0..h.len() / 2).map(|i| h.get(2 * i..2 * i + 2).and_then(|d| u8::from_str_radix(d, 16).ok())).collect();
+    Some(String::from_utf8_lossy(&bytes?).into_owned())
 }

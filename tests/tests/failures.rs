@@ -102,3 +102,47 @@ fn size_without_launcher_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("no PMI_FD"), "{}", text(&out.stderr));
 }
+
+/// Runs `mprun ARGS...` in a mount namespace of its own whose /dev/shm holds only `size`
+/// (as in a container), or says why it cannot (not root, no `unshare`).
+fn mprun_with_small_dev_shm(size: &str, args: &[&str], env: &[(&str, &str)]) -> Option<std::process::Output> {
+    let probe = std::process::Command::new("unshare").args(["--mount", "true"]).output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        // CI runs as root with util-linux: there, this is a failure, not a skip.
+        assert!(std::env::var("CI").is_err(), "mount namespaces unavailable in CI: {probe:?}");
+        eprintln!("skipped: mount namespaces unavailable ({probe:?})");
+        return None;
+    }
+    let script = format!("mount -t tmpfs -o size={size} mpr-test-shm /dev/shm && exec \"$0\" \"$@\"");
+    let mut c = std::process::Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c", &script]);
+    c.arg(mpr_tests::mprun_path()).args(args).envs(env.iter().copied());
+    Some(c.output().expect("run unshare"))
+}
+
+#[test]
+fn a_dev_shm_too_small_is_a_clear_error_not_a_bus_error() {
+    let coll = bin_dir().join("coll");
+    let coll = coll.to_str().unwrap();
+    // The rings of 4 ranks (~8 MiB) do not fit 1 MiB: every rank says so at start.
+    let t0 = Instant::now();
+    let Some(out) = mprun_with_small_dev_shm("1m", &["-np", "4", "--timeout", "60", coll], &[]) else { return };
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("No space left on device (/dev/shm is too small or full)"), "{err}");
+    assert!(
+        err.contains("could not make this host's shared memory") || err.contains("shared memory: reserving"),
+        "{err}"
+    );
+    assert!(!err.contains("SIGBUS"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "took {:?}", t0.elapsed());
+    // The rings of 2 ranks fit 16 MiB, the collectives' segment of 3 slots of 64 MiB does not:
+    // a clear error at the first collective.
+    let env = [("MPR_COLL_SHM_SLOT", "67108864")];
+    let out = mprun_with_small_dev_shm("16m", &["-np", "2", "--timeout", "60", coll], &env).expect("probed above");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("shared memory for collectives: reserving"), "{err}");
+    assert!(err.contains("No space left on device (/dev/shm is too small or full)"), "{err}");
+    assert!(!err.contains("SIGBUS"), "{err}");
+}

@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use bytemuck::Pod;
 use nix::fcntl::OFlag;
-use nix::sys::mman::{mmap, munmap, shm_open, shm_unlink, MapFlags, ProtFlags};
+use nix::sys::mman::{mmap, munmap, shm_open, MapFlags, ProtFlags};
 use nix::sys::stat::Mode;
 
 use super::algo::{self, Subset};
@@ -46,6 +46,7 @@ use super::op::Op;
 use super::Input;
 use crate::comm::Comm;
 use crate::error::Error;
+use crate::transport::shm::segment::{create_file, Segment};
 
 const PAGE: usize = 4096;
 const LINE: usize = 64;
@@ -80,6 +81,8 @@ const FULL_MAX: usize = 8 << 10;
 /// `SLOT` bytes (`next_part`), which stay in cache.
 const SLOT: usize = 128 << 10;
 const CROWDED_SLOT: usize = 1 << 20;
+/// Most bytes of the reason the segment's maker sends when it could not make it.
+const WHY_MAX: usize = 240;
 /// Parts up to this size take turns around the first `SLOT` bytes of a slot only.
 const SMALL_PART: usize = 64 << 10;
 
@@ -167,7 +170,8 @@ impl Plan {
         let n = self.local.len();
         // The maker tells the others whether it made the segment, whether the members
         // outnumber the cores (its view, so that all take the same paths) and the slot size
-        // it chose: [made, crowded, slot (4 bytes, little-endian)].
+        // it chose: [made, crowded, slot (4 bytes, little-endian)], then why it failed if it
+        // did (text).
         let mut made = if self.leader() {
             let crowded = !c.rt().borrow().spins();
             let slot = super::settings()
@@ -177,8 +181,11 @@ impl Plan {
                 .div_ceil(PAGE)
                 * PAGE;
             let made = Arena::create(&name, n, slot);
-            let mut msg = [u8::from(made.is_ok()), u8::from(crowded), 0, 0, 0, 0];
-            msg[2..].copy_from_slice(&(slot as u32).to_le_bytes());
+            let mut msg = vec![u8::from(made.is_ok()), u8::from(crowded)];
+            msg.extend_from_slice(&(slot as u32).to_le_bytes());
+            if let Err(Error::Other(why)) = &made {
+                msg.extend(why.bytes().take(WHY_MAX));
+            }
             for &r in &self.local[1..] {
                 c.coll_xchg(tag, Some((&msg, r)), None)?;
             }
@@ -186,30 +193,25 @@ impl Plan {
             made.crowded = crowded;
             made
         } else {
-            let mut msg = [0u8; 6];
-            c.coll_xchg(tag, None, Some((&mut msg, self.local[0])))?;
+            let mut msg = [0u8; 6 + WHY_MAX];
+            let got = c.coll_xchg(tag, None, Some((&mut msg, self.local[0])))?;
             if msg[0] != 1 {
+                let why = String::from_utf8_lossy(&msg[6..got.max(6)]);
                 return Err(Error::Other(format!(
-                    "rank {} could not make the shared memory for collectives (MPR_COLL_SHM=0 turns it off)",
+                    "rank {} could not make the {why} (MPR_COLL_SHM=0 turns it off)",
                     self.local[0]
                 )));
             }
-            let slot = u32::from_le_bytes(msg[2..].try_into().expect("4 bytes")) as usize;
+            let slot = u32::from_le_bytes(msg[2..6].try_into().expect("4 bytes")) as usize;
             let mut made = Arena::open(&name, n, slot)?;
             made.crowded = msg[1] == 1;
             made
         };
         if made.header().attached.fetch_add(1, Ordering::AcqRel) + 1 == n as u32 {
-            unlink(&name);
+            Segment::unlink(&name);
         }
         made.me = self.me;
         Ok(Some(self.arena.get_or_init(|| made)))
-    }
-}
-
-fn unlink(name: &str) {
-    if let Ok(c) = CString::new(name) {
-        let _ = shm_unlink(c.as_c_str());
     }
 }
 
@@ -324,15 +326,9 @@ impl Arena {
     }
 
     fn create(name: &str, n: usize, slot: usize) -> Result<Arena, Error> {
-        let cname = CString::new(name).map_err(|_| Error::Other(format!("bad segment name {name}")))?;
-        let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR;
-        let fd =
-            shm_open(cname.as_c_str(), flags, Mode::S_IRUSR | Mode::S_IWUSR).map_err(|e| os_err("create", name, e))?;
         let len = Self::total(n, slot);
-        let a = nix::unistd::ftruncate(fd.as_fd(), len as libc::off_t)
-            .map_err(|e| os_err("resize", name, e))
-            .and_then(|()| Self::map(fd.as_fd(), len, n, slot));
-        let a = a.inspect_err(|_| unlink(name))?;
+        let fd = create_file(name, len).map_err(|e| Error::Other(format!("shared memory for collectives: {e}")))?;
+        let a = Self::map(fd.as_fd(), len, n, slot).inspect_err(|_| Segment::unlink(name))?;
         let h = a.header();
         h.n.store(n as u32, Ordering::Relaxed);
         h.slot.store(slot as u32, Ordering::Relaxed);

@@ -15,7 +15,7 @@
 
 use std::ffi::CString;
 use std::num::NonZeroUsize;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -77,21 +77,37 @@ fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
     Error::Bootstrap(format!("shared memory {what} of {name}: {e}"))
 }
 
+/// Creates the shared-memory file `name` (`O_EXCL`, mode 0600) of `len` bytes. On Linux its
+/// memory is reserved at once (`posix_fallocate`, as NCCL does), so a /dev/shm too small for
+/// it (a container's is 64 MiB by default) is a clear error here instead of a SIGBUS at the
+/// first touch of a missing page, later, anywhere. On error the name is removed again; the
+/// error says what failed and on what.
+pub(crate) fn create_file(name: &str, len: usize) -> Result<OwnedFd, String> {
+    let cname = CString::new(name).map_err(|_| format!("bad shared memory name {name}"))?;
+    let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR;
+    let fd = shm_open(cname.as_c_str(), flags, Mode::S_IRUSR | Mode::S_IWUSR)
+        .map_err(|e| format!("create of {name}: {e}"))?;
+    let sized = nix::unistd::ftruncate(fd.as_fd(), len as libc::off_t).map_err(|e| format!("resize of {name}: {e}"));
+    #[cfg(target_os = "linux")]
+    let sized = sized.and_then(|()| {
+        nix::fcntl::posix_fallocate(fd.as_raw_fd(), 0, len as libc::off_t).map_err(|e| {
+            let more = if e == nix::errno::Errno::ENOSPC { " (/dev/shm is too small or full)" } else { "" };
+            format!("reserving {} KiB for {name}: {e}{more}", len.div_ceil(1024))
+        })
+    });
+    if let Err(e) = sized {
+        let _ = shm_unlink(cname.as_c_str());
+        return Err(e);
+    }
+    Ok(fd)
+}
+
 impl Segment {
     /// Creates and maps segment `name` (e.g. `/mpr-<jobid>-<host>`), mode 0600.
     pub(crate) fn create(name: &str, geo: Geometry) -> Result<Segment, Error> {
-        let cname = CString::new(name).map_err(|_| Error::Bootstrap(format!("bad segment name {name}")))?;
-        let fd =
-            shm_open(cname.as_c_str(), OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR, Mode::S_IRUSR | Mode::S_IWUSR)
-                .map_err(|e| os_err("create", name, e))?;
         let size = geo.total();
-        if let Err(e) = nix::unistd::ftruncate(fd.as_fd(), size as libc::off_t) {
-            let _ = shm_unlink(cname.as_c_str());
-            return Err(os_err("resize", name, e));
-        }
-        let seg = Self::map(fd.as_fd(), size, geo).inspect_err(|_| {
-            let _ = shm_unlink(cname.as_c_str());
-        })?;
+        let fd = create_file(name, size).map_err(|e| Error::Bootstrap(format!("shared memory: {e}")))?;
+        let seg = Self::map(fd.as_fd(), size, geo).inspect_err(|_| Self::unlink(name))?;
         let h = seg.header();
         h.nlocal.store(geo.nlocal as u32, Ordering::Relaxed);
         h.cells.store(geo.cells as u32, Ordering::Relaxed);
