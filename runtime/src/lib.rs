@@ -34,6 +34,7 @@ pub mod info;
 mod init;
 mod progress;
 mod request;
+mod shmfile;
 mod status;
 mod transport;
 

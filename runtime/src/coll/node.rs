@@ -46,7 +46,7 @@ use super::op::Op;
 use super::Input;
 use crate::comm::Comm;
 use crate::error::Error;
-use crate::transport::shm::segment::{create_file, Segment};
+use crate::shmfile;
 
 const PAGE: usize = 4096;
 const LINE: usize = 64;
@@ -208,7 +208,7 @@ impl Plan {
             made
         };
         if made.header().attached.fetch_add(1, Ordering::AcqRel) + 1 == n as u32 {
-            Segment::unlink(&name);
+            shmfile::unlink(&name);
         }
         made.me = self.me;
         Ok(Some(self.arena.get_or_init(|| made)))
@@ -327,8 +327,8 @@ impl Arena {
 
     fn create(name: &str, n: usize, slot: usize) -> Result<Arena, Error> {
         let len = Self::total(n, slot);
-        let fd = create_file(name, len).map_err(|e| Error::Other(format!("shared memory for collectives: {e}")))?;
-        let a = Self::map(fd.as_fd(), len, n, slot).inspect_err(|_| Segment::unlink(name))?;
+        let fd = shmfile::create(name, len).map_err(|e| Error::Other(format!("shared memory for collectives: {e}")))?;
+        let a = Self::map(fd.as_fd(), len, n, slot).inspect_err(|_| shmfile::unlink(name))?;
         let h = a.header();
         h.n.store(n as u32, Ordering::Relaxed);
         h.slot.store(slot as u32, Ordering::Relaxed);

@@ -15,12 +15,12 @@
 
 use std::ffi::CString;
 use std::num::NonZeroUsize;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use nix::fcntl::OFlag;
-use nix::sys::mman::{mmap, munmap, shm_open, shm_unlink, MapFlags, ProtFlags};
+use nix::sys::mman::{mmap, munmap, shm_open, MapFlags, ProtFlags};
 use nix::sys::stat::Mode;
 
 use crate::error::Error;
@@ -77,36 +77,11 @@ fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
     Error::Bootstrap(format!("shared memory {what} of {name}: {e}"))
 }
 
-/// Creates the shared-memory file `name` (`O_EXCL`, mode 0600) of `len` bytes. On Linux its
-/// memory is reserved at once (`posix_fallocate`, as NCCL does), so a /dev/shm too small for
-/// it (a container's is 64 MiB by default) is a clear error here instead of a SIGBUS at the
-/// first touch of a missing page, later, anywhere. On error the name is removed again; the
-/// error says what failed and on what.
-pub(crate) fn create_file(name: &str, len: usize) -> Result<OwnedFd, String> {
-    let cname = CString::new(name).map_err(|_| format!("bad shared memory name {name}"))?;
-    let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR;
-    let fd = shm_open(cname.as_c_str(), flags, Mode::S_IRUSR | Mode::S_IWUSR)
-        .map_err(|e| format!("create of {name}: {e}"))?;
-    let sized = nix::unistd::ftruncate(fd.as_fd(), len as libc::off_t).map_err(|e| format!("resize of {name}: {e}"));
-    #[cfg(target_os = "linux")]
-    let sized = sized.and_then(|()| {
-        nix::fcntl::posix_fallocate(fd.as_raw_fd(), 0, len as libc::off_t).map_err(|e| {
-            let more = if e == nix::errno::Errno::ENOSPC { " (/dev/shm is too small or full)" } else { "" };
-            format!("reserving {} KiB for {name}: {e}{more}", len.div_ceil(1024))
-        })
-    });
-    if let Err(e) = sized {
-        let _ = shm_unlink(cname.as_c_str());
-        return Err(e);
-    }
-    Ok(fd)
-}
-
 impl Segment {
     /// Creates and maps segment `name` (e.g. `/mpr-<jobid>-<host>`), mode 0600.
     pub(crate) fn create(name: &str, geo: Geometry) -> Result<Segment, Error> {
         let size = geo.total();
-        let fd = create_file(name, size).map_err(|e| Error::Bootstrap(format!("shared memory: {e}")))?;
+        let fd = crate::shmfile::create(name, size).map_err(|e| Error::Bootstrap(format!("shared memory: {e}")))?;
         let seg = Self::map(fd.as_fd(), size, geo).inspect_err(|_| Self::unlink(name))?;
         let h = seg.header();
         h.nlocal.store(geo.nlocal as u32, Ordering::Relaxed);
@@ -218,9 +193,7 @@ impl Segment {
 
     /// Removes the segment's name (the mapping stays valid).
     pub(crate) fn unlink(name: &str) {
-        if let Ok(c) = CString::new(name) {
-            let _ = shm_unlink(c.as_c_str());
-        }
+        crate::shmfile::unlink(name);
     }
 }
 
