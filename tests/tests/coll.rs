@@ -51,6 +51,18 @@ fn allgather_algorithms_forced() {
 }
 
 #[test]
+fn alltoall_algorithms_forced() {
+    // Scattered runs by default when ranks outnumber cores, pairwise with a core per rank:
+    // each is forced on the other's ground too (all-to-all and alltoallv).
+    for algo in ["pairwise", "scattered"] {
+        for np in [3, 4, 7] {
+            run(np, &[("MPR_ALLTOALL_ALGO", algo), ("COLL_MAX", "70000")]);
+        }
+        run(4, &[("MPR_ALLTOALL_ALGO", algo), ("MPR_WAIT_SPIN", "50"), ("COLL_MAX", "70000")]);
+    }
+}
+
+#[test]
 fn over_tcp() {
     for np in [2, 3, 5] {
         run(np, &[("MPR_TRANSPORTS", "tcp"), ("COLL_MAX", "70000")]);

@@ -45,10 +45,12 @@ pub(crate) struct Settings {
     /// by default what a member's LL lines carry (above, the copies through a slot cost more
     /// than point-to-point messages).
     shm_gather_max: usize,
-    /// `MPR_BCAST_ALGO`, `MPR_ALLREDUCE_ALGO`, `MPR_ALLGATHER_ALGO`: a forced algorithm.
+    /// `MPR_BCAST_ALGO`, `MPR_ALLREDUCE_ALGO`, `MPR_ALLGATHER_ALGO`, `MPR_ALLTOALL_ALGO`: a
+    /// forced algorithm.
     bcast_algo: Option<String>,
     allreduce_algo: Option<String>,
     allgather_algo: Option<String>,
+    alltoall_algo: Option<String>,
 }
 
 /// When ranks outnumber cores, the largest all-to-all send buffer that goes through the
@@ -70,6 +72,7 @@ pub(crate) fn settings() -> &'static Settings {
             bcast_algo: algo("MPR_BCAST_ALGO"),
             allreduce_algo: algo("MPR_ALLREDUCE_ALGO"),
             allgather_algo: algo("MPR_ALLGATHER_ALGO"),
+            alltoall_algo: algo("MPR_ALLTOALL_ALGO"),
         }
     })
 }
@@ -291,7 +294,8 @@ impl Comm {
     }
 
     /// Sends block `j` of `send` to rank `j` and receives block `i` of `recv` from rank `i`
-    /// (`MPI_Alltoall`; pairwise exchange).
+    /// (`MPI_Alltoall`; through the host's segment when small, else pairwise or scattered,
+    /// see [`Comm::exchange_blocks`]).
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
         let p = self.size();
         check_len("alltoall", send.len(), recv.len())?;
@@ -300,12 +304,12 @@ impl Comm {
         }
         let n = send.len() / p;
         let tag = self.coll_tag();
-        if let Some(plan) = self.node_plan() {
+        if let Some(plan) = self.node_plan().filter(|_| settings().alltoall_algo.is_none()) {
             if self.through_segment(plan, size_of_val(send), CROWDED_ALLTOALL_MAX, tag)? {
                 return node::alltoall(self, tag, plan, bytes(send), bytes_mut(recv), n * size_of::<T>());
             }
         }
         let block = |r: usize| r * n..(r + 1) * n;
-        self.pairwise(tag, send, block, recv, block)
+        self.exchange_blocks(tag, send, block, recv, block)
     }
 }

@@ -129,7 +129,7 @@ impl Comm {
         Ok(())
     }
 
-    /// Personalized all-to-all with blocks of varying size (`MPI_Alltoallv`; pairwise).
+    /// Personalized all-to-all with blocks of varying size (`MPI_Alltoallv`; see [`Comm::exchange_blocks`]).
     #[allow(clippy::too_many_arguments)]
     pub fn alltoallv<T: Pod>(
         &self,
@@ -145,7 +145,13 @@ impl Comm {
         disjoint_layout("alltoallv (receive)", rcounts, rdispls, p, recv.len())?;
         super::check_len("alltoallv (own block)", rcounts[me], scounts[me])?;
         let tag = self.coll_tag();
-        self.pairwise(tag, send, |r| sdispls[r]..sdispls[r] + scounts[r], recv, |r| rdispls[r]..rdispls[r] + rcounts[r])
+        self.exchange_blocks(
+            tag,
+            send,
+            |r| sdispls[r]..sdispls[r] + scounts[r],
+            recv,
+            |r| rdispls[r]..rdispls[r] + rcounts[r],
+        )
     }
 
     /// All-to-all exchange: block `sblock(r)` of `send` goes to rank `r`, and block
@@ -155,8 +161,8 @@ impl Comm {
     /// Pairwise (in step s, to rank me + s and from rank me - s), except when ranks outnumber
     /// the cores of a host: then every transfer is posted at once (scattered), so a running
     /// rank moves whatever its peers have posted instead of waiting, step by step, for the
-    /// one peer of the step to get a time slice.
-    pub(super) fn pairwise<T: Pod>(
+    /// one peer of the step to get a time slice. `MPR_ALLTOALL_ALGO` forces either.
+    pub(super) fn exchange_blocks<T: Pod>(
         &self,
         tag: i32,
         send: &[T],
@@ -169,7 +175,12 @@ impl Comm {
         if p == 1 {
             recv[rblock(me)].copy_from_slice(own);
         }
-        if p > 2 && self.crowded(tag)? {
+        let scattered = match super::settings().alltoall_algo.as_deref() {
+            Some("pairwise") => false,
+            Some("scattered") => true,
+            _ => p > 2 && self.crowded(tag)?,
+        };
+        if scattered {
             let sends: Vec<(&[u8], usize)> =
                 (1..p).map(|s| (me + s) % p).map(|r| (bytes(&send[sblock(r)]), r)).collect();
             let mut blocks = split_blocks(recv, (0..p).map(&rblock));
