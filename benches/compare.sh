@@ -5,7 +5,7 @@
 #   WHAT: latency bw allreduce bcast allgather alltoall barrier startup
 #         (default: latency bw startup)
 #
-# For each WHAT it runs, REPEATS times and interleaved,
+# For each WHAT it runs, REPEATS times and interleaved (the order rotating every repeat),
 #   mpr:     target/release/mprun -np NP target/release/mpr-bench WHAT
 #   MPICH:   mpiexec.mpich -n NP benches/c/build/osu_mini.mpich WHAT
 #   Open MPI mpirun.openmpi --allow-run-as-root --oversubscribe -np NP benches/c/build/osu_mini.openmpi WHAT
@@ -151,11 +151,19 @@ run() {
     fi
 }
 
+# The implementations in the order run `rep` takes them: rotated by one every repeat, so
+# none always runs first or right after another one (on a noisy machine a position in the
+# round can carry a bias of its own).
+rotated() {
+    local rep=$1 n=${#IMPLS[@]} i
+    for ((i = 0; i < n; i++)); do printf '%s\n' "${IMPLS[$(((rep - 1 + i) % n))]}"; done
+}
+
 run_bench() {
     local what=$1 rep impl
     rm -f "$RAW/$what".*
     for ((rep = 1; rep <= REPEATS; rep++)); do
-        for impl in "${IMPLS[@]}"; do
+        for impl in $(rotated "$rep"); do
             [[ ${OK[$impl]} == 1 ]] || continue
             launcher "$impl"
             program "$impl"
