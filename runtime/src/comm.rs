@@ -148,35 +148,12 @@ impl Comm {
         recv: Option<(&mut [u8], usize)>,
         work: &mut dyn FnMut(),
     ) -> Result<usize, Error> {
-        let ctx = self.inner.ctx + 1;
-        let me = self.inner.rank as u32;
         let mut rt = self.inner.rt.borrow_mut();
         // The send goes first: a receive that matches a rendezvous message at once then
         // knows it is half of an exchange (see `Engine::start_rndv`). Nothing is polled in
         // between, so an eager message from the peer still finds the receive posted.
-        let s = match send {
-            Some((buf, dest)) if rt.send_now(ctx, me, tag, self.inner.group[dest], buf).unwrap_or(false) => None,
-            Some((buf, dest)) => {
-                let world = self.inner.group[dest];
-                // SAFETY: `buf` stays borrowed until this function has waited for the request.
-                let b = unsafe { RawBuf::new(buf) };
-                let id = rt.engine.isend(ctx, me, tag, world, b);
-                // A transport error here shows up again in the waits below, which retire
-                // both requests before their buffers are released.
-                let _ = rt.flush();
-                Some(id)
-            }
-            None => None,
-        };
-        let r = match recv {
-            Some((buf, src)) => {
-                let world = self.inner.group[src];
-                // SAFETY: `buf` stays borrowed until this function has waited for the request.
-                let b = unsafe { RawBufMut::new(buf) };
-                Some(rt.engine.irecv(ctx, Some(src as u32), Some(tag), Some(world), b))
-            }
-            None => None,
-        };
+        let s = send.and_then(|(buf, dest)| self.post_coll_send(&mut rt, tag, buf, dest));
+        let r = recv.map(|(buf, src)| self.post_coll_recv(&mut rt, tag, buf, src));
         work();
         let got = r.map(|id| rt.wait(id));
         let sent = s.map(|id| rt.wait(id));
@@ -193,53 +170,50 @@ impl Comm {
     /// every receive of `recvs` (peers by rank), runs `work`, and waits for all of them, so
     /// each transfer moves as soon as both of its ends are in, none waiting for another to
     /// finish first (the scattered exchange of MPICH's all-to-all). Every request is waited
-    /// for even if one fails; the first error is returned. Returns the bytes of each receive.
+    /// for even if one fails; the first error is returned.
     pub(crate) fn coll_xchg_all(
         &self,
         tag: i32,
         sends: &[(&[u8], usize)],
         recvs: &mut [(&mut [u8], usize)],
         work: &mut dyn FnMut(),
-    ) -> Result<Vec<usize>, Error> {
-        let ctx = self.inner.ctx + 1;
-        let me = self.inner.rank as u32;
+    ) -> Result<(), Error> {
         let mut rt = self.inner.rt.borrow_mut();
-        let mut sent = Vec::with_capacity(sends.len());
-        for &(buf, dest) in sends {
-            let world = self.inner.group[dest];
-            if !rt.send_now(ctx, me, tag, world, buf).unwrap_or(false) {
-                // SAFETY: `buf` stays borrowed until this function has waited for the request.
-                sent.push(rt.engine.isend(ctx, me, tag, world, unsafe { RawBuf::new(buf) }));
-            }
-        }
-        // A transport error here shows up again in the waits below.
-        let _ = rt.flush();
-        let got: Vec<_> = recvs
-            .iter_mut()
-            .map(|(buf, src)| {
-                let world = self.inner.group[*src];
-                // SAFETY: `buf` stays borrowed until this function has waited for the request.
-                let b = unsafe { RawBufMut::new(buf) };
-                rt.engine.irecv(ctx, Some(*src as u32), Some(tag), Some(world), b)
-            })
-            .collect();
+        let mut ids: Vec<ReqId> =
+            sends.iter().filter_map(|&(buf, dest)| self.post_coll_send(&mut rt, tag, buf, dest)).collect();
+        ids.extend(recvs.iter_mut().map(|(buf, src)| self.post_coll_recv(&mut rt, tag, buf, *src)));
         work();
         let mut first_err = None;
-        let mut bytes = Vec::with_capacity(got.len());
-        for id in got {
-            match rt.wait(id) {
-                Ok(s) => bytes.push(s.bytes),
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        for id in sent {
+        for id in ids {
             if let Err(e) = rt.wait(id) {
                 first_err.get_or_insert(e);
             }
         }
-        first_err.map_or(Ok(bytes), Err)
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Starts sending `buf` to rank `dest` on the collective context with `tag`: handed to
+    /// the transport at once when it goes eagerly (no request), else a request, which the
+    /// caller must wait for before `buf` is released.
+    fn post_coll_send(&self, rt: &mut Runtime, tag: i32, buf: &[u8], dest: usize) -> Option<ReqId> {
+        let (ctx, me, world) = (self.inner.ctx + 1, self.inner.rank as u32, self.inner.group[dest]);
+        if rt.send_now(ctx, me, tag, world, buf).unwrap_or(false) {
+            return None;
+        }
+        // SAFETY: the caller keeps `buf` borrowed until it has waited for the request.
+        let id = rt.engine.isend(ctx, me, tag, world, unsafe { RawBuf::new(buf) });
+        // A transport error here shows up again in the caller's wait, which retires the
+        // request before its buffer is released.
+        let _ = rt.flush();
+        Some(id)
+    }
+
+    /// Posts a receive into `buf` from rank `src` on the collective context with `tag`; the
+    /// caller must wait for it before `buf` is released.
+    fn post_coll_recv(&self, rt: &mut Runtime, tag: i32, buf: &mut [u8], src: usize) -> ReqId {
+        // SAFETY: the caller keeps `buf` borrowed until it has waited for the request.
+        let b = unsafe { RawBufMut::new(buf) };
+        rt.engine.irecv(self.inner.ctx + 1, Some(src as u32), Some(tag), Some(self.inner.group[src]), b)
     }
 
     /// This process's rank in the communicator (`MPI_Comm_rank`).

@@ -536,28 +536,12 @@ impl Arena {
         Ok(())
     }
 
-    /// Allgather through the slots: a block that fits half a slot in one operation, through
-    /// the next part of each member's slot; a larger one a slot's worth per operation.
+    /// Allgather through the slots: each member's part holds a piece of its own block.
     fn allgather_slots(&self, c: &Comm, own: &[u8], buf: &mut [u8]) -> Result<(), Error> {
-        let blk = own.len();
-        let piece = if blk <= self.slot / 2 { blk } else { self.slot };
-        for at in (0..blk).step_by(piece) {
-            let len = piece.min(blk - at);
-            let k = self.begin();
-            let mine = &own[at..at + len];
-            // SAFETY: `put_part` hands us `len` bytes of the slot.
-            let part = self.put_part(c, k, len, |p| unsafe { std::ptr::copy_nonoverlapping(mine.as_ptr(), p, len) })?;
-            for (i, b) in buf.chunks_exact_mut(blk).enumerate() {
-                let b = &mut b[at..at + len];
-                if i == self.me {
-                    b.copy_from_slice(mine);
-                } else {
-                    b.copy_from_slice(self.part_of(c, i, k, part, 0..len)?);
-                }
-            }
-            self.publish(DONE, k);
-        }
-        Ok(())
+        self.swap_parts(c, 1, 0, own, buf, |r, p| {
+            // SAFETY: `swap_parts` hands us room for one piece of `r.len()` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(own[r.clone()].as_ptr(), p, r.len()) }
+        })
     }
 
     /// All-to-all of `send` (one block of `blk` bytes per member): block `j` of member `i`
@@ -570,28 +554,48 @@ impl Arena {
         self.swap_small(c, send, at, &send[at..at + blk], recv)
     }
 
-    /// All-to-all through the slots: each operation moves the same piece of every block.
-    /// Blocks that fit half a slot for all members go whole, through the next part of each
-    /// member's slot; larger ones as much of each as a slot holds for all.
+    /// All-to-all through the slots: each member's part holds the same piece of each of its
+    /// blocks, in member order; a member reads the piece meant for it.
     fn alltoall_slots(&self, c: &Comm, send: &[u8], recv: &mut [u8], blk: usize) -> Result<(), Error> {
-        let piece = if self.n * blk <= self.slot / 2 { blk } else { (self.slot / self.n).max(1) };
-        for at in (0..blk).step_by(piece) {
+        let own = &send[self.me * blk..(self.me + 1) * blk];
+        self.swap_parts(c, self.n, self.me, own, recv, |r, p| {
+            // This member's own piece is never read from the slot.
+            for j in (0..self.n).filter(|&j| j != self.me) {
+                let piece = &send[j * blk + r.start..j * blk + r.end];
+                // SAFETY: `swap_parts` hands us room for n pieces of `r.len()` bytes; piece j
+                // lies at j * len.
+                unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), p.add(j * r.len()), r.len()) };
+            }
+        })
+    }
+
+    /// Allgather and all-to-all through the slots. Each operation moves bytes `r` of every
+    /// block (blocks of `own.len()` bytes): this member's `fill(r, part)` writes `per`
+    /// pieces of `r.len()` bytes to the next part of its slot, and block `i` of `out` gets
+    /// piece `pick` of member `i`'s part; this member's own block is `own`. Blocks whose
+    /// pieces fit half a slot go whole, so operations take turns around the slot; larger ones
+    /// go a slot's worth at a time.
+    fn swap_parts(
+        &self,
+        c: &Comm,
+        per: usize,
+        pick: usize,
+        own: &[u8],
+        out: &mut [u8],
+        fill: impl Fn(std::ops::Range<usize>, *mut u8),
+    ) -> Result<(), Error> {
+        let blk = own.len();
+        let piece = if per * blk <= self.slot / 2 { blk } else { (self.slot / per).max(1) };
+        for at in (0..blk).step_by(piece.max(1)) {
             let len = piece.min(blk - at);
             let k = self.begin();
-            let part = self.put_part(c, k, self.n * len, |p| {
-                // This member's own piece is never read from the slot.
-                for j in (0..self.n).filter(|&j| j != self.me) {
-                    // SAFETY: `put_part` hands us n * len bytes; piece j lies at j * len.
-                    unsafe { std::ptr::copy_nonoverlapping(send[j * blk + at..][..len].as_ptr(), p.add(j * len), len) };
-                }
-            })?;
-            let mine = self.me * len..(self.me + 1) * len;
-            for (i, b) in recv.chunks_exact_mut(blk).enumerate() {
+            let part = self.put_part(c, k, per * len, |p| fill(at..at + len, p))?;
+            for (i, b) in out.chunks_exact_mut(blk).enumerate() {
                 let b = &mut b[at..at + len];
                 if i == self.me {
-                    b.copy_from_slice(&send[self.me * blk + at..][..len]);
+                    b.copy_from_slice(&own[at..at + len]);
                 } else {
-                    b.copy_from_slice(self.part_of(c, i, k, part, mine.clone())?);
+                    b.copy_from_slice(self.part_of(c, i, k, part, pick * len..(pick + 1) * len)?);
                 }
             }
             self.publish(DONE, k);

@@ -174,6 +174,7 @@ impl Comm {
         let own = &send[sblock(me)];
         if p == 1 {
             recv[rblock(me)].copy_from_slice(own);
+            return Ok(());
         }
         let scattered = match super::settings().alltoall_algo.as_deref() {
             Some("pairwise") => false,
@@ -187,8 +188,7 @@ impl Comm {
             let mine = std::mem::take(&mut blocks[me]);
             let mut recvs: Vec<(&mut [u8], usize)> =
                 (1..p).map(|s| (me + p - s) % p).map(|r| (bytes_mut(std::mem::take(&mut blocks[r])), r)).collect();
-            self.coll_xchg_all(tag, &sends, &mut recvs, &mut || mine.copy_from_slice(own))?;
-            return Ok(());
+            return self.coll_xchg_all(tag, &sends, &mut recvs, &mut || mine.copy_from_slice(own));
         }
         for step in 1..p {
             let to = (me + step) % p;
