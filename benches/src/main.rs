@@ -72,8 +72,8 @@ fn latency(w: &Comm, o: &Opts) -> mpr::Result<()> {
         println!("# mpr-bench Latency Test");
         println!("# Size          Latency (us)");
     }
-    let mut sbuf = vec![b'a'; o.max];
-    let mut rbuf = vec![b'b'; o.max];
+    let (mut s_store, mut r_store) = (Paged::new(o.max, b'a'), Paged::new(o.max, b'b'));
+    let (sbuf, rbuf) = (s_store.get(), r_store.get());
     for size in sizes(o.min, o.max, true) {
         let (iters, skip) = iters_for(size, o);
         let mut t0 = 0.0;
@@ -113,8 +113,8 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
     // OSU's layout: every message of a window uses the same send buffer, and every receive
     // the same receive buffer (`--slots` gives each message its own slot instead).
     let span = if o.slots { max * win } else { max };
-    let sbuf = vec![b'a'; span];
-    let mut rbuf = vec![b'b'; span];
+    let (s_store, mut r_store) = (Paged::new(span, b'a'), Paged::new(span, b'b'));
+    let (sbuf, rbuf) = (s_store.slice(), r_store.get());
     for size in sizes(o.min.max(1), max, false) {
         let (iters, skip) = iters_for(size, &Opts { iters: o.iters / 50, ..*o });
         let mut t0 = 0.0;
@@ -156,6 +156,32 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
     Ok(())
 }
 
+/// `n` values starting on a page boundary, as OSU allocates its buffers (posix_memalign), so
+/// the copies compare like for like; every page is written before anything is timed.
+struct Paged<T> {
+    store: Vec<T>,
+    at: usize,
+    n: usize,
+}
+
+impl<T: Copy> Paged<T> {
+    fn new(n: usize, v: T) -> Paged<T> {
+        const PAGE: usize = 4096;
+        let size = size_of::<T>().max(1);
+        let store = vec![v; n + PAGE / size];
+        let addr = store.as_ptr() as usize;
+        Paged { at: (addr.next_multiple_of(PAGE) - addr) / size, store, n }
+    }
+
+    fn get(&mut self) -> &mut [T] {
+        &mut self.store[self.at..self.at + self.n]
+    }
+
+    fn slice(&self) -> &[T] {
+        &self.store[self.at..self.at + self.n]
+    }
+}
+
 /// Collective latency (us per call, averaged over ranks), OSU style: sizes 4 B to `max`
 /// (for allreduce: bytes of f32 summed; for allgather/alltoall: bytes per rank).
 fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
@@ -175,19 +201,20 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
     for size in list {
         let n = (size / 4).max(1);
         let (iters, skip) = if size > 64 << 10 { ((o.iters / 100).max(20), 5) } else { ((o.iters / 10).max(100), 20) };
-        let mut a = vec![1.0f32; n];
-        let mut b = vec![0.0f32; n * if matches!(what, "allgather" | "alltoall") { p } else { 1 }];
-        let big = if what == "alltoall" { vec![1.0f32; n * p] } else { Vec::new() };
+        let mut a_store = Paged::new(n, 1.0);
+        let mut b_store = Paged::new(n * if matches!(what, "allgather" | "alltoall") { p } else { 1 }, 0.0);
+        let big_store = Paged::new(if what == "alltoall" { n * p } else { 0 }, 1.0);
+        let (a, b, big) = (a_store.get(), b_store.get(), big_store.slice());
         let mut total = 0.0;
         let mut samples: Vec<f64> = Vec::with_capacity(iters);
         for i in 0..iters + skip {
             w.barrier()?;
             let t0 = mpr::wtime();
             match what {
-                "allreduce" => w.allreduce(&a, &mut b, mpr::Sum)?,
-                "bcast" => w.bcast(&mut a, 0)?,
-                "allgather" => w.allgather(&a, &mut b)?,
-                "alltoall" => w.alltoall(&big, &mut b)?,
+                "allreduce" => w.allreduce(a, b, mpr::Sum)?,
+                "bcast" => w.bcast(a, 0)?,
+                "allgather" => w.allgather(a, b)?,
+                "alltoall" => w.alltoall(big, b)?,
                 _ => w.barrier()?,
             }
             if i >= skip {
