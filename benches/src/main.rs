@@ -201,9 +201,9 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
     for size in list {
         let n = (size / 4).max(1);
         let (iters, skip) = if size > 64 << 10 { ((o.iters / 100).max(20), 5) } else { ((o.iters / 10).max(100), 20) };
-        let mut a_store = Paged::new(n, 1.0);
-        let mut b_store = Paged::new(n * if matches!(what, "allgather" | "alltoall") { p } else { 1 }, 0.0);
-        let big_store = Paged::new(if what == "alltoall" { n * p } else { 0 }, 1.0);
+        let mut a_store = Paged::new(n, 1.0f32);
+        let mut b_store = Paged::new(n * if matches!(what, "allgather" | "alltoall") { p } else { 1 }, 0.0f32);
+        let big_store = Paged::new(if what == "alltoall" { n * p } else { 0 }, 1.0f32);
         let (a, b, big) = (a_store.get(), b_store.get(), big_store.slice());
         let mut total = 0.0;
         let mut samples: Vec<f64> = Vec::with_capacity(iters);
