@@ -10,7 +10,10 @@
 #   MPICH:   mpiexec.mpich -n NP benches/c/build/osu_mini.mpich WHAT
 #   Open MPI mpirun.openmpi --allow-run-as-root --oversubscribe -np NP benches/c/build/osu_mini.openmpi WHAT
 # takes the median per size and implementation, and prints one table
-#   size  mpr  mpich  openmpi  mpr/mpich  mpr/openmpi
+#   size  mpr  mpich  openmpi  mpr/mpich  mpr/openmpi  wins/mpich  wins/openmpi
+# (wins/X: in how many repeats mpr was at least as fast as X, comparing the runs of one
+# round, which ran back to back: on a machine whose speed drifts, a surer sign than the
+# ratio of medians when the two are close).
 # `startup` times `-np NP /bin/true` under each launcher (median of STARTUP_RUNS, ms).
 # An implementation that is missing or whose runs all fail shows `n/a`.
 #
@@ -234,13 +237,16 @@ def parse(path):
                 continue
     return rows
 
-med, nok = {}, {}
+med, nok, rounds = {}, {}, {}
 for impl in impls:
-    full = [r for r in (parse(p) for p in glob.glob(os.path.join(raw, f"{what}.{impl}.*.out"))) if r]
-    part = [r for r in (parse(p) for p in glob.glob(os.path.join(raw, f"{what}.{impl}.*.out.part"))) if r]
+    full = [(p, parse(p)) for p in glob.glob(os.path.join(raw, f"{what}.{impl}.*.out"))]
+    part = [(p, parse(p)) for p in glob.glob(os.path.join(raw, f"{what}.{impl}.*.out.part"))]
+    full, part = [x for x in full if x[1]], [x for x in part if x[1]]
     nok[impl] = f"{len(full)}/{runs}" + (f" (+{len(part)} partial)" if part else "")
     samples = {}
-    for r in full + part:
+    for path, r in full + part:
+        # the repeat number: WHAT.IMPL.REP.out[.part]
+        rounds.setdefault(impl, {})[os.path.basename(path).split(".")[2]] = r
         for size, v in r.items():
             samples.setdefault(size, []).append(v)
     med[impl] = {s: statistics.median(v) for s, v in samples.items()}
@@ -251,10 +257,23 @@ print(f"== {what}: {title} ({unit}), median of {runs} runs, NP={np}")
 print("   runs ok: " + ", ".join(f"{i} {nok[i]}" for i in impls))
 others = [i for i in impls if i != "mpr"]
 hdr = f"{label:<10}" + "".join(f"{i:>13}" for i in impls) + "".join(f"{'mpr/' + o:>13}" for o in others)
+if what != "startup":
+    hdr += "".join(f"{'wins/' + o:>13}" for o in others)
 print(hdr)
 
 def fmt(v):
     return "n/a" if v is None else f"{v:.2f}"
+
+def wins(o, s):
+    # Rounds in which mpr did at least as well as `o`, of the rounds both ran this size:
+    # the three run back to back in a round, so this holds up against a machine whose
+    # speed drifts between rounds better than the medians do.
+    both = [(r[s], rounds[o][k][s]) for k, r in rounds.get("mpr", {}).items()
+            if s in r and k in rounds.get(o, {}) and s in rounds[o][k]]
+    if not both:
+        return "n/a"
+    good = sum(1 for m, v in both if (m >= v if higher else m <= v))
+    return f"{good}/{len(both)}"
 
 for s in sizes:
     vals = [med[i].get(s) for i in impls]
@@ -263,13 +282,18 @@ for s in sizes:
     for o in others:
         ov = med[o].get(s)
         ratios.append(None if m is None or ov is None or ov == 0 else m / ov)
-    print(f"{s:<10}" + "".join(f"{fmt(v):>13}" for v in vals) + "".join(f"{fmt(r):>13}" for r in ratios))
+    line = f"{s:<10}" + "".join(f"{fmt(v):>13}" for v in vals) + "".join(f"{fmt(r):>13}" for r in ratios)
+    if what != "startup":
+        line += "".join(f"{wins(o, s):>13}" for o in others)
+    print(line)
 if not sizes:
     print("(no results)")
 if higher:
     print(f"-> higher {unit} is better: mpr/X > 1 means mpr is faster than X")
 else:
     print(f"-> lower {unit} is better: mpr/X < 1 means mpr is faster than X")
+if what != "startup":
+    print("   wins/X: rounds in which mpr was at least as fast as X (same round, back to back)")
 print()
 PY
 }
