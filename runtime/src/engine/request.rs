@@ -105,6 +105,11 @@ impl Requests {
         self.slots.iter().any(|(_, s)| matches!(s.state, State::SendRndv { peer: p, .. } if p == peer))
     }
 
+    /// Whether a rendezvous receive from `peer` is in flight (a scan of the live requests).
+    pub(crate) fn receiving_from(&self, peer: usize) -> bool {
+        self.slots.iter().any(|(_, s)| matches!(s.state, State::RecvRndv { peer: p, .. } if p == peer))
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.slots.len()

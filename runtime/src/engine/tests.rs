@@ -17,6 +17,8 @@ struct Net {
     /// Keys handed out for exposed buffers and not yet concealed, per engine: key -> address.
     keys: Vec<std::collections::HashMap<u64, u64>>,
     next_key: u64,
+    /// Largest `Data` payload each engine has sent.
+    largest_data: Vec<usize>,
 }
 
 impl Net {
@@ -36,6 +38,7 @@ impl Net {
             cap,
             keys: (0..n).map(|_| Default::default()).collect(),
             next_key: 1,
+            largest_data: vec![0; n],
         }
     }
 
@@ -65,6 +68,9 @@ impl Net {
                 if pipe.len() < self.cap && !keep.iter().any(|k: &Transmit| k.peer == t.peer) {
                     let mut f = t.hdr.as_slice().to_vec();
                     f.extend_from_slice(t.payload.bytes());
+                    if let Ok((Frame::Data { .. }, payload)) = Frame::decode(&f) {
+                        self.largest_data[me] = self.largest_data[me].max(payload.len());
+                    }
                     pipe.push_back(f);
                     if let Some(id) = t.on_sent {
                         e.on_sent(id);
@@ -144,6 +150,32 @@ fn eager_and_rendezvous_posted_and_unexpected() {
         net.engines[0].take(s).unwrap().unwrap();
     }
     assert_eq!(net.engines[0].live_requests() + net.engines[1].live_requests(), 0);
+}
+
+#[test]
+fn an_exchange_streams_in_smaller_frames() {
+    let (frame, len) = (1 << 20, 3 * EXCHANGE_CHUNK + 100);
+    // Alone, a stream takes frames as large as the peer allows.
+    let mut net = Net::new(2, 64, frame, 8);
+    let m = data(1, len);
+    let mut buf = vec![0u8; len];
+    let r = net.engines[1].irecv(0, None, None, None, rbm(&mut buf));
+    let s = net.engines[0].isend(0, 0, 0, 1, rb(&m));
+    net.run_until(|n| n.engines[1].is_done(r) && n.engines[0].is_done(s));
+    assert_eq!(buf, m);
+    assert_eq!(net.largest_data[0], len.min(frame));
+    // Both ways at once, each side streams in `EXCHANGE_CHUNK` frames, and all bytes arrive.
+    let mut net = Net::new(2, 64, frame, 8);
+    let msgs = [data(2, len), data(3, len)];
+    let mut bufs = [vec![0u8; len], vec![0u8; len]];
+    let [b0, b1] = &mut bufs;
+    let r0 = net.engines[0].irecv(0, None, None, None, rbm(b0));
+    let r1 = net.engines[1].irecv(0, None, None, None, rbm(b1));
+    let s0 = net.engines[0].isend(0, 0, 0, 1, rb(&msgs[0]));
+    let s1 = net.engines[1].isend(0, 1, 0, 0, rb(&msgs[1]));
+    net.run_until(|n| [(0, r0), (1, r1), (0, s0), (1, s1)].iter().all(|&(e, id)| n.engines[e].is_done(id)));
+    assert_eq!(bufs, [msgs[1].clone(), msgs[0].clone()]);
+    assert_eq!(net.largest_data, [EXCHANGE_CHUNK, EXCHANGE_CHUNK]);
 }
 
 #[test]

@@ -11,6 +11,7 @@ use std::io::{ErrorKind, IoSlice, Read, Write};
 use mio::net::TcpStream;
 
 use crate::buf::RawBufMut;
+use crate::engine::wire::MAX_HEADER;
 use crate::error::Error;
 use crate::transport::Sink;
 
@@ -24,6 +25,12 @@ const PLACE_MIN: usize = 32 << 10;
 
 /// Most bytes one read takes into the receive buffer.
 const READ_CHUNK: usize = 64 << 10;
+
+/// Most bytes the read after a placed payload takes: a frame's length and the longest header.
+/// A large message streams as one large frame after another, and a full `READ_CHUNK` read
+/// would take the head of the next payload into the receive buffer, to be copied out again
+/// (for 256 KiB frames, a quarter of the bytes); this read takes only the next header.
+const HEAD_READ: usize = 4 + MAX_HEADER;
 
 /// A payload being read straight into its destination.
 #[derive(Debug)]
@@ -58,6 +65,8 @@ pub(crate) struct Conn {
     direct: Option<Direct>,
     /// Bytes of a payload to skip (its receive was cancelled while it arrived).
     discard: usize,
+    /// A placed payload just ended: the next read takes one header only (`HEAD_READ`).
+    after_placed: bool,
     /// Rounds spent with output still buffered.
     busy_rounds: u32,
 }
@@ -77,6 +86,7 @@ impl Conn {
             error: None,
             direct: None,
             discard: 0,
+            after_placed: false,
             busy_rounds: 0,
         }
     }
@@ -245,7 +255,8 @@ impl Conn {
             }
             // Read in modest pieces: the payload of a large frame should land in place, not
             // pass through this buffer.
-            let room = (self.rbuf.len() - self.rend).min(READ_CHUNK);
+            let chunk = if std::mem::take(&mut self.after_placed) { HEAD_READ } else { READ_CHUNK };
+            let room = (self.rbuf.len() - self.rend).min(chunk);
             match self.sock.read(&mut self.rbuf[self.rend..self.rend + room]) {
                 Ok(0) => {
                     self.broken("connection closed by the peer");
@@ -298,6 +309,7 @@ impl Conn {
             if d.done == n {
                 let (token, n) = (d.token, n);
                 self.direct = None;
+                self.after_placed = true;
                 sink.placed(peer, token, n)?;
                 return Ok(Some(true));
             }
