@@ -11,7 +11,8 @@
 //! Tunables: `MPR_TCP_EAGER` (largest eager message, default 262144: below that, the
 //! rendezvous round trip costs more than the receiver's copy out of its buffer, as MPICH's
 //! 128 KiB for TCP also reflects), `MPR_TCP_FRAME` (largest
-//! frame, default 1048576), `MPR_TCP_BUF` (socket buffers, default 2 MiB where the system
+//! frame, default 1048576; the engine streams at most 256 KiB per frame while the peer
+//! streams to us too), `MPR_TCP_BUF` (socket buffers, default 2 MiB where the system
 //! allows; 0: the kernel's sizing), `MPR_CONNECT_TIMEOUT` (seconds, default 30).
 
 pub(crate) mod addr;
