@@ -135,18 +135,18 @@ impl Comm {
         send: Option<(&[u8], usize)>,
         recv: Option<(&mut [u8], usize)>,
     ) -> Result<usize, Error> {
-        self.coll_xchg_with(tag, send, recv, &mut || {})
+        self.coll_xchg_with(tag, send, recv, None)
     }
 
-    /// As [`Comm::coll_xchg`], running `work` (a local copy, say) once both transfers are
-    /// posted and before waiting for them: the peer handles our request meanwhile. `work`
-    /// runs with the runtime borrowed, so it must not communicate.
+    /// As [`Comm::coll_xchg`], making the local copy `copy` (source, destination: a rank's own
+    /// block, say) once both transfers are posted and before waiting for them, so the peer
+    /// handles our request meanwhile (see [`local_copy`]).
     pub(crate) fn coll_xchg_with(
         &self,
         tag: i32,
         send: Option<(&[u8], usize)>,
         recv: Option<(&mut [u8], usize)>,
-        work: &mut dyn FnMut(),
+        copy: LocalCopy<'_>,
     ) -> Result<usize, Error> {
         let mut rt = self.inner.rt.borrow_mut();
         // The send goes first: a receive that matches a rendezvous message at once then
@@ -154,20 +154,21 @@ impl Comm {
         // between, so an eager message from the peer still finds the receive posted.
         let s = send.and_then(|(buf, dest)| self.post_coll_send(&mut rt, tag, buf, dest));
         let r = recv.map(|(buf, src)| self.post_coll_recv(&mut rt, tag, buf, src));
-        work();
+        let progress = local_copy(&mut rt, copy);
         let got = r.map(|id| rt.wait(id));
         let sent = s.map(|id| rt.wait(id));
         if let Some(e) = sent.and_then(|r| r.err()) {
             return Err(e);
         }
-        Ok(match got {
+        let got = match got {
             Some(r) => r?.bytes,
             None => 0,
-        })
+        };
+        progress.map(|()| got)
     }
 
     /// As [`Comm::coll_xchg_with`] for many peers at once: posts every send of `sends` and
-    /// every receive of `recvs` (peers by rank), runs `work`, and waits for all of them, so
+    /// every receive of `recvs` (peers by rank), makes `copy`, and waits for all of them, so
     /// each transfer moves as soon as both of its ends are in, none waiting for another to
     /// finish first (the scattered exchange of MPICH's all-to-all). Every request is waited
     /// for even if one fails; the first error is returned.
@@ -176,14 +177,13 @@ impl Comm {
         tag: i32,
         sends: &[(&[u8], usize)],
         recvs: &mut [(&mut [u8], usize)],
-        work: &mut dyn FnMut(),
+        copy: LocalCopy<'_>,
     ) -> Result<(), Error> {
         let mut rt = self.inner.rt.borrow_mut();
         let mut ids: Vec<ReqId> =
             sends.iter().filter_map(|&(buf, dest)| self.post_coll_send(&mut rt, tag, buf, dest)).collect();
         ids.extend(recvs.iter_mut().map(|(buf, src)| self.post_coll_recv(&mut rt, tag, buf, *src)));
-        work();
-        let mut first_err = None;
+        let mut first_err = local_copy(&mut rt, copy).err();
         for id in ids {
             if let Err(e) = rt.wait(id) {
                 first_err.get_or_insert(e);
@@ -408,4 +408,28 @@ impl Comm {
         self.inner.rt.borrow_mut().boot.abort(code, "MPI_Abort");
         std::process::exit(code)
     }
+}
+
+/// A copy a collective makes on its own while its transfers are under way: `(source,
+/// destination)`, of equal length.
+pub(crate) type LocalCopy<'a> = Option<(&'a [u8], &'a mut [u8])>;
+
+/// Local copies larger than this go in pieces of this size, with a round of progress after
+/// each, so a peer's request that arrives meanwhile is answered at once (its bytes then move
+/// while we copy) instead of after the whole copy.
+const COPY_PIECE: usize = 128 << 10;
+
+/// Makes `copy` in pieces, progressing between them. An error from progress ends the
+/// progressing (the copy is still made whole) and is returned, after the copy.
+fn local_copy(rt: &mut Runtime, copy: LocalCopy<'_>) -> Result<(), Error> {
+    let Some((src, dst)) = copy else { return Ok(()) };
+    let mut result = Ok(());
+    let mut pieces = dst.chunks_mut(COPY_PIECE).zip(src.chunks(COPY_PIECE)).peekable();
+    while let Some((d, s)) = pieces.next() {
+        d.copy_from_slice(s);
+        if pieces.peek().is_some() && result.is_ok() {
+            result = rt.progress().map(|_| ());
+        }
+    }
+    result
 }

@@ -7,6 +7,7 @@ use bytemuck::Pod;
 use super::op::Op;
 use super::Input;
 use crate::comm::Comm;
+use crate::comm::LocalCopy;
 use crate::error::Error;
 
 /// Ranks that run an algorithm together: a communicator, or some of its ranks.
@@ -14,14 +15,14 @@ pub(super) trait Team {
     /// This process's index in the team.
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
-    /// Sends to and receives from team members (by index), running `work` while the
-    /// transfers are under way; see [`Comm::coll_xchg_with`].
+    /// Sends to and receives from team members (by index), making the local copy `copy`
+    /// while the transfers are under way; see [`Comm::coll_xchg_with`].
     fn coll_xchg_with(
         &self,
         tag: i32,
         send: Option<(&[u8], usize)>,
         recv: Option<(&mut [u8], usize)>,
-        work: &mut dyn FnMut(),
+        copy: LocalCopy<'_>,
     ) -> Result<usize, Error>;
 
     /// Sends to and receives from team members (by index); see [`Comm::coll_xchg`].
@@ -31,7 +32,7 @@ pub(super) trait Team {
         send: Option<(&[u8], usize)>,
         recv: Option<(&mut [u8], usize)>,
     ) -> Result<usize, Error> {
-        self.coll_xchg_with(tag, send, recv, &mut || {})
+        self.coll_xchg_with(tag, send, recv, None)
     }
 }
 
@@ -47,9 +48,9 @@ impl Team for Comm {
         tag: i32,
         send: Option<(&[u8], usize)>,
         recv: Option<(&mut [u8], usize)>,
-        work: &mut dyn FnMut(),
+        copy: LocalCopy<'_>,
     ) -> Result<usize, Error> {
-        Comm::coll_xchg_with(self, tag, send, recv, work)
+        Comm::coll_xchg_with(self, tag, send, recv, copy)
     }
 }
 
@@ -73,10 +74,10 @@ impl Team for Subset<'_> {
         tag: i32,
         send: Option<(&[u8], usize)>,
         recv: Option<(&mut [u8], usize)>,
-        work: &mut dyn FnMut(),
+        copy: LocalCopy<'_>,
     ) -> Result<usize, Error> {
         let m = self.members;
-        self.comm.coll_xchg_with(tag, send.map(|(b, i)| (b, m[i])), recv.map(|(b, i)| (b, m[i])), work)
+        self.comm.coll_xchg_with(tag, send.map(|(b, i)| (b, m[i])), recv.map(|(b, i)| (b, m[i])), copy)
     }
 }
 
@@ -497,7 +498,7 @@ fn allgather_rd(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(
 fn first_round(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8], to: usize, from: usize) -> Result<(), Error> {
     let (me, blk) = (c.rank(), own.len());
     let (mine, inn) = two_mut(buf, me * blk..(me + 1) * blk, from * blk..(from + 1) * blk);
-    c.coll_xchg_with(tag, Some((own, to)), Some((inn, from)), &mut || mine.copy_from_slice(own))?;
+    c.coll_xchg_with(tag, Some((own, to)), Some((inn, from)), Some((own, mine)))?;
     Ok(())
 }
 
@@ -518,7 +519,7 @@ fn allgather_bruck(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Resul
             let (out, inn) = tmp.split_at_mut(have * blk);
             let inn = &mut inn[..n * blk];
             if have == 1 {
-                c.coll_xchg_with(tag, Some((own, to)), Some((inn, from)), &mut || out.copy_from_slice(own))?;
+                c.coll_xchg_with(tag, Some((own, to)), Some((inn, from)), Some((own, out)))?;
             } else {
                 c.coll_xchg(tag, Some((&out[..n * blk], to)), Some((inn, from)))?;
             }

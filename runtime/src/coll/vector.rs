@@ -119,9 +119,8 @@ impl Comm {
             let (out, inn) = two_mut(recv, block(sb), block(rb));
             if step == 0 {
                 // Our block goes from `send`, and is copied into place meanwhile.
-                self.coll_xchg_with(tag, Some((bytes(send), next)), Some((bytes_mut(inn), prev)), &mut || {
-                    out.copy_from_slice(send)
-                })?;
+                let copy = Some((bytes(send), bytes_mut(out)));
+                self.coll_xchg_with(tag, Some((bytes(send), next)), Some((bytes_mut(inn), prev)), copy)?;
             } else {
                 self.coll_xchg(tag, Some((bytes(out), next)), Some((bytes_mut(inn), prev)))?;
             }
@@ -188,7 +187,7 @@ impl Comm {
             let mine = std::mem::take(&mut blocks[me]);
             let mut recvs: Vec<(&mut [u8], usize)> =
                 (1..p).map(|s| (me + p - s) % p).map(|r| (bytes_mut(std::mem::take(&mut blocks[r])), r)).collect();
-            return self.coll_xchg_all(tag, &sends, &mut recvs, &mut || mine.copy_from_slice(own));
+            return self.coll_xchg_all(tag, &sends, &mut recvs, Some((bytes(own), bytes_mut(mine))));
         }
         for step in 1..p {
             let to = (me + step) % p;
@@ -196,9 +195,12 @@ impl Comm {
             let out = bytes(&send[sblock(to)]);
             let (mine, inn) = two_mut(recv, rblock(me), rblock(from));
             if step == 1 {
-                self.coll_xchg_with(tag, Some((out, to)), Some((bytes_mut(inn), from)), &mut || {
-                    mine.copy_from_slice(own)
-                })?;
+                self.coll_xchg_with(
+                    tag,
+                    Some((out, to)),
+                    Some((bytes_mut(inn), from)),
+                    Some((bytes(own), bytes_mut(mine))),
+                )?;
             } else {
                 self.coll_xchg(tag, Some((out, to)), Some((bytes_mut(inn), from)))?;
             }
