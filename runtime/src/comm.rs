@@ -423,6 +423,7 @@ const COPY_PIECE: usize = 128 << 10;
 /// progressing (the copy is still made whole) and is returned, after the copy.
 fn local_copy(rt: &mut Runtime, copy: LocalCopy<'_>) -> Result<(), Error> {
     let Some((src, dst)) = copy else { return Ok(()) };
+    assert_eq!(src.len(), dst.len(), "a local copy between buffers of different lengths");
     let mut result = Ok(());
     let mut pieces = dst.chunks_mut(COPY_PIECE).zip(src.chunks(COPY_PIECE)).peekable();
     while let Some((d, s)) = pieces.next() {
