@@ -145,6 +145,9 @@ pub(crate) struct Engine {
     /// Wire ids of requests failed while the peer may still refer to them: late frames for
     /// these are dropped instead of being protocol errors.
     failed: std::collections::HashSet<u64>,
+    /// Wire ids of sends that streamed the whole message and completed when its last frame
+    /// went out: the receiver's `Fin` for them is still to come, and is then dropped.
+    streamed: std::collections::HashSet<u64>,
 }
 
 fn proto_err(peer: usize, what: &str) -> Error {
@@ -163,6 +166,7 @@ impl Engine {
             outbox: VecDeque::new(),
             actions: Vec::new(),
             failed: Default::default(),
+            streamed: Default::default(),
         }
     }
 
@@ -376,18 +380,32 @@ impl Engine {
 
     /// Queues bytes `off..off+n` of `buf` as `Data` frames for receive `rreq`: in frames as
     /// large as the peer takes, or, in an exchange (the peer streams to us too), of at most
-    /// `EXCHANGE_CHUNK` bytes.
+    /// `EXCHANGE_CHUNK` bytes. When they are the whole message, the send completes as soon
+    /// as the transport has taken the last one (see [`Engine::on_sent`]): the receiver
+    /// already matched it, so only the receiver's `Fin` is left, and the sender need not
+    /// wait while the receiver reads (a broadcast's root, a window of large sends).
     fn stream(&mut self, peer: usize, buf: RawBuf, sreq: ReqId, rreq: u64, off: usize, n: usize) {
         let mut chunk = self.limits[peer].max_payload.max(1);
         if self.reqs.receiving_from(peer) {
             chunk = chunk.min(EXCHANGE_CHUNK);
         }
-        let end = off + n;
+        let (end, whole) = (off + n, off == 0 && n == buf.len());
         let mut at = off;
         while at < end {
             let k = chunk.min(end - at);
-            self.push_owned(peer, Frame::Data { rreq, off: at as u64 }, buf.slice(at, k), sreq);
+            let mut t = Transmit {
+                peer,
+                hdr: Frame::Data { rreq, off: at as u64 }.encode(),
+                payload: buf.slice(at, k),
+                on_sent: None,
+                owner: Some(sreq),
+                expose: false,
+            };
             at += k;
+            if whole && at == end {
+                t.on_sent = Some(sreq);
+            }
+            self.outbox.push_back(t);
         }
     }
 
@@ -404,10 +422,20 @@ impl Engine {
         }
     }
 
-    /// The transport took the frame that named `id` in `on_sent`.
+    /// The transport took the frame that named `id` in `on_sent`: an eager send's frame, or
+    /// the last frame of a send that streamed its whole message.
     pub(crate) fn on_sent(&mut self, id: ReqId) {
-        if let Some(State::SendEager { .. }) = self.reqs.get(id) {
-            self.reqs.complete(id, Ok(Status { source: self.me, tag: 0, bytes: 0 }));
+        let done = Ok(Status { source: self.me, tag: 0, bytes: 0 });
+        match self.reqs.get(id) {
+            Some(State::SendEager { .. }) => self.reqs.complete(id, done),
+            Some(&State::SendRndv { peer, key, .. }) => {
+                if let Some(key) = key {
+                    self.actions.push(Action::Conceal { peer, key });
+                }
+                self.streamed.insert(id.to_wire());
+                self.reqs.complete(id, done);
+            }
+            _ => {}
         }
     }
 
@@ -496,6 +524,7 @@ impl Engine {
                         }
                         self.reqs.complete(sid, Ok(Status { source: self.me, tag: 0, bytes: 0 }));
                     }
+                    _ if self.streamed.remove(&sreq) => {}
                     _ => return Err(proto_err(peer, "FIN for no pending send")),
                 }
             }

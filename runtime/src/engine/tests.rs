@@ -179,6 +179,27 @@ fn an_exchange_streams_in_smaller_frames() {
 }
 
 #[test]
+fn a_streamed_send_completes_when_its_last_frame_is_out() {
+    // Pipes that take all ten frames at once, and deliver one frame a round.
+    let mut net = Net::new(2, 64, 100, 64);
+    let m = data(4, 1000);
+    let mut buf = vec![0u8; 1000];
+    let r = net.engines[1].irecv(0, None, None, None, rbm(&mut buf));
+    let s = net.engines[0].isend(0, 0, 0, 1, rb(&m));
+    while !net.engines[0].is_done(s) {
+        assert!(net.step(1), "deadlock: nothing moves");
+    }
+    assert!(!net.engines[1].is_done(r), "the sender finished before the receiver had every byte");
+    assert!(!net.engines[0].streamed.is_empty(), "the receiver's Fin is still to come");
+    net.engines[0].take(s).unwrap().unwrap();
+    // The late Fin is dropped, not a protocol error (`step` would panic).
+    net.run_until(|n| n.engines[1].is_done(r) && n.engines[0].streamed.is_empty());
+    assert_eq!(buf, m);
+    net.engines[1].take(r).unwrap().unwrap();
+    assert_eq!(net.engines[0].live_requests() + net.engines[1].live_requests(), 0);
+}
+
+#[test]
 fn truncation_completes_both_sides() {
     let mut net = Net::new(2, 64, 100, 4);
     for len in [50usize, 500] {
