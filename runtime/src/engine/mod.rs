@@ -19,7 +19,9 @@
 //! - A receive matches the oldest message that fits its (context, source, tag) selector;
 //!   a message matches the oldest posted receive whose selector it fits (MPI 4.1, 3.5).
 //! - A send buffer is never touched after its request is `Done`; a receive buffer likewise.
-//!   A rendezvous send is done only on the receiver's `Fin`, sent once every byte is in.
+//!   A rendezvous send is done on the receiver's `Fin`, sent once every byte is in, or, when
+//!   it streamed the whole message, once the transport has taken its last frame (every byte
+//!   has then left the buffer; the `Fin` that follows is dropped).
 
 pub(crate) mod request;
 pub(crate) mod wire;
