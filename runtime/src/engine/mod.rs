@@ -176,9 +176,17 @@ impl Engine {
         self.outbox.push_back(Transmit { peer, hdr: f.encode(), payload, on_sent, owner: on_sent, expose: false });
     }
 
-    fn push_owned(&mut self, peer: usize, f: Frame, payload: RawBuf, owner: ReqId) {
-        let t = Transmit { peer, hdr: f.encode(), payload, on_sent: None, owner: Some(owner), expose: false };
+    /// Queues a frame of send `owner`; `done_when_sent`: the send is done once the transport
+    /// takes it ([`Engine::on_sent`]).
+    fn push_owned(&mut self, peer: usize, f: Frame, payload: RawBuf, owner: ReqId, done_when_sent: bool) {
+        let on_sent = done_when_sent.then_some(owner);
+        let t = Transmit { peer, hdr: f.encode(), payload, on_sent, owner: Some(owner), expose: false };
         self.outbox.push_back(t);
+    }
+
+    /// The result of a send that is done.
+    fn sent(&self) -> Result<Status, Error> {
+        Ok(Status { source: self.me, tag: 0, bytes: 0 })
     }
 
     /// Starts sending `buf` to world rank `peer` as `(ctx, src, tag)`.
@@ -198,7 +206,7 @@ impl Engine {
             let id = self.reqs.insert(State::SendRndv { peer, buf, exposed: direct, key: None });
             let saddr = if direct { buf.addr() } else { 0 };
             let rts = Frame::Rts { env, len: buf.len() as u64, sreq: id.to_wire(), saddr, skey: 0 };
-            self.push_owned(peer, rts, RawBuf::EMPTY, id);
+            self.push_owned(peer, rts, RawBuf::EMPTY, id, false);
             if lim.bulk_read && lim.expose {
                 self.outbox.back_mut().expect("just pushed").expose = true;
             }
@@ -395,19 +403,9 @@ impl Engine {
         let mut at = off;
         while at < end {
             let k = chunk.min(end - at);
-            let mut t = Transmit {
-                peer,
-                hdr: Frame::Data { rreq, off: at as u64 }.encode(),
-                payload: buf.slice(at, k),
-                on_sent: None,
-                owner: Some(sreq),
-                expose: false,
-            };
+            let last = at + k == end;
+            self.push_owned(peer, Frame::Data { rreq, off: at as u64 }, buf.slice(at, k), sreq, whole && last);
             at += k;
-            if whole && at == end {
-                t.on_sent = Some(sreq);
-            }
-            self.outbox.push_back(t);
         }
     }
 
@@ -427,15 +425,14 @@ impl Engine {
     /// The transport took the frame that named `id` in `on_sent`: an eager send's frame, or
     /// the last frame of a send that streamed its whole message.
     pub(crate) fn on_sent(&mut self, id: ReqId) {
-        let done = Ok(Status { source: self.me, tag: 0, bytes: 0 });
         match self.reqs.get(id) {
-            Some(State::SendEager { .. }) => self.reqs.complete(id, done),
+            Some(State::SendEager { .. }) => self.reqs.complete(id, self.sent()),
             Some(&State::SendRndv { peer, key, .. }) => {
                 if let Some(key) = key {
                     self.actions.push(Action::Conceal { peer, key });
                 }
                 self.streamed.insert(id.to_wire());
-                self.reqs.complete(id, done);
+                self.reqs.complete(id, self.sent());
             }
             _ => {}
         }
@@ -524,7 +521,7 @@ impl Engine {
                         if let Some(key) = key {
                             self.actions.push(Action::Conceal { peer, key });
                         }
-                        self.reqs.complete(sid, Ok(Status { source: self.me, tag: 0, bytes: 0 }));
+                        self.reqs.complete(sid, self.sent());
                     }
                     _ if self.streamed.remove(&sreq) => {}
                     _ => return Err(proto_err(peer, "FIN for no pending send")),

@@ -102,12 +102,16 @@ impl Requests {
 
     /// Whether a rendezvous send to `peer` is in flight (a scan of the live requests).
     pub(crate) fn sending_to(&self, peer: usize) -> bool {
-        self.slots.iter().any(|(_, s)| matches!(s.state, State::SendRndv { peer: p, .. } if p == peer))
+        self.any(|s| matches!(*s, State::SendRndv { peer: p, .. } if p == peer))
     }
 
     /// Whether a rendezvous receive from `peer` is in flight (a scan of the live requests).
     pub(crate) fn receiving_from(&self, peer: usize) -> bool {
-        self.slots.iter().any(|(_, s)| matches!(s.state, State::RecvRndv { peer: p, .. } if p == peer))
+        self.any(|s| matches!(*s, State::RecvRndv { peer: p, .. } if p == peer))
+    }
+
+    fn any(&self, f: impl Fn(&State) -> bool) -> bool {
+        self.slots.iter().any(|(_, s)| f(&s.state))
     }
 
     #[cfg(test)]
