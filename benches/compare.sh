@@ -13,7 +13,9 @@
 #   size  mpr  mpich  openmpi  mpr/mpich  mpr/openmpi  wins/mpich  wins/openmpi
 # (wins/X: in how many repeats mpr was at least as fast as X, comparing the runs of one
 # round, which ran back to back: on a machine whose speed drifts, a surer sign than the
-# ratio of medians when the two are close).
+# ratio of medians when the two are close. A trailing `+` or `-` marks a count that a
+# two-sided sign test finds unlikely to be chance, p < 0.05: mpr faster or slower; no
+# mark is a tie within the noise. Below each table, the sizes marked `-` are listed.)
 # `startup` times `-np NP /bin/true` under each launcher (median of STARTUP_RUNS, ms).
 # An implementation that is missing or whose runs all fail shows `n/a`.
 #
@@ -206,7 +208,7 @@ run_startup() {
 # ---------------------------------------------------------------- report
 report() { # WHAT RUNS
     python3 - "$RAW" "$1" "$2" "$NP" "${IMPLS[@]}" <<'PY'
-import glob, os, statistics, sys
+import glob, math, os, statistics, sys
 
 raw, what, runs, np, impls = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
 META = {
@@ -264,17 +266,27 @@ print(hdr)
 def fmt(v):
     return "n/a" if v is None else f"{v:.2f}"
 
+def sign_p(good, n):
+    # Two-sided sign test: the chance of a split at least this uneven if each round were a
+    # coin toss.
+    tail = sum(math.comb(n, k) for k in range(min(good, n - good) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
 def wins(o, s):
     # Rounds in which mpr did at least as well as `o`, of the rounds both ran this size:
     # the three run back to back in a round, so this holds up against a machine whose
-    # speed drifts between rounds better than the medians do.
+    # speed drifts between rounds better than the medians do. Returns (text, mark).
     both = [(r[s], rounds[o][k][s]) for k, r in rounds.get("mpr", {}).items()
             if s in r and k in rounds.get(o, {}) and s in rounds[o][k]]
     if not both:
-        return "n/a"
+        return "n/a", ""
     good = sum(1 for m, v in both if (m >= v if higher else m <= v))
-    return f"{good}/{len(both)}"
+    mark = ""
+    if sign_p(good, len(both)) < 0.05:
+        mark = "+" if 2 * good > len(both) else "-"
+    return f"{good}/{len(both)}{mark:<1}", mark
 
+slower = {o: [] for o in others}
 for s in sizes:
     vals = [med[i].get(s) for i in impls]
     m = med.get("mpr", {}).get(s)
@@ -284,7 +296,11 @@ for s in sizes:
         ratios.append(None if m is None or ov is None or ov == 0 else m / ov)
     line = f"{s:<10}" + "".join(f"{fmt(v):>13}" for v in vals) + "".join(f"{fmt(r):>13}" for r in ratios)
     if what != "startup":
-        line += "".join(f"{wins(o, s):>13}" for o in others)
+        for o in others:
+            text, mark = wins(o, s)
+            line += f"{text:>13}"
+            if mark == "-":
+                slower[o].append(str(s))
     print(line)
 if not sizes:
     print("(no results)")
@@ -293,7 +309,10 @@ if higher:
 else:
     print(f"-> lower {unit} is better: mpr/X < 1 means mpr is faster than X")
 if what != "startup":
-    print("   wins/X: rounds in which mpr was at least as fast as X (same round, back to back)")
+    print("   wins/X: rounds in which mpr was at least as fast as X (same round, back to back);")
+    print("   +/-: mpr faster/slower by a two-sided sign test, p < 0.05; no mark: a tie")
+    for o in others:
+        print(f"   sizes where mpr is slower than {o}: " + (", ".join(slower[o]) or "none"))
 print()
 PY
 }
