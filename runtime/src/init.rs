@@ -89,12 +89,8 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         bulk_write: false,
         split_min: usize::MAX,
     };
-    // Messages from this size up are copied by sender and receiver at once (0: never).
-    let split_min = match crate::env::parsed::<usize>("MPR_SPLIT_COPY_MIN") {
-        Some(0) => usize::MAX,
-        Some(n) => n,
-        None => 64 << 10,
-    };
+    let outnumbered = crate::progress::outnumbered(nlocal);
+    let split_min = split_min(crate::env::parsed("MPR_SPLIT_COPY_MIN"), outnumbered);
     let mut limits = vec![self_limits; boot.size];
 
     // The segment fence is global (PMI has no per-host fence): every rank enters it when any
@@ -218,7 +214,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         }
     }
     let engine = Engine::new(me, limits);
-    let mut rt = Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(nlocal));
+    let mut rt = Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(outnumbered));
     let mut names: Vec<&str> = Vec::new();
     let of = cards
         .iter()
@@ -271,6 +267,19 @@ fn connect_rdma(
     Ok(Box::new(VerbsTransport::connect(opened.dev, boot.size, prepared, &addrs, side)?))
 }
 
+/// The smallest message copied by sender and receiver at once (`MPR_SPLIT_COPY_MIN`, `set`;
+/// 0: never). By default 64 KiB, but never when ranks outnumber cores: the sender's half then
+/// waits until it gets a core, and no core is idle for it to use (4 ranks on 2 cores,
+/// all-to-all of 128 KiB to 1 MiB blocks: 0.83-0.88x of the time with split copies).
+fn split_min(set: Option<usize>, outnumbered: bool) -> usize {
+    match set {
+        Some(0) => usize::MAX,
+        Some(n) => n,
+        None if outnumbered => usize::MAX,
+        None => 64 << 10,
+    }
+}
+
 /// What the engine may do towards a peer served by a transport with `caps`.
 fn peer_limits(caps: &crate::transport::Caps, split_min: usize) -> PeerLimits {
     PeerLimits {
@@ -294,4 +303,18 @@ fn unhex(h: &str) -> Option<String> {
     let bytes: Option<Vec<u8>> =
         (0..h.len() / 2).map(|i| h.get(2 * i..2 * i + 2).and_then(|d| u8::from_str_radix(d, 16).ok())).collect();
     Some(String::from_utf8_lossy(&bytes?).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_min;
+
+    #[test]
+    fn copies_are_split_only_when_every_rank_has_a_core() {
+        assert_eq!(split_min(None, false), 64 << 10);
+        assert_eq!(split_min(None, true), usize::MAX);
+        // A size or 0 (never) set in the environment holds either way.
+        assert_eq!(split_min(Some(4096), true), 4096);
+        assert_eq!(split_min(Some(0), false), usize::MAX);
+    }
 }
