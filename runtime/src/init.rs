@@ -73,6 +73,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         pid: std::process::id(),
         tcp: listening.as_ref().map(|l| l.addr()),
         rdma: rdma.as_ref().ok().map(|o| o.kind.clone()),
+        cpus: crate::bootstrap::cpus::own(),
     };
     let cards = boot.exchange(&card)?;
     let same_host: Vec<bool> = cards.iter().map(|c| c.host == card.host).collect();
@@ -89,7 +90,11 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         bulk_write: false,
         split_min: usize::MAX,
     };
-    let outnumbered = crate::progress::outnumbered(nlocal);
+    // Ranks of this host compete for its CPUs whatever carries their messages.
+    let host_cpus: Vec<Option<&[usize]>> =
+        cards.iter().filter(|c| c.host == card.host).map(|c| c.cpus.as_deref()).collect();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let outnumbered = crate::bootstrap::cpus::outnumbered(card.cpus.as_deref(), &host_cpus, cores);
     let split_min = split_min(crate::env::parsed("MPR_SPLIT_COPY_MIN"), outnumbered);
     let mut limits = vec![self_limits; boot.size];
 
@@ -212,6 +217,9 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             };
             eprintln!("mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk})", l.eager);
         }
+        let cpus = card.cpus.as_deref().map_or("unknown".into(), crate::bootstrap::cpus::encode);
+        let waits = if outnumbered { "outnumbered: waits yield at once" } else { "waits spin, then yield" };
+        eprintln!("mpr: rank {me}: CPUs {cpus}, {} rank(s) on this host, {waits}", host_cpus.len());
     }
     let engine = Engine::new(me, limits);
     let mut rt = Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(outnumbered));

@@ -26,36 +26,10 @@ pub(crate) struct WaitPolicy {
     pub(crate) timeout: Option<Duration>,
 }
 
-/// Whether this host's ranks outnumber the cores they run on. A rank the launcher bound has a
-/// core of its own (mprun binds only when ranks do not outnumber cores); its own affinity
-/// then says nothing about the host, so only an unbound rank compares the local rank count
-/// with the CPUs it may use.
-pub(crate) fn outnumbered(nlocal: usize) -> bool {
-    let bound = std::env::var("MPR_BINDING").is_ok_and(|b| b.starts_with("cores:"));
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    outnumbers(bound, nlocal, cores)
-}
-
-fn outnumbers(bound: bool, nlocal: usize, cores: usize) -> bool {
-    !bound && nlocal > cores
-}
-
-#[cfg(test)]
-mod tests {
-    use super::outnumbers;
-
-    #[test]
-    fn a_bound_rank_is_not_taken_for_oversubscribed() {
-        // Bound to one core, a rank sees one CPU; that must not make it yield at once.
-        assert!(!outnumbers(true, 2, 1));
-        assert!(outnumbers(false, 4, 2));
-        assert!(!outnumbers(false, 2, 2));
-    }
-}
-
 impl WaitPolicy {
-    /// Idle polls before yielding: none when ranks outnumber cores (spinning only steals the
-    /// core from the rank we wait for), many otherwise.
+    /// Idle polls before yielding: none when `outnumbered` (more ranks may run on this rank's
+    /// CPUs than it has: spinning only steals the CPU from the rank we wait for), many
+    /// otherwise.
     pub(crate) fn from_env(outnumbered: bool) -> WaitPolicy {
         let default_spin = if outnumbered { 0 } else { 20_000 };
         let spin = crate::env::parsed("MPR_WAIT_SPIN").unwrap_or(default_spin);

@@ -98,3 +98,32 @@ fn paths_for_a_core_per_rank() {
     // ring all-reduce above 512 KiB, LL lines up to 280 B), decided alike on every rank.
     run(4, &[("MPR_WAIT_SPIN", "50")]);
 }
+
+/// Ranks that share a CPU yield while they wait, whatever bound them: here `--bind-to core`
+/// with more ranks than mprun's one CPU (the binding wraps round), where spinning first made
+/// an 8-byte all-reduce take a millisecond. A rank with a CPU of its own spins first.
+#[test]
+fn ranks_bound_to_one_shared_cpu_yield_at_once() {
+    let coll = bin_dir().join("coll");
+    let run = |np: &str| {
+        let out = std::process::Command::new("taskset")
+            .args(["-c", "0"])
+            .arg(mpr_tests::mprun_path())
+            .args(["--bind-to", "core", "-np", np, "--timeout", "240", coll.to_str().unwrap()])
+            .env("MPR_VERBOSE", "1")
+            .env("COLL_MAX", "70000")
+            .output()
+            .expect("run taskset");
+        let (so, se) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{so}\n{se}");
+        assert_eq!(so.lines().filter(|l| l.ends_with("coll ok")).count(), np.parse().unwrap(), "{so}");
+        se
+    };
+    let se = run("2");
+    for r in 0..2 {
+        let line = format!("mpr: rank {r}: CPUs 0, 2 rank(s) on this host, outnumbered: waits yield at once");
+        assert!(se.contains(&line), "{se}");
+    }
+    let se = run("1");
+    assert!(se.contains("mpr: rank 0: CPUs 0, 1 rank(s) on this host, waits spin, then yield"), "{se}");
+}

@@ -5,6 +5,7 @@
 //! addresses) and reads everyone's after a fence. Without a launcher the process is a
 //! job of one (MPI's singleton init).
 
+pub(crate) mod cpus;
 pub(crate) mod pmi;
 pub mod wire;
 
@@ -28,6 +29,8 @@ pub(crate) struct Card {
     /// The kind of RDMA device the rank opened (`soft`, `soft-rc`, `verbs`), if any: peers of
     /// the same kind on other hosts reach each other over RDMA.
     pub(crate) rdma: Option<String>,
+    /// The CPUs the rank may run on, if its OS says (see `cpus`).
+    pub(crate) cpus: Option<Vec<usize>>,
 }
 
 impl Card {
@@ -39,6 +42,9 @@ impl Card {
         if let Some(v) = &self.rdma {
             s += &format!(";v={v}");
         }
+        if let Some(c) = &self.cpus {
+            s += &format!(";c={}", cpus::encode(c));
+        }
         s
     }
 
@@ -47,11 +53,13 @@ impl Card {
         let mut pid = None;
         let mut tcp = None;
         let mut rdma = None;
+        let mut cpu_list = None;
         for part in s.split(';') {
             match part.split_once('=') {
                 Some(("h", v)) => host = Some(v.to_string()),
                 Some(("p", v)) => pid = v.parse().ok(),
                 Some(("v", v)) => rdma = Some(v.to_string()),
+                Some(("c", v)) => cpu_list = cpus::decode(v),
                 Some(("t", v)) => {
                     tcp = Some(v.parse().map_err(|_| Error::Bootstrap(format!("bad TCP address in card {s:?}")))?)
                 }
@@ -59,7 +67,7 @@ impl Card {
             }
         }
         match (host, pid) {
-            (Some(host), Some(pid)) => Ok(Card { host, pid, tcp, rdma }),
+            (Some(host), Some(pid)) => Ok(Card { host, pid, tcp, rdma, cpus: cpu_list }),
             _ => Err(Error::Bootstrap(format!("malformed business card {s:?}"))),
         }
     }
@@ -190,10 +198,15 @@ mod tests {
 
     #[test]
     fn card_round_trip() {
-        let c = Card { host: "node-1.local".into(), pid: 4242, tcp: None, rdma: None };
+        let c = Card { host: "node-1.local".into(), pid: 4242, tcp: None, rdma: None, cpus: None };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
-        let c =
-            Card { host: "n2".into(), pid: 1, tcp: Some("10.0.0.2:5000".parse().unwrap()), rdma: Some("soft".into()) };
+        let c = Card {
+            host: "n2".into(),
+            pid: 1,
+            tcp: Some("10.0.0.2:5000".parse().unwrap()),
+            rdma: Some("soft".into()),
+            cpus: Some(vec![0, 1, 2, 6]),
+        };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
         assert!(Card::decode("h=x;p=1;t=nonsense").is_err());
         assert!(Card::decode("h=x").is_err());

@@ -1,0 +1,91 @@
+//! The CPUs a rank may run on, as its business card carries them: how a rank tells whether
+//! the ranks of its host outnumber the CPUs it shares with them, whatever bound them (mprun's
+//! `--bind-to`, another launcher, `taskset`) or if nothing did.
+
+/// The CPUs this process may run on (OS numbers, ascending), if the OS says (Linux).
+pub(crate) fn own() -> Option<Vec<usize>> {
+    #[cfg(target_os = "linux")]
+    {
+        let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok()?;
+        let cpus: Vec<usize> = (0..nix::sched::CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect();
+        (!cpus.is_empty()).then_some(cpus)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// `cpus` (ascending) as ranges: `0-3,8`.
+pub(crate) fn encode(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { cpus[i].to_string() } else { format!("{}-{}", cpus[i], cpus[j]) });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// The CPUs of a list [`encode`] wrote; `None` if it is not one.
+pub(crate) fn decode(text: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in text.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                if b < a || b - a > 1 << 16 {
+                    return None;
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// Whether more ranks may run on this rank's CPUs (`mine`; `None`: unknown, taken as all
+/// `cores` of the host) than it has CPUs. `host` holds the CPUs of every rank of this host,
+/// this one included; an unknown set may run anywhere, so it shares every CPU.
+pub(crate) fn outnumbered(mine: Option<&[usize]>, host: &[Option<&[usize]>], cores: usize) -> bool {
+    let Some(mine) = mine else { return host.len() > cores };
+    let shares = |other: &Option<&[usize]>| other.is_none_or(|o| o.iter().any(|c| mine.contains(c)));
+    host.iter().filter(|o| shares(o)).count() > mine.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_round_trip() {
+        for cpus in [vec![0], vec![0, 1, 2, 3], vec![0, 2, 3, 4, 9], vec![5, 7]] {
+            assert_eq!(decode(&encode(&cpus)).unwrap(), cpus);
+        }
+        assert_eq!(encode(&[0, 1, 2, 3, 8]), "0-3,8");
+        assert!(decode("3-1").is_none());
+        assert!(decode("a").is_none());
+        assert!(decode("").is_none());
+    }
+
+    #[test]
+    fn ranks_outnumber_the_cpus_they_share() {
+        let (c0, c1, both) = (&[0usize][..], &[1usize][..], &[0usize, 1][..]);
+        // Two ranks bound to a core each: not outnumbered.
+        assert!(!outnumbered(Some(c0), &[Some(c0), Some(c1)], 2));
+        // Four ranks bound round-robin to two cores (`--bind-to core` wrapping): outnumbered.
+        assert!(outnumbered(Some(c0), &[Some(c0), Some(c1), Some(c0), Some(c1)], 2));
+        // Unbound ranks: four on two CPUs are, two are not.
+        assert!(outnumbered(Some(both), &[Some(both); 4], 2));
+        assert!(!outnumbered(Some(both), &[Some(both); 2], 2));
+        // A rank whose CPUs are unknown shares every CPU; this rank's own unknown: by count.
+        assert!(outnumbered(Some(c0), &[Some(c0), None], 2));
+        assert!(!outnumbered(None, &[None, None], 2));
+        assert!(outnumbered(None, &[None, None, None], 2));
+    }
+}
