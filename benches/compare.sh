@@ -287,6 +287,7 @@ def wins(o, s):
     return f"{good}/{len(both)}{mark:<1}", mark
 
 slower = {o: [] for o in others}
+compared = {o: False for o in others}
 for s in sizes:
     vals = [med[i].get(s) for i in impls]
     m = med.get("mpr", {}).get(s)
@@ -299,6 +300,7 @@ for s in sizes:
         for o in others:
             text, mark = wins(o, s)
             line += f"{text:>13}"
+            compared[o] |= text != "n/a"
             if mark == "-":
                 slower[o].append(str(s))
     print(line)
@@ -312,7 +314,8 @@ if what != "startup":
     print("   wins/X: rounds in which mpr was at least as fast as X (same round, back to back);")
     print("   +/-: mpr faster/slower by a two-sided sign test, p < 0.05; no mark: a tie")
     for o in others:
-        print(f"   sizes where mpr is slower than {o}: " + (", ".join(slower[o]) or "none"))
+        verdict = (", ".join(slower[o]) or "none") if compared[o] else "n/a (no rounds to compare)"
+        print(f"   sizes where mpr is slower than {o}: {verdict}")
 print()
 PY
 }
