@@ -95,6 +95,11 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         cards.iter().filter(|c| c.host == card.host).map(|c| c.cpus.as_deref()).collect();
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let outnumbered = crate::bootstrap::cpus::outnumbered(card.cpus.as_deref(), &host_cpus, cores);
+    let outnumbered_somewhere = cards.iter().any(|c| {
+        let host: Vec<Option<&[usize]>> =
+            cards.iter().filter(|o| o.host == c.host).map(|o| o.cpus.as_deref()).collect();
+        crate::bootstrap::cpus::outnumbered(c.cpus.as_deref(), &host, cores)
+    });
     let split_min = split_min(crate::env::parsed("MPR_SPLIT_COPY_MIN"), outnumbered);
     let mut limits = vec![self_limits; boot.size];
 
@@ -234,7 +239,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             }
         })
         .collect();
-    rt.hosts = crate::progress::Hosts { of, shm: allowed.shm };
+    rt.hosts = crate::progress::Hosts { of, shm: allowed.shm, outnumbered: outnumbered_somewhere };
     Ok(rt)
 }
 

@@ -68,6 +68,10 @@ pub(crate) struct Hosts {
     pub(crate) of: Vec<u32>,
     /// Whether ranks of one host may share memory (`MPR_TRANSPORTS` allows shm).
     pub(crate) shm: bool,
+    /// Whether some rank of the job has more ranks that may run on its CPUs than it has
+    /// CPUs. Every rank computes it from the same business cards, so every rank agrees: a
+    /// collective may choose its algorithm by it.
+    pub(crate) outnumbered: bool,
 }
 
 /// Handle of a schedule in the runtime.
@@ -98,7 +102,7 @@ impl Runtime {
             next_ctx: 2,
             scheds: slab::Slab::new(),
             sched_gen: 0,
-            hosts: Hosts { of: vec![0; n], shm: false },
+            hosts: Hosts { of: vec![0; n], shm: false, outnumbered: false },
         }
     }
 

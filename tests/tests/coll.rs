@@ -31,7 +31,7 @@ fn allreduce_algorithms_forced() {
 
 #[test]
 fn bcast_algorithms_forced() {
-    for algo in ["binomial", "scatter-allgather"] {
+    for algo in ["binomial", "scatter-allgather", "flat"] {
         for np in [2, 5] {
             run(np, &[("MPR_BCAST_ALGO", algo), ("COLL_MAX", "70000")]);
         }

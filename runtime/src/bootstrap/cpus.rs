@@ -2,7 +2,8 @@
 //! the ranks of its host outnumber the CPUs it shares with them, whatever bound them (mprun's
 //! `--bind-to`, another launcher, `taskset`) or if nothing did.
 
-/// The CPUs this process may run on (OS numbers, ascending), if the OS says (Linux).
+/// The CPUs this process may run on (OS numbers, ascending), if the OS says. macOS cannot
+/// bind a process to CPUs, so there it may run on every one.
 pub(crate) fn own() -> Option<Vec<usize>> {
     #[cfg(target_os = "linux")]
     {
@@ -12,7 +13,7 @@ pub(crate) fn own() -> Option<Vec<usize>> {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        None
+        std::thread::available_parallelism().ok().map(|n| (0..n.get()).collect())
     }
 }
 

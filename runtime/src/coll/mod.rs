@@ -4,7 +4,7 @@
 //!
 //! Algorithms are chosen by size and rank count, as MPICH and Open MPI choose them, and can
 //! be forced with `MPR_ALLREDUCE_ALGO` (`recursive-doubling`, `ring`, `reduce-bcast`),
-//! `MPR_BCAST_ALGO` (`binomial`, `scatter-allgather`) and `MPR_ALLGATHER_ALGO`
+//! `MPR_BCAST_ALGO` (`binomial`, `scatter-allgather`, `flat`) and `MPR_ALLGATHER_ALGO`
 //! (`recursive-doubling`, `bruck`, `ring`) for tests and tuning. Every algorithm
 //! combines operands in a fixed order, so the same inputs on the same rank count give
 //! bit-identical floating-point results on every run.
