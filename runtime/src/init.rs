@@ -90,16 +90,10 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         bulk_write: false,
         split_min: usize::MAX,
     };
-    // Ranks of this host compete for its CPUs whatever carries their messages.
-    let host_cpus: Vec<Option<&[usize]>> =
-        cards.iter().filter(|c| c.host == card.host).map(|c| c.cpus.as_deref()).collect();
+    // Ranks of a host compete for its CPUs whatever carries their messages.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let outnumbered = crate::bootstrap::cpus::outnumbered(card.cpus.as_deref(), &host_cpus, cores);
-    let outnumbered_somewhere = cards.iter().any(|c| {
-        let host: Vec<Option<&[usize]>> =
-            cards.iter().filter(|o| o.host == c.host).map(|o| o.cpus.as_deref()).collect();
-        crate::bootstrap::cpus::outnumbered(c.cpus.as_deref(), &host, cores)
-    });
+    let crowded = crate::bootstrap::cpus::outnumbered_ranks(&cards, cores);
+    let outnumbered = crowded[me];
     let split_min = split_min(crate::env::parsed("MPR_SPLIT_COPY_MIN"), outnumbered);
     let mut limits = vec![self_limits; boot.size];
 
@@ -224,7 +218,8 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         }
         let cpus = card.cpus.as_deref().map_or("unknown".into(), crate::bootstrap::cpus::encode);
         let waits = if outnumbered { "outnumbered: waits yield at once" } else { "waits spin, then yield" };
-        eprintln!("mpr: rank {me}: CPUs {cpus}, {} rank(s) on this host, {waits}", host_cpus.len());
+        let here = same_host.iter().filter(|&&h| h).count();
+        eprintln!("mpr: rank {me}: CPUs {cpus}, {here} rank(s) on this host, {waits}");
     }
     let engine = Engine::new(me, limits);
     let mut rt = Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(outnumbered));
@@ -239,7 +234,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             }
         })
         .collect();
-    rt.hosts = crate::progress::Hosts { of, shm: allowed.shm, outnumbered: outnumbered_somewhere };
+    rt.hosts = crate::progress::Hosts { of, shm: allowed.shm, outnumbered: crowded.contains(&true) };
     Ok(rt)
 }
 

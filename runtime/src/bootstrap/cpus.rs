@@ -47,6 +47,8 @@ pub(crate) fn decode(text: &str) -> Option<Vec<usize>> {
             None => cpus.push(part.parse().ok()?),
         }
     }
+    cpus.sort_unstable();
+    cpus.dedup();
     Some(cpus)
 }
 
@@ -55,8 +57,30 @@ pub(crate) fn decode(text: &str) -> Option<Vec<usize>> {
 /// this one included; an unknown set may run anywhere, so it shares every CPU.
 pub(crate) fn outnumbered(mine: Option<&[usize]>, host: &[Option<&[usize]>], cores: usize) -> bool {
     let Some(mine) = mine else { return host.len() > cores };
-    let shares = |other: &Option<&[usize]>| other.is_none_or(|o| o.iter().any(|c| mine.contains(c)));
-    host.iter().filter(|o| shares(o)).count() > mine.len()
+    host.iter().filter(|o| o.is_none_or(|o| overlap(o, mine))).count() > mine.len()
+}
+
+/// [`outnumbered`] for every rank, from everyone's business card: the same on every rank
+/// that reads the same cards.
+pub(crate) fn outnumbered_ranks(cards: &[super::Card], cores: usize) -> Vec<bool> {
+    let mut hosts: std::collections::HashMap<&str, Vec<Option<&[usize]>>> = std::collections::HashMap::new();
+    for c in cards {
+        hosts.entry(c.host.as_str()).or_default().push(c.cpus.as_deref());
+    }
+    cards.iter().map(|c| outnumbered(c.cpus.as_deref(), &hosts[c.host.as_str()], cores)).collect()
+}
+
+/// Whether two ascending CPU lists share a CPU.
+fn overlap(a: &[usize], b: &[usize]) -> bool {
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => return true,
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -72,6 +96,7 @@ mod tests {
         assert!(decode("3-1").is_none());
         assert!(decode("a").is_none());
         assert!(decode("").is_none());
+        assert_eq!(decode("5,1-2,2").unwrap(), [1, 2, 5]);
     }
 
     #[test]
@@ -88,5 +113,20 @@ mod tests {
         assert!(outnumbered(Some(c0), &[Some(c0), None], 2));
         assert!(!outnumbered(None, &[None, None], 2));
         assert!(outnumbered(None, &[None, None, None], 2));
+        assert!(!overlap(&[0, 2, 4], &[1, 3, 5]) && overlap(&[0, 2, 4], &[3, 4]));
+    }
+
+    #[test]
+    fn every_rank_is_judged_on_its_own_host() {
+        let card = |host: &str, cpus: &[usize]| super::super::Card {
+            host: host.into(),
+            pid: 1,
+            tcp: None,
+            rdma: None,
+            cpus: Some(cpus.to_vec()),
+        };
+        // Host a: two ranks bound to CPU 0 and one to CPU 1; host b: one rank.
+        let cards = [card("a", &[0]), card("a", &[1]), card("a", &[0]), card("b", &[0])];
+        assert_eq!(outnumbered_ranks(&cards, 2), [true, false, true, false]);
     }
 }
