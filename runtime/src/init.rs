@@ -73,7 +73,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         pid: std::process::id(),
         tcp: listening.as_ref().map(|l| l.addr()),
         rdma: rdma.as_ref().ok().map(|o| o.kind.clone()),
-        cpus: crate::bootstrap::cpus::own(),
+        cpus: Some(crate::bootstrap::cpus::allowed()),
     };
     let cards = boot.exchange(&card)?;
     let same_host: Vec<bool> = cards.iter().map(|c| c.host == card.host).collect();

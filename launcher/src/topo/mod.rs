@@ -85,47 +85,15 @@ pub(crate) fn read() -> Topology {
     sys::read(std::path::Path::new("/sys"), &allowed)
 }
 
-/// The CPUs this process may run on, ascending (`sched_getaffinity`); where that cannot be
-/// asked, CPUs `0..n` for the parallelism the standard library reports.
+/// The CPUs this process may run on, ascending (see [`mpr::bootstrap::cpus::allowed`]).
 pub(crate) fn allowed_cpus() -> Vec<usize> {
-    #[cfg(target_os = "linux")]
-    if let Ok(cpus) = affinity() {
-        if !cpus.is_empty() {
-            return cpus;
-        }
-    }
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (0..n).collect()
-}
-
-#[cfg(target_os = "linux")]
-fn affinity() -> io::Result<Vec<usize>> {
-    use nix::sched::{sched_getaffinity, CpuSet};
-    let set = sched_getaffinity(nix::unistd::Pid::from_raw(0))?;
-    Ok((0..CpuSet::count()).filter(|&cpu| set.is_set(cpu).unwrap_or(false)).collect())
+    mpr::bootstrap::cpus::allowed()
 }
 
 /// Parses a kernel CPU list (`0-3,8,10-11`; empty for none).
 pub(crate) fn parse_cpulist(text: &str) -> io::Result<Vec<usize>> {
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("bad CPU list '{}'", text.trim()));
-    let mut cpus = Vec::new();
-    for item in text.trim().split(',').filter(|s| !s.is_empty()) {
-        let (lo, hi) = match item.split_once('-') {
-            Some((lo, hi)) => (lo.parse::<usize>().map_err(|_| bad())?, hi.parse::<usize>().map_err(|_| bad())?),
-            None => {
-                let cpu = item.parse::<usize>().map_err(|_| bad())?;
-                (cpu, cpu)
-            }
-        };
-        // A typo guard: no kernel numbers CPUs past this.
-        if lo > hi || hi >= 1 << 16 {
-            return Err(bad());
-        }
-        cpus.extend(lo..=hi);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(cpus)
+    mpr::bootstrap::cpus::parse_list(text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("bad CPU list '{}'", text.trim())))
 }
 
 /// Formats CPUs as a plain comma-separated list (`0,1,4`).

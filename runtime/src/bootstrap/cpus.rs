@@ -2,19 +2,42 @@
 //! the ranks of its host outnumber the CPUs it shares with them, whatever bound them (mprun's
 //! `--bind-to`, another launcher, `taskset`) or if nothing did.
 
-/// The CPUs this process may run on (OS numbers, ascending), if the OS says. macOS cannot
-/// bind a process to CPUs, so there it may run on every one.
-pub(crate) fn own() -> Option<Vec<usize>> {
+/// The CPUs this process may run on, ascending (`sched_getaffinity`); where that cannot be
+/// asked (macOS, which cannot bind a process to CPUs), CPUs `0..n` for the parallelism the
+/// standard library reports. mprun maps its bindings onto these too.
+pub fn allowed() -> Vec<usize> {
     #[cfg(target_os = "linux")]
-    {
-        let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok()?;
+    if let Ok(set) = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
         let cpus: Vec<usize> = (0..nix::sched::CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect();
-        (!cpus.is_empty()).then_some(cpus)
+        if !cpus.is_empty() {
+            return cpus;
+        }
     }
-    #[cfg(not(target_os = "linux"))]
-    {
-        std::thread::available_parallelism().ok().map(|n| (0..n.get()).collect())
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (0..n).collect()
+}
+
+/// Parses a kernel CPU list (`0-3,8,10-11`, as in `Cpus_allowed_list`; empty for none),
+/// ascending and without repeats; `None` if it is not one.
+pub fn parse_list(text: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for item in text.trim().split(',').filter(|s| !s.is_empty()) {
+        let (lo, hi) = match item.split_once('-') {
+            Some((lo, hi)) => (lo.parse::<usize>().ok()?, hi.parse::<usize>().ok()?),
+            None => {
+                let cpu = item.parse::<usize>().ok()?;
+                (cpu, cpu)
+            }
+        };
+        // A typo guard: no kernel numbers CPUs past this.
+        if lo > hi || hi >= 1 << 16 {
+            return None;
+        }
+        cpus.extend(lo..=hi);
     }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Some(cpus)
 }
 
 /// `cpus` (ascending) as ranges: `0-3,8`.
@@ -32,24 +55,9 @@ pub(crate) fn encode(cpus: &[usize]) -> String {
     out.join(",")
 }
 
-/// The CPUs of a list [`encode`] wrote; `None` if it is not one.
+/// The CPUs of a business card's list ([`encode`]); `None` if it is not one, or empty.
 pub(crate) fn decode(text: &str) -> Option<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in text.split(',') {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
-                if b < a || b - a > 1 << 16 {
-                    return None;
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().ok()?),
-        }
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Some(cpus)
+    parse_list(text).filter(|c| !c.is_empty())
 }
 
 /// Whether more ranks may run on this rank's CPUs (`mine`; `None`: unknown, taken as all

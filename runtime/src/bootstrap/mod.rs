@@ -5,7 +5,7 @@
 //! addresses) and reads everyone's after a fence. Without a launcher the process is a
 //! job of one (MPI's singleton init).
 
-pub(crate) mod cpus;
+pub mod cpus;
 pub(crate) mod pmi;
 pub mod wire;
 

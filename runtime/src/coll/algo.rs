@@ -44,11 +44,11 @@ impl Team for Comm {
     fn rank(&self) -> usize {
         Comm::rank(self)
     }
-    fn outnumbered(&self) -> bool {
-        self.rt().borrow().hosts.outnumbered
-    }
     fn size(&self) -> usize {
         Comm::size(self)
+    }
+    fn outnumbered(&self) -> bool {
+        Comm::outnumbered(self)
     }
     fn coll_xchg_with(
         &self,
@@ -73,11 +73,11 @@ impl Team for Subset<'_> {
     fn rank(&self) -> usize {
         self.me
     }
-    fn outnumbered(&self) -> bool {
-        self.comm.outnumbered()
-    }
     fn size(&self) -> usize {
         self.members.len()
+    }
+    fn outnumbered(&self) -> bool {
+        Comm::outnumbered(self.comm)
     }
     fn coll_xchg_with(
         &self,

@@ -201,6 +201,12 @@ impl Comm {
         self.node_plan().map_or(Ok(false), |plan| plan.crowded(self, tag))
     }
 
+    /// Whether some rank of the job has more ranks on its CPUs than it has CPUs: the same on
+    /// every rank (see `Hosts::outnumbered`), so collectives may choose algorithms by it.
+    fn outnumbered(&self) -> bool {
+        self.rt().borrow().hosts.outnumbered
+    }
+
     /// Whether an allgather or all-to-all whose contribution per rank (its block, its send
     /// buffer) is `bytes` goes through the host's segment: on one host, up to
     /// `MPR_COLL_SHM_GATHER_MAX`, or when ranks outnumber cores (point-to-point exchanges

@@ -183,7 +183,7 @@ impl Comm {
             // the segment says so (`crowded`, which every local rank must call); with no
             // segment (TCP, several hosts), the business cards do (4 ranks on 2 cores over
             // TCP: 0.56-0.78x of pairwise's time from 4 B to 512 KiB, 1.15x at 1 MiB).
-            _ => p > 2 && (self.crowded(tag)? || self.rt().borrow().hosts.outnumbered),
+            _ => p > 2 && (self.crowded(tag)? || self.outnumbered()),
         };
         if scattered {
             let sends: Vec<(&[u8], usize)> =

@@ -189,6 +189,15 @@ impl Engine {
         Ok(Status { source: self.me, tag: 0, bytes: 0 })
     }
 
+    /// Completes rendezvous send `id` to `peer`, concealing its buffer if it was exposed
+    /// under `key`.
+    fn finish_rndv_send(&mut self, id: ReqId, peer: usize, key: Option<u64>) {
+        if let Some(key) = key {
+            self.actions.push(Action::Conceal { peer, key });
+        }
+        self.reqs.complete(id, self.sent());
+    }
+
     /// Starts sending `buf` to world rank `peer` as `(ctx, src, tag)`.
     pub(crate) fn isend(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, buf: RawBuf) -> ReqId {
         let env = Envelope { ctx, src, tag };
@@ -428,11 +437,8 @@ impl Engine {
         match self.reqs.get(id) {
             Some(State::SendEager { .. }) => self.reqs.complete(id, self.sent()),
             Some(&State::SendRndv { peer, key, .. }) => {
-                if let Some(key) = key {
-                    self.actions.push(Action::Conceal { peer, key });
-                }
                 self.streamed.insert(id.to_wire());
-                self.reqs.complete(id, self.sent());
+                self.finish_rndv_send(id, peer, key);
             }
             _ => {}
         }
@@ -517,12 +523,7 @@ impl Engine {
             Frame::Fin { sreq, .. } => {
                 let sid = ReqId::from_wire(sreq);
                 match self.reqs.get(sid) {
-                    Some(&State::SendRndv { key, .. }) => {
-                        if let Some(key) = key {
-                            self.actions.push(Action::Conceal { peer, key });
-                        }
-                        self.reqs.complete(sid, self.sent());
-                    }
+                    Some(&State::SendRndv { key, .. }) => self.finish_rndv_send(sid, peer, key),
                     _ if self.streamed.remove(&sreq) => {}
                     _ => return Err(proto_err(peer, "FIN for no pending send")),
                 }
