@@ -68,12 +68,13 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     // job on one host does not look for a device.
     let want_rdma = allowed.rdma && boot.size > 1 && (!boot.one_host || !allowed.shm);
     let mut rdma = if want_rdma { verbs::select::open(listen_ip, me)? } else { Err("not needed".to_string()) };
+    let my_cpus = crate::bootstrap::cpus::allowed();
     let card = Card {
         host: boot.host.clone(),
         pid: std::process::id(),
         tcp: listening.as_ref().map(|l| l.addr()),
         rdma: rdma.as_ref().ok().map(|o| o.kind.clone()),
-        cpus: Some(crate::bootstrap::cpus::allowed()),
+        cpus: Some(my_cpus.clone()),
     };
     let cards = boot.exchange(&card)?;
     let same_host: Vec<bool> = cards.iter().map(|c| c.host == card.host).collect();
@@ -216,7 +217,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             };
             eprintln!("mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk})", l.eager);
         }
-        let cpus = card.cpus.as_deref().map_or("unknown".into(), crate::bootstrap::cpus::encode);
+        let cpus = crate::bootstrap::cpus::encode(&my_cpus);
         let waits = if outnumbered { "outnumbered: waits yield at once" } else { "waits spin, then yield" };
         let here = same_host.iter().filter(|&&h| h).count();
         eprintln!("mpr: rank {me}: CPUs {cpus}, {here} rank(s) on this host, {waits}");
