@@ -30,6 +30,17 @@ fn allreduce_algorithms_forced() {
 }
 
 #[test]
+fn barrier_algorithms_forced() {
+    // Linear runs by default when ranks outnumber cores and the barrier goes point to
+    // point; each is forced on the other's ground too (never through the segment).
+    for algo in ["dissemination", "linear"] {
+        for np in [3, 5] {
+            run(np, &[("MPR_BARRIER_ALGO", algo), ("COLL_MAX", "100")]);
+        }
+    }
+}
+
+#[test]
 fn bcast_algorithms_forced() {
     for algo in ["binomial", "scatter-allgather", "flat"] {
         for np in [2, 5] {

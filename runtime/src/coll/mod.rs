@@ -4,8 +4,9 @@
 //!
 //! Algorithms are chosen by size and rank count, as MPICH and Open MPI choose them, and can
 //! be forced with `MPR_ALLREDUCE_ALGO` (`recursive-doubling`, `ring`, `reduce-bcast`),
-//! `MPR_BCAST_ALGO` (`binomial`, `scatter-allgather`, `flat`) and `MPR_ALLGATHER_ALGO`
-//! (`recursive-doubling`, `bruck`, `ring`) for tests and tuning. Every algorithm
+//! `MPR_BCAST_ALGO` (`binomial`, `scatter-allgather`, `flat`), `MPR_ALLGATHER_ALGO`
+//! (`recursive-doubling`, `bruck`, `ring`), `MPR_ALLTOALL_ALGO` (`pairwise`, `scattered`)
+//! and `MPR_BARRIER_ALGO` (`dissemination`, `linear`) for tests and tuning. Every algorithm
 //! combines operands in a fixed order, so the same inputs on the same rank count give
 //! bit-identical floating-point results on every run.
 
@@ -45,8 +46,9 @@ pub(crate) struct Settings {
     /// by default what a member's LL lines carry (above, the copies through a slot cost more
     /// than point-to-point messages).
     shm_gather_max: usize,
-    /// `MPR_BCAST_ALGO`, `MPR_ALLREDUCE_ALGO`, `MPR_ALLGATHER_ALGO`, `MPR_ALLTOALL_ALGO`: a
-    /// forced algorithm.
+    /// `MPR_BARRIER_ALGO`, `MPR_BCAST_ALGO`, `MPR_ALLREDUCE_ALGO`, `MPR_ALLGATHER_ALGO`,
+    /// `MPR_ALLTOALL_ALGO`: a forced algorithm.
+    barrier_algo: Option<String>,
     bcast_algo: Option<String>,
     allreduce_algo: Option<String>,
     allgather_algo: Option<String>,
@@ -69,6 +71,7 @@ pub(crate) fn settings() -> &'static Settings {
             shm_bcast_max: crate::env::parsed("MPR_COLL_SHM_BCAST_MAX").unwrap_or(16 << 10),
             shm_reduce_max: crate::env::parsed("MPR_COLL_SHM_REDUCE_MAX"),
             shm_gather_max: crate::env::parsed("MPR_COLL_SHM_GATHER_MAX").unwrap_or(node::LL_MAX),
+            barrier_algo: algo("MPR_BARRIER_ALGO"),
             bcast_algo: algo("MPR_BCAST_ALGO"),
             allreduce_algo: algo("MPR_ALLREDUCE_ALGO"),
             allgather_algo: algo("MPR_ALLGATHER_ALGO"),
@@ -127,9 +130,11 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<(), Error> {
 }
 
 impl Comm {
-    /// Blocks until every rank has entered (`MPI_Barrier`; dissemination algorithm).
+    /// Blocks until every rank has entered (`MPI_Barrier`): through the host's segment where
+    /// there is one, else dissemination, or linear through rank 0 when ranks outnumber
+    /// cores (see `algo::barrier`).
     pub fn barrier(&self) -> Result<(), Error> {
-        match self.node_plan() {
+        match self.node_plan().filter(|_| settings().barrier_algo.is_none()) {
             Some(plan) => node::barrier(self, self.coll_tag(), plan),
             None => algo::barrier(self, self.coll_tag()),
         }

@@ -20,6 +20,7 @@ fn main() -> mpr::Result<()> {
     let (me, p) = (w.rank(), w.size());
 
     w.barrier()?;
+    check_barrier(&w)?;
     check_bcast(&w)?;
     check_reduce_allreduce(&w)?;
     check_gather_scatter(&w)?;
@@ -35,6 +36,26 @@ fn main() -> mpr::Result<()> {
     w.barrier()?;
     println!("rank {me} of {p}: coll ok");
     universe.finalize()
+}
+
+/// A barrier holds every rank until the last one enters: the first rank and the last one
+/// come late in turn, and each other rank must wait for it.
+fn check_barrier(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let late = std::time::Duration::from_millis(100);
+    for slow in [p - 1, 0] {
+        w.barrier()?;
+        if me == slow {
+            std::thread::sleep(late);
+        }
+        let t0 = std::time::Instant::now();
+        w.barrier()?;
+        let waited = t0.elapsed();
+        if me != slow {
+            assert!(waited >= late / 2, "rank {me} left the barrier after {waited:?}, rank {slow} came {late:?} late");
+        }
+    }
+    Ok(())
 }
 
 fn check_bcast(w: &Comm) -> mpr::Result<()> {
