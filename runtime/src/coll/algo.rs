@@ -166,7 +166,7 @@ pub(super) fn split_blocks<T>(buf: &mut [T], blocks: impl Iterator<Item = std::o
 /// CPU; and rank 0 leaves first, while it runs, so a rooted collective from it that follows
 /// finds the others ready (as the segment's barrier does, `node::Arena::barrier`). 4 ranks on
 /// 2 cores over TCP: the barrier 0.89x of dissemination's time, a broadcast timed after it
-/// 0.37-0.48x up to 32 KiB, an all-reduce 0.83-0.93x up to 32 KiB.
+/// 0.37-0.48x up to 32 KiB, an all-reduce 0.82-0.93x up to 32 KiB.
 pub(super) fn barrier(c: &impl Team, tag: i32) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let linear = match super::settings().barrier_algo.as_deref() {
