@@ -159,10 +159,9 @@ pub(super) fn split_blocks<T>(buf: &mut [T], blocks: impl Iterator<Item = std::o
     out
 }
 
-/// Barrier: dissemination (ceil(log2 p) rounds of empty messages), or, on 3 to
-/// [`FLAT_BCAST_MAX`] ranks when ranks outnumber cores somewhere, linear (Open MPI's choice
-/// for 4 to 7 ranks): every rank tells rank 0 it is in, and rank 0 releases them all. That is
-/// 2(p-1) messages instead of p ceil(log2 p), each of which may wait for its rank to get a
+/// Barrier: dissemination (ceil(log2 p) rounds of empty messages), or, where a team goes
+/// [`flat`], linear (Open MPI's choice for 4 to 7 ranks): every rank tells rank 0 it is in,
+/// and rank 0 releases them all. That is 2(p-1) messages instead of p ceil(log2 p), each of which may wait for its rank to get a
 /// CPU; and rank 0 leaves first, while it runs, so a rooted collective from it that follows
 /// finds the others ready (as the segment's barrier does, `node::Arena::barrier`). 4 ranks on
 /// 2 cores over TCP: the barrier 0.89x of dissemination's time, a broadcast timed after it
@@ -172,7 +171,7 @@ pub(super) fn barrier(c: &impl Team, tag: i32) -> Result<(), Error> {
     let linear = match super::settings().barrier_algo.as_deref() {
         Some("linear") => true,
         Some(_) => false,
-        None => p > 2 && p <= FLAT_BCAST_MAX && c.outnumbered(),
+        None => flat(c),
     };
     if linear {
         return linear_barrier(c, tag);
@@ -185,29 +184,32 @@ pub(super) fn barrier(c: &impl Team, tag: i32) -> Result<(), Error> {
     Ok(())
 }
 
+/// Every rank tells rank 0 it is in; rank 0 then releases them with an empty flat broadcast.
 fn linear_barrier(c: &impl Team, tag: i32) -> Result<(), Error> {
-    let (p, me) = (c.size(), c.rank());
-    if me != 0 {
+    if c.rank() != 0 {
         c.coll_xchg(tag, Some((&[], 0)), None)?;
-        c.coll_xchg(tag, None, Some((&mut [], 0)))?;
-        return Ok(());
+    } else {
+        for r in 1..c.size() {
+            c.coll_xchg(tag, None, Some((&mut [], r)))?;
+        }
     }
-    for r in 1..p {
-        c.coll_xchg(tag, None, Some((&mut [], r)))?;
-    }
-    for r in 1..p {
-        c.coll_xchg(tag, Some((&[], r)), None)?;
-    }
-    Ok(())
+    flat_bcast(c, tag, &mut [], 0)
 }
 
-/// Ranks up to which a broadcast goes straight from the root to every rank, and a barrier
-/// through rank 0, when ranks outnumber cores somewhere.
-const FLAT_BCAST_MAX: usize = 8;
+/// Ranks up to which a team goes [`flat`].
+const FLAT_MAX: usize = 8;
+
+/// Whether a team of 3 to [`FLAT_MAX`] ranks goes straight through one rank (a broadcast
+/// from its root, a barrier through rank 0) instead of a tree: when ranks outnumber cores
+/// somewhere, every hop of a tree may wait for its rank to be given a CPU.
+fn flat(c: &impl Team) -> bool {
+    let p = c.size();
+    p > 2 && p <= FLAT_MAX && c.outnumbered()
+}
 
 /// Broadcast: binomial tree for small messages; scatter + ring allgather (van de Geijn) for
 /// large ones on more than two ranks. When ranks outnumber cores, every hop of a tree or
-/// ring may wait for its rank to be given a CPU; up to [`FLAT_BCAST_MAX`] ranks, the root
+/// ring may wait for its rank to be given a CPU; where the team goes [`flat`], the root
 /// then sends to each (4 ranks on 2 cores over TCP: 0.50-0.89x of the binomial tree's time
 /// up to 128 KiB, 0.35-0.74x of scatter + allgather's from 256 KiB).
 pub(super) fn bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
@@ -217,7 +219,7 @@ pub(super) fn bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize) -> Res
         Some("binomial") => binomial_bcast(c, tag, buf, root),
         Some("scatter-allgather") => scatter_allgather_bcast(c, tag, buf, root),
         Some("flat") => flat_bcast(c, tag, buf, root),
-        _ if p > 2 && p <= FLAT_BCAST_MAX && c.outnumbered() => flat_bcast(c, tag, buf, root),
+        _ if flat(c) => flat_bcast(c, tag, buf, root),
         _ if large => scatter_allgather_bcast(c, tag, buf, root),
         _ => binomial_bcast(c, tag, buf, root),
     }
