@@ -90,6 +90,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         expose: false,
         bulk_write: false,
         split_min: usize::MAX,
+        head: 0,
     };
     // Ranks of a host compete for its CPUs whatever carries their messages.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -291,14 +292,27 @@ fn split_min(set: Option<usize>, outnumbered: bool) -> usize {
 
 /// What the engine may do towards a peer served by a transport with `caps`.
 fn peer_limits(caps: &crate::transport::Caps, split_min: usize) -> PeerLimits {
+    let max_payload = caps.max_frame - crate::engine::wire::MAX_HEADER;
     PeerLimits {
-        max_payload: caps.max_frame - crate::engine::wire::MAX_HEADER,
+        max_payload,
         eager: caps.eager_limit,
         bulk_read: caps.bulk_read,
         expose: caps.expose,
         bulk_write: caps.bulk_write,
         split_min,
+        head: rndv_head(crate::env::parsed("MPR_RNDV_HEAD"), caps.bulk_read, caps.eager_limit, max_payload),
     }
+}
+
+/// Bytes a streamed rendezvous sends with its `Rts` (`MPR_RNDV_HEAD`, `set`; 0: none): by
+/// default as many as an eager message holds, none where the receiver reads the sender's
+/// memory itself (the bytes then never cross as frames). 4 ranks on 2 cores over TCP,
+/// all-to-all of 1 MiB blocks: see the engine's `head` docs for the figures.
+fn rndv_head(set: Option<usize>, bulk_read: bool, eager: usize, max_payload: usize) -> usize {
+    if bulk_read {
+        return 0;
+    }
+    set.unwrap_or(eager).min(eager).min(max_payload)
 }
 
 /// `text` (at most 240 bytes of it) as hexadecimal digits, a value the key-value service
@@ -316,7 +330,18 @@ fn unhex(h: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::split_min;
+    use super::{rndv_head, split_min};
+
+    #[test]
+    fn streamed_rendezvous_heads_are_at_most_an_eager_message() {
+        assert_eq!(rndv_head(None, false, 512 << 10, 1 << 20), 512 << 10);
+        assert_eq!(rndv_head(None, false, 64 << 10, 16 << 10), 16 << 10, "one frame at most");
+        assert_eq!(rndv_head(Some(1 << 30), false, 512 << 10, 1 << 20), 512 << 10);
+        assert_eq!(rndv_head(Some(4096), false, 512 << 10, 1 << 20), 4096);
+        assert_eq!(rndv_head(Some(0), false, 512 << 10, 1 << 20), 0);
+        // Where the receiver reads the sender's memory, no bytes go with the `Rts`.
+        assert_eq!(rndv_head(None, true, 512 << 10, 1 << 20), 0);
+    }
 
     #[test]
     fn copies_are_split_only_when_every_rank_has_a_core() {

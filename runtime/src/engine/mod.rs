@@ -11,7 +11,9 @@
 //! - rendezvous, single copy: the receiver reads the sender's buffer directly;
 //! - rendezvous, split copy: the receiver reads the first part while the sender writes the
 //!   rest straight into the receiver's buffer, so two cores copy at once;
-//! - rendezvous, streamed: the sender sends `Data` frames (the fallback everywhere).
+//! - rendezvous, streamed: the sender sends `Data` frames (the fallback everywhere). Its
+//!   `Rts` carries the first [`PeerLimits::head`] bytes, so they travel during the round
+//!   trip that asks for the rest.
 //!
 //! Invariants:
 //! - Messages from one sender on one communicator match receives in the order they were sent
@@ -52,6 +54,10 @@ pub(crate) struct PeerLimits {
     /// Messages from this size up are copied by both sides at once (when both directions
     /// of single copy are available).
     pub(crate) split_min: usize,
+    /// A rendezvous message to this peer that is streamed (no single-copy read) sends its
+    /// first `head` bytes with its `Rts` (0: none), as Open MPI's ob1 does: they travel
+    /// during the round trip that fetches the rest. At most `max_payload`, less than `eager`.
+    pub(crate) head: usize,
 }
 
 /// A frame for the driver to hand to the transport of `peer`.
@@ -101,7 +107,14 @@ struct Posted {
 #[derive(Debug)]
 enum Body {
     Eager(Vec<u8>),
-    Rts { peer: usize, sreq: u64, saddr: u64, skey: u64 },
+    /// `head`: the first bytes of the message, which came with the `Rts`.
+    Rts {
+        peer: usize,
+        sreq: u64,
+        saddr: u64,
+        skey: u64,
+        head: Vec<u8>,
+    },
     SelfSend(ReqId),
 }
 
@@ -212,10 +225,11 @@ impl Engine {
         } else {
             // With a key to get first, the address goes in when the driver exposes the buffer.
             let direct = lim.bulk_read && !lim.expose;
-            let id = self.reqs.insert(State::SendRndv { peer, buf, exposed: direct, key: None });
+            let head = if lim.bulk_read { 0 } else { lim.head.min(buf.len() - 1) };
+            let id = self.reqs.insert(State::SendRndv { peer, buf, exposed: direct, key: None, head });
             let saddr = if direct { buf.addr() } else { 0 };
             let rts = Frame::Rts { env, len: buf.len() as u64, sreq: id.to_wire(), saddr, skey: 0 };
-            self.push_owned(peer, rts, RawBuf::EMPTY, id, false);
+            self.push_owned(peer, rts, buf.slice(0, head), id, false);
             if lim.bulk_read && lim.expose {
                 self.outbox.back_mut().expect("just pushed").expose = true;
             }
@@ -269,7 +283,7 @@ impl Engine {
         let status = Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len };
         match u.body {
             Body::Eager(data) => self.deliver(id, status, &data),
-            Body::Rts { peer, sreq, saddr, skey } => self.start_rndv(id, peer, status, sreq, saddr, skey),
+            Body::Rts { peer, sreq, saddr, skey, head } => self.start_rndv(id, peer, status, sreq, saddr, skey, &head),
             Body::SelfSend(sid) => {
                 if let Some(State::SendSelf { buf: sbuf }) = self.reqs.get(sid) {
                     let sbuf = *sbuf;
@@ -309,10 +323,11 @@ impl Engine {
         self.reqs.complete(id, result);
     }
 
-    /// Receive `id` matched a rendezvous message from `peer`: pick how its bytes come.
-    fn start_rndv(&mut self, id: ReqId, peer: usize, status: Status, sreq: u64, saddr: u64, skey: u64) {
+    /// Receive `id` matched a rendezvous message from `peer`, whose `Rts` brought its first
+    /// bytes `head`: pick how the rest comes.
+    fn start_rndv(&mut self, id: ReqId, peer: usize, status: Status, sreq: u64, saddr: u64, skey: u64, head: &[u8]) {
         let Some(State::RecvPosted { buf, .. }) = self.reqs.get(id) else { return };
-        let buf = *buf;
+        let mut buf = *buf;
         let len = status.bytes;
         if len > buf.len() {
             self.reqs.complete(id, Err(Error::Truncate { message: len, buffer: buf.len() }));
@@ -325,8 +340,12 @@ impl Engine {
         let lim = self.limits[peer];
         let rreq = id.to_wire();
         if saddr == 0 || !lim.bulk_read {
-            let cts = Frame::Cts { sreq, rreq, off: 0, len: len as u64, raddr: 0 };
+            let off = head.len();
+            let cts = Frame::Cts { sreq, rreq, off: off as u64, len: (len - off) as u64, raddr: 0 };
             self.push(peer, cts, RawBuf::EMPTY, None);
+            if buf.write_at(0, head) && off > 0 {
+                self.add_received(id, off);
+            }
             return;
         }
         // In an exchange (a rendezvous send to the same peer in flight) the sender is busy
@@ -391,24 +410,23 @@ impl Engine {
             return;
         }
         self.limits[peer].bulk_write = false;
-        if let Some(State::SendRndv { buf, .. }) = self.reqs.get(sreq) {
-            let buf = *buf;
-            self.stream(peer, buf, sreq, rreq, off, n);
-        }
+        self.stream(peer, sreq, rreq, off, n);
     }
 
-    /// Queues bytes `off..off+n` of `buf` as `Data` frames for receive `rreq`: in frames as
-    /// large as the peer takes, or, in an exchange (the peer streams to us too), of at most
-    /// `EXCHANGE_CHUNK` bytes. When they are the whole message, the send completes as soon
-    /// as the transport has taken the last one (see [`Engine::on_sent`]): the receiver
-    /// already matched it, so only the receiver's `Fin` is left, and the sender need not
-    /// wait while the receiver reads (a broadcast's root, a window of large sends).
-    fn stream(&mut self, peer: usize, buf: RawBuf, sreq: ReqId, rreq: u64, off: usize, n: usize) {
+    /// Queues bytes `off..off+n` of send `sreq` as `Data` frames for receive `rreq`: in
+    /// frames as large as the peer takes, or, in an exchange (the peer streams to us too), of
+    /// at most `EXCHANGE_CHUNK` bytes. When they are the rest of the message (all of it but
+    /// the head its `Rts` carried), the send completes as soon as the transport has taken
+    /// the last one (see [`Engine::on_sent`]): the receiver already matched it, so only the
+    /// receiver's `Fin` is left, and the sender need not wait while the receiver reads (a
+    /// broadcast's root, a window of large sends).
+    fn stream(&mut self, peer: usize, sreq: ReqId, rreq: u64, off: usize, n: usize) {
+        let Some(&State::SendRndv { buf, head, .. }) = self.reqs.get(sreq) else { return };
         let mut chunk = self.limits[peer].max_payload.max(1);
         if self.reqs.receiving_from(peer) {
             chunk = chunk.min(EXCHANGE_CHUNK);
         }
-        let (end, whole) = (off + n, off == 0 && n == buf.len());
+        let (end, whole) = (off + n, off <= head && off + n == buf.len());
         let mut at = off;
         while at < end {
             let k = chunk.min(end - at);
@@ -472,14 +490,17 @@ impl Engine {
                 }
             }
             Frame::Rts { env, len, sreq, saddr, skey } => {
+                if payload.len() as u64 >= len || (saddr != 0 && !payload.is_empty()) {
+                    return Err(proto_err(peer, "RTS carrying the whole message, or bytes it lets us read"));
+                }
                 let status = Status { source: env.src as usize, tag: env.tag, bytes: len as usize };
                 match self.find_posted(&env) {
                     Some(i) => {
                         let p = self.posted.remove(i).expect("index from find_posted");
-                        self.start_rndv(p.req, peer, status, sreq, saddr, skey);
+                        self.start_rndv(p.req, peer, status, sreq, saddr, skey, payload);
                     }
                     None => {
-                        let body = Body::Rts { peer, sreq, saddr, skey };
+                        let body = Body::Rts { peer, sreq, saddr, skey, head: payload.to_vec() };
                         self.unexpected.push_back(Unexpected { env, len: len as usize, body });
                     }
                 }
@@ -498,7 +519,7 @@ impl Engine {
                     let src = buf.slice(off, n);
                     self.actions.push(Action::BulkWrite { peer, addr: raddr, src, sreq: sid, rreq, off });
                 } else {
-                    self.stream(peer, buf, sid, rreq, off, n);
+                    self.stream(peer, sid, rreq, off, n);
                 }
             }
             Frame::Data { rreq, off } => {
@@ -583,21 +604,35 @@ impl Engine {
 }
 
 impl Engine {
-    /// An eager message of `n` bytes from `peer` is arriving: if a posted receive matches it
-    /// and has room, the transport may read the payload straight into that buffer. Matching
-    /// now keeps the order, as the frames before this one from `peer` are all delivered.
-    fn place_eager(&mut self, peer: usize, env: Envelope, n: usize) -> Option<(u64, RawBufMut)> {
+    /// The first `n` bytes of a message of `len` from `peer` are arriving (an eager message,
+    /// `sreq` `None`, or the head of rendezvous send `sreq`): if a posted receive matches it
+    /// and has room, the transport may read them straight into that buffer. Matching now
+    /// keeps the order, as the frames before this one from `peer` are all delivered. A
+    /// rendezvous asks for the rest at once, while the head arrives.
+    fn place_head(
+        &mut self,
+        peer: usize,
+        env: Envelope,
+        len: usize,
+        n: usize,
+        sreq: Option<u64>,
+    ) -> Option<(u64, RawBufMut)> {
         let i = self.find_posted(&env)?;
         let req = self.posted[i].req;
         let Some(&State::RecvPosted { buf, .. }) = self.reqs.get(req) else { return None };
-        // Too long for the buffer: the ordinary path reports the truncation.
-        if n > buf.len() {
+        // Too long for the buffer (or a malformed head): the ordinary path reports it.
+        if len > buf.len() || n > len || (sreq.is_some() && n == len) {
             return None;
         }
         self.posted.remove(i);
-        let status = Status { source: env.src as usize, tag: env.tag, bytes: n };
-        *self.reqs.get_mut(req)? = State::RecvRndv { buf, peer, got: 0, status, sreq: None, exposed: false };
-        Some((req.to_wire(), buf.window(0, n)))
+        let status = Status { source: env.src as usize, tag: env.tag, bytes: len };
+        *self.reqs.get_mut(req)? = State::RecvRndv { buf, peer, got: 0, status, sreq, exposed: false };
+        let rreq = req.to_wire();
+        if let Some(sreq) = sreq {
+            let cts = Frame::Cts { sreq, rreq, off: n as u64, len: (len - n) as u64, raddr: 0 };
+            self.push(peer, cts, RawBuf::EMPTY, None);
+        }
+        Some((rreq, buf.window(0, n)))
     }
 }
 
@@ -612,7 +647,11 @@ impl crate::transport::Sink for Engine {
         let n = frame_len.checked_sub(hlen)?;
         let (rreq, off) = match f {
             Frame::Data { rreq, off } => (rreq, off),
-            Frame::Eager(env) => return self.place_eager(peer, env, n).map(|(token, dst)| (hlen, token, dst)),
+            Frame::Eager(env) => return self.place_head(peer, env, n, n, None).map(|(token, dst)| (hlen, token, dst)),
+            Frame::Rts { env, len, sreq, saddr: 0, .. } => {
+                let len = usize::try_from(len).ok()?;
+                return self.place_head(peer, env, len, n, Some(sreq)).map(|(token, dst)| (hlen, token, dst));
+            }
             _ => return None,
         };
         let Some(State::RecvRndv { buf, status, .. }) = self.reqs.get(ReqId::from_wire(rreq)) else { return None };

@@ -32,8 +32,9 @@ pub(crate) enum State {
     SendEager { peer: usize },
     /// A rendezvous send: its buffer is in use until the receiver's `Fin`. `exposed`: its
     /// address went to the peer, which may read it directly; `key`: the transport's
-    /// registration that lets it, to be released when the send ends.
-    SendRndv { peer: usize, buf: RawBuf, exposed: bool, key: Option<u64> },
+    /// registration that lets it, to be released when the send ends; `head`: bytes that
+    /// went with the `Rts`.
+    SendRndv { peer: usize, buf: RawBuf, exposed: bool, key: Option<u64>, head: usize },
     /// A large send to self, parked in the unexpected queue until a receive matches it.
     SendSelf { buf: RawBuf },
     /// A posted receive; `peer` is the world rank of a specific source.

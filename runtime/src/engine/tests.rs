@@ -19,6 +19,9 @@ struct Net {
     next_key: u64,
     /// Largest `Data` payload each engine has sent.
     largest_data: Vec<usize>,
+    /// Bytes each engine has sent in `Data` frames, and as the payload of `Rts` frames.
+    data_bytes: Vec<usize>,
+    rts_bytes: Vec<usize>,
 }
 
 impl Net {
@@ -30,6 +33,7 @@ impl Net {
             expose: false,
             bulk_write: false,
             split_min: usize::MAX,
+            head: eager.min(max_payload),
         };
         Net {
             engines: (0..n).map(|me| Engine::new(me, vec![lim; n])).collect(),
@@ -39,6 +43,8 @@ impl Net {
             keys: (0..n).map(|_| Default::default()).collect(),
             next_key: 1,
             largest_data: vec![0; n],
+            data_bytes: vec![0; n],
+            rts_bytes: vec![0; n],
         }
     }
 
@@ -68,8 +74,13 @@ impl Net {
                 if pipe.len() < self.cap && !keep.iter().any(|k: &Transmit| k.peer == t.peer) {
                     let mut f = t.hdr.as_slice().to_vec();
                     f.extend_from_slice(t.payload.bytes());
-                    if let Ok((Frame::Data { .. }, payload)) = Frame::decode(&f) {
-                        self.largest_data[me] = self.largest_data[me].max(payload.len());
+                    match Frame::decode(&f) {
+                        Ok((Frame::Data { .. }, payload)) => {
+                            self.largest_data[me] = self.largest_data[me].max(payload.len());
+                            self.data_bytes[me] += payload.len();
+                        }
+                        Ok((Frame::Rts { .. }, payload)) => self.rts_bytes[me] += payload.len(),
+                        _ => {}
                     }
                     pipe.push_back(f);
                     if let Some(id) = t.on_sent {
@@ -163,7 +174,8 @@ fn an_exchange_streams_in_smaller_frames() {
     let s = net.engines[0].isend(0, 0, 0, 1, rb(&m));
     net.run_until(|n| n.engines[1].is_done(r) && n.engines[0].is_done(s));
     assert_eq!(buf, m);
-    assert_eq!(net.largest_data[0], len.min(frame));
+    // The `Rts` carried the first 64 bytes (the eager limit).
+    assert_eq!(net.largest_data[0], (len - 64).min(frame));
     // Both ways at once, each side streams in `EXCHANGE_CHUNK` frames, and all bytes arrive.
     let mut net = Net::new(2, 64, frame, 8);
     let msgs = [data(2, len), data(3, len)];
@@ -316,6 +328,7 @@ fn malformed_frames_are_errors() {
         expose: false,
         bulk_write: false,
         split_min: usize::MAX,
+        head: 50,
     };
     let mut e = Engine::new(0, vec![lim; 2]);
     assert!(e.on_frame(1, &[1, 2, 3]).is_err());
@@ -454,6 +467,7 @@ fn eager_messages_land_in_posted_receives() {
         expose: false,
         bulk_write: false,
         split_min: usize::MAX,
+        head: 50,
     };
     let mut e = Engine::new(0, vec![lim; 2]);
     let head = |tag: i32| Frame::Eager(Envelope { ctx: 0, src: 1, tag }).encode().as_slice().to_vec();
@@ -479,4 +493,97 @@ fn eager_messages_land_in_posted_receives() {
     f.extend_from_slice(&[1u8; 50]);
     e.on_frame(1, &f).unwrap();
     assert!(matches!(e.take(r), Some(Err(Error::Truncate { message: 50, buffer: 10 }))));
+}
+
+#[test]
+fn a_streamed_rendezvous_sends_its_head_with_the_rts() {
+    for posted_first in [true, false] {
+        // Eager limit 64, frames of 100: the `Rts` takes 64 bytes, `Data` frames the rest.
+        let mut net = Net::new(2, 64, 100, 4);
+        let m = data(5, 1000);
+        let mut buf = vec![0u8; 1000];
+        let r = posted_first.then(|| net.engines[1].irecv(0, None, None, None, rbm(&mut buf)));
+        let s = net.engines[0].isend(0, 0, 0, 1, rb(&m));
+        for _ in 0..3 {
+            net.step(1);
+        }
+        let r = r.unwrap_or_else(|| net.engines[1].irecv(0, None, None, None, rbm(&mut buf)));
+        net.run_until(|n| n.engines[1].is_done(r) && n.engines[0].is_done(s));
+        assert_eq!((net.rts_bytes[0], net.data_bytes[0]), (64, 936), "posted first: {posted_first}");
+        assert_eq!(net.engines[1].take(r).unwrap().unwrap().bytes, 1000);
+        net.engines[0].take(s).unwrap().unwrap();
+        net.run_until(|n| n.engines[0].streamed.is_empty());
+        assert_eq!(buf, m, "posted first: {posted_first}");
+    }
+    // Without a head (`head` 0), the `Rts` carries no bytes and all are streamed.
+    let mut net = Net::new(2, 64, 100, 4);
+    for e in &mut net.engines {
+        e.limits.iter_mut().for_each(|l| l.head = 0);
+    }
+    let m = data(6, 1000);
+    let mut buf = vec![0u8; 1000];
+    let r = net.engines[1].irecv(0, None, None, None, rbm(&mut buf));
+    let s = net.engines[0].isend(0, 0, 0, 1, rb(&m));
+    net.run_until(|n| n.engines[1].is_done(r) && n.engines[0].is_done(s));
+    assert_eq!((net.rts_bytes[0], net.data_bytes[0]), (0, 1000));
+    assert_eq!(buf, m);
+}
+
+#[test]
+fn rendezvous_heads_land_in_posted_receives_and_ask_for_the_rest_at_once() {
+    use crate::transport::Sink;
+    let lim = PeerLimits {
+        max_payload: 1 << 20,
+        eager: 1 << 16,
+        bulk_read: false,
+        expose: false,
+        bulk_write: false,
+        split_min: usize::MAX,
+        head: 1 << 16,
+    };
+    let mut e = Engine::new(0, vec![lim; 2]);
+    let rts = |tag: i32, len: u64| {
+        let env = Envelope { ctx: 0, src: 1, tag };
+        Frame::Rts { env, len, sreq: 77, saddr: 0, skey: 0 }.encode().as_slice().to_vec()
+    };
+    let (len, n) = (200_000usize, 1usize << 16);
+    let m = data(8, len);
+    let mut got = vec![0u8; len + 10];
+    let r = e.irecv(0, None, Some(5), None, rbm(&mut got));
+    let (hlen, token, mut dst) = e.place(1, &rts(5, len as u64), rts(5, 0).len() + n).expect("placed");
+    assert_eq!((hlen, dst.len()), (48, n));
+    // The rest is asked for before the head is in.
+    let cts = e.outbox.pop_front().expect("a CTS");
+    let Ok((Frame::Cts { sreq, rreq, off, len: rest, raddr: 0 }, _)) = Frame::decode(cts.hdr.as_slice()) else {
+        panic!("not a CTS: {cts:?}")
+    };
+    assert_eq!((sreq, rreq, off, rest), (77, token, n as u64, (len - n) as u64));
+    assert!(dst.write_at(0, &m[..n]));
+    e.placed(1, token, n).unwrap();
+    assert!(!e.is_done(r));
+    let mut f = Frame::Data { rreq, off: n as u64 }.encode().as_slice().to_vec();
+    f.extend_from_slice(&m[n..]);
+    e.on_frame(1, &f).unwrap();
+    let st = e.take(r).unwrap().unwrap();
+    assert_eq!((st.source, st.tag, st.bytes), (1, 5, len));
+    assert_eq!(&got[..len], &m[..]);
+    let fin = e.outbox.pop_front().expect("a FIN");
+    assert!(matches!(Frame::decode(fin.hdr.as_slice()), Ok((Frame::Fin { sreq: 77, flags: 0 }, _))));
+    // Too long for the posted buffer, or nothing posted: the ordinary path takes it, and a
+    // truncated receive tells the sender so, without asking for the rest.
+    let mut small = vec![0u8; 1000];
+    let r = e.irecv(0, Some(1), Some(6), Some(1), rbm(&mut small));
+    assert!(e.place(1, &rts(6, len as u64), 48 + n).is_none());
+    assert!(e.place(1, &rts(7, len as u64), 48 + n).is_none());
+    let mut f = rts(6, len as u64);
+    f.extend_from_slice(&m[..n]);
+    e.on_frame(1, &f).unwrap();
+    assert!(matches!(e.take(r), Some(Err(Error::Truncate { message: 200_000, buffer: 1000 }))));
+    let fin = e.outbox.pop_front().expect("a FIN");
+    assert!(matches!(Frame::decode(fin.hdr.as_slice()), Ok((Frame::Fin { flags: FLAG_TRUNCATED, .. }, _))));
+    assert!(e.outbox.is_empty());
+    // An `Rts` whose payload is the whole message is a protocol error.
+    let mut f = rts(8, 10);
+    f.extend_from_slice(&[0u8; 10]);
+    assert!(e.on_frame(1, &f).is_err());
 }

@@ -1,6 +1,6 @@
 //! The engine's frame headers: the one wire format every transport carries.
 //!
-//! A frame is a header followed by its payload (only `Eager` and `Data` have one). Every
+//! A frame is a header followed by its payload (only `Eager`, `Rts` and `Data` have one). Every
 //! header starts with `[kind: u8][version: u8]`; the rest depends on the kind, all integers
 //! little-endian. Small messages use the 16-byte `Eager` header, so a message of up to
 //! 40 bytes travels in the same 64-byte cache line as the shared-memory cell's flag.
@@ -14,15 +14,17 @@
 //! | Written | 24    | pad u16 + u32, rreq u64, len u64                             |
 //! | Fin     | 16    | flags u8, pad u8 + u32, sreq u64                             |
 //!
-//! Rendezvous: the sender announces a large message with `Rts` (with its buffer's address
-//! when the path allows single-copy reads, and the key that opens it where the path needs
-//! one: an RDMA region's rkey). The receiver, once matched, either reads the
-//! bytes itself, or asks with `Cts` for a byte range, to be streamed as `Data` frames or
-//! (when `raddr` is set) written straight into its memory and then confirmed by `Written`.
-//! When all bytes are in, the receiver sends `Fin`: only then may the sender reuse its buffer.
+//! Rendezvous: the sender announces a large message with `Rts`. Where the path allows
+//! single-copy reads, the `Rts` carries the sender's buffer address (and the key that opens
+//! it, where the path needs one: an RDMA region's rkey); where the bytes are streamed, it
+//! carries the message's first bytes as its payload. The receiver, once matched, either
+//! reads the bytes itself, or asks with `Cts` for a byte range (those after the `Rts`'s), to
+//! be streamed as `Data` frames or (when `raddr` is set) written straight into its memory
+//! and then confirmed by `Written`. When all bytes are in, the receiver sends `Fin`: only
+//! then may the sender reuse its buffer.
 
 /// Version of this format; a frame of another version is rejected.
-pub(crate) const WIRE_VERSION: u8 = 2;
+pub(crate) const WIRE_VERSION: u8 = 3;
 /// Bytes of the longest header.
 pub(crate) const MAX_HEADER: usize = 48;
 /// On `Fin`: the receiver matched the message but it did not fit (the receive failed).
