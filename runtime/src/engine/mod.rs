@@ -110,12 +110,19 @@ enum Body {
     /// `head`: the first bytes of the message, which came with the `Rts`.
     Rts {
         peer: usize,
-        sreq: u64,
-        saddr: u64,
-        skey: u64,
+        offer: Offer,
         head: Vec<u8>,
     },
     SelfSend(ReqId),
+}
+
+/// What an `Rts` says of its send: the sender's request, and the address and key that let
+/// the receiver read the buffer itself (`saddr` 0: it cannot).
+#[derive(Clone, Copy, Debug)]
+struct Offer {
+    sreq: u64,
+    saddr: u64,
+    skey: u64,
 }
 
 #[derive(Debug)]
@@ -283,7 +290,7 @@ impl Engine {
         let status = Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len };
         match u.body {
             Body::Eager(data) => self.deliver(id, status, &data),
-            Body::Rts { peer, sreq, saddr, skey, head } => self.start_rndv(id, peer, status, sreq, saddr, skey, &head),
+            Body::Rts { peer, offer, head } => self.start_rndv(id, peer, status, offer, &head),
             Body::SelfSend(sid) => {
                 if let Some(State::SendSelf { buf: sbuf }) = self.reqs.get(sid) {
                     let sbuf = *sbuf;
@@ -325,7 +332,8 @@ impl Engine {
 
     /// Receive `id` matched a rendezvous message from `peer`, whose `Rts` brought its first
     /// bytes `head`: pick how the rest comes.
-    fn start_rndv(&mut self, id: ReqId, peer: usize, status: Status, sreq: u64, saddr: u64, skey: u64, head: &[u8]) {
+    fn start_rndv(&mut self, id: ReqId, peer: usize, status: Status, offer: Offer, head: &[u8]) {
+        let Offer { sreq, saddr, skey } = offer;
         let Some(State::RecvPosted { buf, .. }) = self.reqs.get(id) else { return };
         let mut buf = *buf;
         let len = status.bytes;
@@ -497,10 +505,10 @@ impl Engine {
                 match self.find_posted(&env) {
                     Some(i) => {
                         let p = self.posted.remove(i).expect("index from find_posted");
-                        self.start_rndv(p.req, peer, status, sreq, saddr, skey, payload);
+                        self.start_rndv(p.req, peer, status, Offer { sreq, saddr, skey }, payload);
                     }
                     None => {
-                        let body = Body::Rts { peer, sreq, saddr, skey, head: payload.to_vec() };
+                        let body = Body::Rts { peer, offer: Offer { sreq, saddr, skey }, head: payload.to_vec() };
                         self.unexpected.push_back(Unexpected { env, len: len as usize, body });
                     }
                 }
