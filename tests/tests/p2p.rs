@@ -125,6 +125,21 @@ mod over_tcp {
         run(2, "badargs", &[TCP]);
     }
 
+    /// Rendezvous messages carrying their first 512 KiB (or, with small frames, 3000 bytes)
+    /// in the request: placed straight into posted receives, kept for late ones, cut short
+    /// by a receive too small, and in order with everything else.
+    #[test]
+    fn rendezvous_heads() {
+        const HEAD: (&str, &str) = ("MPR_RNDV_HEAD", "524288");
+        run(3, "pairs", &[TCP, HEAD, ("PTP_MAX", "4000000")]);
+        run(4, "anysource", &[TCP, HEAD]);
+        run(4, "order", &[TCP, HEAD]);
+        run(2, "truncate", &[TCP, HEAD]);
+        run(3, "probe", &[TCP, HEAD]);
+        let small = [TCP, ("MPR_RNDV_HEAD", "3000"), ("MPR_TCP_FRAME", "4096"), ("MPR_TCP_EAGER", "3000")];
+        run(3, "pairs", &[small[0], small[1], small[2], small[3], ("PTP_MAX", "1000000")]);
+    }
+
     #[test]
     fn small_frames_and_buffers() {
         // Frames smaller than most messages: everything is streamed in many pieces.

@@ -12,8 +12,8 @@
 //! - rendezvous, split copy: the receiver reads the first part while the sender writes the
 //!   rest straight into the receiver's buffer, so two cores copy at once;
 //! - rendezvous, streamed: the sender sends `Data` frames (the fallback everywhere). Its
-//!   `Rts` carries the first [`PeerLimits::head`] bytes, so they travel during the round
-//!   trip that asks for the rest.
+//!   `Rts` may carry the first [`PeerLimits::head`] bytes, which then travel during the
+//!   round trip that asks for the rest.
 //!
 //! Invariants:
 //! - Messages from one sender on one communicator match receives in the order they were sent
@@ -55,8 +55,9 @@ pub(crate) struct PeerLimits {
     /// of single copy are available).
     pub(crate) split_min: usize,
     /// A rendezvous message to this peer that is streamed (no single-copy read) sends its
-    /// first `head` bytes with its `Rts` (0: none), as Open MPI's ob1 does: they travel
-    /// during the round trip that fetches the rest. At most `max_payload`, less than `eager`.
+    /// first `head` bytes with its `Rts` (0: none, the default), as Open MPI's ob1 does:
+    /// they travel during the round trip that fetches the rest. At most `max_payload`, and
+    /// at most `eager`.
     pub(crate) head: usize,
 }
 

@@ -230,7 +230,11 @@ impl Conn {
                 let have = self.rend - self.rstart - 4;
                 if have < len {
                     if len >= PLACE_MIN && self.try_place(peer, sink, len) {
-                        break;
+                        // Return before reading the payload, counting the placement as an
+                        // event: what it queued (the `Cts` of a rendezvous whose head this
+                        // is) then leaves first, and the rest of the message travels while
+                        // the head arrives, instead of after it.
+                        return Ok(frames + 1);
                     }
                     break;
                 }
@@ -238,9 +242,6 @@ impl Conn {
                 self.rstart += 4 + len;
                 sink.frame(peer, &self.rbuf[start..start + len])?;
                 frames += 1;
-            }
-            if self.direct.is_some() {
-                continue;
             }
             if self.rstart == self.rend {
                 self.rstart = 0;
