@@ -27,7 +27,8 @@
 #   TIMEOUT=300      seconds before one run is killed (counts as failed)
 #   BENCH_ARGS=      extra arguments for every benchmark run (all three implementations),
 #                    e.g. "--max 65536" or "--iters 100"; osu_mini and mpr-bench both take
-#                    --min B, --max B, --iters N, --window N (iteration schedules differ)
+#                    --min B, --max B, --iters N, --warmup N, --window N, and run the same
+#                    iteration schedule (OSU's style: fewer iterations for larger sizes)
 #   MPR_BUILD=1      0 skips `cargo build --release` of mprun and mpr-bench
 #   RAW_DIR=         keep raw outputs in this directory (default: temporary, deleted)
 #

@@ -5,25 +5,27 @@
 //! `mprun -np 2 mpr-bench latency` - one-way latency (us), ping-pong between ranks 0 and 1.
 //! `mprun -np 2 mpr-bench bw`      - windowed bandwidth (MB/s), rank 0 to rank 1.
 //!
-//! Options: `--min SIZE`, `--max SIZE` (bytes), `--iters N` (small messages; large ones use
-//! a tenth), `--window N` (bw, default 64), `--slots` (bw: a buffer slot per message of the
-//! window instead of OSU's one shared buffer), `--per-rank` (collectives: each rank also
-//! prints its own mean and percentiles of one call's time on stderr, which shows a rank that
-//! waits where the average hides it).
+//! Options: `--min SIZE`, `--max SIZE` (bytes), `--iters N` and `--warmup N` (timed and
+//! untimed iterations for every size; by default osu_mini's schedule, see [`schedule`]),
+//! `--window N` (bw, default 64), `--slots` (bw: a buffer slot per message of the window
+//! instead of OSU's one shared buffer), `--per-rank` (collectives: each rank also prints its
+//! own mean and percentiles of one call's time on stderr, which shows a rank that waits
+//! where the average hides it).
 
 use mpr::Comm;
 
 struct Opts {
     min: usize,
     max: usize,
-    iters: usize,
+    iters: Option<usize>,
+    warmup: Option<usize>,
     window: usize,
     slots: bool,
     per_rank: bool,
 }
 
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { min: 0, max: 4 << 20, iters: 10_000, window: 64, slots: false, per_rank: false };
+    let mut o = Opts { min: 0, max: 4 << 20, iters: None, warmup: None, window: 64, slots: false, per_rank: false };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = |name: &str| -> Result<usize, String> {
@@ -33,7 +35,8 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         match a.as_str() {
             "--min" => o.min = val("--min")?,
             "--max" => o.max = val("--max")?,
-            "--iters" => o.iters = val("--iters")?.max(1),
+            "--iters" => o.iters = Some(val("--iters")?.max(1)),
+            "--warmup" => o.warmup = Some(val("--warmup")?),
             "--window" => o.window = val("--window")?.max(1),
             "--slots" => o.slots = true,
             "--per-rank" => o.per_rank = true,
@@ -58,12 +61,23 @@ fn sizes(min: usize, max: usize, with_zero: bool) -> Vec<usize> {
     v
 }
 
-fn iters_for(size: usize, o: &Opts) -> (usize, usize) {
-    if size > 64 << 10 {
-        ((o.iters / 10).max(10), 10)
+/// Timed and warm-up iterations per size class (up to 8 KiB, up to 64 KiB, beyond) of each
+/// benchmark: osu_mini's (`benches/c/osu_mini.c`), so that both time the same number of
+/// calls of every size, and the same ones with `--iters`/`--warmup`, which set every size.
+const LATENCY: [(usize, usize); 3] = [(10_000, 200), (1000, 20), (100, 10)];
+const BANDWIDTH: [(usize, usize); 3] = [(100, 10), (50, 5), (20, 2)];
+const COLLECTIVE: [(usize, usize); 3] = [(1000, 100), (200, 20), (50, 5)];
+
+/// (timed, warm-up) iterations for messages of `size` bytes under `table`.
+fn schedule(size: usize, table: &[(usize, usize); 3], o: &Opts) -> (usize, usize) {
+    let (iters, warmup) = table[if size <= 8 << 10 {
+        0
+    } else if size <= 64 << 10 {
+        1
     } else {
-        (o.iters, (o.iters / 10).max(10))
-    }
+        2
+    }];
+    (o.iters.unwrap_or(iters), o.warmup.unwrap_or(warmup))
 }
 
 fn latency(w: &Comm, o: &Opts) -> mpr::Result<()> {
@@ -75,7 +89,7 @@ fn latency(w: &Comm, o: &Opts) -> mpr::Result<()> {
     let (mut s_store, mut r_store) = (Paged::new(o.max, b'a'), Paged::new(o.max, b'b'));
     let (sbuf, rbuf) = (s_store.get(), r_store.get());
     for size in sizes(o.min, o.max, true) {
-        let (iters, skip) = iters_for(size, o);
+        let (iters, skip) = schedule(size, &LATENCY, o);
         let mut t0 = 0.0;
         for i in 0..iters + skip {
             if i == skip {
@@ -116,7 +130,7 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
     let (s_store, mut r_store) = (Paged::new(span, b'a'), Paged::new(span, b'b'));
     let (sbuf, rbuf) = (s_store.slice(), r_store.get());
     for size in sizes(o.min.max(1), max, false) {
-        let (iters, skip) = iters_for(size, &Opts { iters: o.iters / 50, ..*o });
+        let (iters, skip) = schedule(size, &BANDWIDTH, o);
         let mut t0 = 0.0;
         for i in 0..iters + skip {
             if i == skip {
@@ -200,7 +214,7 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
     let list = if what == "barrier" { vec![0] } else { sizes(o.min.max(4), o.max, false) };
     for size in list {
         let n = (size / 4).max(1);
-        let (iters, skip) = if size > 64 << 10 { ((o.iters / 100).max(20), 5) } else { ((o.iters / 10).max(100), 20) };
+        let (iters, skip) = schedule(size, &COLLECTIVE, o);
         let mut a_store = Paged::new(n, 1.0f32);
         let mut b_store = Paged::new(n * if matches!(what, "allgather" | "alltoall") { p } else { 1 }, 0.0f32);
         let big_store = Paged::new(if what == "alltoall" { n * p } else { 0 }, 1.0f32);
@@ -247,7 +261,7 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(what) = args.first().cloned() else {
-        eprintln!("usage: mprun -np 2 mpr-bench latency|bw [--min B] [--max B] [--iters N] [--window N]");
+        eprintln!("usage: mprun -np 2 mpr-bench latency|bw [--min B] [--max B] [--iters N] [--warmup N] [--window N]");
         std::process::exit(2);
     };
     let opts = match parse_opts(&args[1..]) {
