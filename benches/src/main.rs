@@ -70,13 +70,8 @@ const COLLECTIVE: [(usize, usize); 3] = [(1000, 100), (200, 20), (50, 5)];
 
 /// (timed, warm-up) iterations for messages of `size` bytes under `table`.
 fn schedule(size: usize, table: &[(usize, usize); 3], o: &Opts) -> (usize, usize) {
-    let (iters, warmup) = table[if size <= 8 << 10 {
-        0
-    } else if size <= 64 << 10 {
-        1
-    } else {
-        2
-    }];
+    let class = usize::from(size > 8 << 10) + usize::from(size > 64 << 10);
+    let (iters, warmup) = table[class];
     (o.iters.unwrap_or(iters), o.warmup.unwrap_or(warmup))
 }
 

@@ -300,21 +300,18 @@ fn peer_limits(caps: &crate::transport::Caps, split_min: usize) -> PeerLimits {
         expose: caps.expose,
         bulk_write: caps.bulk_write,
         split_min,
-        head: rndv_head(crate::env::parsed("MPR_RNDV_HEAD"), caps.bulk_read, caps.eager_limit, max_payload),
+        head: rndv_head(crate::env::parsed("MPR_RNDV_HEAD"), caps.eager_limit, max_payload),
     }
 }
 
 /// Bytes a streamed rendezvous sends with its `Rts` (`MPR_RNDV_HEAD`, `set`), at most an
-/// eager message; none where the receiver reads the sender's memory itself (the bytes then
-/// never cross as frames). Off by default: over loopback TCP it measured slower where the
+/// eager message (the engine sends none where the receiver reads the sender's memory
+/// itself: the bytes then never cross as frames). Off by default: over loopback TCP it measured slower where the
 /// round trip is short (2 ranks, ping-pong of 1-4 MiB: 1.2-2.0x the time with 512 KiB heads,
 /// cause not found) and mixed where ranks outnumber cores (4 ranks on 2 cores: broadcast of
 /// 1-4 MiB 0.52-0.81x, all-to-all of 1 MiB 0.88x, allgather of 1-2 MiB 1.18-1.30x). It is
 /// there for links whose round trip is long.
-fn rndv_head(set: Option<usize>, bulk_read: bool, eager: usize, max_payload: usize) -> usize {
-    if bulk_read {
-        return 0;
-    }
+fn rndv_head(set: Option<usize>, eager: usize, max_payload: usize) -> usize {
     set.unwrap_or(0).min(eager).min(max_payload)
 }
 
@@ -337,13 +334,13 @@ mod tests {
 
     #[test]
     fn streamed_rendezvous_heads_are_at_most_an_eager_message() {
-        assert_eq!(rndv_head(None, false, 512 << 10, 1 << 20), 0, "off unless asked for");
-        assert_eq!(rndv_head(Some(64 << 10), false, 64 << 10, 16 << 10), 16 << 10, "one frame at most");
-        assert_eq!(rndv_head(Some(1 << 30), false, 512 << 10, 1 << 20), 512 << 10);
-        assert_eq!(rndv_head(Some(4096), false, 512 << 10, 1 << 20), 4096);
-        assert_eq!(rndv_head(Some(0), false, 512 << 10, 1 << 20), 0);
-        // Where the receiver reads the sender's memory, no bytes go with the `Rts`.
-        assert_eq!(rndv_head(Some(4096), true, 512 << 10, 1 << 20), 0);
+        assert_eq!(rndv_head(None, 512 << 10, 1 << 20), 0, "off unless asked for");
+        assert_eq!(rndv_head(Some(64 << 10), 64 << 10, 16 << 10), 16 << 10, "one frame at most");
+        assert_eq!(rndv_head(Some(1 << 30), 512 << 10, 1 << 20), 512 << 10);
+        assert_eq!(rndv_head(Some(4096), 512 << 10, 1 << 20), 4096);
+        assert_eq!(rndv_head(Some(0), 512 << 10, 1 << 20), 0);
+        // Where the receiver reads the sender's memory, no bytes go with the `Rts`: see the
+        // engine's `single_and_split_copy_with_fallback`.
     }
 
     #[test]

@@ -161,9 +161,9 @@ pub(super) fn split_blocks<T>(buf: &mut [T], blocks: impl Iterator<Item = std::o
 
 /// Barrier: dissemination (ceil(log2 p) rounds of empty messages), or, where a team goes
 /// [`flat`], linear (Open MPI's choice for 4 to 7 ranks): every rank tells rank 0 it is in,
-/// and rank 0 releases them all. That is 2(p-1) messages instead of p ceil(log2 p), each of which may wait for its rank to get a
-/// CPU; and rank 0 leaves first, while it runs, so a rooted collective from it that follows
-/// finds the others ready (as the segment's barrier does, `node::Arena::barrier`). 4 ranks on
+/// and rank 0 releases them all. That is 2(p-1) messages instead of p ceil(log2 p), each of
+/// which may wait for its rank to get a CPU; and rank 0 leaves first, while it runs, so a
+/// rooted collective from it that follows finds the others ready (as the segment's barrier does, `node::Arena::barrier`). 4 ranks on
 /// 2 cores over TCP: the barrier 0.89x of dissemination's time, a broadcast timed after it
 /// 0.37-0.48x up to 32 KiB, an all-reduce 0.82-0.93x up to 32 KiB.
 pub(super) fn barrier(c: &impl Team, tag: i32) -> Result<(), Error> {

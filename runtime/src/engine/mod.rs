@@ -54,10 +54,10 @@ pub(crate) struct PeerLimits {
     /// Messages from this size up are copied by both sides at once (when both directions
     /// of single copy are available).
     pub(crate) split_min: usize,
-    /// A rendezvous message to this peer that is streamed (no single-copy read) sends its
-    /// first `head` bytes with its `Rts` (0: none, the default), as Open MPI's ob1 does:
-    /// they travel during the round trip that fetches the rest. At most `max_payload`, and
-    /// at most `eager`.
+    /// A rendezvous message to this peer that is streamed (no single-copy read: the engine
+    /// looks at `bulk_read` when it sends) sends its first `head` bytes with its `Rts` (0:
+    /// none, the default), as Open MPI's ob1 does: they travel during the round trip that
+    /// fetches the rest. At most `max_payload`, and at most `eager`.
     pub(crate) head: usize,
 }
 
@@ -352,7 +352,7 @@ impl Engine {
             let off = head.len();
             let cts = Frame::Cts { sreq, rreq, off: off as u64, len: (len - off) as u64, raddr: 0 };
             self.push(peer, cts, RawBuf::EMPTY, None);
-            if buf.write_at(0, head) && off > 0 {
+            if off > 0 && buf.write_at(0, head) {
                 self.add_received(id, off);
             }
             return;
@@ -629,8 +629,9 @@ impl Engine {
         let i = self.find_posted(&env)?;
         let req = self.posted[i].req;
         let Some(&State::RecvPosted { buf, .. }) = self.reqs.get(req) else { return None };
-        // Too long for the buffer (or a malformed head): the ordinary path reports it.
-        if len > buf.len() || n > len || (sreq.is_some() && n == len) {
+        // Too long for the buffer (or a head that is the whole message): the ordinary path
+        // reports it.
+        if len > buf.len() || (sreq.is_some() && n >= len) {
             return None;
         }
         self.posted.remove(i);

@@ -33,7 +33,7 @@ impl Net {
             expose: false,
             bulk_write: false,
             split_min: usize::MAX,
-            head: eager.min(max_payload),
+            head: 0,
         };
         Net {
             engines: (0..n).map(|me| Engine::new(me, vec![lim; n])).collect(),
@@ -46,6 +46,15 @@ impl Net {
             data_bytes: vec![0; n],
             rts_bytes: vec![0; n],
         }
+    }
+
+    /// The same network with rendezvous heads of the largest size (`MPR_RNDV_HEAD` at the
+    /// eager limit).
+    fn with_heads(mut self) -> Net {
+        for l in self.engines.iter_mut().flat_map(|e| e.limits.iter_mut()) {
+            l.head = l.eager.min(l.max_payload);
+        }
+        self
     }
 
     /// One round: every engine's frames go into the pipes (as room allows), then every pipe
@@ -135,7 +144,13 @@ fn data(seed: usize, len: usize) -> Vec<u8> {
 
 #[test]
 fn eager_and_rendezvous_posted_and_unexpected() {
-    let mut net = Net::new(2, 64, 100, 2);
+    for heads in [false, true] {
+        let net = Net::new(2, 64, 100, 2);
+        eager_and_rendezvous_in(if heads { net.with_heads() } else { net });
+    }
+}
+
+fn eager_and_rendezvous_in(mut net: Net) {
     let msgs: Vec<Vec<u8>> = [0usize, 10, 64, 65, 1000].iter().enumerate().map(|(i, &n)| data(i, n)).collect();
     let mut bufs: Vec<Vec<u8>> = msgs.iter().map(|m| vec![0u8; m.len()]).collect();
     // The first two receives are posted before the sends, the rest after (unexpected).
@@ -166,16 +181,21 @@ fn eager_and_rendezvous_posted_and_unexpected() {
 #[test]
 fn an_exchange_streams_in_smaller_frames() {
     let (frame, len) = (1 << 20, 3 * EXCHANGE_CHUNK + 100);
-    // Alone, a stream takes frames as large as the peer allows.
-    let mut net = Net::new(2, 64, frame, 8);
-    let m = data(1, len);
-    let mut buf = vec![0u8; len];
-    let r = net.engines[1].irecv(0, None, None, None, rbm(&mut buf));
-    let s = net.engines[0].isend(0, 0, 0, 1, rb(&m));
-    net.run_until(|n| n.engines[1].is_done(r) && n.engines[0].is_done(s));
-    assert_eq!(buf, m);
-    // The `Rts` carried the first 64 bytes (the eager limit).
-    assert_eq!(net.largest_data[0], (len - 64).min(frame));
+    // Alone, a stream takes frames as large as the peer allows (all the bytes, or all but the
+    // first 64, the eager limit, which the `Rts` carried).
+    for head in [0, 64] {
+        let mut net = Net::new(2, 64, frame, 8);
+        if head > 0 {
+            net = net.with_heads();
+        }
+        let m = data(1, len);
+        let mut buf = vec![0u8; len];
+        let r = net.engines[1].irecv(0, None, None, None, rbm(&mut buf));
+        let s = net.engines[0].isend(0, 0, 0, 1, rb(&m));
+        net.run_until(|n| n.engines[1].is_done(r) && n.engines[0].is_done(s));
+        assert_eq!(buf, m);
+        assert_eq!(net.largest_data[0], (len - head).min(frame));
+    }
     // Both ways at once, each side streams in `EXCHANGE_CHUNK` frames, and all bytes arrive.
     let mut net = Net::new(2, 64, frame, 8);
     let msgs = [data(2, len), data(3, len)];
@@ -213,8 +233,11 @@ fn a_streamed_send_completes_when_its_last_frame_is_out() {
 
 #[test]
 fn truncation_completes_both_sides() {
-    let mut net = Net::new(2, 64, 100, 4);
-    for len in [50usize, 500] {
+    for (heads, len) in [(false, 50usize), (false, 500), (true, 50), (true, 500)] {
+        let mut net = Net::new(2, 64, 100, 4);
+        if heads {
+            net = net.with_heads();
+        }
         let m = data(1, len);
         let mut small = vec![0u8; 20];
         let r = net.engines[1].irecv(0, None, None, None, rbm(&mut small));
@@ -250,6 +273,9 @@ fn random_traffic_keeps_order_and_content() {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
         let n = rng.gen_range(2..5);
         let mut net = Net::new(n, rng.gen_range(0..200), rng.gen_range(1..300), rng.gen_range(1..4));
+        if seed % 2 == 1 {
+            net = net.with_heads();
+        }
         let count = 30;
         // msgs[src][dst][k]
         let msgs: Vec<Vec<Vec<Vec<u8>>>> = (0..n)
@@ -389,7 +415,8 @@ impl Net {
 #[test]
 fn single_and_split_copy_with_fallback() {
     for (split_min, fail) in [(usize::MAX, false), (8192, false), (8192, true), (usize::MAX, true)] {
-        let mut net = Net::new(2, 64, 100, 4);
+        // Heads are set, but go only with streamed messages: here, after a failed read.
+        let mut net = Net::new(2, 64, 100, 4).with_heads();
         for e in net.engines.iter_mut() {
             for l in e.limits.iter_mut() {
                 *l = PeerLimits { bulk_read: true, bulk_write: true, split_min, ..*l };
@@ -410,6 +437,10 @@ fn single_and_split_copy_with_fallback() {
             assert_eq!(net.engines[1].take(r).unwrap().unwrap().bytes, len);
             net.engines[0].take(s).unwrap().unwrap();
             assert_eq!(&got[..len], &m[..], "len {len} split_min {split_min} fail {fail}");
+        }
+        if !fail {
+            // Where the receiver reads the sender's memory, no bytes go with the `Rts`.
+            assert_eq!(net.rts_bytes[0], 0, "split_min {split_min}");
         }
     }
 }
@@ -499,7 +530,7 @@ fn eager_messages_land_in_posted_receives() {
 fn a_streamed_rendezvous_sends_its_head_with_the_rts() {
     for posted_first in [true, false] {
         // Eager limit 64, frames of 100: the `Rts` takes 64 bytes, `Data` frames the rest.
-        let mut net = Net::new(2, 64, 100, 4);
+        let mut net = Net::new(2, 64, 100, 4).with_heads();
         let m = data(5, 1000);
         let mut buf = vec![0u8; 1000];
         let r = posted_first.then(|| net.engines[1].irecv(0, None, None, None, rbm(&mut buf)));
@@ -515,11 +546,8 @@ fn a_streamed_rendezvous_sends_its_head_with_the_rts() {
         net.run_until(|n| n.engines[0].streamed.is_empty());
         assert_eq!(buf, m, "posted first: {posted_first}");
     }
-    // Without a head (`head` 0), the `Rts` carries no bytes and all are streamed.
+    // Without a head (`head` 0, the default), the `Rts` carries no bytes and all are streamed.
     let mut net = Net::new(2, 64, 100, 4);
-    for e in &mut net.engines {
-        e.limits.iter_mut().for_each(|l| l.head = 0);
-    }
     let m = data(6, 1000);
     let mut buf = vec![0u8; 1000];
     let r = net.engines[1].irecv(0, None, None, None, rbm(&mut buf));
