@@ -142,7 +142,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         transports.push(Box::new(shm));
         for &r in locals.iter().filter(|&&r| r != me) {
             route[r] = idx;
-            limits[r] = peer_limits(&caps, split_min);
+            limits[r] = peer_limits(&caps, split_min, outnumbered);
         }
     }
     let remote: Vec<usize> = (0..boot.size).filter(|&r| r != me && route[r] == SELF_ROUTE).collect();
@@ -182,11 +182,11 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             let a = cards[p].tcp.ok_or_else(|| Error::Bootstrap(format!("rank {p} publishes no TCP address")))?;
             peers.push((p, a));
         }
-        let tcp = listening.establish(me, boot.size, &peers, &boot.secret)?;
+        let tcp = listening.establish(me, boot.size, &peers, &boot.secret, outnumbered)?;
         let caps = tcp.caps();
         for &p in &remote {
             names[p] = caps.name;
-            limits[p] = peer_limits(&caps, usize::MAX);
+            limits[p] = peer_limits(&caps, usize::MAX, outnumbered);
         }
         let mut tcp: Box<dyn Transport> = Box::new(tcp);
         if any_rdma {
@@ -194,7 +194,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             let caps = tcp.caps();
             for &p in &rdma_peers {
                 names[p] = caps.name;
-                limits[p] = peer_limits(&caps, usize::MAX);
+                limits[p] = peer_limits(&caps, usize::MAX, outnumbered);
             }
         }
         let idx = transports.len();
@@ -216,7 +216,15 @@ pub(crate) fn start() -> Result<Runtime, Error> {
                 (true, false) => "single-copy reads",
                 _ => "pipelined frames",
             };
-            eprintln!("mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk})", l.eager);
+            let head = if l.head > 0 && !l.bulk_read {
+                format!(", the first {} B with the request", l.head)
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk}{head})",
+                l.eager
+            );
         }
         let cpus = crate::bootstrap::cpus::encode(&my_cpus);
         let waits = if outnumbered { "outnumbered: waits yield at once" } else { "waits spin, then yield" };
@@ -291,7 +299,7 @@ fn split_min(set: Option<usize>, outnumbered: bool) -> usize {
 }
 
 /// What the engine may do towards a peer served by a transport with `caps`.
-fn peer_limits(caps: &crate::transport::Caps, split_min: usize) -> PeerLimits {
+fn peer_limits(caps: &crate::transport::Caps, split_min: usize, outnumbered: bool) -> PeerLimits {
     let max_payload = caps.max_frame - crate::engine::wire::MAX_HEADER;
     PeerLimits {
         max_payload,
@@ -300,19 +308,23 @@ fn peer_limits(caps: &crate::transport::Caps, split_min: usize) -> PeerLimits {
         expose: caps.expose,
         bulk_write: caps.bulk_write,
         split_min,
-        head: rndv_head(crate::env::parsed("MPR_RNDV_HEAD"), caps.eager_limit, max_payload),
+        head: rndv_head(crate::env::parsed("MPR_RNDV_HEAD"), caps.eager_limit, max_payload, outnumbered),
     }
 }
 
 /// Bytes a streamed rendezvous sends with its `Rts` (`MPR_RNDV_HEAD`, `set`), at most an
 /// eager message (the engine sends none where the receiver reads the sender's memory
-/// itself: the bytes then never cross as frames). Off by default: over loopback TCP it measured slower where the
-/// round trip is short (2 ranks, ping-pong of 1-4 MiB: 1.2-2.0x the time with 512 KiB heads,
-/// cause not found) and mixed where ranks outnumber cores (4 ranks on 2 cores: broadcast of
-/// 1-4 MiB 0.52-0.81x, all-to-all of 1 MiB 0.88x, allgather of 1-2 MiB 1.18-1.30x). It is
-/// there for links whose round trip is long.
-fn rndv_head(set: Option<usize>, eager: usize, max_payload: usize) -> usize {
-    set.unwrap_or(0).min(eager).min(max_payload)
+/// itself: the bytes then never cross as frames). By default as many as an eager message
+/// when this rank is `outnumbered`, none otherwise:
+/// - where ranks outnumber cores, the round trip that asks for the rest waits for the
+///   receiver to get a time slice, and the head travels meanwhile (4 ranks on 2 cores over
+///   TCP: all-to-all of 1 MiB blocks 0.55-0.62x of the time without, broadcast of 1-2 MiB
+///   0.4-0.7x);
+/// - with a core per rank, the round trip is short, and over loopback TCP 512 KiB heads made
+///   2-rank ping-pongs of 2-4 MiB 1.4-1.8x slower (cause not found).
+fn rndv_head(set: Option<usize>, eager: usize, max_payload: usize, outnumbered: bool) -> usize {
+    let want = set.unwrap_or(if outnumbered { eager } else { 0 });
+    want.min(eager).min(max_payload)
 }
 
 /// `text` (at most 240 bytes of it) as hexadecimal digits, a value the key-value service
@@ -334,11 +346,13 @@ mod tests {
 
     #[test]
     fn streamed_rendezvous_heads_are_at_most_an_eager_message() {
-        assert_eq!(rndv_head(None, 512 << 10, 1 << 20), 0, "off unless asked for");
-        assert_eq!(rndv_head(Some(64 << 10), 64 << 10, 16 << 10), 16 << 10, "one frame at most");
-        assert_eq!(rndv_head(Some(1 << 30), 512 << 10, 1 << 20), 512 << 10);
-        assert_eq!(rndv_head(Some(4096), 512 << 10, 1 << 20), 4096);
-        assert_eq!(rndv_head(Some(0), 512 << 10, 1 << 20), 0);
+        assert_eq!(rndv_head(None, 512 << 10, 1 << 20, false), 0, "off with a core per rank");
+        assert_eq!(rndv_head(None, 256 << 10, 1 << 20, true), 256 << 10, "an eager message when outnumbered");
+        assert_eq!(rndv_head(None, 64 << 10, 16 << 10, true), 16 << 10, "one frame at most");
+        assert_eq!(rndv_head(Some(64 << 10), 64 << 10, 16 << 10, false), 16 << 10, "one frame at most");
+        assert_eq!(rndv_head(Some(1 << 30), 512 << 10, 1 << 20, false), 512 << 10);
+        assert_eq!(rndv_head(Some(4096), 512 << 10, 1 << 20, true), 4096);
+        assert_eq!(rndv_head(Some(0), 512 << 10, 1 << 20, true), 0);
         // Where the receiver reads the sender's memory, no bytes go with the `Rts`: see the
         // engine's `single_and_split_copy_with_fallback`.
     }

@@ -138,3 +138,31 @@ fn ranks_bound_to_one_shared_cpu_yield_at_once() {
     let se = run("1");
     assert!(se.contains("mpr: rank 0: CPUs 0, 1 rank(s) on this host, waits spin, then yield"), "{se}");
 }
+
+/// Ranks that share a CPU over TCP send at most 256 KiB eagerly and the first 256 KiB of a
+/// larger message with its rendezvous request (a large eager message mostly arrives before
+/// its receive there, and the answer to a request waits for a time slice); every collective
+/// still checks out against its reference with messages of up to 2.4 MB.
+#[test]
+fn crowded_ranks_over_tcp_send_heads_and_smaller_eager_messages() {
+    let coll = bin_dir().join("coll");
+    let out = std::process::Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(mpr_tests::mprun_path())
+        .args(["-np", "3", "--timeout", "240", coll.to_str().unwrap()])
+        .env("MPR_VERBOSE", "1")
+        .env("MPR_TRANSPORTS", "tcp")
+        .env("COLL_MAX", "300000")
+        .output()
+        .expect("run taskset");
+    let (so, se) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{so}\n{se}");
+    assert_eq!(so.lines().filter(|l| l.ends_with("coll ok")).count(), 3, "{so}");
+    for (from, to) in [(0, 1), (1, 2), (2, 0)] {
+        let line = format!(
+            "mpr: rank {from} -> rank {to}: tcp (eager up to 262144 B, large messages by pipelined frames, \
+             the first 262144 B with the request)"
+        );
+        assert!(se.contains(&line), "{se}");
+    }
+}

@@ -25,6 +25,7 @@
 //!   it streamed the whole message, once the transport has taken its last frame (every byte
 //!   has then left the buffer; the `Fin` that follows is dropped).
 
+mod pool;
 pub(crate) mod request;
 pub(crate) mod wire;
 
@@ -161,6 +162,8 @@ pub(crate) struct Engine {
     reqs: Requests,
     posted: VecDeque<Posted>,
     unexpected: VecDeque<Unexpected>,
+    /// Buffers for the bytes of unexpected messages, reused.
+    pool: pool::Pool,
     /// Frames to send, oldest first.
     pub(crate) outbox: VecDeque<Transmit>,
     /// Single-copy transfers to perform.
@@ -186,6 +189,7 @@ impl Engine {
             reqs: Requests::default(),
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
+            pool: pool::Pool::default(),
             outbox: VecDeque::new(),
             actions: Vec::new(),
             failed: Default::default(),
@@ -262,7 +266,7 @@ impl Engine {
         }
         let len = buf.len();
         if len <= self.limits[self.me].eager {
-            let body = Body::Eager(buf.bytes().to_vec());
+            let body = Body::Eager(self.pool.copy_of(buf.bytes()));
             self.unexpected.push_back(Unexpected { env, len, body });
             self.reqs.insert(State::Done(Ok(status)))
         } else {
@@ -290,8 +294,14 @@ impl Engine {
         let u = self.unexpected.remove(i).expect("index from position");
         let status = Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len };
         match u.body {
-            Body::Eager(data) => self.deliver(id, status, &data),
-            Body::Rts { peer, offer, head } => self.start_rndv(id, peer, status, offer, &head),
+            Body::Eager(data) => {
+                self.deliver(id, status, &data);
+                self.pool.give_back(data);
+            }
+            Body::Rts { peer, offer, head } => {
+                self.start_rndv(id, peer, status, offer, &head);
+                self.pool.give_back(head);
+            }
             Body::SelfSend(sid) => {
                 if let Some(State::SendSelf { buf: sbuf }) = self.reqs.get(sid) {
                     let sbuf = *sbuf;
@@ -493,7 +503,7 @@ impl Engine {
                         self.deliver(p.req, status, payload);
                     }
                     None => {
-                        let u = Unexpected { env, len: payload.len(), body: Body::Eager(payload.to_vec()) };
+                        let u = Unexpected { env, len: payload.len(), body: Body::Eager(self.pool.copy_of(payload)) };
                         self.unexpected.push_back(u);
                     }
                 }
@@ -509,7 +519,8 @@ impl Engine {
                         self.start_rndv(p.req, peer, status, Offer { sreq, saddr, skey }, payload);
                     }
                     None => {
-                        let body = Body::Rts { peer, offer: Offer { sreq, saddr, skey }, head: payload.to_vec() };
+                        let body =
+                            Body::Rts { peer, offer: Offer { sreq, saddr, skey }, head: self.pool.copy_of(payload) };
                         self.unexpected.push_back(Unexpected { env, len: len as usize, body });
                     }
                 }

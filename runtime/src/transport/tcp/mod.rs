@@ -11,7 +11,8 @@
 //! Tunables: `MPR_TCP_EAGER` (largest eager message, default 524288: below that, the
 //! rendezvous round trip costs more than the receiver's copy out of its buffer when the
 //! message comes unexpected; on loopback, 512 KiB went 0.92x of the rendezvous time
-//! ping-pong and 0.86x in a 2-rank all-to-all), `MPR_TCP_FRAME` (largest
+//! ping-pong and 0.86x in a 2-rank all-to-all; 262144 where ranks outnumber cores, see
+//! [`CROWDED_EAGER`]), `MPR_TCP_FRAME` (largest
 //! frame, default 1048576; the engine streams at most 256 KiB per frame while the peer
 //! streams to us too), `MPR_TCP_BUF` (socket buffers, default 2 MiB where the system
 //! allows; 0: the kernel's sizing), `MPR_CONNECT_TIMEOUT` (seconds, default 30).
@@ -32,6 +33,14 @@ use crate::error::Error;
 fn io_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Transport(format!("TCP {what}: {e}"))
 }
+
+/// The default eager limit of a rank that shares its cores with more ranks than it has
+/// (`outnumbered`). Its peers then often are not running when a message comes, and a large
+/// eager one waits in their socket and is copied twice more (into a buffer for unexpected
+/// messages, then into the receive): 4 ranks on 2 cores, all-reduce of 2 MiB (ring steps of
+/// 512 KiB) 0.53-0.56x of the time with this limit, and at 4 MiB (1 MiB steps) eager was
+/// 1.45x the time of rendezvous; 256 KiB steps went as fast either way.
+const CROWDED_EAGER: usize = 256 << 10;
 
 /// The TCP transport of one rank.
 #[derive(Debug)]
@@ -66,18 +75,22 @@ impl TcpListening {
     }
 
     /// Connects to and accepts from every peer in `peers` (world rank, address), proving
-    /// membership with `key`.
+    /// membership with `key`; `outnumbered`: this rank has fewer cores than ranks that may
+    /// run on them.
     pub(crate) fn establish(
         self,
         me: usize,
         world: usize,
         peers: &[(usize, SocketAddr)],
         key: &[u8],
+        outnumbered: bool,
     ) -> Result<TcpTransport, Error> {
         let timeout =
             Duration::from_secs_f64(crate::env::parsed::<f64>("MPR_CONNECT_TIMEOUT").unwrap_or(30.0).max(0.001));
         let max_frame = crate::env::parsed::<usize>("MPR_TCP_FRAME").unwrap_or(1 << 20).clamp(4096, 16 << 20);
-        let eager = crate::env::parsed::<usize>("MPR_TCP_EAGER").unwrap_or(512 << 10).min(max_frame - MAX_HEADER);
+        let eager = crate::env::parsed::<usize>("MPR_TCP_EAGER")
+            .unwrap_or(if outnumbered { CROWDED_EAGER } else { 512 << 10 })
+            .min(max_frame - MAX_HEADER);
         let deadline = Instant::now() + timeout;
         let buffers = socket_buffers();
         let mut conns: Vec<Option<Conn>> = (0..world).map(|_| None).collect();
