@@ -318,8 +318,8 @@ fn peer_limits(caps: &crate::transport::Caps, split_min: usize, outnumbered: boo
 /// when this rank is `outnumbered`, none otherwise:
 /// - where ranks outnumber cores, the round trip that asks for the rest waits for the
 ///   receiver to get a time slice, and the head travels meanwhile (4 ranks on 2 cores over
-///   TCP: all-to-all of 1 MiB blocks 0.55-0.62x of the time without, broadcast of 1-2 MiB
-///   0.4-0.7x);
+///   TCP: all-to-all of 1 MiB blocks 0.55-0.63x of the time without, broadcast of 1-2 MiB
+///   0.4-0.8x);
 /// - with a core per rank, the round trip is short, and over loopback TCP 512 KiB heads made
 ///   2-rank ping-pongs of 2-4 MiB 1.4-1.8x slower (cause not found).
 fn rndv_head(set: Option<usize>, eager: usize, max_payload: usize, outnumbered: bool) -> usize {

@@ -38,7 +38,7 @@ fn io_err(what: &str, e: impl std::fmt::Display) -> Error {
 /// (`outnumbered`). Its peers then often are not running when a message comes, and a large
 /// eager one waits in their socket and is copied twice more (into a buffer for unexpected
 /// messages, then into the receive): 4 ranks on 2 cores, all-reduce of 2 MiB (ring steps of
-/// 512 KiB) 0.53-0.56x of the time with this limit, and at 4 MiB (1 MiB steps) eager was
+/// 512 KiB) 0.55-0.56x of the time with this limit, and at 4 MiB (1 MiB steps) eager was
 /// 1.45x the time of rendezvous; 256 KiB steps went as fast either way.
 const CROWDED_EAGER: usize = 256 << 10;
 
