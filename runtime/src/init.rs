@@ -216,10 +216,9 @@ pub(crate) fn start() -> Result<Runtime, Error> {
                 (true, false) => "single-copy reads",
                 _ => "pipelined frames",
             };
-            let head = if l.head > 0 && !l.bulk_read {
-                format!(", the first {} B with the request", l.head)
-            } else {
-                String::new()
+            let head = match l.streamed_head() {
+                0 => String::new(),
+                n => format!(", the first {n} B with the request"),
             };
             eprintln!(
                 "mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk}{head})",

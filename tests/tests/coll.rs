@@ -110,32 +110,38 @@ fn paths_for_a_core_per_rank() {
     run(4, &[("MPR_WAIT_SPIN", "50")]);
 }
 
+/// Runs `coll` on `np` ranks with mprun confined to CPU 0 (`taskset`), verbose, with the
+/// extra mprun flags `flags`; checks that every rank passed and returns the ranks' stderr.
+fn on_cpu_0(np: usize, flags: &[&str], env: &[(&str, &str)]) -> String {
+    let coll = bin_dir().join("coll");
+    let n = np.to_string();
+    let out = std::process::Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(mpr_tests::mprun_path())
+        .args(flags)
+        .args(["-np", &n, "--timeout", "240", coll.to_str().unwrap()])
+        .env("MPR_VERBOSE", "1")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run taskset");
+    let (so, se) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{so}\n{se}");
+    assert_eq!(so.lines().filter(|l| l.ends_with("coll ok")).count(), np, "{so}");
+    se
+}
+
 /// Ranks that share a CPU yield while they wait, whatever bound them: here `--bind-to core`
 /// with more ranks than mprun's one CPU (the binding wraps round), where spinning first made
 /// an 8-byte all-reduce take a millisecond. A rank with a CPU of its own spins first.
 #[test]
 fn ranks_bound_to_one_shared_cpu_yield_at_once() {
-    let coll = bin_dir().join("coll");
-    let run = |np: &str| {
-        let out = std::process::Command::new("taskset")
-            .args(["-c", "0"])
-            .arg(mpr_tests::mprun_path())
-            .args(["--bind-to", "core", "-np", np, "--timeout", "240", coll.to_str().unwrap()])
-            .env("MPR_VERBOSE", "1")
-            .env("COLL_MAX", "70000")
-            .output()
-            .expect("run taskset");
-        let (so, se) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{so}\n{se}");
-        assert_eq!(so.lines().filter(|l| l.ends_with("coll ok")).count(), np.parse().unwrap(), "{so}");
-        se
-    };
-    let se = run("2");
+    let run = |np: usize| on_cpu_0(np, &["--bind-to", "core"], &[("COLL_MAX", "70000")]);
+    let se = run(2);
     for r in 0..2 {
         let line = format!("mpr: rank {r}: CPUs 0, 2 rank(s) on this host, outnumbered: waits yield at once");
         assert!(se.contains(&line), "{se}");
     }
-    let se = run("1");
+    let se = run(1);
     assert!(se.contains("mpr: rank 0: CPUs 0, 1 rank(s) on this host, waits spin, then yield"), "{se}");
 }
 
@@ -145,19 +151,7 @@ fn ranks_bound_to_one_shared_cpu_yield_at_once() {
 /// still checks out against its reference with messages of up to 2.4 MB.
 #[test]
 fn crowded_ranks_over_tcp_send_heads_and_smaller_eager_messages() {
-    let coll = bin_dir().join("coll");
-    let out = std::process::Command::new("taskset")
-        .args(["-c", "0"])
-        .arg(mpr_tests::mprun_path())
-        .args(["-np", "3", "--timeout", "240", coll.to_str().unwrap()])
-        .env("MPR_VERBOSE", "1")
-        .env("MPR_TRANSPORTS", "tcp")
-        .env("COLL_MAX", "300000")
-        .output()
-        .expect("run taskset");
-    let (so, se) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "{so}\n{se}");
-    assert_eq!(so.lines().filter(|l| l.ends_with("coll ok")).count(), 3, "{so}");
+    let se = on_cpu_0(3, &[], &[("MPR_TRANSPORTS", "tcp"), ("COLL_MAX", "300000")]);
     for (from, to) in [(0, 1), (1, 2), (2, 0)] {
         let line = format!(
             "mpr: rank {from} -> rank {to}: tcp (eager up to 262144 B, large messages by pipelined frames, \

@@ -55,11 +55,23 @@ pub(crate) struct PeerLimits {
     /// Messages from this size up are copied by both sides at once (when both directions
     /// of single copy are available).
     pub(crate) split_min: usize,
-    /// A rendezvous message to this peer that is streamed (no single-copy read: the engine
-    /// looks at `bulk_read` when it sends) sends its first `head` bytes with its `Rts` (0:
-    /// none, the default), as Open MPI's ob1 does: they travel during the round trip that
-    /// fetches the rest. At most `max_payload`, and at most `eager`.
+    /// A rendezvous message to this peer that is streamed sends its first `head` bytes with
+    /// its `Rts` (0: none; by default only where ranks outnumber cores), as Open MPI's ob1
+    /// does: they travel during the round trip that fetches the rest. At most
+    /// `max_payload`, and at most `eager`. See [`PeerLimits::streamed_head`].
     pub(crate) head: usize,
+}
+
+impl PeerLimits {
+    /// The bytes a rendezvous `Rts` to this peer carries: `head`, or none where the
+    /// receiver reads the sender's memory itself (the bytes then never cross as frames).
+    pub(crate) fn streamed_head(&self) -> usize {
+        if self.bulk_read {
+            0
+        } else {
+            self.head
+        }
+    }
 }
 
 /// A frame for the driver to hand to the transport of `peer`.
@@ -237,7 +249,7 @@ impl Engine {
         } else {
             // With a key to get first, the address goes in when the driver exposes the buffer.
             let direct = lim.bulk_read && !lim.expose;
-            let head = if lim.bulk_read { 0 } else { lim.head.min(buf.len() - 1) };
+            let head = lim.streamed_head().min(buf.len() - 1);
             let id = self.reqs.insert(State::SendRndv { peer, buf, exposed: direct, key: None, head });
             let saddr = if direct { buf.addr() } else { 0 };
             let rts = Frame::Rts { env, len: buf.len() as u64, sreq: id.to_wire(), saddr, skey: 0 };
