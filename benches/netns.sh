@@ -5,10 +5,12 @@
 #
 #   benches/netns.sh [latency|bw]...     (default: latency bw)
 #   REPEATS=3 benches/netns.sh latency
+#   BENCH_ARGS="--max 8 --iters 200" benches/netns.sh latency   (passed to both benchmarks)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 T=$ROOT/target/release
 REPEATS=${REPEATS:-3}
+read -r -a BENCH_ARGS <<<"${BENCH_ARGS:-}"
 WHATS=("$@")
 [[ ${#WHATS[@]} -eq 0 ]] && WHATS=(latency bw)
 id=$$
@@ -50,9 +52,9 @@ for what in "${WHATS[@]}"; do
     tmp=$(mktemp -d)
     for r in $(seq "$REPEATS"); do
         "$T/mprun" --control-addr 10.213.250.1 --launcher-exec "$exec_script" -H "${addr[0]}:1,${addr[1]}:1" \
-            "$T/mpr-bench" "$what" | grep -v '^#' >"$tmp/mpr.$r"
+            "$T/mpr-bench" "$what" "${BENCH_ARGS[@]}" | grep -v '^#' >"$tmp/mpr.$r"
         ip netns exec "${ns[0]}" env TCP_FLOOR_EXEC="ip netns exec ${ns[1]}" \
-            "$T/tcp-floor" "$what" --bind "${addr[0]}" | grep -v '^#' >"$tmp/raw.$r"
+            "$T/tcp-floor" "$what" --bind "${addr[0]}" "${BENCH_ARGS[@]}" | grep -v '^#' >"$tmp/raw.$r"
     done
     unit="us"; [[ $what == bw ]] && unit="MB/s"
     echo "== $what between two namespaces over veth ($unit, median of $REPEATS)"

@@ -9,7 +9,13 @@
 //! core's processing units; a rank bound to a NUMA node may run on every allowed CPU of the
 //! node that its mapped core belongs to.
 //!
-//! Default (no `--bind-to`): bind to cores when the ranks of the host do not outnumber its
+//! Hosts that are network namespaces or containers of one machine (the same kernel boot id,
+//! `mpr::bootstrap::machine`) share its cores: mprun hands each such host its [`Share`] of the
+//! machine's ranks, and the ranks of all of them are mapped as the ranks of one host would
+//! be (the first host's from core 0, the next host's after them), so that two namespace hosts
+//! of one rank each do not both take core 0.
+//!
+//! Default (no `--bind-to`): bind to cores when the ranks of the machine do not outnumber its
 //! cores (the cores of the CPUs mprun may run on), leave them unbound otherwise, as Open MPI
 //! does. An explicit `--bind-to core` with more ranks than cores wraps around (ranks share
 //! cores), as MPICH's hydra does. macOS cannot bind threads to CPUs: there the options are
@@ -77,6 +83,37 @@ impl MapBy {
     }
 }
 
+/// Where the ranks of one host stand among the ranks of its machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Share {
+    /// The machine-wide index of the host's first rank.
+    pub(crate) first: usize,
+    /// The ranks of every host on the machine (0: only this host's).
+    pub(crate) machine_ranks: usize,
+}
+
+impl Share {
+    /// The share of a host that has its machine to itself.
+    pub(crate) fn alone() -> Share {
+        Share::default()
+    }
+
+    /// The shares of hosts in order, each with its machine's key (hosts with equal keys are
+    /// one machine) and its number of ranks.
+    pub(crate) fn of_hosts(hosts: &[(&str, usize)]) -> Vec<Share> {
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(i, (key, _))| {
+                let same = |h: &&(&str, usize)| h.0 == *key;
+                let first = hosts[..i].iter().filter(same).map(|h| h.1).sum();
+                let machine_ranks = hosts.iter().filter(same).map(|h| h.1).sum();
+                Share { first, machine_ranks }
+            })
+            .collect()
+    }
+}
+
 /// The binding of one rank.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Binding {
@@ -124,15 +161,32 @@ impl Binding {
     }
 }
 
-/// The bindings of the `n` ranks of this host under `policy`, from this host's topology.
-pub(crate) fn here(policy: &Policy, n: usize) -> Vec<Binding> {
+/// The bindings of the `n` ranks of this host under `policy`, from this host's topology,
+/// given the host's `share` of its machine.
+pub(crate) fn here(policy: &Policy, share: Share, n: usize) -> Vec<Binding> {
     if policy.bind == Some(BindTo::None) {
         return vec![Binding::Unbound("not bound (--bind-to none)".into()); n];
     }
     if cfg!(target_os = "macos") {
         return vec![Binding::Unbound("binding not applied (macOS cannot bind)".into()); n];
     }
-    plan(&topo::read(), policy, n)
+    plan_share(&topo::read(), policy, share, n)
+}
+
+/// The bindings of the `n` ranks of a host that holds `share` of its machine's ranks: those
+/// of the machine's ranks from `share.first` in [`plan`] of all of them.
+pub(crate) fn plan_share(topology: &Topology, policy: &Policy, share: Share, n: usize) -> Vec<Binding> {
+    let total = share.machine_ranks.max(share.first + n);
+    if total == n {
+        return plan(topology, policy, n);
+    }
+    let mut all = plan(topology, policy, total);
+    for b in &mut all {
+        if let Binding::Unbound(why) = b {
+            *why = why.replace(" ranks on ", " ranks of this machine's hosts on ");
+        }
+    }
+    all.drain(share.first..share.first + n).collect()
 }
 
 /// Under `--report-bindings`, prints one line per rank of `host` on stderr.
@@ -257,6 +311,28 @@ mod tests {
         let b = plan(&two_nodes(), &policy(Some(BindTo::Numa), MapBy::Numa), 2);
         assert_eq!(b[0], Binding::Bound { cpus: vec![0, 1, 4, 5], node: Some(0) });
         assert_eq!(b[1], Binding::Bound { cpus: vec![2, 3, 6, 7], node: Some(1) });
+    }
+
+    #[test]
+    fn hosts_of_one_machine_take_its_cores_in_turn() {
+        let t = two_nodes();
+        // Hosts a (2 ranks) and b (1 rank) on one machine, c on another.
+        let shares = Share::of_hosts(&[("m1", 2), ("m1", 1), ("m2", 1)]);
+        assert_eq!(shares[0], Share { first: 0, machine_ranks: 3 });
+        assert_eq!(shares[1], Share { first: 2, machine_ranks: 3 });
+        assert_eq!(shares[2], Share { first: 0, machine_ranks: 1 });
+        let a = plan_share(&t, &Policy::default(), shares[0], 2);
+        let b = plan_share(&t, &Policy::default(), shares[1], 1);
+        let c = plan_share(&t, &Policy::default(), shares[2], 1);
+        assert_eq!(a.iter().map(cpus).collect::<Vec<_>>(), [vec![0, 4], vec![1, 5]]);
+        assert_eq!(cpus(&b[0]), [2, 6], "after host a's ranks, not on core 0 again");
+        assert_eq!(cpus(&c[0]), [0, 4], "another machine starts from core 0");
+        // Five ranks of the machine's hosts on four cores: none bound, and the reason says so.
+        let shares = Share::of_hosts(&[("m", 3), ("m", 2)]);
+        let b = plan_share(&t, &Policy::default(), shares[1], 2);
+        assert_eq!(b[1].describe(), "not bound (5 ranks of this machine's hosts on 4 cores: oversubscribed)");
+        // A host alone on its machine (or an old share of 0) is planned as before.
+        assert_eq!(plan_share(&t, &Policy::default(), Share::alone(), 3), plan(&t, &Policy::default(), 3));
     }
 
     #[test]

@@ -71,7 +71,9 @@ pub(crate) fn main(words: &[OsString]) -> i32 {
         Err(e) => return fail(format!("cannot read the job secret on stdin: {e}")),
     };
     let (stream, spec, input) = match handshake(&args, &secret) {
-        Ok(done) => done,
+        Ok(Some(done)) => done,
+        // The job stopped before this host's ranks were launched: nothing to do.
+        Ok(None) => return 0,
         Err(e) => return fail(e),
     };
     match Proxy::new(&args, *spec, stream, input) {
@@ -109,9 +111,13 @@ fn read_secret(limit: Duration) -> Result<String, String> {
     Ok(text.trim().to_string())
 }
 
-/// Connects to mprun, proves itself, checks mprun's proof and receives the launch; returns
-/// the connection, the launch and what was read past it.
-fn handshake(args: &ProxyArgs, secret: &str) -> Result<(TcpStream, Box<LaunchSpec>, Vec<u8>), String> {
+/// What the handshake gives: the connection, the launch and what was read past it.
+type Launched = (TcpStream, Box<LaunchSpec>, Vec<u8>);
+
+/// Connects to mprun, proves itself, checks mprun's proof and receives the launch (mprun
+/// sends it once every host's proxy has proven itself); `None` if mprun stops the job
+/// before that.
+fn handshake(args: &ProxyArgs, secret: &str) -> Result<Option<Launched>, String> {
     let mut stream = TcpStream::connect_timeout(&args.connect, args.timeout)
         .map_err(|e| format!("cannot connect to mprun at {}: {e}", args.connect))?;
     let setup = |s: &TcpStream| -> io::Result<()> {
@@ -130,7 +136,8 @@ fn handshake(args: &ProxyArgs, secret: &str) -> Result<(TcpStream, Box<LaunchSpe
     let nonce = auth::nonce().map_err(|e| e.to_string())?;
     let proof = auth::proxy_proof(secret, &head_nonce, args.host_index, &nonce);
     let mut hello = Vec::new();
-    encode(&Msg::Hello { version: VERSION, host: args.host_index, nonce, proof }, &mut hello);
+    let machine = mpr::bootstrap::machine::id().unwrap_or_default();
+    encode(&Msg::Hello { version: VERSION, host: args.host_index, nonce, proof, machine }, &mut hello);
     stream.write_all(&hello).map_err(|e| format!("cannot send to mprun: {e}"))?;
     let Msg::Welcome { proof } = read_msg(&mut stream, &mut input, MAX_UNPROVEN_FRAME)? else {
         return Err("mprun did not welcome this proxy".into());
@@ -138,10 +145,15 @@ fn handshake(args: &ProxyArgs, secret: &str) -> Result<(TcpStream, Box<LaunchSpe
     if !auth::check_head(secret, &nonce, &head_nonce, &proof) {
         return Err(format!("{} did not prove it knows the job secret", args.connect));
     }
-    let Msg::Launch(spec) = read_msg(&mut stream, &mut input, MAX_FRAME)? else {
-        return Err("mprun did not send the launch".into());
-    };
-    Ok((stream, spec, input))
+    loop {
+        match read_msg(&mut stream, &mut input, MAX_FRAME)? {
+            Msg::Launch(spec) => return Ok(Some((stream, spec, input))),
+            Msg::Stop | Msg::Kill => return Ok(None),
+            // mprun's heartbeats while other hosts' proxies connect.
+            Msg::Heartbeat => {}
+            _ => return Err("mprun did not send the launch".into()),
+        }
+    }
 }
 
 /// Reads one message (blocking, with the socket's timeout).
@@ -362,7 +374,7 @@ impl Proxy {
         };
         let ranks: Vec<usize> = self.spec.ranks.iter().map(|&r| r as usize).collect();
         let size = self.spec.size as usize;
-        let bindings = crate::bind::here(&self.spec.binding, ranks.len());
+        let bindings = crate::bind::here(&self.spec.binding, self.spec.share, ranks.len());
         crate::bind::report(&self.spec.binding, &self.host, &ranks, &bindings);
         for ((local_rank, &rank), binding) in ranks.iter().enumerate().zip(&bindings) {
             if self.stopping {

@@ -71,6 +71,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     let my_cpus = crate::bootstrap::cpus::allowed();
     let card = Card {
         host: boot.host.clone(),
+        machine: crate::bootstrap::machine::id(),
         pid: std::process::id(),
         tcp: listening.as_ref().map(|l| l.addr()),
         rdma: rdma.as_ref().ok().map(|o| o.kind.clone()),
@@ -228,7 +229,8 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         let cpus = crate::bootstrap::cpus::encode(&my_cpus);
         let waits = if outnumbered { "outnumbered: waits yield at once" } else { "waits spin, then yield" };
         let here = same_host.iter().filter(|&&h| h).count();
-        eprintln!("mpr: rank {me}: CPUs {cpus}, {here} rank(s) on this host, {waits}");
+        let machine = cards.iter().filter(|c| c.machine_key() == card.machine_key()).count();
+        eprintln!("mpr: rank {me}: CPUs {cpus}, {here} rank(s) on this host, {machine} on this machine, {waits}");
     }
     let engine = Engine::new(me, limits);
     let mut rt = Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(outnumbered));

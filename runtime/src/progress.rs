@@ -18,21 +18,28 @@ pub(crate) const SELF_ROUTE: usize = usize::MAX;
 /// How waits behave, from the environment.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct WaitPolicy {
-    /// Idle polls before yielding the CPU (`MPR_WAIT_SPIN`).
-    pub(crate) spin: u32,
+    /// How long a wait spins without progress before it yields the CPU on every idle poll
+    /// (`MPR_WAIT_SPIN`, microseconds). A time, not a count of polls: one poll costs a few
+    /// nanoseconds over shared memory and a system call over TCP.
+    pub(crate) spin: Duration,
     /// Idle time between liveness checks of peers.
     pub(crate) check: Duration,
     /// Longest a single wait may take (`MPR_WAIT_TIMEOUT`, seconds; unset: no limit).
     pub(crate) timeout: Option<Duration>,
 }
 
+/// Idle polls between two looks at the clock while a wait spins.
+const SPIN_CLOCK_EVERY: u32 = 16;
+
 impl WaitPolicy {
-    /// Idle polls before yielding: none when `outnumbered` (more ranks may run on this rank's
-    /// CPUs than it has: spinning only steals the CPU from the rank we wait for), many
-    /// otherwise.
+    /// Spin time before yielding: none when `outnumbered` (more ranks may run on this rank's
+    /// CPUs than it has: spinning only steals the CPU from the rank we wait for), 50 us
+    /// otherwise: long enough that a reply within a round trip is seen at once, short enough
+    /// that a rank which shares its core after all (hosts that are containers of one machine
+    /// and could not tell, another job) gives it up within a scheduler's time slice.
     pub(crate) fn from_env(outnumbered: bool) -> WaitPolicy {
-        let default_spin = if outnumbered { 0 } else { 20_000 };
-        let spin = crate::env::parsed("MPR_WAIT_SPIN").unwrap_or(default_spin);
+        let default_spin = if outnumbered { 0 } else { 50 };
+        let spin = Duration::from_micros(crate::env::parsed("MPR_WAIT_SPIN").unwrap_or(default_spin));
         let timeout = crate::env::parsed::<f64>("MPR_WAIT_TIMEOUT").filter(|s| *s > 0.0).map(Duration::from_secs_f64);
         WaitPolicy { spin, check: Duration::from_millis(50), timeout }
     }
@@ -282,7 +289,7 @@ impl Runtime {
 
     /// Whether waits spin before yielding the CPU (not when ranks outnumber cores).
     pub(crate) fn spins(&self) -> bool {
-        self.policy.spin > 0
+        !self.policy.spin.is_zero()
     }
 
     /// Drives progress until `done(self)` holds. Errors: a peer gone, the time limit, a
@@ -293,6 +300,10 @@ impl Runtime {
         mut done: impl FnMut(&mut Runtime) -> bool,
     ) -> Result<(), Error> {
         let mut idle: u32 = 0;
+        // When the current idle stretch began (read every SPIN_CLOCK_EVERY idle polls), and
+        // whether it has lasted longer than the spin time.
+        let mut idle_since: Option<Instant> = None;
+        let mut yielding = self.policy.spin.is_zero();
         let mut iter: u32 = 0;
         let mut start: Option<Instant> = None;
         let mut last_check: Option<Instant> = None;
@@ -302,12 +313,16 @@ impl Runtime {
             }
             if self.progress()? > 0 {
                 idle = 0;
+                idle_since = None;
+                yielding = self.policy.spin.is_zero();
+            } else if yielding {
+                std::thread::yield_now();
             } else {
-                idle = idle.saturating_add(1);
-                if idle < self.policy.spin {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
+                idle = idle.wrapping_add(1);
+                std::hint::spin_loop();
+                if idle % SPIN_CLOCK_EVERY == 0 {
+                    let now = Instant::now();
+                    yielding = now.duration_since(*idle_since.get_or_insert(now)) >= self.policy.spin;
                 }
             }
             // The clock is read every 256 rounds, busy or not.

@@ -103,3 +103,60 @@ fn three_hosts_over_the_software_rdma_provider() {
     check_ok(&out, "pairs", 3);
     assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
 }
+
+/// The 8-byte row of an `mpr-bench latency` table (one-way latency, us).
+fn latency_of_8_bytes(out: &std::process::Output) -> f64 {
+    let so = text(&out.stdout);
+    assert!(out.status.success(), "{so}\n{}", text(&out.stderr));
+    so.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            ["8", us] => us.parse().ok(),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no 8-byte row in {so}"))
+}
+
+#[test]
+fn hosts_of_one_machine_share_its_cores_with_default_flags() {
+    let bench = bin_dir().join("mpr-bench");
+    assert!(bench.exists(), "{} not built: run the tests with `cargo test --workspace`", bench.display());
+    let bench = bench.to_str().unwrap();
+    let args = [bench, "latency", "--min", "8", "--max", "8", "--iters", "3000", "--warmup", "200"];
+    // What TCP over loopback gives two ranks of this host.
+    let lo = latency_of_8_bytes(&mpr_tests::mprun(&[&["-np", "2"][..], &args].concat(), &[("MPR_TRANSPORTS", "tcp")]));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for n in [2, 3] {
+        let Some(hosts) = net_hosts(n) else { return };
+        // Default flags: every host binds (or not) and waits as it sees fit.
+        let out = run_on(&hosts, &vec![1; n], &[&["--verbose", "--report-bindings"][..], &args].concat(), &[]);
+        let us = latency_of_8_bytes(&out);
+        let err = text(&out.stderr);
+        eprintln!(
+            "latency of 8 B across {n} namespace hosts of one machine: {us:.1} us; loopback TCP {lo:.1} us ({:.2}x)",
+            us / lo
+        );
+        // Ranks that spin against each other on one core took a scheduler tick per message
+        // (300x); a loose bound, on a noisy machine.
+        assert!(us < 10.0 * lo.max(5.0), "{n} hosts: {us} us against {lo} us over loopback\n{err}");
+        // Every rank knows the others run on its machine.
+        for r in 0..n {
+            assert!(
+                err.contains(&format!("mpr: rank {r}: ")) && err.contains(&format!("{n} on this machine")),
+                "{err}"
+            );
+        }
+        let bound: Vec<&str> = err.lines().filter(|l| l.contains(" bound to cores ")).collect();
+        if n <= cores {
+            // One core each, as the ranks of one host would get.
+            let cpus: std::collections::HashSet<&str> =
+                bound.iter().map(|l| l.rsplit(" bound to cores ").next().unwrap()).collect();
+            assert_eq!((bound.len(), cpus.len()), (n, n), "{err}");
+        } else {
+            // More ranks than the machine has cores: none bound, every rank yields at once.
+            assert!(bound.is_empty(), "{err}");
+            assert_eq!(err.matches("outnumbered: waits yield at once").count(), n, "{err}");
+        }
+        assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+    }
+}

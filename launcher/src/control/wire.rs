@@ -13,13 +13,15 @@ use std::ffi::OsString;
 use std::fmt;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-use crate::bind::{BindTo, MapBy, Policy};
+use crate::bind::{BindTo, MapBy, Policy, Share};
 
-/// Protocol version carried by `Challenge` and `Hello` (2: `Launch` carries the binding).
-pub(crate) const VERSION: u16 = 2;
+/// Protocol version carried by `Challenge` and `Hello` (2: `Launch` carries the binding; 3:
+/// `Hello` carries the proxy's machine id and `Launch` the host's share of its machine).
+pub(crate) const VERSION: u16 = 3;
 /// Longest frame accepted once a connection is proven.
 pub(crate) const MAX_FRAME: usize = 16 << 20;
-/// Longest frame accepted before a connection has proven itself (a `Hello` is 75 bytes).
+/// Longest frame accepted before a connection has proven itself (a `Hello` is at most 111
+/// bytes).
 pub(crate) const MAX_UNPROVEN_FRAME: usize = 256;
 /// Length of nonces and proofs.
 pub(crate) const NONCE_LEN: usize = 32;
@@ -59,6 +61,9 @@ pub(crate) struct LaunchSpec {
     pub(crate) kill_grace_ms: u64,
     /// How the proxy binds its ranks (from its own host's topology).
     pub(crate) binding: Policy,
+    /// Where this host's ranks stand among the ranks of its machine (hosts that are
+    /// namespaces or containers of one machine share its cores).
+    pub(crate) share: Share,
 }
 
 /// One control message; the comment says who sends it.
@@ -66,8 +71,9 @@ pub(crate) struct LaunchSpec {
 pub(crate) enum Msg {
     /// mprun, first on every connection: prove you know the job secret.
     Challenge { version: u16, nonce: Bytes32 },
-    /// Proxy: which host I am, my own nonce, and my proof.
-    Hello { version: u16, host: u32, nonce: Bytes32, proof: Bytes32 },
+    /// Proxy: which host I am, my own nonce, my proof, and the id of the machine I run on
+    /// (`mpr::bootstrap::machine`; empty if it has none).
+    Hello { version: u16, host: u32, nonce: Bytes32, proof: Bytes32, machine: String },
     /// mprun: its proof over the proxy's nonce.
     Welcome { proof: Bytes32 },
     /// mprun: start these ranks.
@@ -145,12 +151,13 @@ pub(crate) fn encode(msg: &Msg, out: &mut Vec<u8>) {
             e.u16(*version);
             e.raw(nonce);
         }
-        Msg::Hello { version, host, nonce, proof } => {
+        Msg::Hello { version, host, nonce, proof, machine } => {
             e.u8(HELLO);
             e.u16(*version);
             e.u32(*host);
             e.raw(nonce);
             e.raw(proof);
+            e.bytes(machine.as_bytes());
         }
         Msg::Welcome { proof } => {
             e.u8(WELCOME);
@@ -193,6 +200,8 @@ pub(crate) fn encode(msg: &Msg, out: &mut Vec<u8>) {
                 MapBy::Core => 0,
                 MapBy::Numa => 1,
             });
+            e.u32(spec.share.first as u32);
+            e.u32(spec.share.machine_ranks as u32);
         }
         Msg::Started { rank, pid } => {
             e.u8(STARTED);
@@ -269,7 +278,7 @@ pub(crate) fn decode(buf: &[u8], max: usize) -> Result<Option<(Msg, usize)>, Wir
     let mut d = Dec(body);
     let msg = match d.u8()? {
         CHALLENGE => Msg::Challenge { version: d.u16()?, nonce: d.raw()? },
-        HELLO => Msg::Hello { version: d.u16()?, host: d.u32()?, nonce: d.raw()?, proof: d.raw()? },
+        HELLO => Msg::Hello { version: d.u16()?, host: d.u32()?, nonce: d.raw()?, proof: d.raw()?, machine: d.text()? },
         WELCOME => Msg::Welcome { proof: d.raw()? },
         LAUNCH => {
             let jobid = d.text()?;
@@ -295,6 +304,7 @@ pub(crate) fn decode(buf: &[u8], max: usize) -> Result<Option<(Msg, usize)>, Wir
                 other => return Err(WireError(format!("unknown mapping {other}"))),
             };
             let binding = Policy { bind, map, report: flags & 16 != 0 };
+            let share = Share { first: d.u32()? as usize, machine_ranks: d.u32()? as usize };
             Msg::Launch(Box::new(LaunchSpec {
                 jobid,
                 host,
@@ -310,6 +320,7 @@ pub(crate) fn decode(buf: &[u8], max: usize) -> Result<Option<(Msg, usize)>, Wir
                 fill_host_addr: flags & 8 != 0,
                 kill_grace_ms,
                 binding,
+                share,
             }))
         }
         STARTED => Msg::Started { rank: d.u32()?, pid: d.u32()? },
@@ -426,10 +437,12 @@ mod tests {
             fill_host_addr: true,
             kill_grace_ms: 1500,
             binding: Policy { bind: Some(BindTo::Numa), map: MapBy::Numa, report: true },
+            share: Share { first: 3, machine_ranks: 7 },
         };
         vec![
             Msg::Challenge { version: VERSION, nonce: [7; 32] },
-            Msg::Hello { version: VERSION, host: 3, nonce: [1; 32], proof: [2; 32] },
+            Msg::Hello { version: VERSION, host: 3, nonce: [1; 32], proof: [2; 32], machine: String::new() },
+            Msg::Hello { version: VERSION, host: 3, nonce: [1; 32], proof: [2; 32], machine: "ab".repeat(16) },
             Msg::Welcome { proof: [9; 32] },
             Msg::Launch(Box::new(spec)),
             Msg::Launch(Box::default()),
@@ -483,7 +496,9 @@ mod tests {
     #[test]
     fn hello_fits_the_unproven_limit() {
         let mut frame = Vec::new();
-        encode(&Msg::Hello { version: VERSION, host: 0, nonce: [0; 32], proof: [0; 32] }, &mut frame);
+        let machine = "f".repeat(32);
+        encode(&Msg::Hello { version: VERSION, host: 0, nonce: [0; 32], proof: [0; 32], machine }, &mut frame);
+        assert!(frame.len() - 4 <= 111);
         assert!(frame.len() - 4 <= MAX_UNPROVEN_FRAME);
         assert!(decode(&frame, MAX_UNPROVEN_FRAME).unwrap().is_some());
     }
@@ -502,8 +517,9 @@ mod tests {
         let at = 4 + 1 + 4 + 4 + 4; // kind, jobid, host, program (all empty): the args count
         frame[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode(&frame, MAX_FRAME).is_err());
-        // A binding or mapping code this version does not know (the last two bytes).
-        for back in [1, 2] {
+        // A binding or mapping code this version does not know (the two bytes before the
+        // share).
+        for back in [9, 10] {
             let mut frame = Vec::new();
             encode(&Msg::Launch(Box::default()), &mut frame);
             let at = frame.len() - back;

@@ -133,6 +133,10 @@ struct Job<'a> {
     stderr: Sink<Stderr>,
     /// mprun's stdin on its way to a remote rank 0.
     stdin: Option<StdinFeed>,
+    /// Rank 0's stdin when it runs here, until this machine's ranks start.
+    local_stdin: Option<RankStdin>,
+    /// Every host's ranks were launched (or the job stopped before).
+    launched: bool,
     deadline: Option<Instant>,
     stopping: Option<Stopping>,
 }
@@ -163,6 +167,8 @@ impl<'a> Job<'a> {
             stdout: Sink::new(io::stdout()),
             stderr: Sink::new(io::stderr()),
             stdin: None,
+            local_stdin: None,
+            launched: false,
             deadline: None,
             stopping: None,
         };
@@ -193,8 +199,8 @@ impl<'a> Job<'a> {
         });
         self.deadline = opts.timeout.map(|(limit, _)| Instant::now() + limit);
         self.start_remotes();
-        let stdin = self.stdin_for_rank0();
-        self.start_local(stdin);
+        self.local_stdin = self.stdin_for_rank0();
+        self.launch_when_proven();
         self.reap();
 
         let mut events = Events::with_capacity(256);
@@ -260,8 +266,61 @@ impl<'a> Job<'a> {
         None
     }
 
+    /// Once every remote host's proxy has proven itself (at once when there is none), starts
+    /// the ranks of every host, each in its share of its machine: hosts that are namespaces
+    /// or containers of one machine (equal ids in the proxies' `Hello`s) map their ranks over
+    /// its cores as one host would (`bind`).
+    fn launch_when_proven(&mut self) {
+        if self.launched || self.stopping.is_some() || !self.remotes.iter().all(Remote::proven) {
+            return;
+        }
+        self.launched = true;
+        let here = mpr::bootstrap::machine::id().unwrap_or_default();
+        let mut remote = 0;
+        let keys: Vec<(String, usize)> = self
+            .setup
+            .plan
+            .iter()
+            .map(|h| {
+                let id = if h.local {
+                    here.clone()
+                } else {
+                    remote += 1;
+                    self.remotes[remote - 1].machine.clone()
+                };
+                // A host with no machine id is a machine of its own.
+                (if id.is_empty() { format!("host {}", h.name) } else { id }, h.ranks.len())
+            })
+            .collect();
+        let keyed: Vec<(&str, usize)> = keys.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+        let shares = crate::bind::Share::of_hosts(&keyed);
+        let mut remote = 0;
+        for (h, share) in self.setup.plan.iter().zip(&shares) {
+            if h.local {
+                continue;
+            }
+            if share.machine_ranks > h.ranks.len() {
+                self.verbose(|| {
+                    let (first, n) = (share.first, h.ranks.len());
+                    format!(
+                        "host {}: its machine is shared with other hosts: its ranks are {first}..{} of the machine's {}",
+                        h.name,
+                        first + n,
+                        share.machine_ranks
+                    )
+                });
+            }
+            self.remotes[remote].launch(*share);
+            remote += 1;
+        }
+        let local = self.local.map(|i| shares[i]).unwrap_or_default();
+        let stdin = self.local_stdin.take();
+        self.start_local(stdin, local);
+        self.pump_stdin();
+    }
+
     /// Starts this machine's ranks; the first that cannot start stops the job.
-    fn start_local(&mut self, mut stdin: Option<RankStdin>) {
+    fn start_local(&mut self, mut stdin: Option<RankStdin>, share: crate::bind::Share) {
         let Some(host) = self.local else {
             return;
         };
@@ -269,7 +328,7 @@ impl<'a> Job<'a> {
         let path = self.setup.program.as_deref().expect("the program is resolved when this machine runs ranks");
         let env = self.local_env.clone();
         let program = Program { path, argv0: &self.opts.program, args: &self.opts.args, env: &env, cwd: None };
-        let bindings = crate::bind::here(&self.opts.binding, plan.ranks.len());
+        let bindings = crate::bind::here(&self.opts.binding, share, plan.ranks.len());
         crate::bind::report(&self.opts.binding, &plan.name, &plan.ranks, &bindings);
         for ((local_rank, &rank), binding) in plan.ranks.iter().enumerate().zip(&bindings) {
             if self.stopping.is_some() {

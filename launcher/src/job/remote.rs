@@ -70,8 +70,10 @@ pub(super) struct Remote {
     state: State,
     /// Its ranks that were reported ended.
     ended: HashSet<usize>,
-    /// What its proxy is sent once proven.
+    /// What its proxy is sent once every host's proxy has proven itself.
     spec: Option<Box<LaunchSpec>>,
+    /// The machine its proxy runs on (`Hello`; empty if it has no id).
+    pub(super) machine: String,
 }
 
 impl Remote {
@@ -83,6 +85,7 @@ impl Remote {
             state: State::Idle,
             ended: HashSet::new(),
             spec: Some(Box::new(spec)),
+            machine: String::new(),
         }
     }
 
@@ -91,6 +94,26 @@ impl Remote {
         if let Some(spec) = self.spec.as_mut() {
             spec.stdin = false;
         }
+    }
+
+    /// Its proxy has proven itself (and may be waiting for its launch).
+    pub(super) fn proven(&self) -> bool {
+        matches!(self.state, State::Running { .. })
+    }
+
+    /// Sends the launch, in `share` of its machine, if not sent yet.
+    pub(super) fn launch(&mut self, share: crate::bind::Share) {
+        if let (State::Running { link, heard, .. }, Some(mut spec)) = (&mut self.state, self.spec.take()) {
+            spec.share = share;
+            link.send(&Msg::Launch(spec));
+            // It was silent while it waited for the launch.
+            *heard = Instant::now();
+        }
+    }
+
+    /// Whether its launch was sent.
+    pub(super) fn launched(&self) -> bool {
+        self.spec.is_none()
     }
 
     pub(super) fn finished(&self) -> bool {
@@ -266,7 +289,7 @@ impl Job<'_> {
             }
             return;
         };
-        let Msg::Hello { version, host, nonce, proof } = first else {
+        let Msg::Hello { version, host, nonce, proof, machine } = first else {
             self.reject(id, "it did not start with a proof");
             return;
         };
@@ -283,6 +306,7 @@ impl Job<'_> {
             self.reject(id, &format!("host index {host} is not waiting for a proxy"));
             return;
         }
+        self.remotes[r].machine = machine;
         self.promote(id, r, nonce);
     }
 
@@ -301,9 +325,6 @@ impl Job<'_> {
         link.set_max_frame(MAX_FRAME);
         link.send(&Msg::Welcome { proof: auth::head_proof(&self.setup.ids.secret, &proxy_nonce, &nonce) });
         let remote = &mut self.remotes[r];
-        if let Some(spec) = remote.spec.take() {
-            link.send(&Msg::Launch(spec));
-        }
         let interest = Interest::READABLE | Interest::WRITABLE;
         if let Err(e) = self.poll.registry().reregister(&mut link.stream, Token(REMOTE_BASE + r), interest) {
             remote.state = State::Finished;
@@ -315,7 +336,7 @@ impl Job<'_> {
         let next_beat = now + heartbeat_interval(self.opts.host_timeout);
         remote.state = State::Running { link, heard: now, next_beat, done: false };
         self.verbose(|| format!("host {}: proxy connected from {peer}", self.remotes[r].name));
-        self.pump_stdin();
+        self.launch_when_proven();
     }
 
     /// Reads remote host `r`'s control connection.
@@ -480,7 +501,11 @@ impl Job<'_> {
         let Some(feed) = self.stdin.as_mut() else {
             return;
         };
-        let State::Running { link, .. } = &mut self.remotes[feed.remote].state else {
+        let remote = &mut self.remotes[feed.remote];
+        if !remote.launched() {
+            return;
+        }
+        let State::Running { link, .. } = &mut remote.state else {
             return;
         };
         let mut buf = vec![0u8; 64 << 10];

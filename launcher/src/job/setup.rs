@@ -69,6 +69,7 @@ impl Job<'_> {
                 fill_host_addr: addrs[index].is_none() && self.opts.iface.is_none(),
                 kill_grace_ms: self.opts.kill_grace.as_millis() as u64,
                 binding: self.opts.binding,
+                share: crate::bind::Share::alone(),
             };
             self.remotes.push(Remote::new(host, spec));
         }

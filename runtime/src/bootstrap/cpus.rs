@@ -69,13 +69,14 @@ pub(crate) fn outnumbered(mine: Option<&[usize]>, host: &[Option<&[usize]>], cor
 }
 
 /// [`outnumbered`] for every rank, from everyone's business card: the same on every rank
-/// that reads the same cards.
+/// that reads the same cards. Ranks compete with every rank of their machine, also those of
+/// other hosts that are namespaces or containers of it (cards of one machine id).
 pub(crate) fn outnumbered_ranks(cards: &[super::Card], cores: usize) -> Vec<bool> {
-    let mut hosts: std::collections::HashMap<&str, Vec<Option<&[usize]>>> = std::collections::HashMap::new();
+    let mut machines: std::collections::HashMap<&str, Vec<Option<&[usize]>>> = std::collections::HashMap::new();
     for c in cards {
-        hosts.entry(c.host.as_str()).or_default().push(c.cpus.as_deref());
+        machines.entry(c.machine_key()).or_default().push(c.cpus.as_deref());
     }
-    cards.iter().map(|c| outnumbered(c.cpus.as_deref(), &hosts[c.host.as_str()], cores)).collect()
+    cards.iter().map(|c| outnumbered(c.cpus.as_deref(), &machines[c.machine_key()], cores)).collect()
 }
 
 /// Whether two ascending CPU lists share a CPU.
@@ -128,6 +129,7 @@ mod tests {
     fn every_rank_is_judged_on_its_own_host() {
         let card = |host: &str, cpus: &[usize]| super::super::Card {
             host: host.into(),
+            machine: None,
             pid: 1,
             tcp: None,
             rdma: None,
@@ -136,5 +138,30 @@ mod tests {
         // Host a: two ranks bound to CPU 0 and one to CPU 1; host b: one rank.
         let cards = [card("a", &[0]), card("a", &[1]), card("a", &[0]), card("b", &[0])];
         assert_eq!(outnumbered_ranks(&cards, 2), [true, false, true, false]);
+    }
+
+    #[test]
+    fn hosts_of_one_machine_share_its_cpus() {
+        let card = |host: &str, machine: Option<&str>, cpus: &[usize]| super::super::Card {
+            host: host.into(),
+            machine: machine.map(String::from),
+            pid: 1,
+            tcp: None,
+            rdma: None,
+            cpus: Some(cpus.to_vec()),
+        };
+        let m = Some("5f0e1a3c1b2d4c3e9f000123456789ab");
+        // Two namespace hosts of one machine, each binding its first rank to CPU 0.
+        let cards = [card("a", m, &[0]), card("b", m, &[0])];
+        assert_eq!(outnumbered_ranks(&cards, 2), [true, true]);
+        // Spread over the machine's cores, as mprun binds them.
+        let cards = [card("a", m, &[0]), card("b", m, &[1])];
+        assert_eq!(outnumbered_ranks(&cards, 2), [false, false]);
+        // Three unbound ranks on three hosts of a machine with two cores.
+        let cards = [card("a", m, &[0, 1]), card("b", m, &[0, 1]), card("c", m, &[0, 1])];
+        assert_eq!(outnumbered_ranks(&cards, 2), [true, true, true]);
+        // Without machine ids, hosts are machines of their own.
+        let cards = [card("a", None, &[0]), card("b", None, &[0])];
+        assert_eq!(outnumbered_ranks(&cards, 2), [false, false]);
     }
 }

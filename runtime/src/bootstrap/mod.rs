@@ -6,6 +6,7 @@
 //! job of one (MPI's singleton init).
 
 pub mod cpus;
+pub mod machine;
 pub(crate) mod pmi;
 pub mod wire;
 
@@ -23,6 +24,9 @@ use pmi::Pmi;
 pub(crate) struct Card {
     /// Host identity: ranks with equal hosts share memory.
     pub(crate) host: String,
+    /// The machine the host is on (see [`machine`]), if known: hosts that are namespaces or
+    /// containers of one machine share its CPUs.
+    pub(crate) machine: Option<String>,
     pub(crate) pid: u32,
     /// TCP listener address, if the rank listens.
     pub(crate) tcp: Option<std::net::SocketAddr>,
@@ -34,8 +38,17 @@ pub(crate) struct Card {
 }
 
 impl Card {
+    /// What ranks that compete for the same CPUs have in common: the machine id, or the host
+    /// name where the machine is not known.
+    pub(crate) fn machine_key(&self) -> &str {
+        self.machine.as_deref().unwrap_or(&self.host)
+    }
+
     pub(crate) fn encode(&self) -> String {
         let mut s = format!("h={};p={}", self.host, self.pid);
+        if let Some(m) = &self.machine {
+            s += &format!(";m={m}");
+        }
         if let Some(t) = self.tcp {
             s += &format!(";t={t}");
         }
@@ -50,6 +63,7 @@ impl Card {
 
     pub(crate) fn decode(s: &str) -> Result<Card, Error> {
         let mut host = None;
+        let mut machine = None;
         let mut pid = None;
         let mut tcp = None;
         let mut rdma = None;
@@ -58,6 +72,7 @@ impl Card {
             match part.split_once('=') {
                 Some(("h", v)) => host = Some(v.to_string()),
                 Some(("p", v)) => pid = v.parse().ok(),
+                Some(("m", v)) => machine = machine::normalize(v),
                 Some(("v", v)) => rdma = Some(v.to_string()),
                 Some(("c", v)) => cpu_list = cpus::decode(v),
                 Some(("t", v)) => {
@@ -67,7 +82,7 @@ impl Card {
             }
         }
         match (host, pid) {
-            (Some(host), Some(pid)) => Ok(Card { host, pid, tcp, rdma, cpus: cpu_list }),
+            (Some(host), Some(pid)) => Ok(Card { host, machine, pid, tcp, rdma, cpus: cpu_list }),
             _ => Err(Error::Bootstrap(format!("malformed business card {s:?}"))),
         }
     }
@@ -198,10 +213,11 @@ mod tests {
 
     #[test]
     fn card_round_trip() {
-        let c = Card { host: "node-1.local".into(), pid: 4242, tcp: None, rdma: None, cpus: None };
+        let c = Card { host: "node-1.local".into(), machine: None, pid: 4242, tcp: None, rdma: None, cpus: None };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
         let c = Card {
             host: "n2".into(),
+            machine: Some("5f0e1a3c1b2d4c3e9f000123456789ab".into()),
             pid: 1,
             tcp: Some("10.0.0.2:5000".parse().unwrap()),
             rdma: Some("soft".into()),
