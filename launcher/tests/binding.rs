@@ -210,23 +210,33 @@ fn bad_binding_values_are_usage_errors() {
 }
 
 #[test]
-fn fork_hosts_bind_their_own_ranks() {
+fn fork_hosts_of_one_machine_share_its_cores() {
     if cores() < 2 {
         eprintln!("skipping: fewer than 2 cores allowed");
         return;
     }
-    let (seen, err) = job(&["--launcher", "fork", "-H", "a:2,b:2", "--report-bindings"]);
-    assert_eq!(seen.len(), 4, "{seen:?}");
-    assert_eq!([&seen[&0].host, &seen[&1].host, &seen[&2].host, &seen[&3].host], ["a", "a", "b", "b"]);
-    // Each host's proxy binds its two ranks to cores of their own, from its own topology.
+    // Two hosts of one rank each on this machine (the proxies see one kernel boot id): their
+    // ranks take a core each, as two ranks of one host would, not core 0 both.
+    let (seen, err) = job(&["--launcher", "fork", "-H", "a:1,b:1", "--report-bindings"]);
+    assert_eq!([&seen[&0].host, &seen[&1].host], ["a", "b"]);
     assert_own_cores(&seen, &[0, 1]);
-    assert_own_cores(&seen, &[2, 3]);
-    assert_eq!(seen[&0].cpus, seen[&2].cpus, "local rank 0 of each host takes the first core");
     for (r, s) in &seen {
         let want =
             format!("mprun: rank {r} on host {} bound to cores {}", s.host, s.binding.trim_start_matches("cores:"));
         assert!(err.lines().any(|l| l == want), "no {want:?} in {err}");
     }
+    // Ranks of the machine's hosts outnumbering its cores: none bound, and the reason says
+    // the machine's hosts are counted together.
+    let n = cores() + 1;
+    let hosts = format!("a:{},b:1", n - 1);
+    let (seen, err) = job(&["--launcher", "fork", "-H", &hosts, "--report-bindings"]);
+    assert_unbound(&seen, n);
+    let why = format!("not bound ({n} ranks of this machine's hosts on {} cores: oversubscribed)", cores());
+    assert!(err.contains(&why), "no {why:?} in {err}");
+    // An explicit --bind-to core wraps round the machine's cores, across its hosts.
+    let (seen, _) = job(&["--launcher", "fork", "-H", &hosts, "--bind-to", "core"]);
+    assert_own_cores(&seen, &(0..n - 1).collect::<Vec<_>>());
+    assert_eq!(seen[&(n - 1)].cpus, seen[&0].cpus, "host b's rank wraps round to the first core");
     // The binding options reach the proxies.
     let (seen, _) = job(&["--launcher", "fork", "-H", "a:2,b:2", "--bind-to", "none"]);
     assert_unbound(&seen, 4);

@@ -153,10 +153,11 @@ fn forge_connections(control: SocketAddr) {
     let mut challenge = [0u8; 39];
     forged.read_exact(&mut challenge).unwrap();
     assert_eq!(&challenge[..5], &[35, 0, 0, 0, 1], "a challenge frame: length 35, kind 1");
-    // Hello: length 71, kind 2, the challenge's protocol version, host 0, a nonce, and a proof
-    // made without the secret.
-    let mut hello = vec![71, 0, 0, 0, 2, challenge[5], challenge[6], 0, 0, 0, 0];
+    // Hello: length 75, kind 2, the challenge's protocol version, host 0, a nonce, a proof
+    // made without the secret, and no machine id.
+    let mut hello = vec![75, 0, 0, 0, 2, challenge[5], challenge[6], 0, 0, 0, 0];
     hello.extend_from_slice(&[0x5a; 64]);
+    hello.extend_from_slice(&[0; 4]);
     forged.write_all(&hello).unwrap();
     assert!(closed_within(&mut forged, Duration::from_secs(5)), "a wrong proof was not refused");
 
