@@ -14,36 +14,62 @@
 
 use mpr::Comm;
 
+/// OSU-style micro-benchmarks for mpr (run under mprun: `mprun -np 2 mpr-bench latency`).
+#[derive(clap::Parser, Debug)]
+#[command(name = "mpr-bench", version, about, long_about = None)]
 struct Opts {
+    /// What to measure: point-to-point `latency` (us) and `bw` (MB/s) between ranks 0 and 1,
+    /// or the mean time of one collective call (us) over every rank.
+    #[arg(value_enum)]
+    what: Bench,
+    /// Smallest message (bytes).
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
     min: usize,
+    /// Largest message (bytes).
+    #[arg(long, default_value_t = 4 << 20, value_name = "BYTES")]
     max: usize,
-    iters: Option<usize>,
-    warmup: Option<usize>,
-    window: usize,
+    /// Timed iterations of every size (default: osu_mini's schedule per size).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    iters: Option<u64>,
+    /// Untimed iterations before them (default: osu_mini's schedule per size).
+    #[arg(long, value_name = "N")]
+    warmup: Option<u64>,
+    /// Messages in flight per round of `bw`.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    window: u64,
+    /// `bw`: a buffer slot per message of the window instead of OSU's one shared buffer.
+    #[arg(long)]
     slots: bool,
+    /// Collectives: each rank also prints its own mean and percentiles of one call's time on
+    /// stderr, which shows a rank that waits where the average hides it.
+    #[arg(long)]
     per_rank: bool,
 }
 
-fn parse_opts(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { min: 0, max: 4 << 20, iters: None, warmup: None, window: 64, slots: false, per_rank: false };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| -> Result<usize, String> {
-            let v = it.next().ok_or(format!("{name} needs a value"))?;
-            v.parse().map_err(|_| format!("{name}: not a number: {v}"))
-        };
-        match a.as_str() {
-            "--min" => o.min = val("--min")?,
-            "--max" => o.max = val("--max")?,
-            "--iters" => o.iters = Some(val("--iters")?.max(1)),
-            "--warmup" => o.warmup = Some(val("--warmup")?),
-            "--window" => o.window = val("--window")?.max(1),
-            "--slots" => o.slots = true,
-            "--per-rank" => o.per_rank = true,
-            other => return Err(format!("unknown option {other}")),
+/// The benchmarks.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Bench {
+    Latency,
+    Bw,
+    Allreduce,
+    Bcast,
+    Allgather,
+    Alltoall,
+    Barrier,
+}
+
+impl Bench {
+    fn name(self) -> &'static str {
+        match self {
+            Bench::Latency => "latency",
+            Bench::Bw => "bw",
+            Bench::Allreduce => "allreduce",
+            Bench::Bcast => "bcast",
+            Bench::Allgather => "allgather",
+            Bench::Alltoall => "alltoall",
+            Bench::Barrier => "barrier",
         }
     }
-    Ok(o)
 }
 
 fn sizes(min: usize, max: usize, with_zero: bool) -> Vec<usize> {
@@ -72,7 +98,8 @@ const COLLECTIVE: [(usize, usize); 3] = [(1000, 100), (200, 20), (50, 5)];
 fn schedule(size: usize, table: &[(usize, usize); 3], o: &Opts) -> (usize, usize) {
     let class = usize::from(size > 8 << 10) + usize::from(size > 64 << 10);
     let (iters, warmup) = table[class];
-    (o.iters.unwrap_or(iters), o.warmup.unwrap_or(warmup))
+    let given = |n: Option<u64>| n.map(|n| n as usize);
+    (given(o.iters).unwrap_or(iters), given(o.warmup).unwrap_or(warmup))
 }
 
 fn latency(w: &Comm, o: &Opts) -> mpr::Result<()> {
@@ -117,7 +144,7 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
         println!("# mpr-bench Bandwidth Test");
         println!("# Size      Bandwidth (MB/s)");
     }
-    let win = o.window;
+    let win = o.window as usize;
     let max = o.max.max(1);
     // OSU's layout: every message of a window uses the same send buffer, and every receive
     // the same receive buffer (`--slots` gives each message its own slot instead).
@@ -254,37 +281,21 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(what) = args.first().cloned() else {
-        eprintln!("usage: mprun -np 2 mpr-bench latency|bw [--min B] [--max B] [--iters N] [--warmup N] [--window N]");
-        std::process::exit(2);
-    };
-    let opts = match parse_opts(&args[1..]) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("mpr-bench: {e}");
-            std::process::exit(2);
-        }
-    };
+    let opts = <Opts as clap::Parser>::parse();
+    let what = opts.what.name();
     let universe = mpr::init().unwrap_or_else(|e| {
         eprintln!("mpr-bench: {e}");
         std::process::exit(1)
     });
     let w = universe.world();
-    if w.size() < 2 && matches!(what.as_str(), "latency" | "bw") {
+    if w.size() < 2 && matches!(opts.what, Bench::Latency | Bench::Bw) {
         eprintln!("mpr-bench {what}: needs at least 2 ranks (mprun -np 2 mpr-bench {what})");
         std::process::exit(2);
     }
-    let r = match what.as_str() {
-        "latency" => latency(&w, &opts),
-        "bw" => bandwidth(&w, &opts),
-        "allreduce" | "bcast" | "allgather" | "alltoall" | "barrier" => collective(&w, &what, &opts),
-        other => {
-            eprintln!(
-                "mpr-bench: unknown benchmark {other} (latency, bw, allreduce, bcast, allgather, alltoall, barrier)"
-            );
-            std::process::exit(2);
-        }
+    let r = match opts.what {
+        Bench::Latency => latency(&w, &opts),
+        Bench::Bw => bandwidth(&w, &opts),
+        _ => collective(&w, what, &opts),
     };
     if let Err(e) = r.and_then(|_| universe.finalize()) {
         eprintln!("mpr-bench: {e}");

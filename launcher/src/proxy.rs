@@ -631,7 +631,6 @@ impl Proxy {
             });
         }
         self.ready.clear();
-        self.ranks.kill_leftovers();
         self.kill_at = None;
         if let Some(sink) = self.stdin.as_mut() {
             sink.close(&self.poll);

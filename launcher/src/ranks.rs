@@ -241,17 +241,72 @@ impl Ranks {
         Some(local)
     }
 
-    /// Sends `signal` to the process group of every live rank.
-    pub(crate) fn signal_live(&self, signal: Signal) {
-        for entry in self.entries.iter().filter(|e| e.exit.is_none()) {
+    /// Sends `signal` to the process group of every live rank (started and not yet reaped:
+    /// the group id of a reaped rank may belong to another process by now); returns the
+    /// ranks signalled. What a rank leaves in its group is killed when it is reaped
+    /// (`status::reap`).
+    pub(crate) fn signal_live(&self, signal: Signal) -> Vec<usize> {
+        let live = self.entries.iter().filter(|e| e.exit.is_none());
+        live.map(|entry| {
             let _ = killpg(entry.pid, signal);
-        }
+            entry.rank
+        })
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    /// A child in a process group of its own, as a rank is, with pipes the ranks can watch.
+    #[allow(clippy::zombie_processes, reason = "the ranks reap it through status::reap")]
+    fn child(script: &str) -> Spawned {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]).process_group(0).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut ch = c.spawn().expect("start sh");
+        let (pmi, _) = std::os::unix::net::UnixStream::pair().unwrap();
+        let stdout = File::from(std::os::fd::OwnedFd::from(ch.stdout.take().unwrap()));
+        let stderr = File::from(std::os::fd::OwnedFd::from(ch.stderr.take().unwrap()));
+        // `ch` is dropped without waiting: reaping is the ranks' business here.
+        Spawned { pid: Pid::from_raw(ch.id() as i32), stdout, stderr, pmi }
     }
 
-    /// Kills whatever the ranks left running in their process groups.
-    pub(crate) fn kill_leftovers(&self) {
-        for entry in &self.entries {
-            let _ = killpg(entry.pid, Signal::SIGKILL);
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_reaped_rank_is_never_signalled_and_its_leftovers_die_with_it() {
+        let poll = mio::Poll::new().unwrap();
+        let mut ranks = Ranks::new();
+        let dir = std::env::temp_dir().join(format!("mpr-ranks-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let left = dir.join("left");
+        // Rank 0 leaves a child in its group and exits; rank 1 runs on.
+        let script = format!("sleep 30 & echo $! > {}.tmp; mv {0}.tmp {0}; exit 0", left.display());
+        let early = ranks.add(poll.registry(), 0, child(&script), false).unwrap();
+        ranks.add(poll.registry(), 1, child("exec sleep 30"), false).unwrap();
+        let (pid, exit) = crate::status::reap(true).expect("a child ended");
+        assert_eq!(ranks.exited(pid, exit), Some(early));
+        assert_eq!(exit, Exit::Code(0));
+        let leftover: i32 = std::fs::read_to_string(&left).unwrap().trim().parse().unwrap();
+        let t0 = std::time::Instant::now();
+        while alive(leftover) && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
+        assert!(!alive(leftover), "rank 0's leftover {leftover} outlived it");
+        // Stopping the job signals rank 1 alone: rank 0's group id may be someone else's now.
+        assert_eq!(ranks.signal_live(Signal::SIGKILL), [1]);
+        let (pid, exit) = crate::status::reap(true).expect("rank 1 ended");
+        assert_eq!(ranks.exited(pid, exit).map(|l| ranks.rank(l)), Some(1));
+        assert_eq!(exit, Exit::Signal(9));
+        assert_eq!(ranks.live(), 0);
+        assert_eq!(ranks.signal_live(Signal::SIGKILL), Vec::<usize>::new());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -148,3 +148,68 @@ fn a_rank_that_cannot_start_stops_the_job() {
         "mprun: rank 0 could not be started: No such file or directory (os error 2); stopping the job\n"
     );
 }
+
+#[test]
+fn stopping_the_job_signals_only_the_ranks_not_yet_reaped() {
+    let dir = TempDir::new("early");
+    // Rank 0 leaves a child behind and exits at once; once mprun has reaped it (its /proc
+    // entry is gone), rank 1 fails; rank 2 runs on until it is stopped.
+    let d = dir.str();
+    let script = format!(
+        "{}; case $MPR_RANK in \
+           0) sleep 30 & echo $! > {d}/left.tmp; mv {d}/left.tmp {d}/left; exit 0;; \
+           1) {}; while [ -e /proc/$(cat {d}/pid.0) ]; do sleep 0.01; done; exit 3;; \
+         esac; sleep 30",
+        record_pid(&dir),
+        wait_for_ranks(&dir, &[0, 2])
+    );
+    // Under strace when there is one, to see every signal mprun sends.
+    let trace = dir.path().join("trace");
+    let strace = std::process::Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success());
+    assert!(strace || std::env::var("CI").is_err(), "strace is needed in CI (.ci/run installs it)");
+    if !strace {
+        eprintln!("strace not found: the system-call check of this test is skipped");
+    }
+    let mut cmd = if strace {
+        let mut c = std::process::Command::new("strace");
+        let mprun = env!("CARGO_BIN_EXE_mprun");
+        c.args(["-f", "-qq", "-e", "trace=kill,wait4,waitid", "-o", trace.to_str().unwrap(), mprun]);
+        c.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        c
+    } else {
+        mprun(&[])
+    };
+    cmd.args(["--verbose", "-np", "3", "sh", "-c", &script]);
+    let out = run_with(cmd, None);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    let err = stderr(&out);
+    // The stop signals rank 2 alone: rank 0's and rank 1's process groups are gone, and
+    // their ids may already be someone else's.
+    assert!(err.contains("mprun: SIGTERM to the live rank(s) of this machine: [2]\n"), "{err}");
+    assert!(!err.contains("SIGKILL to the live rank(s)"), "{err}");
+    let exited = err.find(&format!("rank 0 (pid {}) exited with code 0", dir.pids(3)[0])).expect("rank 0 reaped");
+    assert!(exited < err.find("SIGTERM to the live").unwrap(), "{err}");
+    // What rank 0 left in its group was killed when rank 0 was reaped.
+    let left: i32 = dir.wait_for("left").parse().unwrap();
+    assert_all_gone(&[left]);
+    assert_all_gone(&dir.pids(3));
+    if strace {
+        // Every rank's group is signalled only while the rank is unreaped: a kill of the group
+        // before the rank is reaped (its leftovers), none after.
+        let trace = std::fs::read_to_string(&trace).unwrap();
+        for pid in dir.pids(3) {
+            let reaped = trace.lines().position(|l| l.contains(&format!("wait4({pid},"))).expect("reaped");
+            let signals: Vec<usize> = trace
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| l.contains(&format!("kill(-{pid},")))
+                .map(|(i, _)| i)
+                .collect();
+            assert!(!signals.is_empty(), "rank pid {pid}: its group was never signalled\n{trace}");
+            assert!(
+                signals.iter().all(|&i| i < reaped),
+                "rank pid {pid}: its group signalled after it was reaped\n{trace}"
+            );
+        }
+    }
+}

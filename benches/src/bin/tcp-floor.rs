@@ -122,36 +122,43 @@ fn run(what: &str, s: &mut TcpStream, leader: bool, max: usize, base: usize) {
     }
 }
 
+/// The raw TCP ping-pong and stream that mpr's TCP transport is measured against: a leader
+/// process and a second one it starts (through `TCP_FLOOR_EXEC`, e.g. `ip netns exec NS`,
+/// when set) exchange messages over one socket, with nothing of mpr between them.
+#[derive(clap::Parser, Debug)]
+#[command(name = "tcp-floor", version, about, long_about = None)]
+struct Args {
+    /// `latency` (one-way, us) or `bw` (MB/s).
+    #[arg(value_enum, default_value_t = Test::Latency)]
+    what: Test,
+    /// Address the leader listens on.
+    #[arg(long, default_value = "127.0.0.1", value_name = "ADDR")]
+    bind: String,
+    /// Run as the second process, connecting to the leader at ADDR:PORT.
+    #[arg(long, value_name = "ADDR:PORT")]
+    peer: Option<String>,
+    /// Largest message (bytes).
+    #[arg(long, default_value_t = 4 << 20, value_name = "BYTES")]
+    max: usize,
+    /// Timed iterations of small messages (fewer for large ones).
+    #[arg(long, default_value_t = 10_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    iters: u64,
+}
+
+/// The tests.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Test {
+    Latency,
+    Bw,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let mut what = String::from("latency");
-    let mut bind = String::from("127.0.0.1");
-    let mut peer: Option<String> = None;
-    let mut max = 4usize << 20;
-    let mut base = 10_000usize;
-    let mut i = 1;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--bind" => {
-                i += 1;
-                bind = args[i].clone();
-            }
-            "--peer" => {
-                i += 1;
-                peer = Some(args[i].clone());
-            }
-            "--max" => {
-                i += 1;
-                max = args[i].parse().expect("--max BYTES");
-            }
-            "--iters" => {
-                i += 1;
-                base = args[i].parse().expect("--iters N");
-            }
-            w => what = w.to_string(),
-        }
-        i += 1;
-    }
+    let Args { what, bind, peer, max, iters } = <Args as clap::Parser>::parse();
+    let what = match what {
+        Test::Latency => "latency".to_string(),
+        Test::Bw => "bw".to_string(),
+    };
+    let base = iters as usize;
     if let Some(addr) = peer {
         let mut s = TcpStream::connect(&addr).expect("connect to the leader");
         run(&what, &mut s, false, max, base);

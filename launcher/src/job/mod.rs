@@ -222,7 +222,6 @@ impl<'a> Job<'a> {
         }
 
         self.drain();
-        self.ranks.kill_leftovers();
         for r in 0..self.remotes.len() {
             self.finish(r);
         }
@@ -487,8 +486,9 @@ impl<'a> Job<'a> {
             return;
         }
         say(&cause.message());
-        self.ranks.signal_live(Signal::SIGTERM);
+        let stopped = self.ranks.signal_live(Signal::SIGTERM);
         self.ranks.signal_live(Signal::SIGCONT);
+        self.verbose(|| format!("SIGTERM to the live rank(s) of this machine: {stopped:?}"));
         for r in 0..self.remotes.len() {
             self.stop_remote(r);
         }
@@ -497,7 +497,8 @@ impl<'a> Job<'a> {
     }
 
     fn kill_now(&mut self) {
-        self.ranks.signal_live(Signal::SIGKILL);
+        let killed = self.ranks.signal_live(Signal::SIGKILL);
+        self.verbose(|| format!("SIGKILL to the live rank(s) of this machine: {killed:?}"));
         for remote in &mut self.remotes {
             remote.send(&crate::control::wire::Msg::Kill);
         }
