@@ -106,7 +106,7 @@ fn cores() -> usize {
 #[test]
 fn by_default_two_ranks_get_a_core_each() {
     if cores() < 2 {
-        eprintln!("skipping: fewer than 2 cores allowed");
+        common::cannot_run("fewer than 2 cores allowed");
         return;
     }
     let (seen, err) = job(&["-np", "2"]);
@@ -212,7 +212,7 @@ fn bad_binding_values_are_usage_errors() {
 #[test]
 fn fork_hosts_of_one_machine_share_its_cores() {
     if cores() < 2 {
-        eprintln!("skipping: fewer than 2 cores allowed");
+        common::cannot_run("fewer than 2 cores allowed");
         return;
     }
     // Two hosts of one rank each on this machine (the proxies see one kernel boot id): their

@@ -26,7 +26,7 @@ use nix::unistd::Pid;
 /// Namespace hosts, or `None` (after saying why) where they cannot be made.
 fn net_hosts(n: usize) -> Option<NetHosts> {
     if let Some(why) = netns::unavailable() {
-        eprintln!("skipping: {why}");
+        common::cannot_run(&format!("network namespaces unavailable: {why}"));
         return None;
     }
     Some(NetHosts::create(n))

@@ -55,3 +55,12 @@ pub fn mprun(args: &[&str], env: &[(&str, &str)]) -> Output {
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// A test that cannot run its scenario here: under CI (`CI` set), where `.ci/run` installs
+/// everything the tests need, that is a failure; elsewhere the test says it skipped.
+pub fn cannot_run(why: &str) {
+    assert!(std::env::var("CI").is_err(), "cannot run in CI: {why}");
+    // Straight to the process's stderr, past the test harness's capture of passing tests.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{}: skipped: {why}", std::thread::current().name().unwrap_or("test"));
+}

@@ -7,9 +7,7 @@ use mpr_tests::{bin_dir, text};
 fn hydra() -> Option<&'static str> {
     let found = Command::new("mpiexec.hydra").arg("--version").output().is_ok_and(|o| o.status.success());
     if !found {
-        // CI installs mpich (.ci/run): there, a missing launcher is a failure, not a skip.
-        assert!(std::env::var("CI").is_err(), "mpiexec.hydra is missing in CI");
-        eprintln!("skipped: mpiexec.hydra not installed (apt-get install mpich)");
+        mpr_tests::cannot_run("mpiexec.hydra not installed (apt-get install mpich)");
         return None;
     }
     Some("mpiexec.hydra")

@@ -152,3 +152,11 @@ pub fn assert_one_line(out: &Output, prefix: &str) {
     assert!(err.starts_with(prefix), "expected stderr to start with {prefix:?}, got: {err:?}");
     assert!(err.ends_with('\n'));
 }
+
+/// A test that cannot run its scenario here: under CI (`CI` set), where `.ci/run` installs
+/// everything the tests need, that is a failure; elsewhere the test says it skipped.
+pub fn cannot_run(why: &str) {
+    assert!(std::env::var("CI").is_err(), "cannot run in CI: {why}");
+    // Straight to the process's stderr, past the test harness's capture of passing tests.
+    let _ = writeln!(std::io::stderr(), "{}: skipped: {why}", std::thread::current().name().unwrap_or("test"));
+}
