@@ -609,9 +609,13 @@ impl Engine {
         }
     }
 
-    /// Fails request `id` (e.g. its peer is gone or a wait timed out), removing it from the
-    /// posted queue; later frames for it are ignored. Returns what the request's peer was
-    /// given, if anything: that peer may still read or write the buffer.
+    /// Fails request `id` (e.g. its peer is gone or a wait timed out): nothing of it happens
+    /// afterwards. It leaves the posted queue; its queued frames are dropped (none leaves
+    /// after its failure); its single-copy transfers not yet performed are dropped (no byte
+    /// lands in or leaves its buffer); a large send to self leaves the unexpected queue (no
+    /// receive matches a message whose sender gave up); later frames for it are ignored.
+    /// Returns what the request's peer was given, if anything: that peer may still read or
+    /// write the buffer. The request stays, done with `err`, until it is collected.
     pub(crate) fn fail(&mut self, id: ReqId, err: Error) -> Option<Exposure> {
         let exposed = match self.reqs.get(id) {
             Some(&State::SendRndv { peer, key: Some(k), .. }) => Some(Exposure::Key(peer, k)),
@@ -620,9 +624,21 @@ impl Engine {
             }
             _ => None,
         };
-        if matches!(self.reqs.get(id), Some(State::SendRndv { .. } | State::RecvRndv { .. })) {
-            self.failed.insert(id.to_wire());
+        match self.reqs.get(id) {
+            Some(State::SendRndv { .. } | State::RecvRndv { .. }) => {
+                self.failed.insert(id.to_wire());
+            }
+            Some(State::SendSelf { .. }) => {
+                self.unexpected.retain(|u| !matches!(u.body, Body::SelfSend(s) if s == id));
+            }
+            _ => {}
         }
+        self.outbox.retain(|t| t.owner != Some(id));
+        self.actions.retain(|a| match *a {
+            Action::BulkRead { rreq, .. } => rreq != id,
+            Action::BulkWrite { sreq, .. } => sreq != id,
+            Action::Conceal { .. } => true,
+        });
         self.posted.retain(|p| p.req != id);
         self.reqs.complete(id, Err(err));
         exposed
