@@ -89,6 +89,14 @@ pub(crate) struct Transmit {
     pub(crate) expose: bool,
 }
 
+impl Transmit {
+    /// Whether this is the `Rts` of a rendezvous send: while it is queued, the peer knows
+    /// nothing of the send (neither its buffer's address nor its key).
+    pub(crate) fn is_rts(&self) -> bool {
+        matches!(Frame::decode(self.hdr.as_slice()), Ok((Frame::Rts { .. }, _)))
+    }
+}
+
 /// Work the driver performs for the engine.
 #[derive(Debug)]
 pub(crate) enum Action {
@@ -602,11 +610,7 @@ impl Engine {
 
     /// The world rank request `id` waits on, if it waits on one peer.
     pub(crate) fn waits_on(&self, id: ReqId) -> Option<usize> {
-        match self.reqs.get(id)? {
-            State::SendEager { peer } | State::SendRndv { peer, .. } | State::RecvRndv { peer, .. } => Some(*peer),
-            State::RecvPosted { peer, .. } => *peer,
-            State::SendSelf { .. } | State::Done(_) => None,
-        }
+        self.reqs.get(id)?.peer()
     }
 
     /// Fails request `id` (e.g. its peer is gone or a wait timed out): nothing of it happens
@@ -642,6 +646,12 @@ impl Engine {
         self.posted.retain(|p| p.req != id);
         self.reqs.complete(id, Err(err));
         exposed
+    }
+
+    /// The requests in flight that wait on `peer` alone (see [`Engine::waits_on`]): what a
+    /// broken path to `peer` fails. A scan of the live requests, for the error path.
+    pub(crate) fn waiting_on(&self, peer: usize) -> Vec<ReqId> {
+        self.reqs.ids_where(|s| s.peer() == Some(peer))
     }
 
     /// Requests in flight or not yet collected.
