@@ -92,6 +92,15 @@ pub(crate) struct Hosts {
     pub(crate) outnumbered: bool,
 }
 
+/// What a wait is for, which says which peers' loss ends it.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Req(ReqId),
+    Sched(SchedId),
+    /// Anything (a wildcard receive, a probe, finalize).
+    Job,
+}
+
 /// Handle of a schedule in the runtime.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SchedId {
@@ -319,27 +328,37 @@ impl Runtime {
         }
     }
 
-    /// Checks whether `id` (or, without one, the job) can still complete: an error names the
-    /// peer that is gone (or whose path broke). A request on one peer fails only if that peer
-    /// is gone; otherwise (wildcard receives, finalize) any dead or broken peer ends the wait.
-    fn check_peers(&self, id: Option<ReqId>) -> Result<(), Error> {
-        let target = id.and_then(|id| self.engine.waits_on(id));
-        let broken = |p: usize| self.broken.get(p).and_then(|e| e.clone());
-        match target {
-            Some(p) => broken(p).map_or(Ok(()), Err)?,
-            None => (0..self.broken.len()).find_map(broken).map_or(Ok(()), Err)?,
-        }
-        let gone = |peer: usize, st: PeerState| match st {
-            PeerState::Dead => Some(Error::PeerGone { rank: peer, detail: "the process died".into() }),
-            PeerState::Finalized => {
-                Some(Error::PeerGone { rank: peer, detail: "it finalized before this operation completed".into() })
+    /// Checks whether what a wait is for can still complete: an error names a peer it
+    /// depends on that is gone (or whose path broke). A request on one peer, or a schedule
+    /// (each of its operations is on one peer), fails only if such a peer is gone; a wait on
+    /// the whole job (wildcard receives, probes, finalize) ends on any dead or broken peer.
+    fn check_peers(&self, target: Target) -> Result<(), Error> {
+        let gone = |p: usize| -> Option<Error> {
+            if let Some(e) = self.broken.get(p).and_then(|e| e.clone()) {
+                return Some(e);
             }
-            PeerState::Alive => None,
+            match self.peer_state(p) {
+                PeerState::Dead => Some(Error::PeerGone { rank: p, detail: "the process died".into() }),
+                PeerState::Finalized => {
+                    Some(Error::PeerGone { rank: p, detail: "it finalized before this operation completed".into() })
+                }
+                PeerState::Alive => None,
+            }
         };
-        match target {
-            Some(p) => gone(p, self.peer_state(p)).map_or(Ok(()), Err),
+        let peer = match target {
+            Target::Req(id) => self.engine.waits_on(id),
+            Target::Sched(id) => {
+                let ops = self.sched(id).map(|s| s.pending()).unwrap_or_default();
+                return ops.iter().filter_map(|&r| self.engine.waits_on(r)).find_map(gone).map_or(Ok(()), Err);
+            }
+            Target::Job => None,
+        };
+        match peer {
+            Some(p) => gone(p).map_or(Ok(()), Err),
+            // A peer that finalized cleanly delivered what it sent: only a dead or broken one
+            // ends a wait on the job.
             None => (0..self.route.len())
-                .find_map(|p| (self.peer_state(p) == PeerState::Dead).then(|| gone(p, PeerState::Dead)).flatten())
+                .find_map(|p| gone(p).filter(|_| self.broken[p].is_some() || self.peer_state(p) == PeerState::Dead))
                 .map_or(Ok(()), Err),
         }
     }
@@ -391,12 +410,18 @@ impl Runtime {
     }
 
     /// Drives progress until `done(self)` holds. Errors: a peer gone, the time limit, a
-    /// transport failure.
+    /// transport failure; on an error, request `about` is retired.
     pub(crate) fn wait_until(
         &mut self,
         about: Option<ReqId>,
-        mut done: impl FnMut(&mut Runtime) -> bool,
+        done: impl FnMut(&mut Runtime) -> bool,
     ) -> Result<(), Error> {
+        self.wait_for(about.map_or(Target::Job, Target::Req), done)
+    }
+
+    /// As [`Runtime::wait_until`], for what `target` names: the peers it depends on are the
+    /// ones whose loss ends the wait ([`Runtime::check_peers`]).
+    fn wait_for(&mut self, target: Target, mut done: impl FnMut(&mut Runtime) -> bool) -> Result<(), Error> {
         let mut idle: u32 = 0;
         let mut iter: u32 = 0;
         let mut start: Option<Instant> = None;
@@ -424,7 +449,7 @@ impl Runtime {
             let t0 = *start.get_or_insert(now);
             let err = if now.duration_since(*last_check.get_or_insert(now)) >= self.policy.check {
                 last_check = Some(now);
-                self.check_peers(about).err()
+                self.check_peers(target).err()
             } else {
                 None
             };
@@ -436,9 +461,9 @@ impl Runtime {
                 if done(self) {
                     return Ok(());
                 }
-                return Err(match about {
-                    Some(id) => self.fail(id, e),
-                    None => e,
+                return Err(match target {
+                    Target::Req(id) => self.fail(id, e),
+                    Target::Sched(_) | Target::Job => e,
                 });
             }
         }
@@ -498,7 +523,7 @@ impl Runtime {
 
     /// Waits for collective `id`; on an error every operation it has in flight is retired.
     pub(crate) fn wait_sched(&mut self, id: SchedId) -> Result<(), Error> {
-        if let Err(e) = self.wait_until(None, |rt| rt.sched_done(id)) {
+        if let Err(e) = self.wait_for(Target::Sched(id), |rt| rt.sched_done(id)) {
             return Err(self.abort_sched(id, e));
         }
         self.take_sched(id)

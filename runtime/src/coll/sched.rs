@@ -86,6 +86,11 @@ impl Sched {
         moved
     }
 
+    /// The operations of the current round.
+    pub(crate) fn pending(&self) -> &[ReqId] {
+        &self.pending
+    }
+
     /// Whether operations of this schedule are still in the engine.
     pub(crate) fn in_flight(&self, engine: &Engine) -> bool {
         self.pending.iter().any(|&id| !engine.is_done(id))

@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::buf::{RawBuf, RawBufMut};
@@ -40,6 +40,8 @@ struct Wire {
     poll_fails_at: usize,
     /// Single-copy reads rank 0 performed: (peer, address, length).
     reads: Vec<(usize, u64, usize)>,
+    /// The peers answer nothing before this time.
+    quiet_until: Option<Instant>,
 }
 
 impl Wire {
@@ -140,6 +142,9 @@ impl Transport for Scripted {
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
         let mut w = self.wire.borrow_mut();
         w.polls += 1;
+        if w.quiet_until.is_some_and(|t| Instant::now() < t) {
+            return Ok(0);
+        }
         let frames = w.step_peers();
         let n = frames.len();
         for (p, f) in frames {
@@ -343,5 +348,33 @@ fn a_large_send_to_self_that_times_out_leaves_no_message() {
         q.wait().unwrap();
     });
     assert_eq!(got, next);
+    assert_idle(&rt);
+}
+
+#[test]
+fn a_broken_peer_does_not_end_a_collective_it_is_not_part_of() {
+    let (world, rt, wire) = job(3);
+    wire.borrow_mut().fail_from[2] = 1;
+    assert!(is_link_down_to(&world.send(&[0u8; 4][..], 2, 1).unwrap_err(), 2));
+    // A barrier of ranks 0 and 1 (context 2, its collectives on 3), whose rank 1 answers
+    // only after several liveness checks have run.
+    let pair = Comm::new(rt.clone(), 2, 0, vec![0, 1]);
+    let (s1, r1) = {
+        let mut w = wire.borrow_mut();
+        w.quiet_until = Some(Instant::now() + Duration::from_millis(300));
+        let p1 = w.peer(1);
+        (p1.isend(3, 1, 0, 0, RawBuf::EMPTY), p1.irecv(3, Some(0), Some(0), Some(0), RawBufMut::EMPTY))
+    };
+    let t0 = Instant::now();
+    crate::request::scope(|s| pair.ibarrier(s).and_then(|r| r.wait())).expect("the barrier completes");
+    assert!(t0.elapsed() >= Duration::from_millis(250), "the barrier did not wait for rank 1");
+    let mut w = wire.borrow_mut();
+    assert!(w.peer(1).take(s1).expect("done").is_ok() && w.peer(1).take(r1).expect("done").is_ok());
+    drop(w);
+    assert_idle(&rt);
+    // A wait on the whole job (a wildcard receive) does end on the broken peer.
+    let mut buf = [0u8; 4];
+    let e = world.recv(&mut buf[..], crate::comm::ANY_SOURCE, 4).unwrap_err();
+    assert!(is_link_down_to(&e, 2), "{e}");
     assert_idle(&rt);
 }
