@@ -378,3 +378,22 @@ fn a_broken_peer_does_not_end_a_collective_it_is_not_part_of() {
     assert!(is_link_down_to(&e, 2), "{e}");
     assert_idle(&rt);
 }
+
+#[test]
+fn a_collective_that_times_out_leaves_no_request_behind() {
+    let (world, rt, wire) = job(3);
+    rt.borrow_mut().policy.timeout = Some(Duration::from_millis(200));
+    // Ring allgather: the first round completes (rank 2's block comes), the second waits
+    // for a block rank 2 never sends, while its send to rank 1 is done.
+    let theirs = [0xc2u8; 8];
+    let s2 = wire.borrow_mut().peer(2).isend(1, 2, 0, 0, rb(&theirs));
+    let (mine, mut all) = ([0xa0u8; 8], [0u8; 24]);
+    crate::request::scope(|s| {
+        let e = world.iallgather(s, &mine[..], &mut all[..]).and_then(|r| r.wait()).unwrap_err();
+        assert!(matches!(e, Error::Timeout(_)), "{e}");
+    });
+    assert_idle(&rt);
+    assert_eq!(all[16..], theirs);
+    assert_eq!(wire.borrow().frames_to(1).len(), 2, "both blocks went to rank 1");
+    assert!(wire.borrow_mut().peer(2).take(s2).expect("done").is_ok());
+}
