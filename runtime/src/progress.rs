@@ -7,10 +7,10 @@
 //!   scope waits for): starting it never returns an error after acceptance; what goes wrong
 //!   on the way is that handle's result. An operation whose start returns an error was never
 //!   accepted, so nothing of it is in flight.
-//! - A failed operation leaves nothing in flight ([`Runtime::fail`]): its queued frames are
-//!   dropped (in the engine's outbox and here), its pending single-copy transfers are never
-//!   performed, its exposed buffer is concealed, and a buffer whose address a live peer holds
-//!   ends the job rather than being released.
+//! - A failed operation leaves nothing in flight ([`Runtime::fail_in_flight`]): its queued
+//!   frames are dropped (in the engine's outbox and here), its pending single-copy transfers
+//!   are never performed, its exposed buffer is concealed, and a buffer whose address a live
+//!   peer holds ends the job rather than being released.
 //! - A transport error is per peer where it names one: a frame `try_send` refuses with an
 //!   error breaks the path to that peer ([`Runtime::break_peer`]), which fails the
 //!   operations that wait on it and no others; frames to the other peers go on. An error
@@ -214,7 +214,7 @@ impl Runtime {
             let tr = &mut self.transports[self.route[t.peer]];
             // SAFETY: the buffer belongs to a live send request, which keeps it until the
             // receiver's `Fin` or its failure; both conceal the key first (`Action::Conceal`,
-            // `Runtime::fail`).
+            // `Runtime::fail_in_flight`).
             unsafe { tr.expose(t.peer, buf.addr(), buf.len()) }
         });
         self.engine.on_exposed(t, key);
