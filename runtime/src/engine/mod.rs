@@ -24,6 +24,8 @@
 //!   A rendezvous send is done on the receiver's `Fin`, sent once every byte is in, or, when
 //!   it streamed the whole message, once the transport has taken its last frame (every byte
 //!   has then left the buffer; the `Fin` that follows is dropped).
+//! - A failed request ([`Engine::fail`]) leaves nothing behind: no frame of it is left in the
+//!   outbox, no single-copy transfer of it in the actions, no message of it to be matched.
 
 mod pool;
 pub(crate) mod request;
