@@ -1,6 +1,21 @@
 //! The I/O driver around the sans-I/O engine: hands its frames to transports, feeds it what
 //! arrives, performs its single-copy reads, and waits (spin, then yield) with liveness checks
 //! and an optional time limit. Everything that touches a transport or a clock lives here.
+//!
+//! Failures, and the rules they keep:
+//! - An operation the engine has accepted always gets a handle (a request, or a schedule its
+//!   scope waits for): starting it never returns an error after acceptance; what goes wrong
+//!   on the way is that handle's result. An operation whose start returns an error was never
+//!   accepted, so nothing of it is in flight.
+//! - A failed operation leaves nothing in flight ([`Runtime::fail_in_flight`]): its queued
+//!   frames are dropped (in the engine's outbox and here), its pending single-copy transfers
+//!   are never performed, its exposed buffer is concealed, and a buffer whose address a live
+//!   peer holds ends the job rather than being released.
+//! - A transport error is per peer where it names one: a frame `try_send` refuses with an
+//!   error breaks the path to that peer ([`Runtime::break_peer`]), which fails the
+//!   operations that wait on it and no others; frames to the other peers go on. An error
+//!   from `poll` (a transport serves several peers there and its error names none) ends the
+//!   wait or test in progress, which retires its operation.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -56,6 +71,9 @@ pub(crate) struct Runtime {
     /// Frames waiting for room in their transport, per peer, in order.
     pending: Vec<VecDeque<Transmit>>,
     pending_total: usize,
+    /// Per peer: the transport error that broke the path to it, if one did. No frame goes
+    /// to a broken peer again, and operations on it fail at once with this error.
+    broken: Vec<Option<Error>>,
     policy: WaitPolicy,
     finalized: bool,
     /// The next communicator context id this process may hand out (even: point-to-point,
@@ -81,6 +99,15 @@ pub(crate) struct Hosts {
     pub(crate) outnumbered: bool,
 }
 
+/// What a wait is for, which says which peers' loss ends it.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Req(ReqId),
+    Sched(SchedId),
+    /// Anything (a wildcard receive, a probe, finalize).
+    Job,
+}
+
 /// Handle of a schedule in the runtime.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SchedId {
@@ -104,6 +131,7 @@ impl Runtime {
             route,
             pending: (0..n).map(|_| VecDeque::new()).collect(),
             pending_total: 0,
+            broken: vec![None; n],
             policy,
             finalized: false,
             next_ctx: 2,
@@ -113,24 +141,78 @@ impl Runtime {
         }
     }
 
-    fn flush_outbox(&mut self) -> Result<(), Error> {
+    fn flush_outbox(&mut self) {
         while let Some(mut t) = self.engine.outbox.pop_front() {
+            let peer = t.peer;
+            if let Some(e) = &self.broken[peer] {
+                let e = e.clone();
+                self.drop_frame(t, e);
+                continue;
+            }
             if t.expose {
                 self.expose(&mut t);
             }
-            if self.pending[t.peer].is_empty() {
-                let tr = &mut self.transports[self.route[t.peer]];
-                if tr.try_send(t.peer, t.hdr.as_slice(), t.payload.bytes())? {
-                    if let Some(id) = t.on_sent {
-                        self.engine.on_sent(id);
+            if self.pending[peer].is_empty() {
+                let tr = &mut self.transports[self.route[peer]];
+                match tr.try_send(peer, t.hdr.as_slice(), t.payload.bytes()) {
+                    Ok(true) => {
+                        if let Some(id) = t.on_sent {
+                            self.engine.on_sent(id);
+                        }
+                        continue;
                     }
-                    continue;
+                    Ok(false) => {}
+                    Err(e) => {
+                        self.break_peer(peer, e, Some(t));
+                        continue;
+                    }
                 }
             }
-            self.pending[t.peer].push_back(t);
+            self.pending[peer].push_back(t);
             self.pending_total += 1;
         }
-        Ok(())
+    }
+
+    /// Drops frame `t` of a broken peer, failing the operation it belongs to (if still in
+    /// flight) with `e`.
+    fn drop_frame(&mut self, t: Transmit, e: Error) {
+        if let Some(id) = t.owner.filter(|&id| !self.engine.is_done(id)) {
+            self.fail_in_flight(id, e, t.is_rts());
+        }
+    }
+
+    /// The path to `peer` broke with `err` (a transport refused a frame with an error): no
+    /// frame goes to `peer` again, what is queued for it (and `held`, the frame refused,
+    /// if the caller holds it) is dropped, and every operation that waits on it alone fails
+    /// with that error (its handle reports it). Operations on other peers go on; a wildcard
+    /// receive learns of it from its liveness checks. Returns the error operations on `peer`
+    /// fail with (the first one, naming the peer).
+    fn break_peer(&mut self, peer: usize, err: Error, held: Option<Transmit>) -> Error {
+        if let Some(e) = self.broken[peer].clone() {
+            if let Some(t) = held {
+                self.drop_frame(t, e.clone());
+            }
+            return e;
+        }
+        let err = match err {
+            Error::Transport(s) => Error::Transport(format!("sending to rank {peer}: {s}")),
+            e => e,
+        };
+        self.broken[peer] = Some(err.clone());
+        self.pending_total -= self.pending[peer].len();
+        let mut dropped: VecDeque<Transmit> = held.into_iter().collect();
+        dropped.append(&mut self.pending[peer]);
+        let (to_peer, others): (VecDeque<Transmit>, VecDeque<Transmit>) =
+            std::mem::take(&mut self.engine.outbox).into_iter().partition(|t| t.peer == peer);
+        self.engine.outbox = others;
+        dropped.extend(to_peer);
+        for t in dropped {
+            self.drop_frame(t, err.clone());
+        }
+        for id in self.engine.waiting_on(peer) {
+            self.fail_in_flight(id, err.clone(), false);
+        }
+        err
     }
 
     /// Exposes the buffer an `Rts` announces to its peer's transport, if it offers a key.
@@ -139,19 +221,25 @@ impl Runtime {
             let tr = &mut self.transports[self.route[t.peer]];
             // SAFETY: the buffer belongs to a live send request, which keeps it until the
             // receiver's `Fin` or its failure; both conceal the key first (`Action::Conceal`,
-            // `Runtime::fail`).
+            // `Runtime::fail_in_flight`).
             unsafe { tr.expose(t.peer, buf.addr(), buf.len()) }
         });
         self.engine.on_exposed(t, key);
     }
 
-    fn flush_pending(&mut self) -> Result<usize, Error> {
+    fn flush_pending(&mut self) -> usize {
         let mut sent = 0;
         for peer in 0..self.pending.len() {
             while let Some(t) = self.pending[peer].front() {
                 let tr = &mut self.transports[self.route[peer]];
-                if !tr.try_send(peer, t.hdr.as_slice(), t.payload.bytes())? {
-                    break;
+                match tr.try_send(peer, t.hdr.as_slice(), t.payload.bytes()) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        // Drops this peer's queue; the other peers' frames go on.
+                        self.break_peer(peer, e, None);
+                        break;
+                    }
                 }
                 let t = self.pending[peer].pop_front().expect("front exists");
                 self.pending_total -= 1;
@@ -161,43 +249,48 @@ impl Runtime {
                 }
             }
         }
-        Ok(sent)
+        sent
     }
 
-    /// Hands queued frames to the transports (no polling).
-    pub(crate) fn flush(&mut self) -> Result<(), Error> {
-        self.flush_outbox()?;
+    /// Hands queued frames to the transports (no polling). Never fails: a transport error
+    /// breaks its peer ([`Runtime::break_peer`]) and fails the operations on it.
+    pub(crate) fn flush(&mut self) {
+        self.flush_outbox();
         if self.pending_total > 0 {
-            self.flush_pending()?;
+            self.flush_pending();
         }
-        Ok(())
     }
 
     /// Blocking-send fast path: if the message can go eagerly and nothing is queued ahead of
     /// it for `peer`, hands it to the transport now, without a request. Returns whether it did.
     pub(crate) fn send_now(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, bytes: &[u8]) -> Result<bool, Error> {
         let route = self.route[peer];
-        if route == SELF_ROUTE || !self.pending[peer].is_empty() || !self.engine.outbox.is_empty() {
+        if route == SELF_ROUTE
+            || !self.pending[peer].is_empty()
+            || !self.engine.outbox.is_empty()
+            || self.broken[peer].is_some()
+        {
             return Ok(false);
         }
         let Some(hdr) = self.engine.eager_header(ctx, src, tag, peer, bytes.len()) else { return Ok(false) };
         let tr = &mut self.transports[route];
-        let sent = tr.try_send(peer, hdr.as_slice(), bytes)?;
+        let sent = tr.try_send(peer, hdr.as_slice(), bytes);
         tr.flush();
-        Ok(sent)
+        // Nothing was accepted: the error leaves nothing in flight, and breaks the peer.
+        sent.map_err(|e| self.break_peer(peer, e, None))
     }
 
     /// One round of progress; returns how many events happened (0: nothing to do).
     pub(crate) fn progress(&mut self) -> Result<usize, Error> {
-        self.flush_outbox()?;
-        let mut n = if self.pending_total > 0 { self.flush_pending()? } else { 0 };
+        self.flush_outbox();
+        let mut n = if self.pending_total > 0 { self.flush_pending() } else { 0 };
         let engine = &mut self.engine;
         for t in self.transports.iter_mut() {
             n += t.poll(engine)?;
         }
         if !self.engine.actions.is_empty() {
             // Frames first: a split copy's CTS must reach the peer before we start our part.
-            self.flush_outbox()?;
+            self.flush_outbox();
             n += self.perform_actions();
         }
         if !self.scheds.is_empty() {
@@ -207,7 +300,7 @@ impl Runtime {
             }
         }
         if n > 0 {
-            self.flush_outbox()?;
+            self.flush_outbox();
         }
         Ok(n)
     }
@@ -242,38 +335,71 @@ impl Runtime {
         }
     }
 
-    /// Checks whether `id` (or, without one, the job) can still complete: an error names the
-    /// peer that is gone. A request on one peer fails only if that peer is gone; otherwise
-    /// (wildcard receives, finalize) any dead peer ends the wait.
-    fn check_peers(&self, id: Option<ReqId>) -> Result<(), Error> {
-        let target = id.and_then(|id| self.engine.waits_on(id));
-        let gone = |peer: usize, st: PeerState| match st {
-            PeerState::Dead => Some(Error::PeerGone { rank: peer, detail: "the process died".into() }),
-            PeerState::Finalized => {
-                Some(Error::PeerGone { rank: peer, detail: "it finalized before this operation completed".into() })
+    /// Checks whether what a wait is for can still complete: an error names a peer it
+    /// depends on that is gone (or whose path broke). A request on one peer, or a schedule
+    /// (each of its operations is on one peer), fails only if such a peer is gone; a wait on
+    /// the whole job (wildcard receives, probes, finalize) ends on any dead or broken peer.
+    fn check_peers(&self, target: Target) -> Result<(), Error> {
+        let gone = |p: usize| -> Option<Error> {
+            if let Some(e) = self.broken.get(p).and_then(|e| e.clone()) {
+                return Some(e);
             }
-            PeerState::Alive => None,
+            match self.peer_state(p) {
+                PeerState::Dead => Some(Error::PeerGone { rank: p, detail: "the process died".into() }),
+                PeerState::Finalized => {
+                    Some(Error::PeerGone { rank: p, detail: "it finalized before this operation completed".into() })
+                }
+                PeerState::Alive => None,
+            }
         };
-        match target {
-            Some(p) => gone(p, self.peer_state(p)).map_or(Ok(()), Err),
+        let peer = match target {
+            Target::Req(id) => self.engine.waits_on(id),
+            Target::Sched(id) => {
+                let ops = self.sched(id).map(|s| s.pending()).unwrap_or_default();
+                return ops.iter().filter_map(|&r| self.engine.waits_on(r)).find_map(gone).map_or(Ok(()), Err);
+            }
+            Target::Job => None,
+        };
+        match peer {
+            Some(p) => gone(p).map_or(Ok(()), Err),
+            // A peer that finalized cleanly delivered what it sent: only a dead or broken one
+            // ends a wait on the job.
             None => (0..self.route.len())
-                .find_map(|p| (self.peer_state(p) == PeerState::Dead).then(|| gone(p, PeerState::Dead)).flatten())
+                .find_map(|p| gone(p).filter(|_| self.broken[p].is_some() || self.peer_state(p) == PeerState::Dead))
                 .map_or(Ok(()), Err),
         }
     }
 
-    /// Fails request `id` and drops its queued frames (its buffer goes back to the caller).
-    /// If a live peer was given the buffer's address, releasing it would let that peer read
-    /// or write freed memory: the job is aborted instead (a key is revoked instead).
+    /// Fails request `id` and retires it (its buffer goes back to the caller); see
+    /// [`Runtime::fail_in_flight`].
     fn fail(&mut self, id: ReqId, err: Error) -> Error {
+        self.fail_in_flight(id, err.clone(), false);
+        let _ = self.engine.take(id);
+        err
+    }
+
+    /// Fails request `id` so that nothing of it is left in flight, leaving its result for its
+    /// handle to collect: its frames queued here and in the engine's outbox are dropped, its
+    /// pending single-copy transfers too ([`Engine::fail`]), and an exposed buffer's key is
+    /// revoked. If a live peer was given the buffer's address, releasing it would let that
+    /// peer read or write freed memory: the job is aborted instead. `rts_unsent`: the
+    /// caller holds the send's `Rts`, so its peer was given nothing.
+    fn fail_in_flight(&mut self, id: ReqId, err: Error, mut rts_unsent: bool) {
         if let Some(p) = self.engine.waits_on(id) {
             let before = self.pending[p].len();
-            self.pending[p].retain(|t| t.owner != Some(id));
+            self.pending[p].retain(|t| {
+                let mine = t.owner == Some(id);
+                rts_unsent |= mine && t.is_rts();
+                !mine
+            });
             self.pending_total -= before - self.pending[p].len();
         }
+        rts_unsent |= self.engine.outbox.iter().any(|t| t.owner == Some(id) && t.is_rts());
         match self.engine.fail(id, err.clone()) {
             // Revoked: the peer can no longer read the buffer.
             Some(Exposure::Key(p, key)) => self.transports[self.route[p]].conceal(p, key),
+            // The address went in an `Rts` that never left.
+            Some(Exposure::Address(_)) if rts_unsent => {}
             Some(Exposure::Address(p)) if self.peer_state(p) != PeerState::Dead => {
                 let me = self.boot.rank;
                 let msg = format!("rank {me}: {err}; rank {p} may still access the buffer, so the job is aborted");
@@ -283,8 +409,6 @@ impl Runtime {
             }
             _ => {}
         }
-        let _ = self.engine.take(id);
-        err
     }
 
     /// Whether waits spin before yielding the CPU (not when ranks outnumber cores).
@@ -293,12 +417,18 @@ impl Runtime {
     }
 
     /// Drives progress until `done(self)` holds. Errors: a peer gone, the time limit, a
-    /// transport failure.
+    /// transport failure; on an error, request `about` is retired.
     pub(crate) fn wait_until(
         &mut self,
         about: Option<ReqId>,
-        mut done: impl FnMut(&mut Runtime) -> bool,
+        done: impl FnMut(&mut Runtime) -> bool,
     ) -> Result<(), Error> {
+        self.wait_for(about.map_or(Target::Job, Target::Req), done)
+    }
+
+    /// As [`Runtime::wait_until`], for what `target` names: the peers it depends on are the
+    /// ones whose loss ends the wait ([`Runtime::check_peers`]).
+    fn wait_for(&mut self, target: Target, mut done: impl FnMut(&mut Runtime) -> bool) -> Result<(), Error> {
         let mut idle: u32 = 0;
         // When the current idle stretch began (read every SPIN_CLOCK_EVERY idle polls), and
         // whether it has lasted longer than the spin time.
@@ -334,7 +464,7 @@ impl Runtime {
             let t0 = *start.get_or_insert(now);
             let err = if now.duration_since(*last_check.get_or_insert(now)) >= self.policy.check {
                 last_check = Some(now);
-                self.check_peers(about).err()
+                self.check_peers(target).err()
             } else {
                 None
             };
@@ -346,9 +476,9 @@ impl Runtime {
                 if done(self) {
                     return Ok(());
                 }
-                return Err(match about {
-                    Some(id) => self.fail(id, e),
-                    None => e,
+                return Err(match target {
+                    Target::Req(id) => self.fail(id, e),
+                    Target::Sched(_) | Target::Job => e,
                 });
             }
         }
@@ -378,13 +508,15 @@ impl Runtime {
         self.engine.take(id)
     }
 
-    /// Starts a nonblocking collective.
-    pub(crate) fn start_sched(&mut self, mut s: Sched) -> Result<SchedId, Error> {
+    /// Starts a nonblocking collective. Infallible once its first operations are in the
+    /// engine: the caller must hand the returned handle to a scope, whose wait reports any
+    /// error (see the module's rules).
+    pub(crate) fn start_sched(&mut self, mut s: Sched) -> SchedId {
         s.advance(&mut self.engine);
         self.sched_gen = self.sched_gen.wrapping_add(1);
         let key = self.scheds.insert((self.sched_gen, s));
-        self.flush()?;
-        Ok(SchedId { key, gen: self.sched_gen })
+        self.flush();
+        SchedId { key, gen: self.sched_gen }
     }
 
     fn sched(&self, id: SchedId) -> Option<&Sched> {
@@ -406,7 +538,7 @@ impl Runtime {
 
     /// Waits for collective `id`; on an error every operation it has in flight is retired.
     pub(crate) fn wait_sched(&mut self, id: SchedId) -> Result<(), Error> {
-        if let Err(e) = self.wait_until(None, |rt| rt.sched_done(id)) {
+        if let Err(e) = self.wait_for(Target::Sched(id), |rt| rt.sched_done(id)) {
             return Err(self.abort_sched(id, e));
         }
         self.take_sched(id)
@@ -473,3 +605,6 @@ impl Runtime {
         r
     }
 }
+
+#[cfg(test)]
+mod tests;

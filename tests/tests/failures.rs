@@ -97,6 +97,17 @@ fn wait_timeout_is_an_error_not_a_hang() {
 }
 
 #[test]
+fn a_timed_out_send_to_self_leaves_no_message_behind() {
+    let out = mprun(&["-np", "2", &ptp(), "self-timeout"], &[("MPR_WAIT_TIMEOUT", "0.5")]);
+    let so = text(&out.stdout);
+    assert!(out.status.success(), "{so}\n{}", text(&out.stderr));
+    for r in 0..2 {
+        assert!(so.contains(&format!("rank {r}: the timed-out send to self was withdrawn")), "{so}");
+    }
+    assert!(so.contains("self-timeout ok"), "{so}");
+}
+
+#[test]
 fn size_without_launcher_is_a_clear_error() {
     let out = std::process::Command::new(bin_dir().join("ptp")).arg("ring").env("MPR_SIZE", "4").output().unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -87,7 +87,7 @@ impl Comm {
     ) -> Result<CollRequest<'a>, Error> {
         let tag = self.coll_tag();
         let s = Sched::new(self.coll_context(), self.rank() as u32, tag, rounds, scratch);
-        let id = self.rt().borrow_mut().start_sched(s)?;
+        let id = self.rt().borrow_mut().start_sched(s);
         scope.register(self.rt(), Handle::Coll(id));
         Ok(CollRequest { rt: self.rt().clone(), id, _marker: PhantomData })
     }

@@ -86,15 +86,23 @@ impl Sched {
         moved
     }
 
+    /// The operations of the current round.
+    pub(crate) fn pending(&self) -> &[ReqId] {
+        &self.pending
+    }
+
     /// Whether operations of this schedule are still in the engine.
     pub(crate) fn in_flight(&self, engine: &Engine) -> bool {
         self.pending.iter().any(|&id| !engine.is_done(id))
     }
 
-    /// Fails the schedule: its outstanding operations are failed in the engine.
+    /// Fails the schedule: collects the operations of its round that are done, and returns
+    /// the ones still in flight, for the caller to fail.
     pub(crate) fn fail(&mut self, engine: &mut Engine, err: Error) -> Vec<ReqId> {
         self.rounds.clear();
         self.result = Some(Err(err));
-        std::mem::take(&mut self.pending).into_iter().filter(|&id| !engine.is_done(id)).collect()
+        let mut live = std::mem::take(&mut self.pending);
+        live.retain(|&id| engine.take(id).is_none() && !engine.is_collected(id));
+        live
     }
 }

@@ -24,6 +24,8 @@
 //!   A rendezvous send is done on the receiver's `Fin`, sent once every byte is in, or, when
 //!   it streamed the whole message, once the transport has taken its last frame (every byte
 //!   has then left the buffer; the `Fin` that follows is dropped).
+//! - A failed request ([`Engine::fail`]) leaves nothing behind: no frame of it is left in the
+//!   outbox, no single-copy transfer of it in the actions, no message of it to be matched.
 
 mod pool;
 pub(crate) mod request;
@@ -87,6 +89,14 @@ pub(crate) struct Transmit {
     /// An `Rts` whose buffer the driver exposes to the peer just before the frame goes out
     /// (so it keeps its place in the peer's order), then reports with [`Engine::on_exposed`].
     pub(crate) expose: bool,
+}
+
+impl Transmit {
+    /// Whether this is the `Rts` of a rendezvous send: while it is queued, the peer knows
+    /// nothing of the send (neither its buffer's address nor its key).
+    pub(crate) fn is_rts(&self) -> bool {
+        matches!(Frame::decode(self.hdr.as_slice()), Ok((Frame::Rts { .. }, _)))
+    }
 }
 
 /// Work the driver performs for the engine.
@@ -602,16 +612,16 @@ impl Engine {
 
     /// The world rank request `id` waits on, if it waits on one peer.
     pub(crate) fn waits_on(&self, id: ReqId) -> Option<usize> {
-        match self.reqs.get(id)? {
-            State::SendEager { peer } | State::SendRndv { peer, .. } | State::RecvRndv { peer, .. } => Some(*peer),
-            State::RecvPosted { peer, .. } => *peer,
-            State::SendSelf { .. } | State::Done(_) => None,
-        }
+        self.reqs.get(id)?.peer()
     }
 
-    /// Fails request `id` (e.g. its peer is gone or a wait timed out), removing it from the
-    /// posted queue; later frames for it are ignored. Returns what the request's peer was
-    /// given, if anything: that peer may still read or write the buffer.
+    /// Fails request `id` (e.g. its peer is gone or a wait timed out): nothing of it happens
+    /// afterwards. It leaves the posted queue; its queued frames are dropped (none leaves
+    /// after its failure); its single-copy transfers not yet performed are dropped (no byte
+    /// lands in or leaves its buffer); a large send to self leaves the unexpected queue (no
+    /// receive matches a message whose sender gave up); later frames for it are ignored.
+    /// Returns what the request's peer was given, if anything: that peer may still read or
+    /// write the buffer. The request stays, done with `err`, until it is collected.
     pub(crate) fn fail(&mut self, id: ReqId, err: Error) -> Option<Exposure> {
         let exposed = match self.reqs.get(id) {
             Some(&State::SendRndv { peer, key: Some(k), .. }) => Some(Exposure::Key(peer, k)),
@@ -620,12 +630,30 @@ impl Engine {
             }
             _ => None,
         };
-        if matches!(self.reqs.get(id), Some(State::SendRndv { .. } | State::RecvRndv { .. })) {
-            self.failed.insert(id.to_wire());
+        match self.reqs.get(id) {
+            Some(State::SendRndv { .. } | State::RecvRndv { .. }) => {
+                self.failed.insert(id.to_wire());
+            }
+            Some(State::SendSelf { .. }) => {
+                self.unexpected.retain(|u| !matches!(u.body, Body::SelfSend(s) if s == id));
+            }
+            _ => {}
         }
+        self.outbox.retain(|t| t.owner != Some(id));
+        self.actions.retain(|a| match *a {
+            Action::BulkRead { rreq, .. } => rreq != id,
+            Action::BulkWrite { sreq, .. } => sreq != id,
+            Action::Conceal { .. } => true,
+        });
         self.posted.retain(|p| p.req != id);
         self.reqs.complete(id, Err(err));
         exposed
+    }
+
+    /// The requests in flight that wait on `peer` alone (see [`Engine::waits_on`]): what a
+    /// broken path to `peer` fails. A scan of the live requests, for the error path.
+    pub(crate) fn waiting_on(&self, peer: usize) -> Vec<ReqId> {
+        self.reqs.ids_where(|s| s.peer() == Some(peer))
     }
 
     /// Requests in flight or not yet collected.

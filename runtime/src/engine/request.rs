@@ -48,6 +48,17 @@ pub(crate) enum State {
     Done(Result<Status, Error>),
 }
 
+impl State {
+    /// The world rank this request waits on, if it waits on one peer alone.
+    pub(crate) fn peer(&self) -> Option<usize> {
+        match *self {
+            State::SendEager { peer } | State::SendRndv { peer, .. } | State::RecvRndv { peer, .. } => Some(peer),
+            State::RecvPosted { peer, .. } => peer,
+            State::SendSelf { .. } | State::Done(_) => None,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Slot {
     gen: u32,
@@ -109,6 +120,11 @@ impl Requests {
     /// Whether a rendezvous receive from `peer` is in flight (a scan of the live requests).
     pub(crate) fn receiving_from(&self, peer: usize) -> bool {
         self.any(|s| matches!(*s, State::RecvRndv { peer: p, .. } if p == peer))
+    }
+
+    /// The requests whose state satisfies `f` (a scan of the live requests).
+    pub(crate) fn ids_where(&self, f: impl Fn(&State) -> bool) -> Vec<ReqId> {
+        self.slots.iter().filter(|(_, s)| f(&s.state)).map(|(key, s)| ReqId { key: key as u32, gen: s.gen }).collect()
     }
 
     fn any(&self, f: impl Fn(&State) -> bool) -> bool {

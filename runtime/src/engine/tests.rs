@@ -615,3 +615,59 @@ fn rendezvous_heads_land_in_posted_receives_and_ask_for_the_rest_at_once() {
     f.extend_from_slice(&[0u8; 10]);
     assert!(e.on_frame(1, &f).is_err());
 }
+
+#[test]
+fn a_failed_request_leaves_no_frame_and_no_transfer_behind() {
+    let timeout = || Error::Timeout(std::time::Duration::from_secs(1));
+    // Sends failed before their frames left: no frame of theirs is left to send.
+    let mut net = Net::new(2, 64, 100, 4);
+    let (small, large) = (data(1, 10), data(2, 1000));
+    let eager = net.engines[0].isend(0, 0, 1, 1, rb(&small));
+    let rndv = net.engines[0].isend(0, 0, 2, 1, rb(&large));
+    let other = net.engines[0].isend(0, 0, 3, 1, rb(&small));
+    assert_eq!(net.engines[0].outbox.len(), 3);
+    assert_eq!(net.engines[0].fail(eager, timeout()), None);
+    assert_eq!(net.engines[0].fail(rndv, timeout()), None);
+    let left: Vec<_> = net.engines[0].outbox.iter().map(|t| t.owner).collect();
+    assert_eq!(left, [Some(other)]);
+
+    // A single-copy read queued for a receive that then fails is never performed, and a
+    // write queued for a send that then fails neither.
+    let mut net = Net::new(2, 64, 100, 4);
+    for e in net.engines.iter_mut() {
+        for l in e.limits.iter_mut() {
+            *l = PeerLimits { bulk_read: true, bulk_write: true, split_min: 4096, ..*l };
+        }
+    }
+    let m = data(3, 20_000);
+    let mut got = vec![0u8; 20_000];
+    let r = net.engines[1].irecv(0, Some(0), Some(1), Some(0), rbm(&mut got));
+    let s = net.engines[0].isend(0, 0, 1, 1, rb(&m));
+    // The `Rts` arrives: the receiver queues its read and asks the sender to write the tail.
+    net.step(1);
+    assert!(matches!(net.engines[1].actions[..], [Action::BulkRead { .. }]));
+    // The receiver's `Cts` arrives: the sender queues its write.
+    net.step(1);
+    assert!(matches!(net.engines[0].actions[..], [Action::BulkWrite { .. }]));
+    assert_eq!(net.engines[1].fail(r, timeout()), Some(Exposure::Address(0)));
+    assert_eq!(net.engines[0].fail(s, timeout()), Some(Exposure::Address(1)));
+    assert!(!net.run_actions(false), "a transfer of a failed request was left to perform");
+    assert!(got.iter().all(|&b| b == 0), "bytes landed in the buffer of a failed receive");
+
+    // A large send to self that fails withdraws its message: a later receive does not match
+    // it (and wait forever on a sender that is gone), but the next message.
+    let mut e = Engine::new(0, vec![Net::new(1, 64, 100, 4).engines[0].limits[0]]);
+    let (gone, next) = (data(4, 1000), data(5, 1000));
+    let s = e.isend(0, 0, 9, 0, rb(&gone));
+    assert!(e.probe(0, Some(0), Some(9)).is_some());
+    assert_eq!(e.fail(s, timeout()), None);
+    assert!(matches!(e.take(s), Some(Err(Error::Timeout(_)))));
+    assert!(e.probe(0, Some(0), Some(9)).is_none(), "the failed send's message is still there");
+    let s = e.isend(0, 0, 9, 0, rb(&next));
+    let mut buf = vec![0u8; 1000];
+    let r = e.irecv(0, Some(0), Some(9), Some(0), rbm(&mut buf));
+    assert_eq!(e.take(r).expect("matched at once").unwrap().bytes, 1000);
+    e.take(s).unwrap().unwrap();
+    assert_eq!(buf, next);
+    assert_eq!(e.live_requests(), 0);
+}

@@ -68,7 +68,9 @@ pub(crate) trait Transport: std::fmt::Debug {
     fn caps(&self) -> Caps;
 
     /// Sends one frame made of `hdr` followed by `payload` to `peer`. `Ok(false)` means no
-    /// room now (back-pressure): try again after polling. Never sends part of a frame.
+    /// room now (back-pressure): try again after polling. Never sends part of a frame. An
+    /// error means the path to `peer` is broken for good: the runtime offers it no frame
+    /// again and fails the operations on `peer` (and only those) with the error.
     fn try_send(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error>;
 
     /// Writes out frames a transport held back to batch them (called after a blocking send
@@ -76,6 +78,8 @@ pub(crate) trait Transport: std::fmt::Debug {
     fn flush(&mut self) {}
 
     /// Delivers arrived frames, in order per peer, to `sink(peer, frame)`; returns how many.
+    /// An error (it names no peer) ends the wait in progress: report a peer's lost
+    /// connection through [`Transport::peer_state`] instead, and an error only once.
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error>;
 
     /// Reads `dst.len()` bytes at address `addr` of `peer`'s memory, opened by `key` where

@@ -33,6 +33,7 @@ fn main() {
         "peer-dies" => peer_dies(&w),
         "exit" => exit_code(&w),
         "timeout" => wait_timeout(&w),
+        "self-timeout" => self_timeout(&w),
         "idle" => idle(&w),
         other => {
             eprintln!("unknown scenario {other:?}");
@@ -406,6 +407,29 @@ fn wait_timeout(w: &mpr::Comm) -> R {
         },
         _ => Ok(()),
     }
+}
+
+/// Run with `MPR_WAIT_TIMEOUT`: a large send to self that nobody receives times out, and
+/// its message is withdrawn: neither a probe nor a later receive finds it (a receive that
+/// matched it would wait for a sender that gave up), the next message arrives whole.
+fn self_timeout(w: &mpr::Comm) -> R {
+    let me = w.rank();
+    let len = 5 << 20;
+    let gone = pattern(me, me, 1, len);
+    let e = w.send(&gone, me, 77).unwrap_err();
+    assert_eq!(e.class(), mpr::ErrorClass::Timeout, "{e}");
+    assert_eq!(w.iprobe(me, 77)?, None, "the timed-out message is still there");
+    let next = pattern(me, me, 2, len);
+    let mut got = vec![0u8; len];
+    mpr::scope(|s| -> R {
+        let q = w.isend(s, &next[..], me, 77)?;
+        w.recv(&mut got[..], me, 77)?;
+        q.wait()?;
+        Ok(())
+    })?;
+    check(&got, me, me, 2, len);
+    println!("rank {me}: the timed-out send to self was withdrawn");
+    Ok(())
 }
 
 /// Rank 0 waits (polling) while rank 1 sleeps `PTP_IDLE_MS`, then they exchange a message:
