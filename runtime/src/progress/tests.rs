@@ -189,7 +189,7 @@ fn limits(bulk_read: bool) -> PeerLimits {
 
 fn policy() -> WaitPolicy {
     // A limit on every wait, so that a test of a bug fails instead of hanging.
-    WaitPolicy { spin: 0, check: Duration::from_millis(50), timeout: Some(Duration::from_secs(2)) }
+    WaitPolicy { spin: Duration::ZERO, check: Duration::from_millis(50), timeout: Some(Duration::from_secs(2)) }
 }
 
 /// Rank 0 of `n` ranks, whose peers are the engines in the returned wire.
