@@ -52,6 +52,7 @@ fn segment_name(jobid: &str, host: &str) -> String {
 
 /// Builds this rank's runtime.
 pub(crate) fn start() -> Result<Runtime, Error> {
+    crate::env::check()?;
     let mut boot = Bootstrap::from_env()?;
     let allowed = Allowed::from_env()?;
     let me = boot.rank;

@@ -27,7 +27,7 @@ mod buf;
 mod coll;
 mod comm;
 mod engine;
-mod env;
+pub mod env;
 mod error;
 mod group;
 pub mod info;

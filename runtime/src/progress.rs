@@ -55,7 +55,7 @@ impl WaitPolicy {
     pub(crate) fn from_env(outnumbered: bool) -> WaitPolicy {
         let default_spin = if outnumbered { 0 } else { 50 };
         let spin = Duration::from_micros(crate::env::parsed("MPR_WAIT_SPIN").unwrap_or(default_spin));
-        let timeout = crate::env::parsed::<f64>("MPR_WAIT_TIMEOUT").filter(|s| *s > 0.0).map(Duration::from_secs_f64);
+        let timeout = crate::env::seconds("MPR_WAIT_TIMEOUT").filter(|s| !s.is_zero());
         WaitPolicy { spin, check: Duration::from_millis(50), timeout }
     }
 }

@@ -138,11 +138,16 @@ fn ranks_bound_to_one_shared_cpu_yield_at_once() {
     let run = |np: usize| on_cpu_0(np, &["--bind-to", "core"], &[("COLL_MAX", "70000")]);
     let se = run(2);
     for r in 0..2 {
-        let line = format!("mpr: rank {r}: CPUs 0, 2 rank(s) on this host, outnumbered: waits yield at once");
+        let line = format!(
+            "mpr: rank {r}: CPUs 0, 2 rank(s) on this host, 2 on this machine, outnumbered: waits yield at once"
+        );
         assert!(se.contains(&line), "{se}");
     }
     let se = run(1);
-    assert!(se.contains("mpr: rank 0: CPUs 0, 1 rank(s) on this host, waits spin, then yield"), "{se}");
+    assert!(
+        se.contains("mpr: rank 0: CPUs 0, 1 rank(s) on this host, 1 on this machine, waits spin, then yield"),
+        "{se}"
+    );
 }
 
 /// Ranks that share a CPU over TCP send at most 256 KiB eagerly and the first 256 KiB of a

@@ -155,3 +155,31 @@ fn a_dev_shm_too_small_is_a_clear_error_not_a_bus_error() {
     assert!(err.contains("No space left on device (/dev/shm is too small or full)"), "{err}");
     assert!(!err.contains("SIGBUS"), "{err}");
 }
+
+#[test]
+fn every_numeric_setting_with_a_bad_value_is_a_clear_start_up_error() {
+    let ptp = ptp();
+    let mut bad: Vec<(String, &str)> = mpr::env::numeric_settings().map(|n| (n.to_string(), "inf")).collect();
+    assert!(bad.len() >= 25, "{bad:?}");
+    // Values that parse as numbers but are out of range, one of each kind.
+    bad.extend([
+        ("MPR_WAIT_TIMEOUT".to_string(), "1e30"),
+        ("MPR_CONNECT_TIMEOUT".to_string(), "-1"),
+        ("MPR_TCP_EAGER".to_string(), "-5"),
+        ("MPR_SHM_CMA".to_string(), "2"),
+        ("MPR_SOFT_LOSS".to_string(), "1.5"),
+        ("MPR_WAIT_SPIN".to_string(), "2.5"),
+    ]);
+    for (name, value) in &bad {
+        let out = mprun(&["-np", "2", "--timeout", "60", &ptp, "ring"], &[(name, value)]);
+        let err = text(&out.stderr);
+        // ptp exits 2 when init fails (a panic would be 101).
+        assert_eq!(out.status.code(), Some(2), "{name}={value}: {err}");
+        assert!(err.contains(&format!("{name}={value}: expected ")), "{name}={value}: {err}");
+        assert!(!err.contains("panicked"), "{name}={value}: {err}");
+    }
+    // A good value of each kind starts the job.
+    let good = [("MPR_WAIT_TIMEOUT", "0.5e3"), ("MPR_SHM_CMA", "0"), ("MPR_WAIT_SPIN", " 20 "), ("MPR_SOFT_LOSS", "0")];
+    let out = mprun(&["-np", "2", "--timeout", "60", &ptp, "ring"], &good);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

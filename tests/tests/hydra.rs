@@ -37,3 +37,24 @@ fn hydra_launches_mpr_ranks_over_tcp() {
     run("3", "anysource", &[("MPR_TRANSPORTS", "tcp")]);
     run("2", "many", &[("MPR_TRANSPORTS", "tcp")]);
 }
+
+#[test]
+fn without_a_secret_from_hydra_the_weak_key_is_said_once() {
+    let Some(h) = hydra() else { return };
+    let ptp = bin_dir().join("ptp");
+    let job = |genv: &[&str]| {
+        let mut c = Command::new("timeout");
+        c.args(["120", h]).args(genv).args(["-n", "3", ptp.to_str().unwrap(), "ring"]);
+        c.env("MPR_TRANSPORTS", "tcp").env("MPR_VERBOSE", "1").env_remove("MPR_SECRET");
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stderr)
+    };
+    let warning = "mpr: no MPR_SECRET from the launcher: TCP connections between ranks are keyed with the job's name";
+    let err = job(&[]);
+    assert_eq!(err.matches(warning).count(), 1, "{err}");
+    assert!(err.contains("mpiexec -genv MPR_SECRET"), "{err}");
+    // A secret passed as the warning says: the ranks connect with it, and nothing is said.
+    let err = job(&["-genv", "MPR_SECRET", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"]);
+    assert!(!err.contains(warning), "{err}");
+}

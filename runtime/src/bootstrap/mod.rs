@@ -150,8 +150,22 @@ impl Bootstrap {
             },
         };
         let jobid: String = jobid.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        // Without MPR_SECRET (another PMI launcher), the job id is the best shared key there is.
-        let secret = std::env::var("MPR_SECRET").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| jobid.clone());
+        // Without MPR_SECRET (another PMI launcher), the job id is the only key every rank
+        // shares: it keeps one job's connections from another's, but anyone who can guess
+        // the job's name can make one. That is no security, and is said so.
+        let secret = match std::env::var("MPR_SECRET").ok().filter(|s| !s.is_empty()) {
+            Some(s) => s,
+            None => {
+                if pmi.is_some() && rank == 0 && crate::env::verbose() {
+                    eprintln!(
+                        "mpr: no MPR_SECRET from the launcher: TCP connections between ranks are keyed with the \
+                         job's name ({jobid}), which anyone can guess; pass a secret, e.g. \
+                         mpiexec -genv MPR_SECRET \"$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')\" ..."
+                    );
+                }
+                jobid.clone()
+            }
+        };
         // mprun says MPR_LOCAL_SIZE; MPICH's hydra says MPI_LOCALNRANKS.
         let local = env_num("MPR_LOCAL_SIZE")?.or(env_num("MPI_LOCALNRANKS").ok().flatten());
         let one_host = size == 1 || local == Some(size);

@@ -46,8 +46,8 @@ impl Pmi {
         let stream = unsafe { UnixStream::from_raw_fd(fd) };
         // Every PMI reply comes within this bound (MPR_PMI_TIMEOUT seconds, default 300), so
         // a hung launcher cannot hang the rank.
-        let secs = crate::env::parsed::<f64>("MPR_PMI_TIMEOUT").unwrap_or(300.0);
-        let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs_f64(secs.max(0.001))));
+        let limit = crate::env::seconds("MPR_PMI_TIMEOUT").unwrap_or(std::time::Duration::from_secs(300));
+        let _ = stream.set_read_timeout(Some(limit.max(std::time::Duration::from_millis(1))));
         let writer = stream.try_clone().map_err(|e| err(format!("PMI socket: {e}")))?;
         let mut pmi = Pmi { reader: BufReader::new(stream), writer, kvsname: String::new() };
         let r = pmi.call(Command::new("init").with("pmi_version", 1).with("pmi_subversion", 1), "response_to_init")?;

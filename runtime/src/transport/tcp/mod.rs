@@ -86,7 +86,7 @@ impl TcpListening {
         outnumbered: bool,
     ) -> Result<TcpTransport, Error> {
         let timeout =
-            Duration::from_secs_f64(crate::env::parsed::<f64>("MPR_CONNECT_TIMEOUT").unwrap_or(30.0).max(0.001));
+            crate::env::seconds("MPR_CONNECT_TIMEOUT").unwrap_or(Duration::from_secs(30)).max(Duration::from_millis(1));
         let max_frame = crate::env::parsed::<usize>("MPR_TCP_FRAME").unwrap_or(1 << 20).clamp(4096, 16 << 20);
         let eager = crate::env::parsed::<usize>("MPR_TCP_EAGER")
             .unwrap_or(if outnumbered { CROWDED_EAGER } else { 512 << 10 })

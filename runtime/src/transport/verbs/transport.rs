@@ -88,7 +88,8 @@ impl Tuning {
         let most = caps.max_wr.saturating_sub(ACK_BUFS + RECV_SPARE).max(1);
         let window = crate::env::parsed::<usize>("MPR_RDMA_WINDOW").unwrap_or(16).clamp(1, most);
         let rto = Duration::from_millis(crate::env::parsed("MPR_RDMA_RTO_MS").unwrap_or(5u64).max(1));
-        let dead_after = Duration::from_secs_f64(crate::env::parsed("MPR_RDMA_TIMEOUT").unwrap_or(10.0f64).max(0.1));
+        let dead_after =
+            crate::env::seconds("MPR_RDMA_TIMEOUT").unwrap_or(Duration::from_secs(10)).max(Duration::from_millis(100));
         let read = caps.rc && caps.rdma_read && crate::env::parsed::<u32>("MPR_RDMA_READ").unwrap_or(1) != 0;
         let read_min =
             if read { crate::env::parsed("MPR_RDMA_READ_MIN").unwrap_or(512usize << 10).max(1) } else { usize::MAX };
