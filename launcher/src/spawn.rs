@@ -88,6 +88,7 @@ pub(crate) fn spawn(program: &Program<'_>, slot: Slot, binding: &Binding, stdin:
     let size = slot.size.to_string();
     let rank = slot.rank.to_string();
 
+    let parent = getpid();
     let mut command = Command::new(program.path);
     command
         .arg0(program.argv0)
@@ -101,6 +102,9 @@ pub(crate) fn spawn(program: &Program<'_>, slot: Slot, binding: &Binding, stdin:
         .env("PMI_RANK", &rank)
         .env("PMI_SIZE", &size)
         .env("MPR_BINDING", binding.env_value())
+        // The process every rank of this host descends from: ranks name it as their ptracer,
+        // so that they may read each other's memory under Yama (single copy).
+        .env("MPR_PTRACER", parent.as_raw().to_string())
         .stdin(match stdin {
             RankStdin::Null => Stdio::null(),
             RankStdin::Pipe(fd) => Stdio::from(fd),
@@ -110,7 +114,6 @@ pub(crate) fn spawn(program: &Program<'_>, slot: Slot, binding: &Binding, stdin:
     if let Some(dir) = program.cwd {
         command.current_dir(dir);
     }
-    let parent = getpid();
     // SAFETY: the closure runs in the forked child before exec and makes only
     // async-signal-safe system calls (setpgid, prctl, getppid, sched_setaffinity, fcntl,
     // _exit); it does not allocate or take locks (the CPU set was built before fork).

@@ -29,6 +29,7 @@ const NUMERIC: &[(&str, Kind)] = &[
     ("MPR_SHM_CELLS", Kind::Count),
     ("MPR_SHM_EAGER", Kind::Count),
     ("MPR_SHM_CMA", Kind::Switch),
+    ("MPR_PTRACER", Kind::Count),
     ("MPR_WAIT_SPIN", Kind::Count),
     ("MPR_WAIT_TIMEOUT", Kind::Seconds),
     ("MPR_SPLIT_COPY_MIN", Kind::Count),

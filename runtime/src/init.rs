@@ -70,6 +70,10 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     let want_rdma = allowed.rdma && boot.size > 1 && (!boot.one_host || !allowed.shm);
     let mut rdma = if want_rdma { verbs::select::open(listen_ip, me)? } else { Err("not needed".to_string()) };
     let my_cpus = crate::bootstrap::cpus::allowed();
+    // Before the card goes out: a peer that has it may read this rank's memory at once.
+    if allowed.shm {
+        crate::transport::shm::admit_siblings();
+    }
     let card = Card {
         host: boot.host.clone(),
         machine: crate::bootstrap::machine::id(),
@@ -100,6 +104,8 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     let outnumbered = crowded[me];
     let split_min = split_min(crate::env::parsed("MPR_SPLIT_COPY_MIN"), outnumbered);
     let mut limits = vec![self_limits; boot.size];
+    // Per shared-memory peer that gets no single copy: why (for the verbose line).
+    let mut streamed: Vec<Option<String>> = vec![None; boot.size];
 
     // The segment fence is global (PMI has no per-host fence): every rank enters it when any
     // host has a segment to set up, which every rank can tell from the cards.
@@ -145,6 +151,11 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         for &r in locals.iter().filter(|&&r| r != me) {
             route[r] = idx;
             limits[r] = peer_limits(&caps, split_min, outnumbered);
+            if let Err(why) = cfg.single_copy_to(cards[r].pid) {
+                limits[r].bulk_read = false;
+                limits[r].bulk_write = false;
+                streamed[r] = Some(why);
+            }
         }
     }
     let remote: Vec<usize> = (0..boot.size).filter(|&r| r != me && route[r] == SELF_ROUTE).collect();
@@ -218,12 +229,13 @@ pub(crate) fn start() -> Result<Runtime, Error> {
                 (true, false) => "single-copy reads",
                 _ => "pipelined frames",
             };
+            let why = streamed[peer].as_ref().map_or(String::new(), |w| format!(", no single copy: {w}"));
             let head = match l.streamed_head() {
                 0 => String::new(),
                 n => format!(", the first {n} B with the request"),
             };
             eprintln!(
-                "mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk}{head})",
+                "mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk}{head}{why})",
                 l.eager
             );
         }

@@ -84,6 +84,21 @@ pub(crate) struct Runtime {
     sched_gen: u32,
     /// Where the ranks run, for collectives that meet in shared memory per host (coll/node.rs).
     pub(crate) hosts: Hosts,
+    /// Single-copy transfers performed, for the verbose end line and the tests that claim
+    /// the path.
+    copies: Copies,
+}
+
+/// Counts of the single-copy transfers this rank performed (a read of a peer's memory, or a
+/// write into it for a split copy).
+#[derive(Clone, Copy, Debug, Default)]
+struct Copies {
+    reads: u64,
+    read_bytes: u64,
+    writes: u64,
+    write_bytes: u64,
+    /// Transfers the OS refused (each fell back to streaming).
+    failed: u64,
 }
 
 /// Which ranks share a host.
@@ -138,6 +153,7 @@ impl Runtime {
             scheds: slab::Slab::new(),
             sched_gen: 0,
             hosts: Hosts { of: vec![0; n], shm: false, outnumbered: false },
+            copies: Copies::default(),
         }
     }
 
@@ -305,7 +321,9 @@ impl Runtime {
         Ok(n)
     }
 
-    /// Performs the engine's single-copy transfers, in order.
+    /// Performs the engine's single-copy transfers, in order. One the OS refuses falls back
+    /// to streaming (the engine asks the peer for frames), and the first such refusal is said
+    /// on stderr: the pair checked at start-up that it could, so the bandwidth lost is news.
     fn perform_actions(&mut self) -> usize {
         let actions = std::mem::take(&mut self.engine.actions);
         let n = actions.len();
@@ -314,18 +332,46 @@ impl Runtime {
                 Action::BulkRead { peer, addr, key, mut dst, rreq } => {
                     let len = dst.len();
                     let tr = &mut self.transports[self.route[peer]];
-                    let ok = dst.range_mut(0, len).is_some_and(|d| tr.bulk_read(peer, addr, key, d).is_ok());
+                    let r = match dst.range_mut(0, len) {
+                        Some(d) => tr.bulk_read(peer, addr, key, d),
+                        None => Err(Error::Transport("the receive buffer is gone".into())),
+                    };
+                    let ok = self.copied(peer, "read from", len, r, true);
                     self.engine.on_bulk_read(peer, rreq, len, ok);
                 }
                 Action::BulkWrite { peer, addr, src, sreq, rreq, off } => {
                     let tr = &mut self.transports[self.route[peer]];
-                    let ok = tr.bulk_write(peer, addr, src.bytes()).is_ok();
+                    let r = tr.bulk_write(peer, addr, src.bytes());
+                    let ok = self.copied(peer, "write to", src.len(), r, false);
                     self.engine.on_bulk_write(peer, sreq, rreq, off, src.len(), ok);
                 }
                 Action::Conceal { peer, key } => self.transports[self.route[peer]].conceal(peer, key),
             }
         }
         n
+    }
+
+    /// Counts a single-copy transfer of `len` bytes with `peer` and says whether it worked.
+    fn copied(&mut self, peer: usize, what: &str, len: usize, r: Result<(), Error>, read: bool) -> bool {
+        let c = &mut self.copies;
+        match r {
+            Ok(()) if read => (c.reads, c.read_bytes) = (c.reads + 1, c.read_bytes + len as u64),
+            Ok(()) => (c.writes, c.write_bytes) = (c.writes + 1, c.write_bytes + len as u64),
+            Err(e) => {
+                c.failed += 1;
+                let first = c.failed == 1;
+                // A peer that died is reported as such by the wait; this is for the living.
+                if first && self.peer_state(peer) == PeerState::Alive {
+                    eprintln!(
+                        "mpr: rank {}: single-copy {what} rank {peer} failed ({e}); large messages with it are \
+                         streamed from now on (two copies instead of one)",
+                        self.boot.rank
+                    );
+                }
+                return false;
+            }
+        }
+        true
     }
 
     fn peer_state(&self, peer: usize) -> PeerState {
@@ -587,6 +633,13 @@ impl Runtime {
             }
             rt.pending_total == 0 && rt.engine.outbox.is_empty()
         });
+        if crate::env::verbose() && self.route.len() > 1 {
+            let c = self.copies;
+            eprintln!(
+                "mpr: rank {}: single copy: {} reads ({} B), {} writes ({} B), {} refused",
+                self.boot.rank, c.reads, c.read_bytes, c.writes, c.write_bytes, c.failed
+            );
+        }
         for t in self.transports.iter_mut() {
             t.finalize();
         }

@@ -4,10 +4,15 @@
 
 use mpr_tests::{bin_dir, mprun, mprun_path, text};
 
-fn run(np: usize, scenario: &str, env: &[(&str, &str)]) {
+fn run(np: usize, scenario: &str, env: &[(&str, &str)]) -> String {
     let ptp = bin_dir().join("ptp");
     let np = np.to_string();
     let out = mprun(&["-np", &np, "--timeout", "120", ptp.to_str().unwrap(), scenario], env);
+    checked(out, &np, scenario, env)
+}
+
+/// The stderr of a job that must have passed `scenario` on every one of its `np` ranks.
+fn checked(out: std::process::Output, np: &str, scenario: &str, env: &[(&str, &str)]) -> String {
     let (so, se) = (text(&out.stdout), text(&out.stderr));
     assert!(
         out.status.success(),
@@ -16,7 +21,31 @@ fn run(np: usize, scenario: &str, env: &[(&str, &str)]) {
     );
     let oks = so.lines().filter(|l| *l == format!("{scenario} ok")).count();
     assert_eq!(oks, np.parse::<usize>().unwrap(), "every rank reports success:\n{so}\n{se}");
+    se
 }
+
+/// Each rank's single-copy counters from its verbose end line ("mpr: rank R: single copy: A
+/// reads (B B), C writes (D B), E refused"), by rank: [reads, read bytes, writes, written
+/// bytes, refused].
+fn copies(se: &str, np: usize) -> Vec<[u64; 5]> {
+    let mut by_rank = vec![None; np];
+    for l in se.lines() {
+        let Some((rank, rest)) = l.strip_prefix("mpr: rank ").and_then(|l| l.split_once(": single copy: ")) else {
+            continue;
+        };
+        let n: Vec<u64> =
+            rest.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect();
+        assert_eq!(n.len(), 5, "{l}");
+        by_rank[rank.parse::<usize>().unwrap()] = Some([n[0], n[1], n[2], n[3], n[4]]);
+    }
+    by_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, c)| c.unwrap_or_else(|| panic!("no counters of rank {r}:\n{se}")))
+        .collect()
+}
+
+const VERBOSE: (&str, &str) = ("MPR_VERBOSE", "1");
 
 const NO_CMA: &[(&str, &str)] = &[("MPR_SHM_CMA", "0")];
 const TINY_RINGS: &[(&str, &str)] = &[("MPR_SHM_CELLS", "4"), ("MPR_SHM_CELL_SIZE", "512"), ("MPR_SHM_CMA", "0")];
@@ -28,22 +57,110 @@ fn ring_pass() {
     }
 }
 
+/// By default every rank reads large messages straight from the sender (16 MiB among them).
 #[test]
 fn pairs_random_sizes_up_to_16mib() {
-    run(3, "pairs", &[]);
+    let se = run(3, "pairs", &[VERBOSE]);
+    for (r, c) in copies(&se, 3).iter().enumerate() {
+        assert!(c[0] > 0 && c[1] >= 16 << 20 && c[4] == 0, "rank {r} read by single copy: {c:?}\n{se}");
+    }
+    assert!(
+        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 8200 B, large messages by single-copy reads)"),
+        "{se}"
+    );
 }
 
 #[test]
 fn pairs_without_single_copy() {
-    run(2, "pairs", NO_CMA);
+    let se = run(2, "pairs", &[NO_CMA[0], VERBOSE]);
+    for (r, c) in copies(&se, 2).iter().enumerate() {
+        assert_eq!(*c, [0; 5], "rank {r} streamed everything:\n{se}");
+        let line = format!(
+            "-> rank {}: shm (eager up to 8200 B, large messages by pipelined frames, no single copy: MPR_SHM_CMA=0)",
+            1 - r
+        );
+        assert!(se.contains(&format!("mpr: rank {r} {line}")), "{se}");
+    }
 }
 
 #[test]
 fn pairs_single_copy_read_only_and_split_everywhere() {
     // Split copy off: the receiver reads every large message alone.
-    run(2, "pairs", &[("MPR_SPLIT_COPY_MIN", "0"), ("PTP_MAX", "4000000")]);
+    let se = run(2, "pairs", &[("MPR_SPLIT_COPY_MIN", "0"), ("PTP_MAX", "4000000"), VERBOSE]);
+    for (r, c) in copies(&se, 2).iter().enumerate() {
+        assert!(c[0] > 0 && c[2] == 0 && c[4] == 0, "rank {r} only read: {c:?}\n{se}");
+    }
     // Split copy from the smallest rendezvous size up (the sender writes half of each).
-    run(3, "pairs", &[("MPR_SPLIT_COPY_MIN", "1"), ("PTP_MAX", "4000000")]);
+    let se = run(3, "pairs", &[("MPR_SPLIT_COPY_MIN", "1"), ("PTP_MAX", "4000000"), VERBOSE]);
+    for (r, c) in copies(&se, 3).iter().enumerate() {
+        assert!(c[0] > 0 && c[2] > 0 && c[4] == 0, "rank {r} read and wrote: {c:?}\n{se}");
+        // Every split message is read half and written half: as many bytes each way, within
+        // the rounding of the split point, summed over the job.
+    }
+    let sum = |i: usize| copies(&se, 3).iter().map(|c| c[i]).sum::<u64>();
+    let (read, written) = (sum(1), sum(3));
+    assert!(written * 10 >= read * 8 && read * 10 >= written * 8, "read {read} B, written {written} B\n{se}");
+}
+
+/// A peer the kernel will not let this rank read (here: not dumpable, and the ranks lack
+/// CAP_SYS_PTRACE, as under Yama's scope 1 without a common ptracer or between users) is
+/// streamed from the start, and the verbose line of the pair says why; one that becomes
+/// unreadable after start-up costs one warning, and every byte still arrives.
+#[test]
+fn a_peer_the_kernel_will_not_let_us_read_is_streamed_and_said_why() {
+    let ptp = bin_dir().join("ptp");
+    let mprun = mprun_path();
+    let job = |when: &str| {
+        let untraceable = format!("0:{when}");
+        let env = [("PTP_UNTRACEABLE", untraceable.as_str()), ("PTP_MAX", "3000000"), VERBOSE];
+        let root = is_root();
+        let mut cmd = if root {
+            // Root keeps its uid but loses the capability that would let it read anyway.
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace"]).arg(&mprun);
+            c
+        } else {
+            std::process::Command::new(&mprun)
+        };
+        cmd.args(["-np", "2", "--timeout", "120", ptp.to_str().unwrap(), "pairs"]).envs(env);
+        match cmd.output() {
+            Ok(out) => Some(checked(out, "2", "pairs", &env)),
+            Err(e) => {
+                mpr_tests::cannot_run(&format!("setpriv: {e}"));
+                None
+            }
+        }
+    };
+    let Some(se) = job("before") else { return };
+    assert!(
+        se.contains("mpr: rank 1 -> rank 0: shm (eager up to 8200 B, large messages by pipelined frames, no single copy: the kernel refused"),
+        "{se}"
+    );
+    assert!(
+        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 8200 B, large messages by single-copy reads)"),
+        "{se}"
+    );
+    // Rank 0 may read rank 1, but rank 1's sends offer no address it could not take itself,
+    // and rank 0's messages are streamed to rank 1: no single copy either way, none refused.
+    let c = copies(&se, 2);
+    assert_eq!([c[0][0], c[0][4], c[1][0], c[1][4]], [0; 4], "{c:?}\n{se}");
+    assert!(!se.contains("failed"), "{se}");
+
+    let Some(se) = job("after") else { return };
+    let warnings =
+        se.lines().filter(|l| l.starts_with("mpr: rank 1: single-copy ") && l.contains(" rank 0 failed (")).count();
+    assert_eq!(warnings, 1, "one warning, for the first refusal:\n{se}");
+    let c = copies(&se, 2);
+    assert!(c[1][4] >= 1 && c[0][4] == 0, "rank 1's copies were refused, rank 0's not: {c:?}\n{se}");
+}
+
+/// Whether the tests run as root (who may read any process's memory unless it drops
+/// CAP_SYS_PTRACE).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:").map(|u| u.split_whitespace().next() == Some("0"))))
+        .unwrap_or(false)
 }
 
 #[test]

@@ -14,13 +14,15 @@ fn run(np: usize, prog: &str, args: &[&str], env: &[(&str, &str)]) -> std::proce
     mprun(&a, env)
 }
 
-fn ok(np: usize, prog: &str, scenario: &str, env: &[(&str, &str)]) {
+/// Runs `prog` and checks that every rank passed; returns the job's stderr.
+fn ok(np: usize, prog: &str, scenario: &str, env: &[(&str, &str)]) -> String {
     let args: Vec<&str> = if prog == "ptp" { vec![scenario] } else { vec![] };
     let out = run(np, prog, &args, env);
     let (so, se) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{prog} {scenario} on {np} ranks {env:?}: {:?}\n{so}\n{se}", out.status);
     let done = so.lines().filter(|l| l.ends_with(&format!("{scenario} ok"))).count();
     assert_eq!(done, np, "every rank reports success:\n{so}\n{se}");
+    se
 }
 
 fn soft(kind: &'static str) -> Vec<(&'static str, &'static str)> {
@@ -57,12 +59,44 @@ fn collectives_over_soft_uc_and_rc() {
     }
 }
 
+/// Each rank's RDMA counters from the transport's verbose end line ("mpr: rdma (UC): N
+/// messages (B B) pulled with RDMA READ, R sent again, O received out of order; device NAME:
+/// L frames lost (injected), S frames sent again after T timeouts, D messages dropped ..."):
+/// [N, B, R, O] of the transport, [L, S, T, D] of the device.
+fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 4], [u64; 4])> {
+    let numbers = |s: &str| -> Vec<u64> {
+        s.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect()
+    };
+    let lines: Vec<_> = se
+        .lines()
+        .filter_map(|l| l.strip_prefix("mpr: rdma (UC): ").or_else(|| l.strip_prefix("mpr: rdma (RC): ")))
+        .map(|l| {
+            let (ours, device) = l.split_once("; device ").unwrap_or_else(|| panic!("no device counts: {l}"));
+            let (t, d) = (numbers(ours), numbers(device.split_once(": ").expect("device name").1));
+            assert!(t.len() == 4 && d.len() == 4, "{l}");
+            ([t[0], t[1], t[2], t[3]], [d[0], d[1], d[2], d[3]])
+        })
+        .collect();
+    assert_eq!(lines.len(), np, "one line per rank:\n{se}");
+    lines
+}
+
+/// Injected loss of 1% of the frames: every byte still arrives, and the counters show that
+/// frames were lost and sent again (by mpr's go-back-N over UC, by the device over RC).
 #[test]
 fn one_percent_loss_still_delivers_every_byte() {
     for kind in ["soft", "soft-rc"] {
         let mut e = soft(kind);
-        e.extend([("MPR_SOFT_LOSS", "0.01"), ("PTP_MAX", "2000000"), ("MPR_RDMA_RTO_MS", "2")]);
-        ok(3, "ptp", "pairs", &e);
+        e.extend([("MPR_SOFT_LOSS", "0.01"), ("PTP_MAX", "2000000"), ("MPR_RDMA_RTO_MS", "2"), ("MPR_VERBOSE", "1")]);
+        let se = ok(3, "ptp", "pairs", &e);
+        let c = rdma_counts(&se, 3);
+        let sum = |f: &dyn Fn(&([u64; 4], [u64; 4])) -> u64| c.iter().map(f).sum::<u64>();
+        assert!(sum(&|c| c.1[0]) > 0, "{kind}: frames were lost: {c:?}");
+        if kind == "soft" {
+            assert!(sum(&|c| c.0[2]) > 0 && sum(&|c| c.1[1]) == 0, "{kind}: mpr sent them again: {c:?}");
+        } else {
+            assert!(sum(&|c| c.1[1]) > 0 && sum(&|c| c.0[2]) == 0, "{kind}: the device sent them again: {c:?}");
+        }
     }
     let mut e = soft("soft");
     e.extend([("MPR_SOFT_LOSS", "0.01"), ("COLL_MAX", "5000")]);
@@ -111,27 +145,22 @@ fn verbose_names_the_rdma_transport() {
 #[test]
 fn large_messages_over_rc_are_read_and_can_be_streamed_instead() {
     // RDMA READ from 64 KiB up (the default is 512 KiB), and with READ turned off: the same
-    // bytes either way.
+    // bytes either way, and each rank's count of what it pulled says which path was taken.
     for read in ["1", "0"] {
         let mut e = soft("soft-rc");
         e.extend([("PTP_MAX", "3000000"), ("MPR_RDMA_READ_MIN", "65536"), ("MPR_RDMA_READ", read)]);
-        ok(3, "ptp", "pairs", &e);
         ok(2, "ptp", "truncate", &e);
+        e.push(("MPR_VERBOSE", "1"));
+        let se = ok(3, "ptp", "pairs", &e);
+        let pulled: Vec<u64> = rdma_counts(&se, 3).iter().map(|c| c.0[0]).collect();
+        if read == "0" {
+            assert_eq!(pulled, [0; 3], "MPR_RDMA_READ=0 reads nothing:\n{se}");
+        } else {
+            // pairs sends 7 messages from 64 KiB up per peer pair and direction at least
+            // (the fixed sizes 65536 and PTP_MAX among them).
+            assert!(pulled.iter().all(|&n| n >= 4), "every rank read its large messages: {pulled:?}\n{se}");
+        }
     }
-    // Each rank reports what it pulled: pairs sends 7 messages from 64 KiB up per peer pair
-    // and direction at least (the fixed sizes 65536 and PTP_MAX among them).
-    let mut e = soft("soft-rc");
-    e.extend([("PTP_MAX", "3000000"), ("MPR_RDMA_READ_MIN", "65536"), ("MPR_VERBOSE", "1")]);
-    let out = run(3, "ptp", &["pairs"], &e);
-    let se = text(&out.stderr);
-    assert!(out.status.success(), "{se}");
-    let pulled: Vec<u64> = se
-        .lines()
-        .filter_map(|l| l.strip_prefix("mpr: rdma (RC): "))
-        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(pulled.len(), 3, "{se}");
-    assert!(pulled.iter().all(|&n| n >= 4), "every rank read its large messages: {pulled:?}\n{se}");
 }
 
 #[test]

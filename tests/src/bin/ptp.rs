@@ -9,6 +9,16 @@ type R = mpr::Result<()>;
 
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
+    // PTP_UNTRACEABLE=RANK:before|after: that rank makes itself not dumpable (so a peer
+    // without CAP_SYS_PTRACE may not read its memory) before init, or after init (after its
+    // peers checked that they could).
+    let untraceable = std::env::var("PTP_UNTRACEABLE").ok().and_then(|v| {
+        let (rank, when) = v.split_once(':')?;
+        (std::env::var("MPR_RANK").ok()? == rank).then(|| when.to_string())
+    });
+    if untraceable.as_deref() == Some("before") {
+        not_dumpable();
+    }
     let universe = match mpr::init() {
         Ok(u) => u,
         Err(e) => {
@@ -17,6 +27,9 @@ fn main() {
         }
     };
     let w = universe.world();
+    if untraceable.as_deref() == Some("after") {
+        not_dumpable();
+    }
     if w.rank() == 0 {
         println!("jobid {}", std::env::var("MPR_JOBID").unwrap_or_default());
     }
@@ -49,6 +62,27 @@ fn main() {
         std::process::exit(1);
     }
     println!("{scenario} ok");
+}
+
+/// Makes this process not dumpable: only a process with CAP_SYS_PTRACE may read its memory.
+#[cfg(target_os = "linux")]
+fn not_dumpable() {
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) takes integers only and touches no memory of ours.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_SET_DUMPABLE,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    assert_eq!(r, 0, "prctl(PR_SET_DUMPABLE, 0)");
+}
+
+#[cfg(not(target_os = "linux"))]
+fn not_dumpable() {
+    panic!("PTP_UNTRACEABLE needs Linux");
 }
 
 /// A token goes around the ring several times; each rank adds its rank.

@@ -1,5 +1,13 @@
 //! Single-copy reads and writes of a peer's memory: Linux cross-memory attach (`process_vm_readv`, `process_vm_writev`).
 //! Elsewhere (macOS) [`AVAILABLE`] is false and the engine streams through the rings.
+//!
+//! The kernel lets a process read another's memory only where it could ptrace it. Under Yama's
+//! `ptrace_scope=1` (Ubuntu's default) that is a descendant, or a process that named the
+//! reader, or an ancestor of it, its ptracer: each rank names the launcher process that
+//! started the ranks of its host ([`admit_siblings`]), so its sibling ranks, and no other
+//! process, may read it (Open MPI names any process instead, `PR_SET_PTRACER_ANY`). Whether a
+//! peer can be read at all is asked of the kernel once per pair ([`probe`]), so that a pair
+//! the kernel refuses streams from the start and the verbose output says why.
 
 use crate::error::Error;
 
@@ -7,6 +15,82 @@ use crate::error::Error;
 pub(crate) const AVAILABLE: bool = true;
 #[cfg(not(target_os = "linux"))]
 pub(crate) const AVAILABLE: bool = false;
+
+/// Names the process that started this host's ranks (`MPR_PTRACER`, which mprun and its
+/// proxies set; else the parent, as under a foreign launcher's per-host proxy) as this
+/// process's ptracer, which Yama extends to its descendants: the sibling ranks. Without Yama
+/// the call fails (EINVAL) and changes nothing, which is as good.
+#[cfg(target_os = "linux")]
+pub(crate) fn admit_siblings() {
+    let tracer = crate::env::parsed::<u32>("MPR_PTRACER").unwrap_or_else(|| nix::unistd::getppid().as_raw() as u32);
+    // SAFETY: prctl(PR_SET_PTRACER, pid, 0, 0, 0) takes integers only and touches no memory
+    // of ours; its only effect is the Yama exception for `tracer` and its descendants.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PTRACER,
+            tracer as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+}
+
+/// Nothing to admit where there is no cross-memory attach.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn admit_siblings() {}
+
+/// Whether the kernel lets this process read and write the memory of process `pid`; the
+/// error says why not, for the verbose line of the pair. It asks for one byte at address 0:
+/// the kernel checks the access to the process before it touches its memory, so an allowed
+/// probe fails with EFAULT and a refused one with EPERM, and no byte is ever read.
+#[cfg(target_os = "linux")]
+pub(crate) fn probe(pid: u32) -> Result<(), String> {
+    use nix::errno::Errno;
+    use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+    use nix::unistd::Pid;
+    use std::io::IoSliceMut;
+
+    let mut byte = [0u8; 1];
+    let remote = [RemoteIoVec { base: 0, len: 1 }];
+    match process_vm_readv(Pid::from_raw(pid as i32), &mut [IoSliceMut::new(&mut byte)], &remote) {
+        Ok(_) | Err(Errno::EFAULT) => Ok(()),
+        Err(Errno::EPERM) | Err(Errno::EACCES) => Err(refused(yama_scope())),
+        Err(Errno::ENOSYS) => Err("process_vm_readv is not available (a seccomp filter, as in some containers, \
+                                   or a kernel without cross-memory attach)"
+            .into()),
+        Err(e) => Err(format!("process_vm_readv: {e}")),
+    }
+}
+
+/// Single copy is never possible where there is no cross-memory attach.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn probe(_pid: u32) -> Result<(), String> {
+    Err("this OS has no cross-memory attach".into())
+}
+
+/// Yama's `ptrace_scope`, where the kernel has Yama.
+#[cfg(target_os = "linux")]
+fn yama_scope() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok()?.trim().parse().ok()
+}
+
+/// Why the kernel refused to let this rank read a peer, given Yama's scope.
+#[cfg(any(target_os = "linux", test))]
+pub(crate) fn refused(scope: Option<u32>) -> String {
+    match scope {
+        Some(n @ 2..) => format!(
+            "the kernel refused (Yama ptrace_scope={n} lets only processes with CAP_SYS_PTRACE read another's memory; \
+             at 1 or 0 the job's ranks may read each other)"
+        ),
+        Some(1) => "the kernel refused (Yama ptrace_scope=1: the ranks of this host were not started by one \
+                    launcher process that both name as ptracer; set MPR_PTRACER to its pid)"
+            .into(),
+        _ => "the kernel refused (EPERM: the peer runs as another user, is not dumpable, or a security module \
+              forbids it)"
+            .into(),
+    }
+}
 
 /// Reads `dst.len()` bytes at `addr` in process `pid`.
 #[cfg(target_os = "linux")]

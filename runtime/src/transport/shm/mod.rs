@@ -12,6 +12,7 @@
 //! default: what one cell holds), `MPR_SHM_CMA=0` (disable single-copy reads).
 
 mod cma;
+pub(crate) use cma::admit_siblings;
 mod ring;
 pub(crate) mod segment;
 
@@ -53,6 +54,18 @@ impl ShmConfig {
             eager: crate::env::parsed::<usize>("MPR_SHM_EAGER"),
             cma: cma::AVAILABLE && std::env::var("MPR_SHM_CMA").map(|v| v != "0").unwrap_or(true),
         }
+    }
+
+    /// Whether this rank may read and write the memory of the local rank with process id
+    /// `pid` in one copy; the error says why not, for the verbose line of the pair.
+    pub(crate) fn single_copy_to(&self, pid: u32) -> Result<(), String> {
+        if !cma::AVAILABLE {
+            return Err("this OS has no cross-memory attach".into());
+        }
+        if !self.cma {
+            return Err("MPR_SHM_CMA=0".into());
+        }
+        cma::probe(pid)
     }
 
     pub(crate) fn geometry(&self, nlocal: usize) -> Geometry {

@@ -153,6 +153,13 @@ pub(crate) trait Provider: fmt::Debug + Send {
 
     fn caps(&self) -> DeviceCaps;
 
+    /// The device's own counts of what went wrong on the wire (frames lost, sent again), for
+    /// the transport's verbose end line; `None` where the provider keeps none (a real device
+    /// has its counters in its driver's tools).
+    fn report(&self) -> Option<String> {
+        None
+    }
+
     /// Registers `len` bytes at `addr` (local write, plus remote read/write on RC devices).
     ///
     /// # Safety

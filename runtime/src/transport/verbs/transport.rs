@@ -198,6 +198,10 @@ pub(crate) struct VerbsTransport {
     read_gen: u32,
     /// Messages and bytes pulled with READ (reported by `finalize` under `MPR_VERBOSE`).
     reads: (u64, u64),
+    /// UC: messages this rank sent again (go-back-N), and messages it received out of order
+    /// and dropped (reported by `finalize` under `MPR_VERBOSE`).
+    resent: u64,
+    out_of_order: u64,
     finalizing: bool,
     said_goodbye: bool,
 }
@@ -318,6 +322,8 @@ impl VerbsTransport {
             exposed: HashMap::new(),
             read_gen: 0,
             reads: (0, 0),
+            resent: 0,
+            out_of_order: 0,
             finalizing: false,
             said_goodbye: false,
         };
@@ -501,6 +507,8 @@ impl VerbsTransport {
                     sink.frame(peer, &msg[THDR..THDR + len])?;
                     n = 1;
                 }
+            } else {
+                self.out_of_order += 1;
             }
         }
         self.post_recv(link, buf)?;
@@ -587,6 +595,7 @@ impl VerbsTransport {
                         };
                     }
                     self.post_send(link, buf, len)?;
+                    self.resent += 1;
                 }
             }
             let l = &mut self.links[link];
@@ -789,9 +798,13 @@ impl Transport for VerbsTransport {
 
     fn finalize(&mut self) {
         self.finalizing = true;
-        if self.reads() && crate::env::verbose() {
+        if crate::env::verbose() {
             let (n, bytes) = self.reads;
-            eprintln!("mpr: {}: {n} messages ({bytes} B) pulled with RDMA READ", self.name);
+            let device = self.dev.report().map_or(String::new(), |r| format!("; device {}: {r}", self.dev.name()));
+            eprintln!(
+                "mpr: {}: {n} messages ({bytes} B) pulled with RDMA READ, {} sent again, {} received out of order{device}",
+                self.name, self.resent, self.out_of_order
+            );
         }
         for link in 0..self.links.len() {
             if self.links[link].dead.is_none() && !self.links[link].fin_sent {

@@ -382,6 +382,17 @@ fn check_sge(ctx: &Ctx, sge: Sge) -> Result<(), VerbsError> {
 }
 
 impl Provider for SoftDevice {
+    fn report(&self) -> Option<String> {
+        let s = self.stats();
+        Some(format!(
+            "{} frames lost (injected), {} frames sent again after {} timeouts, {} messages dropped for want of a receive or a frame",
+            s.injected_losses,
+            s.retransmits,
+            s.timeouts,
+            s.no_recv_drops + s.incomplete_drops
+        ))
+    }
+
     fn name(&self) -> String {
         let mode = if self.config.mode == SoftMode::Rc { "rc" } else { "uc" };
         format!("soft-{mode}:{}", self.config.addr)
