@@ -4,7 +4,9 @@
 //! size, put of its own key, barrier, get of the next rank's key, a second barrier, a get
 //! of a missing key, finalize. It exits 0 only if every answer is right. Other modes:
 //! `pmi_client abort CODE` asks mprun to abort the job; `pmi_client garbage` sends a line
-//! that is not a command and expects mprun to hang up.
+//! that is not a command, `pmi_client long-line` a line of 1 MiB that never ends, and
+//! `pmi_client unread-replies` 100,000 commands whose replies it does not read: each expects
+//! mprun to hang up.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::FromRawFd;
@@ -52,6 +54,20 @@ impl Pmi {
         match reply.get("rc") {
             None | Some("0") => Ok(reply),
             Some(_) => Err(format!("{} failed: {reply:?}", cmd.cmd)),
+        }
+    }
+}
+
+/// Sends `bytes` (which mprun must refuse before it has them all), then reads until mprun
+/// hangs up: Ok if it does.
+fn hung_up(pmi: &mut Pmi, bytes: &[u8]) -> Result<(), String> {
+    // A write cut short by the hang-up is what is expected too.
+    let _ = pmi.send_raw(bytes);
+    loop {
+        match pmi.recv() {
+            Err(e) if e.contains("closed") || e.contains("reset") => return Ok(()),
+            Err(e) => return Err(format!("expected mprun to hang up, got {e}")),
+            Ok(_) => {}
         }
     }
 }
@@ -138,6 +154,12 @@ fn main() -> ExitCode {
                 other => Err(format!("expected mprun to hang up, got {other:?}")),
             }
         }
+        Some("long-line") => {
+            let mut line = b"cmd=put key=a value=".to_vec();
+            line.resize(1 << 20, b'x');
+            hung_up(&mut pmi, &line)
+        }
+        Some("unread-replies") => hung_up(&mut pmi, "cmd=get_maxes\n".repeat(100_000).as_bytes()),
         Some(mode) => Err(format!("unknown mode {mode}")),
     });
     match result {

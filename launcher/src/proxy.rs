@@ -483,7 +483,7 @@ impl Proxy {
         match state {
             ReadState::Open => {}
             ReadState::Closed => self.ranks.close_pmi(self.poll.registry(), local),
-            ReadState::Garbage => {
+            ReadState::Garbage(_) => {
                 self.send(&Msg::PmiGarbage { rank });
                 self.ranks.close_pmi(self.poll.registry(), local);
             }
@@ -514,7 +514,10 @@ impl Proxy {
         match msg {
             Msg::PmiReply { rank, line } => {
                 if let Some(&local) = self.local_of.get(&(rank as usize)) {
-                    self.ranks.send_pmi(local, &line);
+                    if !self.ranks.send_pmi(local, &line) {
+                        self.send(&Msg::PmiGarbage { rank });
+                        self.ranks.close_pmi(self.poll.registry(), local);
+                    }
                 }
             }
             Msg::PmiClose { rank } => {

@@ -209,10 +209,13 @@ impl Ranks {
         }
     }
 
-    /// Sends a PMI line (with its newline) to local rank `local`.
-    pub(crate) fn send_pmi(&mut self, local: usize, line: &str) {
-        if let Some(conn) = self.entries[local].pmi.as_mut() {
-            conn.send(line);
+    /// Sends a PMI line (with its newline) to local rank `local`; false if the rank leaves
+    /// too many replies unread (see [`crate::pmi::conn::MAX_QUEUED`]).
+    #[must_use]
+    pub(crate) fn send_pmi(&mut self, local: usize, line: &str) -> bool {
+        match self.entries[local].pmi.as_mut() {
+            Some(conn) => conn.send(line),
+            None => true,
         }
     }
 

@@ -350,6 +350,41 @@ fn assert_rejections(err: &str) {
     assert!(rejected[2].contains("did not prove it belongs to the job within 2 s"), "{err}");
 }
 
+/// Seventy connections that never prove themselves, made before the proxy connects (more
+/// than mprun keeps waiting at once): each beyond the limit closes the oldest, so the
+/// proxy's connection still gets in, with the host timeout at its default of 30 s.
+#[test]
+fn a_flood_of_silent_control_connections_does_not_keep_the_proxy_out() {
+    let dir = TempDir::new("flood");
+    let launcher = dir.path().join("late");
+    // Waits for `go`, then runs the proxy command (its arguments after the host's name).
+    std::fs::write(&launcher, format!("#!/bin/sh\n{}\nshift\nexec \"$@\"\n", wait_for_go(&dir))).unwrap();
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut live = Live::start(mprun(&[
+        "--verbose",
+        "--control-addr",
+        "127.0.0.1",
+        "--launcher-exec",
+        launcher.to_str().unwrap(),
+        "-H",
+        "192.0.2.79",
+        "sh",
+        "-c",
+        "echo ok $MPR_RANK",
+    ]));
+    let control = control_addr(&mut live);
+    let silent: Vec<TcpStream> = (0..70).map(|_| TcpStream::connect(control).unwrap()).collect();
+    for _ in 0..6 {
+        live.wait_line("too many connections waiting to prove themselves, and it was the oldest");
+    }
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let (code, out, err) = live.finish(Duration::from_secs(20));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "ok 0\n");
+    assert!(err.contains("host 192.0.2.79: proxy connected"), "{err}");
+    drop(silent);
+}
+
 #[test]
 fn a_launcher_command_that_fails_names_the_host_at_once() {
     let start = Instant::now();

@@ -45,3 +45,18 @@ fn a_malformed_pmi_line_closes_that_connection_only() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(stderr(&out).contains("sent a malformed PMI command; closing its PMI connection"));
 }
+
+/// A rank that sends a line without end, or commands whose replies it never reads, has its
+/// PMI connection closed once it passes the bound (16 KiB of line, 64 KiB of replies), with
+/// the reason on mprun's stderr: mprun's memory does not grow with what a rank sends.
+#[test]
+fn a_rank_that_floods_its_pmi_connection_is_cut_off() {
+    for (mode, why) in [
+        ("long-line", "rank 0 sent a PMI line longer than 16384 bytes; closing its PMI connection"),
+        ("unread-replies", "rank 0 leaves its PMI replies unread (over 64 KiB queued); closing its PMI connection"),
+    ] {
+        let out = run(&["-np", "1", &pmi_client(), mode]);
+        assert_eq!(code(&out), 0, "{mode}: {}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{mode}: {}", stderr(&out));
+    }
+}

@@ -299,6 +299,56 @@ mod over_tcp {
         assert!(se.contains("closed an unexpected TCP connection from 127.0.0.1"), "{se}");
     }
 
+    /// Connections that say nothing, too little, or nonsense to the ranks' listeners while
+    /// the job starts (rank 0 comes 2.5 s late, the others wait with their listeners open)
+    /// hold up no real peer: the job starts and passes, and each stray is logged.
+    #[test]
+    fn strays_during_start_up_hold_up_no_peer() {
+        use std::io::Write;
+        let ptp = super::bin_dir().join("ptp");
+        let t0 = std::time::Instant::now();
+        let child = std::process::Command::new(super::mprun_path())
+            .args(["-np", "3", "--timeout", "60", ptp.to_str().unwrap(), "ring"])
+            .env("MPR_TRANSPORTS", "tcp")
+            .env("MPR_CONNECT_TIMEOUT", "20")
+            .env("PTP_INIT_DELAY_MS", "0:2500")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut strays = Vec::new();
+        let mut listeners = std::collections::BTreeSet::new();
+        while listeners.len() < 2 && t0.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let ss = std::process::Command::new("ss").args(["-ltnpH"]).output().expect("ss (iproute2)");
+            for line in String::from_utf8_lossy(&ss.stdout).lines().filter(|l| l.contains("\"ptp\"")) {
+                let Some(addr) = line.split_whitespace().nth(3) else { continue };
+                if !listeners.insert(addr.to_string()) {
+                    continue;
+                }
+                // Silence, a hello cut short, and nonsense, each to every listener.
+                for words in [&b""[..], b"MPR1\x00", b"GET / HTTP/1.0\r\n\r\n"] {
+                    let mut s = std::net::TcpStream::connect(addr).unwrap();
+                    s.write_all(words).unwrap();
+                    strays.push(s);
+                }
+            }
+        }
+        assert_eq!(listeners.len(), 2, "ranks 1 and 2 listen while rank 0 is late: {listeners:?}");
+        let out = child.wait_with_output().unwrap();
+        let (so, se) = (super::text(&out.stdout), super::text(&out.stderr));
+        assert!(out.status.success(), "{so}\n{se}");
+        assert_eq!(so.lines().filter(|l| *l == "ring ok").count(), 3, "{so}");
+        let bad_magic =
+            se.lines().filter(|l| l.contains("rejected a TCP connection from 127.0.0.1") && l.contains("bad magic"));
+        assert_eq!(bad_magic.count(), 2, "{se}");
+        // The silent and cut-short ones: dropped after the handshake bound, or when the last
+        // peer is in, whichever comes first.
+        let quiet = se.lines().filter(|l| l.contains("had not proved itself") || l.contains("no handshake within"));
+        assert_eq!(quiet.count(), 4, "{se}");
+        drop(strays);
+    }
+
     #[test]
     fn shm_only() {
         run(3, "pairs", &[("MPR_TRANSPORTS", "shm"), ("PTP_MAX", "100000")]);

@@ -401,10 +401,11 @@ impl<'a> Job<'a> {
             self.verbose(|| format!("rank {rank} pmi: {line}"));
             self.server.handle(rank, line, &mut actions);
         }
-        if state == ReadState::Garbage {
-            actions.push(Action::Close(rank));
-        }
         self.apply(actions);
+        if let ReadState::Garbage(why) = state {
+            say(&format!("rank {rank} sent {why}; closing its PMI connection"));
+            self.ranks.close_pmi(self.poll.registry(), local);
+        }
         if state == ReadState::Closed {
             self.verbose(|| format!("rank {rank} closed its PMI connection"));
             self.ranks.close_pmi(self.poll.registry(), local);
@@ -438,7 +439,15 @@ impl<'a> Job<'a> {
     /// Sends a PMI line to rank `to`, wherever it runs.
     fn reply(&mut self, to: usize, line: &str) {
         match self.place[to] {
-            Place::Here(local) => self.ranks.send_pmi(local, line),
+            Place::Here(local) => {
+                if !self.ranks.send_pmi(local, line) {
+                    say(&format!(
+                        "rank {to} leaves its PMI replies unread (over {} KiB queued); closing its PMI connection",
+                        crate::pmi::conn::MAX_QUEUED >> 10
+                    ));
+                    self.ranks.close_pmi(self.poll.registry(), local);
+                }
+            }
             Place::Remote(r) => {
                 self.remotes[r].send(&crate::control::wire::Msg::PmiReply { rank: to as u32, line: line.to_string() })
             }

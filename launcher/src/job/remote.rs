@@ -33,8 +33,12 @@ use crate::spawn::set_nonblocking;
 use crate::status::Exit;
 use crate::stdio::say;
 
-/// Most connections waiting to prove themselves at once; more are refused.
+/// Most connections waiting to prove themselves at once; a new one beyond it closes the
+/// oldest (a real proxy proves itself within a round trip, so only strays grow old).
 const MAX_PENDING: usize = 64;
+/// Longest a connection may take to prove itself (at most the host timeout): a proxy sends
+/// its proof as soon as it reads the challenge.
+const PROOF_BOUND: Duration = Duration::from_secs(5);
 /// Most stdin bytes sent to a proxy and not yet acknowledged.
 const STDIN_WINDOW: usize = 256 << 10;
 /// How long launcher commands get to end by themselves once the job is over.
@@ -243,10 +247,9 @@ impl Job<'_> {
                 }
             };
             if self.pending.len() >= MAX_PENDING {
-                say(&format!(
-                    "rejected a control connection from {peer}: too many connections waiting to prove themselves"
-                ));
-                continue;
+                if let Some(&oldest) = self.pending.keys().min() {
+                    self.reject(oldest, "too many connections waiting to prove themselves, and it was the oldest");
+                }
             }
             if let Err(e) = self.challenge(stream, peer) {
                 say(&format!("rejected a control connection from {peer}: {e}"));
@@ -266,10 +269,15 @@ impl Job<'_> {
         let nonce = auth::nonce()?;
         let mut link = Link::new(stream, MAX_UNPROVEN_FRAME, Vec::new());
         link.send(&Msg::Challenge { version: VERSION, nonce });
-        let deadline = Instant::now() + self.opts.host_timeout;
+        let deadline = Instant::now() + self.proof_bound();
         self.pending.insert(id, Pending { link, peer, nonce, deadline });
         self.verbose(|| format!("control connection from {peer}: challenged"));
         Ok(())
+    }
+
+    /// How long a new control connection has to prove itself.
+    fn proof_bound(&self) -> Duration {
+        self.opts.host_timeout.min(PROOF_BOUND)
     }
 
     /// Reads a pending connection: a valid proof for a host waiting for its proxy makes it
@@ -403,7 +411,10 @@ impl Job<'_> {
                 self.apply(actions);
             }
             Msg::PmiGarbage { rank } => {
-                say(&format!("rank {rank} sent a malformed PMI command; closing its PMI connection"));
+                say(&format!(
+                    "rank {rank} broke the PMI protocol (a malformed or overlong line, or replies left unread); \
+                     closing its PMI connection"
+                ));
             }
             Msg::Exited { rank, signal, code } => {
                 let rank = rank as usize;
@@ -492,6 +503,7 @@ impl Job<'_> {
         }
         let expired: Vec<usize> = self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(id, _)| *id).collect();
         for id in expired {
+            let bound = self.proof_bound();
             self.reject(id, &format!("it did not prove it belongs to the job within {} s", secs(bound)));
         }
     }

@@ -19,6 +19,14 @@ fn main() {
     if untraceable.as_deref() == Some("before") {
         not_dumpable();
     }
+    // PTP_INIT_DELAY_MS=RANK:MS: that rank starts MS milliseconds late (its peers wait in
+    // start-up meanwhile, their listeners open).
+    if let Some(ms) = std::env::var("PTP_INIT_DELAY_MS").ok().and_then(|v| {
+        let (rank, ms) = v.split_once(':')?;
+        (std::env::var("MPR_RANK").ok()? == rank).then(|| ms.parse::<u64>().ok())?
+    }) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
     let universe = match mpr::init() {
         Ok(u) => u,
         Err(e) => {

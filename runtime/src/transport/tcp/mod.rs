@@ -30,6 +30,13 @@ use super::{Caps, FrameSink, PeerState, Transport};
 use crate::engine::wire::MAX_HEADER;
 use crate::error::Error;
 
+/// Longest an accepted connection may take over its handshake at start-up: a real peer
+/// sends its hello as soon as it connects and answers the challenge at once.
+const HANDSHAKE_BOUND: Duration = Duration::from_secs(5);
+
+/// Most handshakes a rank runs at once at start-up; beyond it the oldest is dropped.
+const MAX_HANDSHAKES: usize = 256;
+
 fn io_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Transport(format!("TCP {what}: {e}"))
 }
@@ -107,38 +114,97 @@ impl TcpListening {
         };
         // Connect to higher ranks (they only accept from us), then accept from lower ones.
         for &(peer, addr) in peers.iter().filter(|(p, _)| *p > me) {
-            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-            let mut s =
-                connect_retry(addr, deadline).map_err(|e| io_err(&format!("connect to rank {peer} at {addr}"), e))?;
-            handshake::connect(&mut s, key, me as u32, peer as u32, left)?;
+            let s = loop {
+                let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+                let mut s = connect_retry(addr, deadline)
+                    .map_err(|e| io_err(&format!("connect to rank {peer} at {addr}"), e))?;
+                match handshake::connect(&mut s, key, me as u32, peer as u32, left) {
+                    Ok(()) => break s,
+                    // The peer dropped the connection before it answered (it was flooded by
+                    // strays, say): again, within the deadline.
+                    Err(handshake::Failed::Io(_)) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(handshake::Failed::Io(e) | handshake::Failed::Proof(e)) => return Err(e),
+                }
+            };
             conns[peer] = Some(setup(s)?);
         }
+        // Accept from lower ranks, every handshake at once: a stray that says nothing (or
+        // too little) is dropped after HANDSHAKE_BOUND and holds up no real peer meanwhile.
         let mut waiting: Vec<usize> = peers.iter().map(|p| p.0).filter(|&p| p < me).collect();
+        let mut shaking: Vec<(handshake::Accepting, SocketAddr, Instant)> = Vec::new();
         self.listener.set_nonblocking(true).map_err(|e| io_err("listener", e))?;
         while !waiting.is_empty() {
-            match self.listener.accept() {
-                Ok((mut s, from)) => {
-                    s.set_nonblocking(false).map_err(|e| io_err("accept", e))?;
-                    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-                    match handshake::accept(&mut s, key, me as u32, |r| waiting.contains(&(r as usize)), left) {
-                        Ok(peer) => {
-                            waiting.retain(|&p| p != peer as usize);
-                            conns[peer as usize] = Some(setup(s)?);
+            let mut moved = false;
+            loop {
+                match self.listener.accept() {
+                    Ok((s, from)) => {
+                        moved = true;
+                        if shaking.len() >= MAX_HANDSHAKES {
+                            // The oldest goes: a real peer proves itself within a round trip.
+                            let (_, old, _) = shaking.remove(0);
+                            eprintln!(
+                                "mpr: rank {me}: rejected a TCP connection from {old}: too many handshakes at once"
+                            );
                         }
-                        Err(e) => eprintln!("mpr: rank {me}: rejected a TCP connection from {from}: {e}"),
+                        match handshake::Accepting::new(s) {
+                            Ok(h) => shaking.push((h, from, Instant::now())),
+                            Err(e) => eprintln!("mpr: rank {me}: rejected a TCP connection from {from}: {e}"),
+                        }
                     }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(io_err("accept", e)),
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        return Err(Error::Transport(format!(
-                            "timed out after {:.0} s waiting for TCP connections from ranks {waiting:?}",
-                            timeout.as_secs_f64()
-                        )));
-                    }
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                Err(e) => return Err(io_err("accept", e)),
             }
+            let now = Instant::now();
+            let mut i = 0;
+            while i < shaking.len() {
+                let (h, from, since) = &mut shaking[i];
+                let step = match h.advance(key, me as u32, |r| waiting.contains(&(r as usize))) {
+                    Err(e) => Err(e.to_string()),
+                    Ok(handshake::Step::Waiting) if now.duration_since(*since) > HANDSHAKE_BOUND => {
+                        Err(format!("no handshake within {} s", HANDSHAKE_BOUND.as_secs()))
+                    }
+                    Ok(step) => Ok(step),
+                };
+                match step {
+                    Ok(handshake::Step::Waiting) => i += 1,
+                    Ok(handshake::Step::Proved(peer)) => {
+                        moved = true;
+                        let (h, ..) = shaking.remove(i);
+                        let peer = peer as usize;
+                        if waiting.contains(&peer) {
+                            waiting.retain(|&p| p != peer);
+                            conns[peer] = Some(setup(h.into_stream())?);
+                        } else {
+                            eprintln!("mpr: rank {me}: rejected a TCP connection: rank {peer} is connected already");
+                        }
+                    }
+                    Err(why) => {
+                        moved = true;
+                        eprintln!("mpr: rank {me}: rejected a TCP connection from {from}: {why}");
+                        shaking.remove(i);
+                    }
+                }
+            }
+            if waiting.is_empty() {
+                break;
+            }
+            if now > deadline {
+                return Err(Error::Transport(format!(
+                    "timed out after {:.0} s waiting for TCP connections from ranks {waiting:?}",
+                    timeout.as_secs_f64()
+                )));
+            }
+            if !moved {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        // Handshakes still running are strays (every peer is in): closed as they are dropped.
+        for (_, from, _) in &shaking {
+            eprintln!("mpr: rank {me}: closed a TCP connection from {from} that had not proved itself");
         }
         let caps =
             Caps { name: "tcp", max_frame, eager_limit: eager, bulk_read: false, expose: false, bulk_write: false };
