@@ -277,15 +277,13 @@ mod over_tcp {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // Find the ranks' listeners (`ss` lists the owning process) and talk nonsense to them.
+        // Find the ranks' listeners and talk nonsense to them.
         let mut hit = 0;
         let t0 = std::time::Instant::now();
         while hit == 0 && t0.elapsed() < std::time::Duration::from_secs(2) {
             std::thread::sleep(std::time::Duration::from_millis(300));
-            let ss = std::process::Command::new("ss").args(["-ltnpH"]).output().expect("ss (iproute2)");
-            for line in String::from_utf8_lossy(&ss.stdout).lines().filter(|l| l.contains("\"ptp\"")) {
-                let Some(addr) = line.split_whitespace().nth(3) else { continue };
-                if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            for addr in listeners_of(&child) {
+                if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
                     let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\nMPR1\x00\x00\x00\x00forged-nonce-xx");
                     hit += 1;
                 }
@@ -320,15 +318,13 @@ mod over_tcp {
         let mut listeners = std::collections::BTreeSet::new();
         while listeners.len() < 2 && t0.elapsed() < std::time::Duration::from_secs(2) {
             std::thread::sleep(std::time::Duration::from_millis(50));
-            let ss = std::process::Command::new("ss").args(["-ltnpH"]).output().expect("ss (iproute2)");
-            for line in String::from_utf8_lossy(&ss.stdout).lines().filter(|l| l.contains("\"ptp\"")) {
-                let Some(addr) = line.split_whitespace().nth(3) else { continue };
-                if !listeners.insert(addr.to_string()) {
+            for addr in listeners_of(&child) {
+                if !listeners.insert(addr.clone()) {
                     continue;
                 }
                 // Silence, a hello cut short, and nonsense, each to every listener.
                 for words in [&b""[..], b"MPR1\x00", b"GET / HTTP/1.0\r\n\r\n"] {
-                    let mut s = std::net::TcpStream::connect(addr).unwrap();
+                    let mut s = std::net::TcpStream::connect(&addr).unwrap();
                     s.write_all(words).unwrap();
                     strays.push(s);
                 }
@@ -347,6 +343,20 @@ mod over_tcp {
         let quiet = se.lines().filter(|l| l.contains("had not proved itself") || l.contains("no handshake within"));
         assert_eq!(quiet.count(), 4, "{se}");
         drop(strays);
+    }
+
+    /// The TCP listeners of the ranks of the job `mprun` started (`ss` names the owning
+    /// processes; other tests run ranks of their own meanwhile).
+    fn listeners_of(mprun: &std::process::Child) -> Vec<String> {
+        let children = format!("/proc/{}/task/{}/children", mprun.id(), mprun.id());
+        let ranks = std::fs::read_to_string(children).unwrap_or_default();
+        let ours: Vec<String> = ranks.split_whitespace().map(|pid| format!("pid={pid},")).collect();
+        let ss = std::process::Command::new("ss").args(["-ltnpH"]).output().expect("ss (iproute2)");
+        String::from_utf8_lossy(&ss.stdout)
+            .lines()
+            .filter(|l| ours.iter().any(|p| l.contains(p.as_str())))
+            .filter_map(|l| l.split_whitespace().nth(3).map(String::from))
+            .collect()
     }
 
     #[test]

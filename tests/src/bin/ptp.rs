@@ -10,9 +10,10 @@ type R = mpr::Result<()>;
 fn main() {
     let scenario = std::env::args().nth(1).unwrap_or_default();
     // PTP_UNTRACEABLE=RANK:before|after: that rank makes itself not dumpable (so a peer
-    // without CAP_SYS_PTRACE may not read its memory) before init, or after init (after its
-    // peers checked that they could).
-    let untraceable = std::env::var("PTP_UNTRACEABLE").ok().and_then(|v| {
+    // without CAP_SYS_PTRACE may not read its memory) before init, or after init and a
+    // barrier (after its peers checked that they could).
+    let untraceable_job = std::env::var("PTP_UNTRACEABLE").ok();
+    let untraceable = untraceable_job.as_deref().and_then(|v| {
         let (rank, when) = v.split_once(':')?;
         (std::env::var("MPR_RANK").ok()? == rank).then(|| when.to_string())
     });
@@ -35,8 +36,15 @@ fn main() {
         }
     };
     let w = universe.world();
-    if untraceable.as_deref() == Some("after") {
-        not_dumpable();
+    if untraceable_job.is_some_and(|v| v.ends_with(":after")) {
+        // Once every rank is through init (and so through its checks of the others).
+        if let Err(e) = w.barrier() {
+            eprintln!("barrier failed: {e}");
+            std::process::exit(1);
+        }
+        if untraceable.is_some() {
+            not_dumpable();
+        }
     }
     if w.rank() == 0 {
         println!("jobid {}", std::env::var("MPR_JOBID").unwrap_or_default());

@@ -145,3 +145,29 @@ pub(crate) fn write(_pid: u32, _addr: u64, _src: &[u8]) -> Result<(), Error> {
 pub(crate) fn read(_pid: u32, _addr: u64, _dst: &mut [u8]) -> Result<(), Error> {
     Err(Error::Transport("single-copy reads are not available on this OS".into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reason names what the user can change: the scope, the ptracer, or the peer.
+    #[test]
+    fn a_refusal_says_what_stands_in_the_way() {
+        assert!(refused(Some(2)).contains("ptrace_scope=2") && refused(Some(2)).contains("CAP_SYS_PTRACE"));
+        assert!(refused(Some(3)).contains("ptrace_scope=3"));
+        assert!(refused(Some(1)).contains("MPR_PTRACER"));
+        assert!(refused(None).contains("EPERM") && refused(Some(0)).contains("EPERM"));
+    }
+
+    /// This process may read its child (same user), and the probe reads no byte to say so;
+    /// a process that does not exist is an error.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_probe_asks_the_kernel_without_reading() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        assert_eq!(probe(child.id()), Ok(()));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(probe(child.id()).is_err(), "a reaped process cannot be read");
+    }
+}
