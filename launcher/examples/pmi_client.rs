@@ -5,8 +5,8 @@
 //! of a missing key, finalize. It exits 0 only if every answer is right. Other modes:
 //! `pmi_client abort CODE` asks mprun to abort the job; `pmi_client garbage` sends a line
 //! that is not a command, `pmi_client long-line` a line of 1 MiB that never ends, and
-//! `pmi_client unread-replies` 100,000 commands whose replies it does not read: each expects
-//! mprun to hang up.
+//! `pmi_client unread-replies` commands whose replies it does not read until mprun hangs up:
+//! each expects mprun to hang up.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::FromRawFd;
@@ -159,7 +159,16 @@ fn main() -> ExitCode {
             line.resize(1 << 20, b'x');
             hung_up(&mut pmi, &line)
         }
-        Some("unread-replies") => hung_up(&mut pmi, "cmd=get_maxes\n".repeat(100_000).as_bytes()),
+        Some("unread-replies") => {
+            // Commands until mprun hangs up (the kernel's buffers take a deal of replies
+            // before any wait in mprun), at most 4 GB of them.
+            let batch = "cmd=get_maxes\n".repeat(10_000);
+            let cut = (0..30_000).any(|_| pmi.send_raw(batch.as_bytes()).is_err());
+            if !cut {
+                return Err("mprun took 4 GB of commands whose replies were never read".into());
+            }
+            hung_up(&mut pmi, b"")
+        }
         Some(mode) => Err(format!("unknown mode {mode}")),
     });
     match result {

@@ -135,8 +135,9 @@ fn hosts_of_one_machine_share_its_cores_with_default_flags() {
             us / lo
         );
         // Ranks that spin against each other on one core took a scheduler tick per message
-        // (300x); a loose bound, on a noisy machine.
-        assert!(us < 10.0 * lo.max(5.0), "{n} hosts: {us} us against {lo} us over loopback\n{err}");
+        // (4,000 us, 300-500x); a loose bound, on a noisy machine where the other tests of
+        // this file run meanwhile (3 ranks on 2 cores then measured up to 13x).
+        assert!(us < 50.0 * lo.max(5.0), "{n} hosts: {us} us against {lo} us over loopback\n{err}");
         // Every rank knows the others run on its machine.
         for r in 0..n {
             assert!(
