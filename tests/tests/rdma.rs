@@ -115,6 +115,55 @@ fn a_peer_killed_mid_transfer_is_an_error_not_a_hang() {
     assert!(so.contains("rank 0 saw: rank 1 is gone"), "the waiting peer got an error: {so}\n{se}");
 }
 
+/// A job in which some pairs have RDMA and others only TCP (here one rank finds no device, as
+/// a Mac in a ring has no cable to its non-neighbours): every pair takes its own route, named
+/// in the verbose lines, the point-to-point and collective suites pass, and a TCP-only peer
+/// that dies is seen through its own route.
+#[test]
+fn a_job_of_rdma_and_tcp_pairs_routes_each_pair_its_own_way() {
+    let dir = std::env::temp_dir().join(format!("mpr-mixed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wrap = dir.join("wrap");
+    // Rank $TCP_ONLY asks for the real provider, which finds no device here.
+    std::fs::write(
+        &wrap,
+        "#!/bin/sh\n[ \"$MPR_RANK\" = \"$TCP_ONLY\" ] && export MPR_VERBS_PROVIDER=verbs\nexec \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrap, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let wrapped = |tcp_only: &'static str, prog: &str, args: &[&str], extra: &[(&str, &str)]| {
+        let p = bin_dir().join(prog);
+        let mut a = vec!["-np", "3", "--timeout", "120", wrap.to_str().unwrap(), p.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let mut e = vec![("MPR_TRANSPORTS", "tcp,rdma"), ("MPR_VERBS_PROVIDER", "soft"), ("TCP_ONLY", tcp_only)];
+        e.extend_from_slice(extra);
+        mprun(&a, &e)
+    };
+    let passes = |out: std::process::Output, scenario: &str| {
+        let (so, se) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{scenario}: {so}\n{se}");
+        assert_eq!(so.lines().filter(|l| l.ends_with(&format!("{scenario} ok"))).count(), 3, "{so}\n{se}");
+        se
+    };
+    let se = passes(wrapped("2", "ptp", &["ring"], &[("MPR_VERBOSE", "1")]), "ring");
+    for (from, to, route) in
+        [(0, 1, "rdma (UC)"), (1, 0, "rdma (UC)"), (0, 2, "tcp"), (2, 0, "tcp"), (1, 2, "tcp"), (2, 1, "tcp")]
+    {
+        assert!(se.contains(&format!("mpr: rank {from} -> rank {to}: {route} (")), "{from} -> {to} by {route}:\n{se}");
+    }
+    for scenario in ["pairs", "anysource", "order", "probe"] {
+        passes(wrapped("2", "ptp", &[scenario], &[("PTP_MAX", "2000000")]), scenario);
+    }
+    passes(wrapped("1", "coll", &[], &[("COLL_MAX", "70000")]), "coll");
+    // Rank 1, reached by TCP alone, dies while rank 0 waits for it.
+    let marker = format!("mixed-kill-{}", std::process::id());
+    let out = wrapped("1", "ptp", &["peer-dies", &marker], &[("MPR_KILL_GRACE_MS", "5000")]);
+    let (so, se) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(128 + 9), "stdout {so} stderr {se}");
+    assert!(so.contains("rank 0 saw: rank 1 is gone"), "the waiting peer got an error: {so}\n{se}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn forcing_rdma_without_a_device_is_a_clear_error() {
     // No RDMA hardware here: the real provider is probed and found missing.

@@ -32,6 +32,10 @@
 //!   the device's regions minus three (the two bounce regions and one receive) exposed; a
 //!   message beyond that goes through the bounce buffers. On UC (Thunderbolt) every message
 //!   goes through the bounce buffers, pipelined in frames.
+//! - Peers without a queue pair (no device of theirs shares a fabric with ours: a ring of
+//!   Macs reaches its non-neighbours only over IP) are served by the side channel alone, with
+//!   its own capabilities (the runtime sets their limits from it): every frame, liveness and
+//!   goodbye of theirs is the side channel's.
 //! - Leaving: `finalize` sends a FIN in sequence; the side channel says goodbye only once
 //!   every message of ours is acknowledged and every peer's FIN has arrived (or the peer
 //!   left), so no message is lost to an early exit.
@@ -682,6 +686,11 @@ impl VerbsTransport {
         Ok(())
     }
 
+    /// The link (queue pair) to `peer`, if it has one.
+    fn link_of(&self, peer: usize) -> Option<usize> {
+        self.index.get(peer).copied().filter(|&l| l != usize::MAX)
+    }
+
     /// Every message of ours is acknowledged and every peer said FIN (or is gone).
     fn quiet(&self) -> bool {
         self.links.iter().all(|l| {
@@ -705,7 +714,9 @@ impl Transport for VerbsTransport {
     }
 
     fn try_send(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
-        let link = self.index[peer];
+        let Some(link) = self.link_of(peer) else {
+            return self.side.try_send(peer, hdr, payload);
+        };
         if let Some(why) = &self.links[link].dead {
             return Err(Error::PeerGone { rank: peer, detail: why.clone() });
         }
@@ -739,10 +750,9 @@ impl Transport for VerbsTransport {
     }
 
     fn bulk_read(&mut self, peer: usize, addr: u64, key: u64, dst: &mut [u8]) -> Result<(), Error> {
-        if !self.reads() {
+        let Some(link) = self.link_of(peer).filter(|_| self.reads()) else {
             return Err(Error::Transport(format!("RDMA transport to rank {peer} has no RDMA READ")));
-        }
-        let link = self.index[peer];
+        };
         if let Some(why) = &self.links[link].dead {
             return Err(Error::PeerGone { rank: peer, detail: why.clone() });
         }
@@ -765,7 +775,7 @@ impl Transport for VerbsTransport {
     }
 
     unsafe fn expose(&mut self, peer: usize, addr: u64, len: usize) -> Option<u64> {
-        let link = *self.index.get(peer)?;
+        let link = self.link_of(peer)?;
         let budget = self.caps.max_mr.saturating_sub(OWN_REGIONS);
         if len < self.tune.read_min || self.exposed.len() >= budget || self.links[link].dead.is_some() {
             return None;
@@ -789,7 +799,10 @@ impl Transport for VerbsTransport {
     }
 
     fn peer_state(&self, peer: usize) -> PeerState {
-        let l = &self.links[self.index[peer]];
+        let Some(link) = self.link_of(peer) else {
+            return self.side.peer_state(peer);
+        };
+        let l = &self.links[link];
         match (self.side.peer_state(peer), &l.dead) {
             (PeerState::Alive, Some(_)) => PeerState::Dead,
             (s, _) => s,
