@@ -80,6 +80,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         pid: std::process::id(),
         tcp: listening.as_ref().map(|l| l.addr()),
         rdma: rdma.as_ref().ok().map(|o| o.kind.clone()),
+        links: rdma.as_ref().map(|o| o.links.clone()).unwrap_or_default(),
         cpus: Some(my_cpus.clone()),
     };
     let cards = boot.exchange(&card)?;
@@ -162,13 +163,20 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     // RDMA between two ranks when both opened a device of the same kind and shared memory
     // does not serve them; every rank can tell from the cards whether any pair does.
     let shm_pair = |a: usize, b: usize| allowed.shm && cards[a].host == cards[b].host;
-    let rdma_pair = |a: usize, b: usize| cards[a].rdma.is_some() && cards[a].rdma == cards[b].rdma && !shm_pair(a, b);
-    let rdma_peers: Vec<usize> = remote.iter().copied().filter(|&p| rdma_pair(me, p)).collect();
-    let any_rdma = (0..boot.size).any(|a| (a + 1..boot.size).any(|b| rdma_pair(a, b)));
-    if let Some(&p) = remote.iter().find(|&&p| !allowed.tcp && !rdma_peers.contains(&p)) {
+    let rdma_pair = |a: usize, b: usize| if shm_pair(a, b) { None } else { fabric_pair(&cards[a], &cards[b]) };
+    // Each RDMA peer with the index of this rank's device that reaches it.
+    let rdma_peers: Vec<(usize, usize)> =
+        remote.iter().filter_map(|&p| rdma_pair(me, p).map(|(mine, _)| (p, mine))).collect();
+    let any_rdma = (0..boot.size).any(|a| (a + 1..boot.size).any(|b| rdma_pair(a, b).is_some()));
+    if let Some(&p) = remote.iter().find(|&&p| !allowed.tcp && !rdma_peers.iter().any(|r| r.0 == p)) {
         let why = match &rdma {
             Err(e) => e.clone(),
             Ok(o) => match &cards[p].rdma {
+                Some(k) if *k == o.kind => format!(
+                    "no device of this rank shares a link with one of rank {p} (this rank: {}; rank {p}: {})",
+                    links_text(&card.links),
+                    links_text(&cards[p].links)
+                ),
                 Some(k) => format!("rank {p} opened a {k} device, this rank a {} one", o.kind),
                 None => format!("rank {p} on host {} has no RDMA device", cards[p].host),
             },
@@ -180,6 +188,8 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         )));
     }
     let mut names: Vec<&'static str> = vec![""; boot.size];
+    // Per RDMA peer: the device that reaches it (for the verbose line).
+    let mut via: Vec<String> = vec![String::new(); boot.size];
     if let Some(&r) = remote.first() {
         let Some(listening) = listening else {
             return Err(Error::Bootstrap(format!(
@@ -203,9 +213,14 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         }
         let mut tcp: Box<dyn Transport> = Box::new(tcp);
         if any_rdma {
+            let devices: Vec<String> =
+                rdma.as_ref().map(|o| o.devs.iter().map(|d| d.name()).collect()).unwrap_or_default();
+            for &(p, d) in &rdma_peers {
+                via[p] = format!(" via {}", devices[d]);
+            }
             tcp = connect_rdma(&mut boot, &mut rdma, &rdma_peers, tcp)?;
             let caps = tcp.caps();
-            for &p in &rdma_peers {
+            for &(p, _) in &rdma_peers {
                 names[p] = caps.name;
                 limits[p] = peer_limits(&caps, usize::MAX, outnumbered);
             }
@@ -235,8 +250,8 @@ pub(crate) fn start() -> Result<Runtime, Error> {
                 n => format!(", the first {n} B with the request"),
             };
             eprintln!(
-                "mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk}{head}{why})",
-                l.eager
+                "mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk}{head}{why}){}",
+                l.eager, via[peer]
             );
         }
         let cpus = crate::bootstrap::cpus::encode(&my_cpus);
@@ -269,12 +284,12 @@ pub(crate) fn start() -> Result<Runtime, Error> {
 fn connect_rdma(
     boot: &mut Bootstrap,
     rdma: &mut Result<verbs::select::Opened, String>,
-    peers: &[usize],
+    peers: &[(usize, usize)],
     side: Box<dyn Transport>,
 ) -> Result<Box<dyn Transport>, Error> {
     let me = boot.rank;
     let prepared = match rdma.as_mut() {
-        Ok(o) if !peers.is_empty() => VerbsTransport::prepare(o.dev.as_mut(), peers),
+        Ok(o) if !peers.is_empty() => VerbsTransport::prepare(&mut o.devs, peers),
         _ => Ok(Vec::new()),
     };
     let published = prepared
@@ -296,7 +311,34 @@ fn connect_rdma(
         addrs.push(QpAddr::decode(&v).ok_or_else(|| Error::Bootstrap(format!("bad queue-pair address {key}={v}")))?);
     }
     let opened = std::mem::replace(rdma, Err("in use".into())).map_err(Error::Bootstrap)?;
-    Ok(Box::new(VerbsTransport::connect(opened.dev, boot.size, prepared, &addrs, side)?))
+    Ok(Box::new(VerbsTransport::connect(opened.devs, boot.size, prepared, &addrs, side)?))
+}
+
+/// Whether ranks with cards `a` and `b` reach each other over RDMA, and through which of
+/// their devices (index on `a`, index on `b`): devices of one kind, and either one device
+/// each that reaches every peer, or devices on two ends of one link (the same subnet, as the
+/// two ends of a Thunderbolt cable are). The first such link wins.
+fn fabric_pair(a: &Card, b: &Card) -> Option<(usize, usize)> {
+    if a.rdma.is_none() || a.rdma != b.rdma {
+        return None;
+    }
+    match (a.links.is_empty(), b.links.is_empty()) {
+        (true, true) => Some((0, 0)),
+        (false, false) => a
+            .links
+            .iter()
+            .enumerate()
+            .find_map(|(i, &la)| b.links.iter().position(|&lb| verbs::select::same_link(la, lb)).map(|j| (i, j))),
+        _ => None,
+    }
+}
+
+/// A card's RDMA links, for messages.
+fn links_text(links: &[(std::net::Ipv4Addr, u8)]) -> String {
+    if links.is_empty() {
+        return "one device, no link named".into();
+    }
+    links.iter().map(|(ip, bits)| format!("{ip}/{bits}")).collect::<Vec<_>>().join(", ")
 }
 
 /// The smallest message copied by sender and receiver at once (`MPR_SPLIT_COPY_MIN`, `set`;

@@ -33,6 +33,10 @@ pub(crate) struct Card {
     /// The kind of RDMA device the rank opened (`soft`, `soft-rc`, `verbs`), if any: peers of
     /// the same kind on other hosts reach each other over RDMA.
     pub(crate) rdma: Option<String>,
+    /// The links its RDMA devices sit on, one per device (IPv4 address and prefix length):
+    /// a peer with a device on the same subnet is reached through that device. Empty: one
+    /// device that reaches every peer of its kind.
+    pub(crate) links: Vec<(std::net::Ipv4Addr, u8)>,
     /// The CPUs the rank may run on, if its OS says (see `cpus`).
     pub(crate) cpus: Option<Vec<usize>>,
 }
@@ -55,6 +59,10 @@ impl Card {
         if let Some(v) = &self.rdma {
             s += &format!(";v={v}");
         }
+        if !self.links.is_empty() {
+            let links: Vec<String> = self.links.iter().map(|(ip, bits)| format!("{ip}/{bits}")).collect();
+            s += &format!(";r={}", links.join(","));
+        }
         if let Some(c) = &self.cpus {
             s += &format!(";c={}", cpus::encode(c));
         }
@@ -67,6 +75,7 @@ impl Card {
         let mut pid = None;
         let mut tcp = None;
         let mut rdma = None;
+        let mut links = Vec::new();
         let mut cpu_list = None;
         for part in s.split(';') {
             match part.split_once('=') {
@@ -74,6 +83,17 @@ impl Card {
                 Some(("p", v)) => pid = v.parse().ok(),
                 Some(("m", v)) => machine = machine::normalize(v),
                 Some(("v", v)) => rdma = Some(v.to_string()),
+                Some(("r", v)) => {
+                    let link = |l: &str| {
+                        let (ip, bits) = l.split_once('/')?;
+                        Some((ip.parse().ok()?, bits.parse::<u8>().ok().filter(|&b| b <= 32)?))
+                    };
+                    links = v
+                        .split(',')
+                        .map(link)
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| Error::Bootstrap(format!("bad RDMA links in card {s:?}")))?;
+                }
                 Some(("c", v)) => cpu_list = cpus::decode(v),
                 Some(("t", v)) => {
                     tcp = Some(v.parse().map_err(|_| Error::Bootstrap(format!("bad TCP address in card {s:?}")))?)
@@ -82,7 +102,7 @@ impl Card {
             }
         }
         match (host, pid) {
-            (Some(host), Some(pid)) => Ok(Card { host, machine, pid, tcp, rdma, cpus: cpu_list }),
+            (Some(host), Some(pid)) => Ok(Card { host, machine, pid, tcp, rdma, links, cpus: cpu_list }),
             _ => Err(Error::Bootstrap(format!("malformed business card {s:?}"))),
         }
     }
@@ -227,7 +247,15 @@ mod tests {
 
     #[test]
     fn card_round_trip() {
-        let c = Card { host: "node-1.local".into(), machine: None, pid: 4242, tcp: None, rdma: None, cpus: None };
+        let c = Card {
+            host: "node-1.local".into(),
+            machine: None,
+            pid: 4242,
+            tcp: None,
+            rdma: None,
+            links: Vec::new(),
+            cpus: None,
+        };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
         let c = Card {
             host: "n2".into(),
@@ -235,9 +263,13 @@ mod tests {
             pid: 1,
             tcp: Some("10.0.0.2:5000".parse().unwrap()),
             rdma: Some("soft".into()),
+            links: vec![("10.9.1.1".parse().unwrap(), 30), ("10.9.2.5".parse().unwrap(), 30)],
             cpus: Some(vec![0, 1, 2, 6]),
         };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
+        assert!(c.encode().contains(";r=10.9.1.1/30,10.9.2.5/30"), "{}", c.encode());
+        assert!(Card::decode("h=x;p=1;r=10.9.1.1/33").is_err());
+        assert!(Card::decode("h=x;p=1;r=10.9.1.1").is_err());
         assert!(Card::decode("h=x;p=1;t=nonsense").is_err());
         assert!(Card::decode("h=x").is_err());
         assert!(Card::decode("garbage").is_err());

@@ -142,6 +142,8 @@ struct Out {
 #[derive(Debug)]
 struct Link {
     rank: usize,
+    /// The device (index in `devs`) whose queue pair reaches the peer.
+    dev: usize,
     qp: QpId,
     next_seq: u32,
     unacked: VecDeque<Out>,
@@ -180,7 +182,9 @@ fn before(a: u32, b: u32) -> bool {
 /// The RDMA transport of one rank.
 #[derive(Debug)]
 pub(crate) struct VerbsTransport {
-    dev: Box<dyn Provider>,
+    /// The devices this rank opened (one per cable on Thunderbolt), each reaching its own
+    /// peers; all of one kind, so `caps` is theirs.
+    devs: Vec<Box<dyn Provider>>,
     caps: DeviceCaps,
     tune: Tuning,
     name: &'static str,
@@ -189,15 +193,16 @@ pub(crate) struct VerbsTransport {
     links: Vec<Link>,
     send_mem: Pinned,
     recv_mem: Pinned,
-    send_mr: Option<Mr>,
-    recv_mr: Option<Mr>,
+    /// The bounce regions as each device registered them (empty until `connect` did).
+    send_mr: Vec<Mr>,
+    recv_mr: Vec<Mr>,
     side: Box<dyn Transport>,
     comps: Vec<Completion>,
     /// Frames that arrived while a READ was waited for, delivered at the next poll (their
     /// receive buffers went back to the device at once, so the peer is never refused).
     stash: Frames,
-    /// Send buffers exposed to peers for READ, by key.
-    exposed: HashMap<u64, Mr>,
+    /// Send buffers exposed to peers for READ, by device and key.
+    exposed: HashMap<(usize, u64), Mr>,
     /// Generation of the current READ (tells its completions from a given-up one's).
     read_gen: u32,
     /// Messages and bytes pulled with READ (reported by `finalize` under `MPR_VERBOSE`).
@@ -214,32 +219,36 @@ pub(crate) struct VerbsTransport {
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) peer: usize,
+    dev: usize,
     qp: QpId,
     pub(crate) addr: QpAddr,
 }
 
 impl VerbsTransport {
-    /// Creates the queue pairs for `peers` (world ranks); publish each `Pending::addr` to its
-    /// peer, then call [`VerbsTransport::connect`] with the peers' addresses.
-    pub(crate) fn prepare(dev: &mut dyn Provider, peers: &[usize]) -> Result<Vec<Pending>, Error> {
-        let caps = dev.caps();
-        if peers.len() > caps.max_qp {
-            return Err(Error::Bootstrap(format!(
-                "RDMA: {} peers need {} queue pairs, the device {} has {}",
-                peers.len(),
-                peers.len(),
-                dev.name(),
-                caps.max_qp
-            )));
+    /// Creates the queue pairs for `peers` (world rank, and the index in `devs` of the device
+    /// that reaches it); publish each `Pending::addr` to its peer, then call
+    /// [`VerbsTransport::connect`] with the peers' addresses. Each device's queue pairs stay
+    /// within its own limit.
+    pub(crate) fn prepare(devs: &mut [Box<dyn Provider>], peers: &[(usize, usize)]) -> Result<Vec<Pending>, Error> {
+        for (d, dev) in devs.iter().enumerate() {
+            let need = peers.iter().filter(|p| p.1 == d).count();
+            let caps = dev.caps();
+            if need > caps.max_qp {
+                return Err(Error::Bootstrap(format!(
+                    "RDMA: {need} peers need {need} queue pairs, the device {} has {}",
+                    dev.name(),
+                    caps.max_qp
+                )));
+            }
         }
-        let ty = if caps.rc { QpType::Rc } else { QpType::Uc };
-        let mut out = Vec::new();
-        for &peer in peers {
-            match dev.create_qp(ty) {
-                Ok((qp, addr)) => out.push(Pending { peer, qp, addr }),
+        let mut out: Vec<Pending> = Vec::new();
+        for &(peer, d) in peers {
+            let ty = if devs[d].caps().rc { QpType::Rc } else { QpType::Uc };
+            match devs[d].create_qp(ty) {
+                Ok((qp, addr)) => out.push(Pending { peer, dev: d, qp, addr }),
                 Err(e) => {
                     for p in &out {
-                        let _ = dev.destroy_qp(p.qp);
+                        let _ = devs[p.dev].destroy_qp(p.qp);
                     }
                     return Err(Error::Bootstrap(format!("RDMA queue pair for rank {peer}: {e}")));
                 }
@@ -252,13 +261,13 @@ impl VerbsTransport {
     /// order), registers the buffers and posts every receive. `side` is the transport whose
     /// connections to the same peers serve as the liveness side channel.
     pub(crate) fn connect(
-        mut dev: Box<dyn Provider>,
+        mut devs: Vec<Box<dyn Provider>>,
         size: usize,
         prepared: Vec<Pending>,
         remote: &[QpAddr],
         side: Box<dyn Transport>,
     ) -> Result<VerbsTransport, Error> {
-        let caps = dev.caps();
+        let caps = devs.first().ok_or_else(|| Error::Bootstrap("RDMA: no device".into()))?.caps();
         let tune = Tuning::from_env(&caps);
         let per = tune.window + ACK_BUFS;
         let recv_per = tune.window + ACK_BUFS + RECV_SPARE;
@@ -275,6 +284,7 @@ impl VerbsTransport {
                 index[p.peer] = i;
                 Link {
                     rank: p.peer,
+                    dev: p.dev,
                     qp: p.qp,
                     next_seq: 0,
                     unacked: VecDeque::new(),
@@ -299,17 +309,17 @@ impl VerbsTransport {
             .collect();
         let name = if caps.rc { "rdma (RC)" } else { "rdma (UC)" };
         let mut t = VerbsTransport {
-            dev: {
+            devs: {
                 // Connect first: a failure here must still release the queue pairs.
                 for (p, r) in prepared.iter().zip(remote) {
-                    if let Err(e) = dev.connect(p.qp, r) {
+                    if let Err(e) = devs[p.dev].connect(p.qp, r) {
                         for p in &prepared {
-                            let _ = dev.destroy_qp(p.qp);
+                            let _ = devs[p.dev].destroy_qp(p.qp);
                         }
                         return Err(Error::Bootstrap(format!("RDMA connection to rank {}: {e}", p.peer)));
                     }
                 }
-                dev
+                devs
             },
             caps,
             tune,
@@ -318,8 +328,8 @@ impl VerbsTransport {
             links,
             send_mem,
             recv_mem,
-            send_mr: None,
-            recv_mr: None,
+            send_mr: Vec::new(),
+            recv_mr: Vec::new(),
             side,
             comps: Vec::with_capacity(POLL_MAX),
             stash: Frames::default(),
@@ -337,8 +347,12 @@ impl VerbsTransport {
             unsafe { dev.register(m.ptr.as_ptr(), m.layout.size()) }
                 .map_err(|e| Error::Bootstrap(format!("RDMA memory registration: {e}")))
         };
-        t.send_mr = Some(reg(&mut t.dev, &t.send_mem)?);
-        t.recv_mr = Some(reg(&mut t.dev, &t.recv_mem)?);
+        for d in 0..t.devs.len() {
+            let mr = reg(&mut t.devs[d], &t.send_mem)?;
+            t.send_mr.push(mr);
+            let mr = reg(&mut t.devs[d], &t.recv_mem)?;
+            t.recv_mr.push(mr);
+        }
         for l in 0..t.links.len() {
             for b in 0..recv_per {
                 t.post_recv(l, b)?;
@@ -349,7 +363,7 @@ impl VerbsTransport {
 
     fn recv_sge(&self, link: usize, buf: usize) -> Sge {
         let per = self.tune.window + ACK_BUFS + RECV_SPARE;
-        let mr = self.recv_mr.expect("registered");
+        let mr = self.recv_mr[self.links[link].dev];
         Sge {
             addr: self.recv_mem.addr() + ((link * per + buf) * self.tune.chunk) as u64,
             len: self.tune.chunk as u32,
@@ -364,7 +378,7 @@ impl VerbsTransport {
     }
 
     fn send_sge(&self, link: usize, buf: usize, len: usize) -> Sge {
-        let mr = self.send_mr.expect("registered");
+        let mr = self.send_mr[self.links[link].dev];
         Sge { addr: self.send_ptr(link, buf) as u64, len: len as u32, lkey: mr.lkey }
     }
 
@@ -374,8 +388,10 @@ impl VerbsTransport {
 
     fn post_recv(&mut self, link: usize, buf: usize) -> Result<(), Error> {
         let sge = self.recv_sge(link, buf);
-        let qp = self.links[link].qp;
-        self.dev.post_recv(qp, Self::wr_id(link, buf), sge).map_err(|e| Error::Transport(format!("RDMA receive: {e}")))
+        let (qp, d) = (self.links[link].qp, self.links[link].dev);
+        self.devs[d]
+            .post_recv(qp, Self::wr_id(link, buf), sge)
+            .map_err(|e| Error::Transport(format!("RDMA receive: {e}")))
     }
 
     /// Writes the header of a message into send buffer `buf` of `link`.
@@ -393,7 +409,7 @@ impl VerbsTransport {
     fn post_send(&mut self, link: usize, buf: usize, len: usize) -> Result<(), Error> {
         let sge = self.send_sge(link, buf, THDR + len);
         let l = &mut self.links[link];
-        self.dev
+        self.devs[l.dev]
             .post_send(l.qp, Self::wr_id(link, buf), sge)
             .map_err(|e| Error::Transport(format!("RDMA send: {e}")))?;
         l.send_wr += 1;
@@ -643,7 +659,7 @@ impl VerbsTransport {
                 let k = piece.min(total - off);
                 let sge = Sge { addr: base + off as u64, len: k as u32, lkey };
                 let at = Remote { addr: remote.addr + off as u64, rkey: remote.rkey };
-                self.dev
+                self.devs[self.links[link].dev]
                     .post_read(self.links[link].qp, id, sge, at)
                     .map_err(|e| Error::Transport(format!("RDMA READ from rank {peer}: {e}")))?;
                 self.links[link].send_wr += 1;
@@ -651,7 +667,9 @@ impl VerbsTransport {
                 off += k;
             }
             comps.clear();
-            self.dev.poll(&mut comps, POLL_MAX).map_err(|e| Error::Transport(format!("RDMA poll: {e}")))?;
+            self.devs[self.links[link].dev]
+                .poll(&mut comps, POLL_MAX)
+                .map_err(|e| Error::Transport(format!("RDMA poll: {e}")))?;
             let mut failed = None;
             let mut stash = std::mem::take(&mut self.stash);
             let mut err = None;
@@ -730,8 +748,12 @@ impl Transport for VerbsTransport {
         for (peer, f) in self.stash.0.drain(..) {
             sink.frame(peer, &f)?;
         }
-        let polled = self.dev.poll(&mut comps, POLL_MAX).map_err(|e| Error::Transport(format!("RDMA poll: {e}")));
-        let mut err = polled.err();
+        let mut err = None;
+        for dev in self.devs.iter_mut() {
+            if let Err(e) = dev.poll(&mut comps, POLL_MAX) {
+                err.get_or_insert(Error::Transport(format!("RDMA poll: {e}")));
+            }
+        }
         for c in &comps {
             match self.complete(c, sink) {
                 Ok(k) => n += k,
@@ -759,11 +781,12 @@ impl Transport for VerbsTransport {
         let (start, n) = self.span(dst.as_mut_ptr() as u64, dst.len());
         // SAFETY: `dst` is borrowed mutably for this call, and the region is deregistered
         // before it returns.
-        let mr = unsafe { self.dev.register(start as *mut u8, n) }.map_err(|e| {
+        let d = self.links[link].dev;
+        let mr = unsafe { self.devs[d].register(start as *mut u8, n) }.map_err(|e| {
             Error::Transport(format!("RDMA READ from rank {peer}: registering the receive buffer: {e}"))
         })?;
         let res = self.read_into(link, Remote { addr, rkey: key as u32 }, dst, mr.lkey);
-        let _ = self.dev.deregister(mr);
+        let _ = self.devs[d].deregister(mr);
         if res.is_ok() {
             self.reads = (self.reads.0 + 1, self.reads.1 + dst.len() as u64);
         }
@@ -782,15 +805,17 @@ impl Transport for VerbsTransport {
         }
         let (start, n) = self.span(addr, len);
         // SAFETY: the caller keeps the memory valid until `conceal`, which deregisters it.
-        let mr = unsafe { self.dev.register(start as *mut u8, n) }.ok()?;
+        let d = self.links[link].dev;
+        let mr = unsafe { self.devs[d].register(start as *mut u8, n) }.ok()?;
         let key = (u64::from(mr.id) << 32) | u64::from(mr.rkey);
-        self.exposed.insert(key, mr);
+        self.exposed.insert((d, key), mr);
         Some(key)
     }
 
-    fn conceal(&mut self, _peer: usize, key: u64) {
-        if let Some(mr) = self.exposed.remove(&key) {
-            let _ = self.dev.deregister(mr);
+    fn conceal(&mut self, peer: usize, key: u64) {
+        let Some(d) = self.link_of(peer).map(|l| self.links[l].dev) else { return };
+        if let Some(mr) = self.exposed.remove(&(d, key)) {
+            let _ = self.devs[d].deregister(mr);
         }
     }
 
@@ -813,7 +838,8 @@ impl Transport for VerbsTransport {
         self.finalizing = true;
         if crate::env::verbose() {
             let (n, bytes) = self.reads;
-            let device = self.dev.report().map_or(String::new(), |r| format!("; device {}: {r}", self.dev.name()));
+            let device: String =
+                self.devs.iter().filter_map(|d| d.report().map(|r| format!("; device {}: {r}", d.name()))).collect();
             eprintln!(
                 "mpr: {}: {n} messages ({bytes} B) pulled with RDMA READ, {} sent again, {} received out of order{device}",
                 self.name, self.resent, self.out_of_order
@@ -846,11 +872,16 @@ impl Transport for VerbsTransport {
 impl Drop for VerbsTransport {
     fn drop(&mut self) {
         for l in &self.links {
-            let _ = self.dev.destroy_qp(l.qp);
+            let _ = self.devs[l.dev].destroy_qp(l.qp);
         }
-        let bounce = [self.send_mr.take(), self.recv_mr.take()];
-        for mr in self.exposed.drain().map(|(_, mr)| mr).chain(bounce.into_iter().flatten()) {
-            let _ = self.dev.deregister(mr);
+        for ((d, _), mr) in self.exposed.drain() {
+            let _ = self.devs[d].deregister(mr);
+        }
+        // Device d registered send_mr[d] and recv_mr[d].
+        for regions in [std::mem::take(&mut self.send_mr), std::mem::take(&mut self.recv_mr)] {
+            for (d, mr) in regions.into_iter().enumerate() {
+                let _ = self.devs[d].deregister(mr);
+            }
         }
     }
 }
