@@ -159,3 +159,49 @@ fn hosts_of_one_machine_share_its_cores_with_default_flags() {
         assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
     }
 }
+
+/// Namespace hosts joined by cables of their own, as Macs are by Thunderbolt: each rank opens
+/// one soft RDMA device per cable (`MPR_SOFT_IFACES=tb*`, each on its interface's address),
+/// and each pair goes through the cable between its two hosts, or over TCP where there is
+/// none (a ring's non-neighbours); default transports otherwise. Forcing RDMA on the ring is
+/// a clear error naming both ranks' links.
+#[test]
+fn a_ring_and_a_mesh_of_cables_route_each_pair_through_its_own() {
+    let ptp = bin_dir().join("ptp");
+    let coll = bin_dir().join("coll");
+    let ring = vec![(0, 1), (1, 2), (2, 3), (3, 0)];
+    let mesh = vec![(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)];
+    for (fabric, cables) in [("ring", ring), ("mesh", mesh)] {
+        let Some(mut hosts) = net_hosts(4) else { return };
+        for &(a, b) in &cables {
+            hosts.cable(a, b);
+        }
+        let env = [("MPR_VERBS_PROVIDER", "soft"), ("MPR_SOFT_IFACES", "tb*")];
+        let out = run_on(&hosts, &[1; 4], &["--verbose", ptp.to_str().unwrap(), "ring"], &env);
+        check_ok(&out, "ring", 4);
+        let err = text(&out.stderr);
+        for a in 0..4 {
+            for b in (0..4).filter(|&b| b != a) {
+                let prefix = format!("mpr: rank {a} -> rank {b}: ");
+                let line = err.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("{prefix}\n{err}"));
+                if cables.contains(&(a, b)) || cables.contains(&(b, a)) {
+                    assert!(line.contains("rdma (UC) (") && line.contains(" via soft-uc:10.214."), "{fabric}: {line}");
+                } else {
+                    assert!(line.contains(": tcp ("), "{fabric}: {line}");
+                }
+            }
+        }
+        let out = run_on(&hosts, &[1; 4], &[ptp.to_str().unwrap(), "pairs"], &[env[0], env[1], ("PTP_MAX", "2000000")]);
+        check_ok(&out, "pairs", 4);
+        let out = run_on(&hosts, &[1; 4], &[coll.to_str().unwrap()], &[env[0], env[1], ("COLL_MAX", "70000")]);
+        check_ok(&out, "coll", 4);
+        if fabric == "ring" {
+            let forced = [env[0], env[1], ("MPR_TRANSPORTS", "rdma")];
+            let out = run_on(&hosts, &[1; 4], &[ptp.to_str().unwrap(), "ring"], &forced);
+            let err = text(&out.stderr);
+            assert!(!out.status.success(), "{err}");
+            assert!(err.contains("no device of this rank shares a link with one of rank 2"), "{err}");
+        }
+        assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+    }
+}

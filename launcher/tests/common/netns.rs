@@ -8,6 +8,11 @@
 //! - a `--launcher-exec` script: `script HOST CMD...` runs `ip netns exec <namespace of HOST>
 //!   CMD...`, and fails with a message for any other host.
 //!
+//! [`NetHosts::cable`]`(a, b)` joins two hosts by a point-to-point link of their own, as a
+//! Thunderbolt cable joins two Macs: a veth pair straight between the two namespaces, named
+//! `tb<peer>` (`tb<peer>x<n>` for a further cable to the same peer) on each side, on a /30
+//! subnet of `10.214.X.0/24`.
+//!
 //! Hosts are named by their addresses, so no host name is ever looked up (no packet leaves
 //! the links created here). Everything is removed on drop, also when a test panics; leftovers
 //! of test processes that died without unwinding are removed by the next `create`. Names:
@@ -43,6 +48,10 @@ pub struct NetHosts {
     veths: Vec<String>,
     bridge: String,
     dir: PathBuf,
+    /// The X of `10.213.X.0/24` (the cables use `10.214.X.0/24`).
+    x: u8,
+    /// The cables: the two hosts and their interface names.
+    pub cables: Vec<(usize, usize, String, String)>,
 }
 
 /// Why namespace tests cannot run here, if they cannot (not Linux, not root, or no `ip`).
@@ -169,6 +178,8 @@ impl NetHosts {
             veths: Vec::new(),
             bridge: format!("mb{pid}-{k}"),
             dir,
+            x,
+            cables: Vec::new(),
         };
         // From here on, a panic drops `hosts`, which removes what was made.
         let bridge = hosts.bridge.clone();
@@ -227,6 +238,43 @@ impl NetHosts {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+    }
+
+    /// Joins hosts `a` and `b` by a cable of their own (see the module's doc); returns the
+    /// two ends' addresses.
+    pub fn cable(&mut self, a: usize, b: usize) -> (Ipv4Addr, Ipv4Addr) {
+        let n = self.cables.len();
+        assert!(n < 63, "at most 63 cables");
+        let again = self.cables.iter().filter(|c| (c.0, c.1) == (a, b) || (c.0, c.1) == (b, a)).count();
+        let name = |peer: usize| if again == 0 { format!("tb{peer}") } else { format!("tb{peer}x{again}") };
+        let (ia, ib) = (name(b), name(a));
+        let (na, nb) = (self.netns[a].clone(), self.netns[b].clone());
+        ip(&["link", "add", &ia, "netns", &na, "type", "veth", "peer", "name", &ib, "netns", &nb]);
+        let (aa, ab) =
+            (Ipv4Addr::new(10, 214, self.x, 4 * n as u8 + 1), Ipv4Addr::new(10, 214, self.x, 4 * n as u8 + 2));
+        for (ns, iface, addr) in [(&na, &ia, aa), (&nb, &ib, ab)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/30"), "dev", iface]);
+            ip(&["-n", ns, "link", "set", iface, "up"]);
+        }
+        for (ns, iface) in [(&na, &ia), (&nb, &ib)] {
+            let start = Instant::now();
+            loop {
+                let state = ip(&["-n", ns, "-o", "link", "show", iface]);
+                if !state.contains("NO-CARRIER") && !state.contains("state DOWN") {
+                    break;
+                }
+                assert!(start.elapsed() < Duration::from_secs(5), "{ns}: {iface} never came up: {state}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        self.cables.push((a, b, ia, ib));
+        (aa, ab)
+    }
+
+    /// Pulls cable `i` out (its end on the first host goes down; nothing tells either end).
+    pub fn cable_down(&self, i: usize) {
+        let (a, _, iface, _) = &self.cables[i];
+        ip(&["-n", &self.netns[*a], "link", "set", iface, "down"]);
     }
 
     /// The `--launcher-exec` value.
