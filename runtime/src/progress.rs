@@ -391,7 +391,11 @@ impl Runtime {
                 return Some(e);
             }
             match self.peer_state(p) {
-                PeerState::Dead => Some(Error::PeerGone { rank: p, detail: "the process died".into() }),
+                PeerState::Dead => {
+                    let why =
+                        self.route.get(p).filter(|&&r| r != SELF_ROUTE).and_then(|&r| self.transports[r].why_dead(p));
+                    Some(Error::PeerGone { rank: p, detail: why.unwrap_or_else(|| "the process died".into()) })
+                }
                 PeerState::Finalized => {
                     Some(Error::PeerGone { rank: p, detail: "it finalized before this operation completed".into() })
                 }
@@ -655,7 +659,9 @@ impl Runtime {
             }
         }
         self.boot.finalize();
-        r
+        // A peer whose link died while we left may never have had what we sent it (an eager
+        // send completes when the transport takes it): say so, rather than leave in silence.
+        r.and_then(|()| self.check_peers(Target::Job))
     }
 }
 

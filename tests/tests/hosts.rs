@@ -205,3 +205,35 @@ fn a_ring_and_a_mesh_of_cables_route_each_pair_through_its_own() {
         assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
     }
 }
+
+/// A cable pulled out mid-job (its end on one host goes down; nothing tells either side):
+/// the pair's link is declared dead once no acknowledgement came for `MPR_RDMA_TIMEOUT`, the
+/// rank waiting on it gets an error naming its peer, and the job stops, named, within the
+/// bound; it does not carry on over TCP (the documented outcome).
+#[test]
+fn a_cable_pulled_out_mid_job_stops_the_job_within_the_bound() {
+    let Some(mut hosts) = net_hosts(2) else { return };
+    hosts.cable(0, 1);
+    let ptp = bin_dir().join("ptp");
+    let mut c = Command::new(mprun_path());
+    c.args(["--launcher-exec", hosts.launcher_exec(), "-H", &hosts.host_list(&[1, 1]), "--timeout", "120"]);
+    c.args([ptp.to_str().unwrap(), "idle"]);
+    c.envs([
+        ("MPR_VERBS_PROVIDER", "soft"),
+        ("MPR_SOFT_IFACES", "tb*"),
+        ("MPR_TRANSPORTS", "shm,rdma,tcp"),
+        ("MPR_RDMA_TIMEOUT", "2"),
+        ("PTP_IDLE_MS", "3000"),
+    ]);
+    let start = std::time::Instant::now();
+    let child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    hosts.cable_down(0);
+    let out = child.wait_with_output().unwrap();
+    let (so, se) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{so}\n{se}");
+    // Rank 1's message never arrived: its finalize says so, naming the peer and the cause.
+    assert!(se.contains("rank 0 is gone: no RDMA acknowledgement for 2.0 s"), "{so}\n{se}");
+    assert!(start.elapsed() < Duration::from_secs(30), "{:?}\n{se}", start.elapsed());
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+}

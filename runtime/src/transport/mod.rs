@@ -105,6 +105,12 @@ pub(crate) trait Transport: std::fmt::Debug {
     /// Liveness of `peer`.
     fn peer_state(&self, peer: usize) -> PeerState;
 
+    /// Why `peer` is [`PeerState::Dead`], where the transport knows better than "the process
+    /// died" (a link that stopped acknowledging).
+    fn why_dead(&self, _peer: usize) -> Option<String> {
+        None
+    }
+
     /// Marks this process as finalized for its peers.
     fn finalize(&mut self);
 

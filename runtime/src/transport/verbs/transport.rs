@@ -834,6 +834,13 @@ impl Transport for VerbsTransport {
         }
     }
 
+    fn why_dead(&self, peer: usize) -> Option<String> {
+        match self.link_of(peer) {
+            Some(link) => self.links[link].dead.clone(),
+            None => self.side.why_dead(peer),
+        }
+    }
+
     fn finalize(&mut self) {
         self.finalizing = true;
         if crate::env::verbose() {
