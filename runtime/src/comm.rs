@@ -394,11 +394,12 @@ impl Comm {
 
     /// Blocks until a matching message has arrived and returns its status (`MPI_Probe`).
     pub fn probe(&self, src: usize, tag: i32) -> Result<Status, Error> {
-        let (s, _, t) = self.check_src(src, tag)?;
+        let (s, world, t) = self.check_src(src, tag)?;
         let ctx = self.inner.ctx;
         let mut rt = self.inner.rt.borrow_mut();
         let mut found = None;
-        rt.wait_until(None, |rt| {
+        // A probe of one source ends when that peer is gone, as a receive from it does.
+        rt.wait_on_peer(world, |rt| {
             found = rt.engine.probe(ctx, s, t);
             found.is_some()
         })?;

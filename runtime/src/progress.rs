@@ -119,7 +119,9 @@ pub(crate) struct Hosts {
 enum Target {
     Req(ReqId),
     Sched(SchedId),
-    /// Anything (a wildcard receive, a probe, finalize).
+    /// What one peer sends (a probe of one source).
+    Peer(usize),
+    /// Anything (a wildcard receive or probe, finalize).
     Job,
 }
 
@@ -408,6 +410,7 @@ impl Runtime {
                 let ops = self.sched(id).map(|s| s.pending()).unwrap_or_default();
                 return ops.iter().filter_map(|&r| self.engine.waits_on(r)).find_map(gone).map_or(Ok(()), Err);
             }
+            Target::Peer(p) => Some(p),
             Target::Job => None,
         };
         match peer {
@@ -476,6 +479,16 @@ impl Runtime {
         self.wait_for(about.map_or(Target::Job, Target::Req), done)
     }
 
+    /// As [`Runtime::wait_until`], for something only world rank `peer` can bring (a probe of
+    /// one source), or, for `None`, anything (a wildcard probe).
+    pub(crate) fn wait_on_peer(
+        &mut self,
+        peer: Option<usize>,
+        done: impl FnMut(&mut Runtime) -> bool,
+    ) -> Result<(), Error> {
+        self.wait_for(peer.map_or(Target::Job, Target::Peer), done)
+    }
+
     /// As [`Runtime::wait_until`], for what `target` names: the peers it depends on are the
     /// ones whose loss ends the wait ([`Runtime::check_peers`]).
     fn wait_for(&mut self, target: Target, mut done: impl FnMut(&mut Runtime) -> bool) -> Result<(), Error> {
@@ -528,7 +541,7 @@ impl Runtime {
                 }
                 return Err(match target {
                     Target::Req(id) => self.fail(id, e),
-                    Target::Sched(_) | Target::Job => e,
+                    Target::Sched(_) | Target::Peer(_) | Target::Job => e,
                 });
             }
         }

@@ -196,6 +196,16 @@ fn thousands_of_outstanding_requests() {
     run(2, "many", TINY_RINGS);
 }
 
+/// A probe of one source whose rank has left without sending is an error naming it, over
+/// shared memory and over TCP (it waited forever: a peer that finalized ended only a wait
+/// on it by request, and a probe has none).
+#[test]
+fn a_probe_of_a_rank_that_left_is_an_error() {
+    for env in [&[][..], &[("MPR_TRANSPORTS", "tcp")][..]] {
+        run(2, "probe-gone", env);
+    }
+}
+
 #[test]
 fn send_to_self() {
     run(1, "self", &[]);

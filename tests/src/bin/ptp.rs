@@ -64,6 +64,7 @@ fn main() {
         "timeout" => wait_timeout(&w),
         "self-timeout" => self_timeout(&w),
         "idle" => idle(&w),
+        "probe-gone" => probe_gone(&w),
         other => {
             eprintln!("unknown scenario {other:?}");
             std::process::exit(2)
@@ -479,6 +480,22 @@ fn self_timeout(w: &mpr::Comm) -> R {
     })?;
     check(&got, me, me, 2, len);
     println!("rank {me}: the timed-out send to self was withdrawn");
+    Ok(())
+}
+
+/// Rank 1 leaves at once without sending; rank 0's probe of rank 1 (blocking, then inside
+/// `recv_vec`) ends with an error naming it instead of waiting forever.
+fn probe_gone(w: &mpr::Comm) -> R {
+    if w.rank() == 0 {
+        match w.probe(1, 5) {
+            Err(e @ Error::PeerGone { .. }) => println!("rank 0 saw: {e}"),
+            other => panic!("expected PeerGone, got {other:?}"),
+        }
+        match w.recv_vec::<u8>(1, 5) {
+            Err(Error::PeerGone { rank: 1, .. }) => {}
+            other => panic!("expected PeerGone, got {other:?}"),
+        }
+    }
     Ok(())
 }
 
