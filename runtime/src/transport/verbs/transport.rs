@@ -779,9 +779,9 @@ impl Transport for VerbsTransport {
             return Err(Error::PeerGone { rank: peer, detail: why.clone() });
         }
         let (start, n) = self.span(dst.as_mut_ptr() as u64, dst.len());
+        let d = self.links[link].dev;
         // SAFETY: `dst` is borrowed mutably for this call, and the region is deregistered
         // before it returns.
-        let d = self.links[link].dev;
         let mr = unsafe { self.devs[d].register(start as *mut u8, n) }.map_err(|e| {
             Error::Transport(format!("RDMA READ from rank {peer}: registering the receive buffer: {e}"))
         })?;
@@ -804,8 +804,8 @@ impl Transport for VerbsTransport {
             return None;
         }
         let (start, n) = self.span(addr, len);
-        // SAFETY: the caller keeps the memory valid until `conceal`, which deregisters it.
         let d = self.links[link].dev;
+        // SAFETY: the caller keeps the memory valid until `conceal`, which deregisters it.
         let mr = unsafe { self.devs[d].register(start as *mut u8, n) }.ok()?;
         let key = (u64::from(mr.id) << 32) | u64::from(mr.rkey);
         self.exposed.insert((d, key), mr);
