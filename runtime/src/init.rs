@@ -311,7 +311,7 @@ fn connect_rdma(
         addrs.push(QpAddr::decode(&v).ok_or_else(|| Error::Bootstrap(format!("bad queue-pair address {key}={v}")))?);
     }
     let opened = std::mem::replace(rdma, Err("in use".into())).map_err(Error::Bootstrap)?;
-    Ok(Box::new(VerbsTransport::connect(opened.devs, boot.size, prepared, &addrs, side)?))
+    Ok(Box::new(VerbsTransport::connect(opened.devs, me, boot.size, prepared, &addrs, side)?))
 }
 
 /// Whether ranks with cards `a` and `b` reach each other over RDMA, and through which of

@@ -59,26 +59,32 @@ fn collectives_over_soft_uc_and_rc() {
     }
 }
 
-/// Each rank's RDMA counters from the transport's verbose end line ("mpr: rdma (UC): N
-/// messages (B B) pulled with RDMA READ, R sent again, O received out of order; device NAME:
-/// L frames lost (injected), S frames sent again after T timeouts, D messages dropped ..."):
-/// [N, B, R, O] of the transport, [L, S, T, D] of the device.
+/// Each rank's RDMA counters from the transport's verbose end line ("mpr: rank K: rdma (UC):
+/// N messages (B B) pulled with RDMA READ, R sent again, O received out of order; device
+/// NAME: L frames lost (injected), S frames sent again after T timeouts, D messages dropped
+/// ..."), by rank: [N, B, R, O] of the transport, [L, S, T, D] of the device.
 fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 4], [u64; 4])> {
     let numbers = |s: &str| -> Vec<u64> {
         s.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect()
     };
-    let lines: Vec<_> = se
-        .lines()
-        .filter_map(|l| l.strip_prefix("mpr: rdma (UC): ").or_else(|| l.strip_prefix("mpr: rdma (RC): ")))
-        .map(|l| {
+    let mut by_rank = vec![None; np];
+    for (rank, l) in se.lines().filter_map(|l| {
+        let (rank, rest) = l.strip_prefix("mpr: rank ")?.split_once(": ")?;
+        let rest = rest.strip_prefix("rdma (UC): ").or_else(|| rest.strip_prefix("rdma (RC): "))?;
+        Some((rank.parse::<usize>().ok()?, rest))
+    }) {
+        by_rank[rank] = Some({
             let (ours, device) = l.split_once("; device ").unwrap_or_else(|| panic!("no device counts: {l}"));
             let (t, d) = (numbers(ours), numbers(device.split_once(": ").expect("device name").1));
             assert!(t.len() == 4 && d.len() == 4, "{l}");
             ([t[0], t[1], t[2], t[3]], [d[0], d[1], d[2], d[3]])
-        })
-        .collect();
-    assert_eq!(lines.len(), np, "one line per rank:\n{se}");
-    lines
+        });
+    }
+    by_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, c)| c.unwrap_or_else(|| panic!("no RDMA counters of rank {r}:\n{se}")))
+        .collect()
 }
 
 /// Injected loss of 1% of the frames: every byte still arrives, and the counters show that

@@ -187,6 +187,8 @@ pub(crate) struct VerbsTransport {
     devs: Vec<Box<dyn Provider>>,
     caps: DeviceCaps,
     tune: Tuning,
+    /// This rank (for its verbose lines).
+    me: usize,
     name: &'static str,
     /// Link index of each world rank (usize::MAX: not served here).
     index: Vec<usize>,
@@ -262,6 +264,7 @@ impl VerbsTransport {
     /// connections to the same peers serve as the liveness side channel.
     pub(crate) fn connect(
         mut devs: Vec<Box<dyn Provider>>,
+        me: usize,
         size: usize,
         prepared: Vec<Pending>,
         remote: &[QpAddr],
@@ -323,6 +326,7 @@ impl VerbsTransport {
             },
             caps,
             tune,
+            me,
             name,
             index,
             links,
@@ -848,8 +852,8 @@ impl Transport for VerbsTransport {
             let device: String =
                 self.devs.iter().filter_map(|d| d.report().map(|r| format!("; device {}: {r}", d.name()))).collect();
             eprintln!(
-                "mpr: {}: {n} messages ({bytes} B) pulled with RDMA READ, {} sent again, {} received out of order{device}",
-                self.name, self.resent, self.out_of_order
+                "mpr: rank {}: {}: {n} messages ({bytes} B) pulled with RDMA READ, {} sent again, {} received out of order{device}",
+                self.me, self.name, self.resent, self.out_of_order
             );
         }
         for link in 0..self.links.len() {
