@@ -165,8 +165,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     let shm_pair = |a: usize, b: usize| allowed.shm && cards[a].host == cards[b].host;
     let rdma_pair = |a: usize, b: usize| if shm_pair(a, b) { None } else { fabric_pair(&cards[a], &cards[b]) };
     // Each RDMA peer with the index of this rank's device that reaches it.
-    let rdma_peers: Vec<(usize, usize)> =
-        remote.iter().filter_map(|&p| rdma_pair(me, p).map(|(mine, _)| (p, mine))).collect();
+    let rdma_peers: Vec<(usize, usize)> = remote.iter().filter_map(|&p| rdma_pair(me, p).map(|d| (p, d))).collect();
     let any_rdma = (0..boot.size).any(|a| (a + 1..boot.size).any(|b| rdma_pair(a, b).is_some()));
     if let Some(&p) = remote.iter().find(|&&p| !allowed.tcp && !rdma_peers.iter().any(|r| r.0 == p)) {
         let why = match &rdma {
@@ -315,20 +314,16 @@ fn connect_rdma(
 }
 
 /// Whether ranks with cards `a` and `b` reach each other over RDMA, and through which of
-/// their devices (index on `a`, index on `b`): devices of one kind, and either one device
-/// each that reaches every peer, or devices on two ends of one link (the same subnet, as the
-/// two ends of a Thunderbolt cable are). The first such link wins.
-fn fabric_pair(a: &Card, b: &Card) -> Option<(usize, usize)> {
+/// `a`'s devices: devices of one kind, and either one device each that reaches every peer,
+/// or devices on two ends of one link (the same subnet, as the two ends of a Thunderbolt
+/// cable are). The first such link wins.
+fn fabric_pair(a: &Card, b: &Card) -> Option<usize> {
     if a.rdma.is_none() || a.rdma != b.rdma {
         return None;
     }
     match (a.links.is_empty(), b.links.is_empty()) {
-        (true, true) => Some((0, 0)),
-        (false, false) => a
-            .links
-            .iter()
-            .enumerate()
-            .find_map(|(i, &la)| b.links.iter().position(|&lb| verbs::select::same_link(la, lb)).map(|j| (i, j))),
+        (true, true) => Some(0),
+        (false, false) => a.links.iter().position(|&la| b.links.iter().any(|&lb| verbs::select::same_link(la, lb))),
         _ => None,
     }
 }

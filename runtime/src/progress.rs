@@ -338,13 +338,13 @@ impl Runtime {
                         Some(d) => tr.bulk_read(peer, addr, key, d),
                         None => Err(Error::Transport("the receive buffer is gone".into())),
                     };
-                    let ok = self.copied(peer, "read from", len, r, true);
+                    let ok = self.copied(peer, len, r, true);
                     self.engine.on_bulk_read(peer, rreq, len, ok);
                 }
                 Action::BulkWrite { peer, addr, src, sreq, rreq, off } => {
                     let tr = &mut self.transports[self.route[peer]];
                     let r = tr.bulk_write(peer, addr, src.bytes());
-                    let ok = self.copied(peer, "write to", src.len(), r, false);
+                    let ok = self.copied(peer, src.len(), r, false);
                     self.engine.on_bulk_write(peer, sreq, rreq, off, src.len(), ok);
                 }
                 Action::Conceal { peer, key } => self.transports[self.route[peer]].conceal(peer, key),
@@ -353,8 +353,9 @@ impl Runtime {
         n
     }
 
-    /// Counts a single-copy transfer of `len` bytes with `peer` and says whether it worked.
-    fn copied(&mut self, peer: usize, what: &str, len: usize, r: Result<(), Error>, read: bool) -> bool {
+    /// Counts a single-copy `read` (else write) of `len` bytes with `peer` and says whether
+    /// it worked.
+    fn copied(&mut self, peer: usize, len: usize, r: Result<(), Error>, read: bool) -> bool {
         let c = &mut self.copies;
         match r {
             Ok(()) if read => (c.reads, c.read_bytes) = (c.reads + 1, c.read_bytes + len as u64),
@@ -364,6 +365,7 @@ impl Runtime {
                 let first = c.failed == 1;
                 // A peer that died is reported as such by the wait; this is for the living.
                 if first && self.peer_state(peer) == PeerState::Alive {
+                    let what = if read { "read from" } else { "write to" };
                     eprintln!(
                         "mpr: rank {}: single-copy {what} rank {peer} failed ({e}); large messages with it are \
                          streamed from now on (two copies instead of one)",
@@ -376,11 +378,16 @@ impl Runtime {
         true
     }
 
-    fn peer_state(&self, peer: usize) -> PeerState {
+    /// The transport that serves `peer` (none for this rank itself).
+    fn transport_of(&self, peer: usize) -> Option<&dyn Transport> {
         match self.route.get(peer) {
-            Some(&r) if r != SELF_ROUTE => self.transports[r].peer_state(peer),
-            _ => PeerState::Alive,
+            Some(&r) if r != SELF_ROUTE => Some(self.transports[r].as_ref()),
+            _ => None,
         }
+    }
+
+    fn peer_state(&self, peer: usize) -> PeerState {
+        self.transport_of(peer).map_or(PeerState::Alive, |t| t.peer_state(peer))
     }
 
     /// Checks whether what a wait is for can still complete: an error names a peer it
@@ -394,8 +401,7 @@ impl Runtime {
             }
             match self.peer_state(p) {
                 PeerState::Dead => {
-                    let why =
-                        self.route.get(p).filter(|&&r| r != SELF_ROUTE).and_then(|&r| self.transports[r].why_dead(p));
+                    let why = self.transport_of(p).and_then(|t| t.why_dead(p));
                     Some(Error::PeerGone { rank: p, detail: why.unwrap_or_else(|| "the process died".into()) })
                 }
                 PeerState::Finalized => {

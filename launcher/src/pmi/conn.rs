@@ -29,6 +29,7 @@ pub(crate) enum ReadState {
 
 /// Why a line was refused.
 const TOO_LONG: &str = "a PMI line longer than 16384 bytes";
+const _: () = assert!(MAX_LINE == 16384, "TOO_LONG names MAX_LINE");
 const NOT_TEXT: &str = "a PMI line that is not UTF-8 text";
 
 /// mprun's end of one rank's PMI socket.

@@ -60,12 +60,8 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
                 return Err(Error::Bootstrap(format!("the software RDMA provider needs an IPv4 address, not {bind}")));
             };
             let mut cfg = if kind == "soft" { SoftConfig::new(v4) } else { SoftConfig::rc(v4) };
-            if let Ok(v) = std::env::var("MPR_SOFT_LOSS") {
-                cfg.loss =
-                    v.trim().parse::<f64>().ok().filter(|p| (0.0..1.0).contains(p)).ok_or_else(|| {
-                        Error::Bootstrap(format!("MPR_SOFT_LOSS={v}: expected a probability in [0, 1)"))
-                    })?;
-            }
+            // Validated with the other numeric settings at start-up (env::check).
+            cfg.loss = crate::env::parsed("MPR_SOFT_LOSS").unwrap_or(cfg.loss);
             cfg.seed = crate::env::parsed::<u64>("MPR_SOFT_SEED").unwrap_or(cfg.seed)
                 ^ (rank as u64).wrapping_mul(0x9e37_79b9);
             if let Ok(v) = std::env::var("MPR_SOFT_LIMITS") {
