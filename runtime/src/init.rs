@@ -81,6 +81,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         tcp: listening.as_ref().map(|l| l.addr()),
         rdma: rdma.as_ref().ok().map(|o| o.kind.clone()),
         links: rdma.as_ref().map(|o| o.links.clone()).unwrap_or_default(),
+        named: rdma.as_ref().map(|o| o.named.clone()).unwrap_or_default(),
         cpus: Some(my_cpus.clone()),
     };
     let cards = boot.exchange(&card)?;
@@ -163,18 +164,21 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     // RDMA between two ranks when both opened a device of the same kind and shared memory
     // does not serve them; every rank can tell from the cards whether any pair does.
     let shm_pair = |a: usize, b: usize| allowed.shm && cards[a].host == cards[b].host;
-    let rdma_pair = |a: usize, b: usize| if shm_pair(a, b) { None } else { fabric_pair(&cards[a], &cards[b]) };
-    // Each RDMA peer with the index of this rank's device that reaches it.
-    let rdma_peers: Vec<(usize, usize)> = remote.iter().filter_map(|&p| rdma_pair(me, p).map(|d| (p, d))).collect();
-    let any_rdma = (0..boot.size).any(|a| (a + 1..boot.size).any(|b| rdma_pair(a, b).is_some()));
+    let rdma_pair =
+        |a: usize, b: usize| if shm_pair(a, b) { Vec::new() } else { verbs::fabric::lanes(&cards[a], &cards[b]) };
+    // Each RDMA peer with the index of this rank's device that reaches it, once per cable
+    // (lane), in lane order.
+    let rdma_peers: Vec<(usize, usize)> =
+        remote.iter().flat_map(|&p| rdma_pair(me, p).into_iter().map(move |d| (p, d))).collect();
+    let any_rdma = (0..boot.size).any(|a| (a + 1..boot.size).any(|b| !rdma_pair(a, b).is_empty()));
     if let Some(&p) = remote.iter().find(|&&p| !allowed.tcp && !rdma_peers.iter().any(|r| r.0 == p)) {
         let why = match &rdma {
             Err(e) => e.clone(),
             Ok(o) => match &cards[p].rdma {
                 Some(k) if *k == o.kind => format!(
-                    "no device of this rank shares a link with one of rank {p} (this rank: {}; rank {p}: {})",
-                    links_text(&card.links),
-                    links_text(&cards[p].links)
+                    "no device of this rank reaches rank {p} (this rank: {}; rank {p}: {})",
+                    verbs::fabric::describe(&card),
+                    verbs::fabric::describe(&cards[p])
                 ),
                 Some(k) => format!("rank {p} opened a {k} device, this rank a {} one", o.kind),
                 None => format!("rank {p} on host {} has no RDMA device", cards[p].host),
@@ -187,7 +191,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         )));
     }
     let mut names: Vec<&'static str> = vec![""; boot.size];
-    // Per RDMA peer: the device that reaches it (for the verbose line).
+    // Per RDMA peer: the devices that reach it (for the verbose line).
     let mut via: Vec<String> = vec![String::new(); boot.size];
     if let Some(&r) = remote.first() {
         let Some(listening) = listening else {
@@ -215,7 +219,8 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             let devices: Vec<String> =
                 rdma.as_ref().map(|o| o.devs.iter().map(|d| d.name()).collect()).unwrap_or_default();
             for &(p, d) in &rdma_peers {
-                via[p] = format!(" via {}", devices[d]);
+                let sep = if via[p].is_empty() { " via " } else { " + " };
+                via[p] += &format!("{sep}{}", devices[d]);
             }
             tcp = connect_rdma(&mut boot, &mut rdma, &rdma_peers, tcp)?;
             let caps = tcp.caps();
@@ -277,7 +282,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
 }
 
 /// Sets up RDMA towards `peers`: queue pairs, their addresses through the key-value service
-/// (`mpr-qp-<from>-<to>`), connection. `side` (TCP to the same peers and maybe others) becomes
+/// (`mpr-qp-<from>-<to>-<lane>`), connection. `side` (TCP to the same peers and maybe others) becomes
 /// the liveness side channel and serves the other peers. Every rank calls this when any pair
 /// of ranks uses RDMA (the fence is global).
 fn connect_rdma(
@@ -291,10 +296,11 @@ fn connect_rdma(
         Ok(o) if !peers.is_empty() => VerbsTransport::prepare(&mut o.devs, peers),
         _ => Ok(Vec::new()),
     };
-    let published = prepared
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|prep| prep.iter().try_for_each(|p| boot.put(&format!("mpr-qp-{me}-{}", p.peer), &p.addr.encode())));
+    let published = prepared.as_ref().map_err(Clone::clone).and_then(|prep| {
+        prep.iter()
+            .zip(lane_numbers(prep.iter().map(|p| p.peer)))
+            .try_for_each(|(p, lane)| boot.put(&format!("mpr-qp-{me}-{}-{lane}", p.peer), &p.addr.encode()))
+    });
     // Everyone fences, also after a failure here, so nobody waits forever.
     let fenced = boot.fence();
     let prepared = prepared?;
@@ -304,8 +310,8 @@ fn connect_rdma(
         return Ok(side);
     }
     let mut addrs = Vec::new();
-    for p in &prepared {
-        let key = format!("mpr-qp-{}-{me}", p.peer);
+    for (p, lane) in prepared.iter().zip(lane_numbers(prepared.iter().map(|p| p.peer))) {
+        let key = format!("mpr-qp-{}-{me}-{lane}", p.peer);
         let v = boot.get(&key)?;
         addrs.push(QpAddr::decode(&v).ok_or_else(|| Error::Bootstrap(format!("bad queue-pair address {key}={v}")))?);
     }
@@ -313,27 +319,16 @@ fn connect_rdma(
     Ok(Box::new(VerbsTransport::connect(opened.devs, me, boot.size, prepared, &addrs, side)?))
 }
 
-/// Whether ranks with cards `a` and `b` reach each other over RDMA, and through which of
-/// `a`'s devices: devices of one kind, and either one device each that reaches every peer,
-/// or devices on two ends of one link (the same subnet, as the two ends of a Thunderbolt
-/// cable are). The first such link wins.
-fn fabric_pair(a: &Card, b: &Card) -> Option<usize> {
-    if a.rdma.is_none() || a.rdma != b.rdma {
-        return None;
-    }
-    match (a.links.is_empty(), b.links.is_empty()) {
-        (true, true) => Some(0),
-        (false, false) => a.links.iter().position(|&la| b.links.iter().any(|&lb| verbs::select::same_link(la, lb))),
-        _ => None,
-    }
-}
-
-/// A card's RDMA links, for messages.
-fn links_text(links: &[(std::net::Ipv4Addr, u8)]) -> String {
-    if links.is_empty() {
-        return "one device, no link named".into();
-    }
-    links.iter().map(|(ip, bits)| format!("{ip}/{bits}")).collect::<Vec<_>>().join(", ")
+/// The lane of each entry of `peers` (a peer listed once per cable): 0 for its first, ...
+fn lane_numbers(peers: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut seen: Vec<usize> = Vec::new();
+    peers
+        .map(|p| {
+            let lane = seen.iter().filter(|&&q| q == p).count();
+            seen.push(p);
+            lane
+        })
+        .collect()
 }
 
 /// The smallest message copied by sender and receiver at once (`MPR_SPLIT_COPY_MIN`, `set`;

@@ -171,8 +171,7 @@ impl Runtime {
                 self.expose(&mut t);
             }
             if self.pending[peer].is_empty() {
-                let tr = &mut self.transports[self.route[peer]];
-                match tr.try_send(peer, t.hdr.as_slice(), t.payload.bytes()) {
+                match offer(&mut self.transports[self.route[peer]], &t) {
                     Ok(true) => {
                         if let Some(id) = t.on_sent {
                             self.engine.on_sent(id);
@@ -249,8 +248,7 @@ impl Runtime {
         let mut sent = 0;
         for peer in 0..self.pending.len() {
             while let Some(t) = self.pending[peer].front() {
-                let tr = &mut self.transports[self.route[peer]];
-                match tr.try_send(peer, t.hdr.as_slice(), t.payload.bytes()) {
+                match offer(&mut self.transports[self.route[peer]], t) {
                     Ok(true) => {}
                     Ok(false) => break,
                     Err(e) => {
@@ -681,6 +679,16 @@ impl Runtime {
         // A peer whose link died while we left may never have had what we sent it (an eager
         // send completes when the transport takes it): say so, rather than leave in silence.
         r.and_then(|()| self.check_peers(Target::Job))
+    }
+}
+
+/// Hands frame `t` to transport `tr` (see [`Transport::try_send`]), over any of the peer's
+/// paths when its order does not matter.
+fn offer(tr: &mut Box<dyn Transport>, t: &Transmit) -> Result<bool, Error> {
+    if t.any_order {
+        tr.try_send_any_order(t.peer, t.hdr.as_slice(), t.payload.bytes())
+    } else {
+        tr.try_send(t.peer, t.hdr.as_slice(), t.payload.bytes())
     }
 }
 

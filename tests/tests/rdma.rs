@@ -61,7 +61,7 @@ fn collectives_over_soft_uc_and_rc() {
 
 /// Each rank's RDMA counters from the transport's verbose end line ("mpr: rank K: rdma (UC):
 /// N messages (B B) pulled with RDMA READ, R sent again, O received out of order; device
-/// NAME: L frames lost (injected), S frames sent again after T timeouts, D messages dropped
+/// NAME: M messages sent, L frames lost (injected), S frames sent again after T timeouts, D messages dropped
 /// ..."), by rank: [N, B, R, O] of the transport, [L, S, T, D] of the device.
 fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 4], [u64; 4])> {
     let numbers = |s: &str| -> Vec<u64> {
@@ -76,8 +76,8 @@ fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 4], [u64; 4])> {
         by_rank[rank] = Some({
             let (ours, device) = l.split_once("; device ").unwrap_or_else(|| panic!("no device counts: {l}"));
             let (t, d) = (numbers(ours), numbers(device.split_once(": ").expect("device name").1));
-            assert!(t.len() == 4 && d.len() == 4, "{l}");
-            ([t[0], t[1], t[2], t[3]], [d[0], d[1], d[2], d[3]])
+            assert!(t.len() == 4 && d.len() == 5, "{l}");
+            ([t[0], t[1], t[2], t[3]], [d[1], d[2], d[3], d[4]])
         });
     }
     by_rank

@@ -134,6 +134,7 @@ mod tests {
             tcp: None,
             rdma: None,
             links: Vec::new(),
+            named: Vec::new(),
             cpus: Some(cpus.to_vec()),
         };
         // Host a: two ranks bound to CPU 0 and one to CPU 1; host b: one rank.
@@ -150,6 +151,7 @@ mod tests {
             tcp: None,
             rdma: None,
             links: Vec::new(),
+            named: Vec::new(),
             cpus: Some(cpus.to_vec()),
         };
         let m = Some("5f0e1a3c1b2d4c3e9f000123456789ab");

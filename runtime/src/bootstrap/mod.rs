@@ -37,6 +37,10 @@ pub(crate) struct Card {
     /// a peer with a device on the same subnet is reached through that device. Empty: one
     /// device that reaches every peer of its kind.
     pub(crate) links: Vec<(std::net::Ipv4Addr, u8)>,
+    /// Devices named per peer host (the hostfile's `rdma=HOST:DEV+DEV,...`, see
+    /// `verbs::fabric`): for each peer host, the indices of this rank's devices that reach
+    /// it, one per cable, in the order both ends list them. Beats `links`.
+    pub(crate) named: Vec<(String, Vec<usize>)>,
     /// The CPUs the rank may run on, if its OS says (see `cpus`).
     pub(crate) cpus: Option<Vec<usize>>,
 }
@@ -63,6 +67,12 @@ impl Card {
             let links: Vec<String> = self.links.iter().map(|(ip, bits)| format!("{ip}/{bits}")).collect();
             s += &format!(";r={}", links.join(","));
         }
+        if !self.named.is_empty() {
+            let each = |(h, d): &(String, Vec<usize>)| {
+                format!("{h}:{}", d.iter().map(usize::to_string).collect::<Vec<_>>().join("+"))
+            };
+            s += &format!(";x={}", self.named.iter().map(each).collect::<Vec<_>>().join(","));
+        }
         if let Some(c) = &self.cpus {
             s += &format!(";c={}", cpus::encode(c));
         }
@@ -76,6 +86,7 @@ impl Card {
         let mut tcp = None;
         let mut rdma = None;
         let mut links = Vec::new();
+        let mut named = Vec::new();
         let mut cpu_list = None;
         for part in s.split(';') {
             match part.split_once('=') {
@@ -94,6 +105,18 @@ impl Card {
                         .collect::<Option<Vec<_>>>()
                         .ok_or_else(|| Error::Bootstrap(format!("bad RDMA links in card {s:?}")))?;
                 }
+                Some(("x", v)) => {
+                    let each = |e: &str| {
+                        let (h, d) = e.rsplit_once(':')?;
+                        let d = d.split('+').map(|i| i.parse().ok()).collect::<Option<Vec<usize>>>()?;
+                        Some((h.to_string(), d))
+                    };
+                    named = v
+                        .split(',')
+                        .map(each)
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| Error::Bootstrap(format!("bad RDMA device list in card {s:?}")))?;
+                }
                 Some(("c", v)) => cpu_list = cpus::decode(v),
                 Some(("t", v)) => {
                     tcp = Some(v.parse().map_err(|_| Error::Bootstrap(format!("bad TCP address in card {s:?}")))?)
@@ -102,7 +125,7 @@ impl Card {
             }
         }
         match (host, pid) {
-            (Some(host), Some(pid)) => Ok(Card { host, machine, pid, tcp, rdma, links, cpus: cpu_list }),
+            (Some(host), Some(pid)) => Ok(Card { host, machine, pid, tcp, rdma, links, named, cpus: cpu_list }),
             _ => Err(Error::Bootstrap(format!("malformed business card {s:?}"))),
         }
     }
@@ -254,6 +277,7 @@ mod tests {
             tcp: None,
             rdma: None,
             links: Vec::new(),
+            named: Vec::new(),
             cpus: None,
         };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
@@ -264,10 +288,14 @@ mod tests {
             tcp: Some("10.0.0.2:5000".parse().unwrap()),
             rdma: Some("soft".into()),
             links: vec![("10.9.1.1".parse().unwrap(), 30), ("10.9.2.5".parse().unwrap(), 30)],
+            named: vec![("mac2".into(), vec![0, 1]), ("10.0.0.3".into(), vec![2])],
             cpus: Some(vec![0, 1, 2, 6]),
         };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
         assert!(c.encode().contains(";r=10.9.1.1/30,10.9.2.5/30"), "{}", c.encode());
+        assert!(c.encode().contains(";x=mac2:0+1,10.0.0.3:2"), "{}", c.encode());
+        assert!(Card::decode("h=x;p=1;x=mac2:a").is_err());
+        assert!(Card::decode("h=x;p=1;x=mac2").is_err());
         assert!(Card::decode("h=x;p=1;r=10.9.1.1/33").is_err());
         assert!(Card::decode("h=x;p=1;r=10.9.1.1").is_err());
         assert!(Card::decode("h=x;p=1;t=nonsense").is_err());

@@ -89,9 +89,18 @@ pub(crate) struct Transmit {
     /// An `Rts` whose buffer the driver exposes to the peer just before the frame goes out
     /// (so it keeps its place in the peer's order), then reports with [`Engine::on_exposed`].
     pub(crate) expose: bool,
+    /// A `Data` frame: it names its place in the message, so it may overtake the peer's
+    /// other frames or be overtaken (a transport with several paths to the peer spreads
+    /// these over them; see [`crate::transport::Transport::try_send_any_order`]).
+    pub(crate) any_order: bool,
 }
 
 impl Transmit {
+    fn new(peer: usize, f: Frame, payload: RawBuf, on_sent: Option<ReqId>, owner: Option<ReqId>) -> Transmit {
+        let any_order = matches!(f, Frame::Data { .. });
+        Transmit { peer, hdr: f.encode(), payload, on_sent, owner, expose: false, any_order }
+    }
+
     /// Whether this is the `Rts` of a rendezvous send: while it is queued, the peer knows
     /// nothing of the send (neither its buffer's address nor its key).
     pub(crate) fn is_rts(&self) -> bool {
@@ -220,15 +229,14 @@ impl Engine {
     }
 
     fn push(&mut self, peer: usize, f: Frame, payload: RawBuf, on_sent: Option<ReqId>) {
-        self.outbox.push_back(Transmit { peer, hdr: f.encode(), payload, on_sent, owner: on_sent, expose: false });
+        self.outbox.push_back(Transmit::new(peer, f, payload, on_sent, on_sent));
     }
 
     /// Queues a frame of send `owner`; `done_when_sent`: the send is done once the transport
     /// takes it ([`Engine::on_sent`]).
     fn push_owned(&mut self, peer: usize, f: Frame, payload: RawBuf, owner: ReqId, done_when_sent: bool) {
         let on_sent = done_when_sent.then_some(owner);
-        let t = Transmit { peer, hdr: f.encode(), payload, on_sent, owner: Some(owner), expose: false };
-        self.outbox.push_back(t);
+        self.outbox.push_back(Transmit::new(peer, f, payload, on_sent, Some(owner)));
     }
 
     /// The result of a send that is done.

@@ -73,6 +73,14 @@ pub(crate) trait Transport: std::fmt::Debug {
     /// again and fails the operations on `peer` (and only those) with the error.
     fn try_send(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error>;
 
+    /// [`Transport::try_send`] for a frame that may arrive before or after the peer's other
+    /// frames (a `Data` frame names its place in its message). A transport with several
+    /// paths to `peer` (cables, rails) spreads these over all of them; the others send them
+    /// in order like any frame.
+    fn try_send_any_order(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
+        self.try_send(peer, hdr, payload)
+    }
+
     /// Writes out frames a transport held back to batch them (called after a blocking send
     /// and at every poll).
     fn flush(&mut self) {}

@@ -503,14 +503,15 @@ fn probe_gone(w: &mpr::Comm) -> R {
 /// a window for a test to throw stray connections at the ranks.
 fn idle(w: &mpr::Comm) -> R {
     let ms: u64 = std::env::var("PTP_IDLE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let len: usize = std::env::var("PTP_IDLE_LEN").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     match w.rank() {
         0 => {
             let (v, _) = w.recv_vec::<u8>(1, 9)?;
-            check(&v, 1, 0, 0, 1000);
+            check(&v, 1, 0, 0, len);
         }
         1 => {
             std::thread::sleep(std::time::Duration::from_millis(ms));
-            w.send(&pattern(1, 0, 0, 1000), 0, 9)?;
+            w.send(&pattern(1, 0, 0, len), 0, 9)?;
         }
         _ => {}
     }

@@ -216,6 +216,27 @@ impl Ibv {
         })
     }
 
+    /// The names of the devices whose port is active, and why the others are left out.
+    pub(crate) fn active_devices() -> Result<(Vec<String>, Vec<String>), VerbsError> {
+        let list = DeviceList::get(api(Flavor::HOST)?)?;
+        let (mut active, mut not) = (Vec::new(), Vec::new());
+        for &dev in list.devices() {
+            let name = list.name(dev);
+            match list.open(dev).and_then(|ctx| Device { api: list.api, ctx: &ctx }.port(PORT)) {
+                Ok(p) if p.state == ffi::IBV_PORT_ACTIVE => active.push(name),
+                Ok(p) => not.push(format!("{name}: port {PORT} {}", port_state_name(p.state))),
+                Err(e) => not.push(format!("{name}: {e}")),
+            }
+        }
+        Ok((active, not))
+    }
+
+    /// The IPv4 address in this device's GID, if it holds one (Thunderbolt: its paired
+    /// interface's address; RoCE v2 over IPv4).
+    pub(crate) fn ipv4(&self) -> Option<std::net::Ipv4Addr> {
+        super::fabric::gid_ipv4(&self.gid)
+    }
+
     /// The configured device, or the first with an active port.
     fn pick(list: &DeviceList, config: &IbvConfig) -> Result<(String, Owned<ffi::ibv_context>), VerbsError> {
         let names: Vec<(String, *mut ffi::ibv_device)> = list.devices().iter().map(|&d| (list.name(d), d)).collect();

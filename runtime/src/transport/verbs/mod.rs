@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // The transport over this seam lands in steps.
 
+pub(crate) mod fabric;
 pub(crate) mod ffi;
 pub(crate) mod ibv;
 pub(crate) mod provider;

@@ -14,6 +14,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use super::fabric;
 use super::ibv::{Ibv, IbvConfig};
 use super::provider::{Provider, VerbsError};
 use super::soft::{SoftConfig, SoftDevice, SoftLimits};
@@ -29,32 +30,28 @@ pub(crate) struct Opened {
     /// the peers with a device on the same subnet; empty: the one device reaches every peer
     /// of its kind.
     pub(crate) links: Vec<(Ipv4Addr, u8)>,
+    /// Devices named per peer host (`MPR_RDMA_PEERS`; see [`super::fabric`]): beats `links`.
+    pub(crate) named: Vec<(String, Vec<usize>)>,
 }
 
 impl Opened {
     fn one(kind: &str, dev: Box<dyn Provider>) -> Opened {
-        Opened { kind: kind.into(), devs: vec![dev], links: Vec::new() }
+        Opened { kind: kind.into(), devs: vec![dev], links: Vec::new(), named: Vec::new() }
     }
 }
 
-/// Opens this rank's device. `Ok(Err(reason))`: no RDMA here (the job may fall back to
+/// Opens this rank's devices. `Ok(Err(reason))`: no RDMA here (the job may fall back to
 /// TCP); `Err`: a setting is wrong.
 pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, Error> {
     let chosen = std::env::var("MPR_VERBS_PROVIDER").unwrap_or_default();
-    match chosen.trim() {
-        "" | "verbs" => {
-            let config = IbvConfig::from_env();
-            Ok(Ibv::open(&config).map(|d| Opened::one("verbs", Box::new(d))).map_err(|e| {
-                let why = match e {
-                    VerbsError::Unavailable(s) => s,
-                    e => e.to_string(),
-                };
-                match &config.device {
-                    Some(name) => format!("{why} (device {name}, from MPR_RDMA_DEVICE)"),
-                    None => why,
-                }
-            }))
+    let named = match std::env::var("MPR_RDMA_PEERS") {
+        Ok(v) if !v.trim().is_empty() => {
+            Some(fabric::parse_named(&v).map_err(|e| Error::Bootstrap(format!("MPR_RDMA_PEERS={v}: {e}")))?)
         }
+        _ => None,
+    };
+    match chosen.trim() {
+        "" | "verbs" => Ok(open_verbs(named)),
         kind @ ("soft" | "soft-rc") => {
             let IpAddr::V4(v4) = bind else {
                 return Err(Error::Bootstrap(format!("the software RDMA provider needs an IPv4 address, not {bind}")));
@@ -68,21 +65,43 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
                 cfg.limits =
                     Some(parse_limits(&v, &cfg).map_err(|e| Error::Bootstrap(format!("MPR_SOFT_LIMITS={v}: {e}")))?);
             }
-            let Ok(list) = std::env::var("MPR_SOFT_IFACES") else {
-                return Ok(SoftDevice::open(cfg).map(|d| Opened::one(kind, Box::new(d))).map_err(|e| e.to_string()));
+            // A soft device per interface: the ones named per peer, or MPR_SOFT_IFACES.
+            let (wanted, named) = match (named, std::env::var("MPR_SOFT_IFACES")) {
+                (Some((devices, named)), _) => (devices.join(","), named),
+                (None, Ok(list)) => (list, Vec::new()),
+                (None, Err(_)) => {
+                    return Ok(SoftDevice::open(cfg).map(|d| Opened::one(kind, Box::new(d))).map_err(|e| e.to_string()))
+                }
             };
-            let links = iface_links(&list)?;
-            if links.is_empty() {
-                return Ok(Err(format!("MPR_SOFT_IFACES={list}: no interface with an IPv4 address matches")));
+            let ifaces = interfaces(&wanted)?;
+            if ifaces.is_empty() {
+                return Ok(Err(format!("interfaces {wanted}: none has an IPv4 address")));
             }
-            let mut devs: Vec<Box<dyn Provider>> = Vec::new();
-            for &(addr, _) in &links {
-                match SoftDevice::open(SoftConfig { addr, ..cfg }) {
-                    Ok(d) => devs.push(Box::new(d)),
-                    Err(e) => return Ok(Err(e.to_string())),
+            if !named.is_empty() {
+                // Each named device must be there, in the order named.
+                let order: Vec<&str> = wanted.split(',').collect();
+                if let Some(missing) = order.iter().find(|n| !ifaces.iter().any(|i| i.0 == **n)) {
+                    return Ok(Err(format!("no interface {missing} with an IPv4 address (named by MPR_RDMA_PEERS)")));
                 }
             }
-            Ok(Ok(Opened { kind: kind.into(), devs, links }))
+            let order: Vec<String> = if named.is_empty() {
+                ifaces.iter().map(|i| i.0.clone()).collect()
+            } else {
+                wanted.split(',').map(String::from).collect()
+            };
+            let (mut devs, mut links): (Vec<Box<dyn Provider>>, Vec<(Ipv4Addr, u8)>) = (Vec::new(), Vec::new());
+            for name in &order {
+                let (_, addr, bits) = ifaces.iter().find(|i| &i.0 == name).cloned().expect("checked above");
+                match SoftDevice::open(SoftConfig { addr, ..cfg }) {
+                    Ok(d) => devs.push(Box::new(d.on_iface(name))),
+                    Err(e) => return Ok(Err(e.to_string())),
+                }
+                links.push((addr, bits));
+            }
+            if !named.is_empty() {
+                links.clear();
+            }
+            Ok(Ok(Opened { kind: kind.into(), devs, links, named }))
         }
         other => Err(Error::Bootstrap(format!(
             "MPR_VERBS_PROVIDER={other}: unknown provider (this build has verbs, soft, soft-rc)"
@@ -90,9 +109,65 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
     }
 }
 
-/// The IPv4 address and prefix length of every interface `list` names (`NAME` or `PREFIX*`,
-/// comma-separated), in the order the system lists them.
-fn iface_links(list: &str) -> Result<Vec<(Ipv4Addr, u8)>, Error> {
+/// The real provider's devices: those named per peer; the one `MPR_RDMA_DEVICE` names; or
+/// every active one, each on the link its GID's address sits on. Thunderbolt devices are
+/// always taken as links (each reaches one Mac); one NIC alone reaches every peer.
+fn open_verbs(named: Option<(Vec<String>, Vec<(String, Vec<usize>)>)>) -> Result<Opened, String> {
+    let config = IbvConfig::from_env();
+    let why = |e: VerbsError, dev: Option<&str>, from: &str| {
+        let why = match e {
+            VerbsError::Unavailable(s) => s,
+            e => e.to_string(),
+        };
+        match dev {
+            Some(name) => format!("{why} (device {name}, from {from})"),
+            None => why,
+        }
+    };
+    let open = |name: &str| Ibv::open(&IbvConfig { device: Some(name.into()), ..config.clone() });
+    if let Some((devices, named)) = named {
+        let mut devs: Vec<Box<dyn Provider>> = Vec::new();
+        for d in &devices {
+            devs.push(Box::new(open(d).map_err(|e| why(e, Some(d), "MPR_RDMA_PEERS"))?));
+        }
+        return Ok(Opened { kind: "verbs".into(), devs, links: Vec::new(), named });
+    }
+    if let Some(name) = &config.device {
+        return Ibv::open(&config)
+            .map(|d| Opened::one("verbs", Box::new(d)))
+            .map_err(|e| why(e, Some(name), "MPR_RDMA_DEVICE"));
+    }
+    let (active, _) = Ibv::active_devices().map_err(|e| why(e, None, ""))?;
+    let point_to_point = super::ibv::Flavor::HOST == super::ibv::Flavor::AppleRdma;
+    if active.len() < 2 && !point_to_point {
+        return Ibv::open(&config).map(|d| Opened::one("verbs", Box::new(d))).map_err(|e| why(e, None, ""));
+    }
+    let ifaces = interfaces("*").map_err(|e| e.to_string())?;
+    let (mut devs, mut links): (Vec<Box<dyn Provider>>, Vec<(Ipv4Addr, u8)>) = (Vec::new(), Vec::new());
+    let mut skipped = Vec::new();
+    for name in &active {
+        let d = open(name).map_err(|e| why(e, Some(name), "the device list"))?;
+        match d.ipv4().and_then(|ip| ifaces.iter().find(|i| i.1 == ip)) {
+            Some(&(_, ip, bits)) => {
+                links.push((ip, bits));
+                devs.push(Box::new(d));
+            }
+            None => skipped.push(name.clone()),
+        }
+    }
+    if devs.is_empty() {
+        return Err(format!(
+            "no RDMA device has an IPv4 address in its GID to tell which peers it reaches ({}); name one with \
+             MPR_RDMA_DEVICE or per peer in the hostfile",
+            skipped.join(", ")
+        ));
+    }
+    Ok(Opened { kind: "verbs".into(), devs, links, named: Vec::new() })
+}
+
+/// The name, IPv4 address and prefix length of every interface `list` names (`NAME` or
+/// `PREFIX*`, comma-separated; `*` for all), in the order the system lists them.
+fn interfaces(list: &str) -> Result<Vec<(String, Ipv4Addr, u8)>, Error> {
     let want: Vec<&str> = list.split(',').map(str::trim).filter(|w| !w.is_empty()).collect();
     let named = |name: &str| {
         want.iter().any(|w| match w.strip_suffix('*') {
@@ -106,7 +181,7 @@ fn iface_links(list: &str) -> Result<Vec<(Ipv4Addr, u8)>, Error> {
         let ip = a.address.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| s.ip());
         let mask = a.netmask.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| s.ip());
         if let (Some(ip), Some(mask)) = (ip, mask) {
-            out.push((ip, u32::from(mask).count_ones() as u8));
+            out.push((a.interface_name.clone(), ip, u32::from(mask).count_ones() as u8));
         }
     }
     Ok(out)
@@ -171,9 +246,10 @@ mod tests {
     #[test]
     fn interfaces_are_named_or_prefixed() {
         // Loopback has 127.0.0.1/8 everywhere this runs.
-        let lo = iface_links("lo").unwrap();
-        assert!(lo.contains(&(Ipv4Addr::LOCALHOST, 8)), "{lo:?}");
-        assert_eq!(iface_links("l*").unwrap().iter().filter(|l| l.0 == Ipv4Addr::LOCALHOST).count(), 1);
-        assert!(iface_links("no-such-iface0").unwrap().is_empty());
+        let lo = interfaces("lo").unwrap();
+        assert!(lo.contains(&("lo".into(), Ipv4Addr::LOCALHOST, 8)), "{lo:?}");
+        assert_eq!(interfaces("l*").unwrap().iter().filter(|l| l.1 == Ipv4Addr::LOCALHOST).count(), 1);
+        assert!(interfaces("*").unwrap().iter().any(|l| l.1 == Ipv4Addr::LOCALHOST));
+        assert!(interfaces("no-such-iface0").unwrap().is_empty());
     }
 }

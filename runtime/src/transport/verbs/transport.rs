@@ -1,9 +1,11 @@
 //! The RDMA transport: engine frames over any verbs provider, within what the Thunderbolt
 //! hardware gives (UC queue pairs, SEND/RECV, page-aligned regions, few work requests).
 //!
-//! Every peer gets one queue pair and, in two page-aligned regions registered once (two of
-//! the device's ~100), `window + ACK_BUFS` send buffers and as many receive buffers of
-//! `chunk` bytes each. One engine frame travels as one SEND with a 16-byte header:
+//! Every peer gets one queue pair per cable that reaches it (a link; one cable is the
+//! usual case), on the device at this end of that cable, and per link, in two page-aligned
+//! regions registered once per device (two of its ~100), `window + ACK_BUFS` send buffers
+//! and as many receive buffers of `chunk` bytes each. One engine frame travels as one SEND
+//! with a 16-byte header:
 //!
 //! ```text
 //! kind u8 | 0 u8 | 0 u16 | seq u32 | ack u32 | len u32 | frame (len bytes)
@@ -32,6 +34,12 @@
 //!   the device's regions minus three (the two bounce regions and one receive) exposed; a
 //!   message beyond that goes through the bounce buffers. On UC (Thunderbolt) every message
 //!   goes through the bounce buffers, pipelined in frames.
+//! - Several cables to one peer (lanes, in the order both ends agree on; see `fabric`):
+//!   every frame whose order matters goes over the first; `Data` frames, which name their
+//!   place in their message, go round robin over every lane with room, so a large message is
+//!   striped over all the cables. Each lane is its own sequenced stream. A lane that dies
+//!   ends the pair (the peer is reported dead, naming the device): its unacknowledged frames
+//!   cannot be replayed over another lane without the receiver telling what it already had.
 //! - Peers without a queue pair (no device of theirs shares a fabric with ours: a ring of
 //!   Macs reaches its non-neighbours only over IP) are served by the side channel alone, with
 //!   its own capabilities (the runtime sets their limits from it): every frame, liveness and
@@ -190,8 +198,12 @@ pub(crate) struct VerbsTransport {
     /// This rank (for its verbose lines).
     me: usize,
     name: &'static str,
-    /// Link index of each world rank (usize::MAX: not served here).
-    index: Vec<usize>,
+    /// Per world rank: its links, one per cable that reaches it, in lane order (the same
+    /// order on both sides); empty: not served here. The first carries every frame whose
+    /// order matters; `Data` frames go over all of them.
+    lanes: Vec<Vec<usize>>,
+    /// Per world rank: the lane its next `Data` frame tries first (round robin).
+    turn: Vec<usize>,
     links: Vec<Link>,
     send_mem: Pinned,
     recv_mem: Pinned,
@@ -213,6 +225,9 @@ pub(crate) struct VerbsTransport {
     /// and dropped (reported by `finalize` under `MPR_VERBOSE`).
     resent: u64,
     out_of_order: u64,
+    /// Sequenced messages each device sent (not counting retransmissions), reported by
+    /// `finalize` under `MPR_VERBOSE`: how the cables shared the traffic.
+    carried: Vec<u64>,
     finalizing: bool,
     said_goodbye: bool,
 }
@@ -228,7 +243,8 @@ pub(crate) struct Pending {
 
 impl VerbsTransport {
     /// Creates the queue pairs for `peers` (world rank, and the index in `devs` of the device
-    /// that reaches it); publish each `Pending::addr` to its peer, then call
+    /// that reaches it; a rank reached over several cables is listed once per cable, in lane
+    /// order); publish each `Pending::addr` to its peer, then call
     /// [`VerbsTransport::connect`] with the peers' addresses. Each device's queue pairs stay
     /// within its own limit.
     pub(crate) fn prepare(devs: &mut [Box<dyn Provider>], peers: &[(usize, usize)]) -> Result<Vec<Pending>, Error> {
@@ -279,12 +295,12 @@ impl VerbsTransport {
         let send_mem = Pinned::new(n * per * tune.chunk, align);
         let recv_mem = Pinned::new(n * recv_per * tune.chunk, align);
         let now = Instant::now();
-        let mut index = vec![usize::MAX; size];
+        let mut lanes = vec![Vec::new(); size];
         let links = prepared
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                index[p.peer] = i;
+                lanes[p.peer].push(i);
                 Link {
                     rank: p.peer,
                     dev: p.dev,
@@ -311,6 +327,7 @@ impl VerbsTransport {
             })
             .collect();
         let name = if caps.rc { "rdma (RC)" } else { "rdma (UC)" };
+        let n_devs = devs.len();
         let mut t = VerbsTransport {
             devs: {
                 // Connect first: a failure here must still release the queue pairs.
@@ -328,7 +345,8 @@ impl VerbsTransport {
             tune,
             me,
             name,
-            index,
+            lanes,
+            turn: vec![0; size],
             links,
             send_mem,
             recv_mem,
@@ -342,6 +360,7 @@ impl VerbsTransport {
             reads: (0, 0),
             resent: 0,
             out_of_order: 0,
+            carried: vec![0; n_devs],
             finalizing: false,
             said_goodbye: false,
         };
@@ -449,6 +468,7 @@ impl VerbsTransport {
         }
         l.unacked.push_back(Out { seq, buf, len, sent: Instant::now() });
         l.next_seq = seq.wrapping_add(1);
+        self.carried[l.dev] += 1;
         Ok(true)
     }
 
@@ -552,7 +572,8 @@ impl VerbsTransport {
         // UC: an error completion means the message may be lost; the retransmission covers
         // it. RC: the device gave up on the peer.
         if self.caps.rc && !matches!(c.status, WcStatus::Success | WcStatus::Flushed) && l.dead.is_none() {
-            l.dead = Some(format!("RDMA send failed ({:?})", c.status));
+            let why = format!("RDMA send through device {} failed ({:?})", self.device_of(link), c.status);
+            self.links[link].dead = Some(why);
         }
     }
 
@@ -592,7 +613,12 @@ impl VerbsTransport {
                 continue;
             }
             if !l.unacked.is_empty() && now.duration_since(l.progress) > self.tune.dead_after {
-                l.dead = Some(format!("no RDMA acknowledgement for {:.1} s", self.tune.dead_after.as_secs_f64()));
+                let why = format!(
+                    "no RDMA acknowledgement through device {} for {:.1} s",
+                    self.device_of(link),
+                    self.tune.dead_after.as_secs_f64()
+                );
+                self.links[link].dead = Some(why);
                 continue;
             }
             if !self.caps.rc && l.unacked.front().is_some_and(|o| now.duration_since(o.sent) >= l.rto) {
@@ -708,18 +734,27 @@ impl VerbsTransport {
         Ok(())
     }
 
-    /// The link (queue pair) to `peer`, if it has one.
+    /// The first link (queue pair) to `peer`, which carries its ordered frames, if it has one.
     fn link_of(&self, peer: usize) -> Option<usize> {
-        self.index.get(peer).copied().filter(|&l| l != usize::MAX)
+        self.lanes.get(peer).and_then(|l| l.first()).copied()
     }
 
-    /// Every message of ours is acknowledged and every peer said FIN (or is gone).
+    /// The first of `peer`'s links that died, with why.
+    fn dead_lane(&self, peer: usize) -> Option<&String> {
+        self.lanes.get(peer)?.iter().find_map(|&l| self.links[l].dead.as_ref())
+    }
+
+    /// The device of link `l` as its messages name it.
+    fn device_of(&self, l: usize) -> String {
+        self.devs[self.links[l].dev].name()
+    }
+
+    /// Every message of ours is acknowledged and every peer said FIN (or is gone: left, or
+    /// one of its cables died, which ends the pair).
     fn quiet(&self) -> bool {
-        self.links.iter().all(|l| {
-            l.dead.is_some()
-                || self.side.peer_state(l.rank) != PeerState::Alive
-                || (l.fin_sent && l.unacked.is_empty() && l.fin_got)
-        })
+        self.links
+            .iter()
+            .all(|l| self.peer_state(l.rank) != PeerState::Alive || (l.fin_sent && l.unacked.is_empty() && l.fin_got))
     }
 }
 
@@ -739,10 +774,29 @@ impl Transport for VerbsTransport {
         let Some(link) = self.link_of(peer) else {
             return self.side.try_send(peer, hdr, payload);
         };
-        if let Some(why) = &self.links[link].dead {
+        if let Some(why) = self.dead_lane(peer) {
             return Err(Error::PeerGone { rank: peer, detail: why.clone() });
         }
         self.send_seq(link, DATA, &[hdr, payload])
+    }
+
+    fn try_send_any_order(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
+        let n = self.lanes.get(peer).map_or(0, Vec::len);
+        if n < 2 {
+            return self.try_send(peer, hdr, payload);
+        }
+        if let Some(why) = self.dead_lane(peer) {
+            return Err(Error::PeerGone { rank: peer, detail: why.clone() });
+        }
+        // Round robin over the cables, skipping the full ones.
+        for k in 0..n {
+            let lane = (self.turn[peer] + k) % n;
+            if self.send_seq(self.lanes[peer][lane], DATA, &[hdr, payload])? {
+                self.turn[peer] = (lane + 1) % n;
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
@@ -828,11 +882,7 @@ impl Transport for VerbsTransport {
     }
 
     fn peer_state(&self, peer: usize) -> PeerState {
-        let Some(link) = self.link_of(peer) else {
-            return self.side.peer_state(peer);
-        };
-        let l = &self.links[link];
-        match (self.side.peer_state(peer), &l.dead) {
+        match (self.side.peer_state(peer), self.dead_lane(peer)) {
             (PeerState::Alive, Some(_)) => PeerState::Dead,
             (s, _) => s,
         }
@@ -840,7 +890,7 @@ impl Transport for VerbsTransport {
 
     fn why_dead(&self, peer: usize) -> Option<String> {
         match self.link_of(peer) {
-            Some(link) => self.links[link].dead.clone(),
+            Some(_) => self.dead_lane(peer).cloned(),
             None => self.side.why_dead(peer),
         }
     }
@@ -849,8 +899,15 @@ impl Transport for VerbsTransport {
         self.finalizing = true;
         if crate::env::verbose() {
             let (n, bytes) = self.reads;
-            let device: String =
-                self.devs.iter().filter_map(|d| d.report().map(|r| format!("; device {}: {r}", d.name()))).collect();
+            let device: String = self
+                .devs
+                .iter()
+                .zip(&self.carried)
+                .map(|(d, n)| {
+                    let more = d.report().map_or(String::new(), |r| format!(", {r}"));
+                    format!("; device {}: {n} messages sent{more}", d.name())
+                })
+                .collect();
             eprintln!(
                 "mpr: rank {}: {}: {n} messages ({bytes} B) pulled with RDMA READ, {} sent again, {} received out of order{device}",
                 self.me, self.name, self.resent, self.out_of_order

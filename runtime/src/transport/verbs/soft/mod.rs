@@ -268,6 +268,8 @@ fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
 /// A soft RDMA device: one protection domain, one completion queue, its queue pairs.
 pub(crate) struct SoftDevice {
     config: SoftConfig,
+    /// The network interface it models a device of (one per cable), if any.
+    iface: Option<String>,
     core: Arc<Mutex<Core>>,
     stop: Arc<AtomicBool>,
     waker: mio::Waker,
@@ -329,7 +331,13 @@ impl SoftDevice {
             .name("mpr-soft-verbs".into())
             .spawn(move || service::run(poll, &c, &s))
             .map_err(|e| VerbsError::Device(format!("soft device service thread: {e}")))?;
-        Ok(SoftDevice { config, core, stop, waker, thread: Some(thread) })
+        Ok(SoftDevice { config, iface: None, core, stop, waker, thread: Some(thread) })
+    }
+
+    /// Names the device after the network interface it models a device of.
+    pub(crate) fn on_iface(mut self, name: &str) -> SoftDevice {
+        self.iface = Some(name.to_string());
+        self
     }
 
     /// The device's counters.
@@ -395,7 +403,10 @@ impl Provider for SoftDevice {
 
     fn name(&self) -> String {
         let mode = if self.config.mode == SoftMode::Rc { "rc" } else { "uc" };
-        format!("soft-{mode}:{}", self.config.addr)
+        match &self.iface {
+            Some(i) => format!("soft-{mode}:{i}"),
+            None => format!("soft-{mode}:{}", self.config.addr),
+        }
     }
 
     fn caps(&self) -> DeviceCaps {

@@ -1,0 +1,185 @@
+//! Which pairs of ranks reach each other over RDMA, and over which cables.
+//!
+//! Thunderbolt RDMA is point to point: a Mac has one device per port, and each reaches only
+//! the Mac at the other end of its cable. Every rank's business card says what it opened,
+//! and every rank decides for every pair from the cards alone (so all agree on which pairs
+//! use RDMA), in one of three ways:
+//! - named: the hostfile names, per host and per peer host, the devices that reach it
+//!   (`rdma=mac2:rdma_en2,mac3:rdma_en3+rdma_en4`, passed to ranks as `MPR_RDMA_PEERS`). The
+//!   k-th device one end names towards the other is the k-th cable of the pair on both
+//!   ends, as in MLX's hostfile.
+//! - links: each device sits on an IPv4 link (Thunderbolt pairs `rdma_enN` with `enN`, and
+//!   its GID is the interface's address); two devices on one subnet are the two ends of a
+//!   cable. Cables are ordered by their lower address, which both ends see alike.
+//! - one device each (a NIC on a switched fabric): it reaches every peer of its kind.
+//!
+//! A pair with several cables has several lanes: the first carries the frames whose order
+//! matters, and large messages are striped over all of them.
+
+use std::net::Ipv4Addr;
+
+use super::select::same_link;
+use crate::bootstrap::Card;
+
+/// The lanes of the pair (`a`, `b`), as indices of `a`'s devices, in lane order (the same
+/// order `b` computes for its own end); empty: the pair does not use RDMA.
+pub(crate) fn lanes(a: &Card, b: &Card) -> Vec<usize> {
+    if a.rdma.is_none() || a.rdma != b.rdma {
+        return Vec::new();
+    }
+    if !a.named.is_empty() || !b.named.is_empty() {
+        let towards = |c: &Card, host: &str| c.named.iter().find(|(h, _)| h == host).map(|(_, d)| d.clone());
+        return match (towards(a, &b.host), towards(b, &a.host)) {
+            (Some(mine), Some(theirs)) => mine.into_iter().take(theirs.len()).collect(),
+            _ => Vec::new(),
+        };
+    }
+    match (a.links.is_empty(), b.links.is_empty()) {
+        (true, true) => vec![0],
+        (false, false) => {
+            let mut cables: Vec<(u32, usize)> = Vec::new();
+            for (i, &la) in a.links.iter().enumerate() {
+                if let Some(lb) = b.links.iter().find(|&&lb| same_link(la, lb)) {
+                    cables.push((u32::from(la.0).min(u32::from(lb.0)), i));
+                }
+            }
+            cables.sort_unstable();
+            cables.into_iter().map(|(_, i)| i).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A card's RDMA devices, for messages.
+pub(crate) fn describe(c: &Card) -> String {
+    if !c.named.is_empty() {
+        let each = |(h, d): &(String, Vec<usize>)| format!("{} device(s) towards {h}", d.len());
+        return format!("devices named in the hostfile: {}", c.named.iter().map(each).collect::<Vec<_>>().join(", "));
+    }
+    if c.links.is_empty() {
+        return "one device, no link named".into();
+    }
+    c.links.iter().map(|(ip, bits)| format!("{ip}/{bits}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Parses `MPR_RDMA_PEERS`: `HOST:DEV[+DEV...]` per peer host, comma-separated (what mprun
+/// makes of the hostfile's per-peer `rdma=`). Returns the devices to open (each once, in
+/// the order first named) and, per peer host, the indices of its devices among them.
+#[allow(clippy::type_complexity)]
+pub(crate) fn parse_named(text: &str) -> Result<(Vec<String>, Vec<(String, Vec<usize>)>), String> {
+    let mut devices: Vec<String> = Vec::new();
+    let mut named: Vec<(String, Vec<usize>)> = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((host, devs)) = item.rsplit_once(':').filter(|(h, d)| !h.is_empty() && !d.is_empty()) else {
+            return Err(format!("'{item}': expected HOST:DEVICE[+DEVICE...]"));
+        };
+        if named.iter().any(|(h, _)| h == host) {
+            return Err(format!("host {host} is named twice"));
+        }
+        let mut idx = Vec::new();
+        for d in devs.split('+').map(str::trim) {
+            if d.is_empty() {
+                return Err(format!("'{item}': an empty device name"));
+            }
+            let i = devices.iter().position(|x| x == d).unwrap_or_else(|| {
+                devices.push(d.to_string());
+                devices.len() - 1
+            });
+            if idx.contains(&i) {
+                return Err(format!("'{item}': device {d} named twice for one peer"));
+            }
+            idx.push(i);
+        }
+        named.push((host.to_string(), idx));
+    }
+    Ok((devices, named))
+}
+
+/// The address of a GID that holds an IPv4 address (`::ffff:a.b.c.d`, as Thunderbolt and
+/// RoCE v2 over IPv4 give).
+pub(crate) fn gid_ipv4(gid: &[u8; 16]) -> Option<Ipv4Addr> {
+    (gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff)
+        .then(|| Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(host: &str, links: &[(&str, u8)]) -> Card {
+        Card {
+            host: host.into(),
+            machine: None,
+            pid: 1,
+            tcp: None,
+            rdma: Some("soft".into()),
+            links: links.iter().map(|&(ip, b)| (ip.parse().unwrap(), b)).collect(),
+            named: Vec::new(),
+            cpus: None,
+        }
+    }
+
+    #[test]
+    fn two_cables_give_two_lanes_in_the_same_order_on_both_ends() {
+        // a's second device and b's first are cable 10.9.1.0/30; a's first and b's second
+        // are 10.9.2.0/30: both ends order them by the lower address.
+        let a = card("a", &[("10.9.2.1", 30), ("10.9.1.1", 30), ("10.9.3.1", 30)]);
+        let b = card("b", &[("10.9.1.2", 30), ("10.9.2.2", 30)]);
+        assert_eq!(lanes(&a, &b), [1, 0]);
+        assert_eq!(lanes(&b, &a), [0, 1]);
+        let c = card("c", &[("10.9.3.2", 30)]);
+        assert_eq!(lanes(&a, &c), [2]);
+        assert!(lanes(&b, &c).is_empty(), "no cable between b and c");
+    }
+
+    #[test]
+    fn one_device_each_reaches_every_peer_of_its_kind() {
+        let (a, mut b) = (card("a", &[]), card("b", &[]));
+        assert_eq!(lanes(&a, &b), [0]);
+        b.rdma = Some("verbs".into());
+        assert!(lanes(&a, &b).is_empty(), "devices of other kinds");
+        assert_eq!(lanes(&a, &card("a", &[])), [0], "one host, when shared memory does not serve it");
+        assert!(lanes(&a, &card("c", &[("10.9.1.2", 30)])).is_empty(), "one device against links");
+    }
+
+    #[test]
+    fn devices_named_per_peer_beat_the_links() {
+        let mut a = card("mac1", &[("10.9.1.1", 30)]);
+        let mut b = card("mac2", &[("10.9.1.2", 30)]);
+        let mut c = card("mac3", &[]);
+        a.named = vec![("mac2".into(), vec![0, 1]), ("mac3".into(), vec![2])];
+        b.named = vec![("mac1".into(), vec![1, 0])];
+        c.named = vec![("mac1".into(), vec![0])];
+        assert_eq!(lanes(&a, &b), [0, 1]);
+        assert_eq!(lanes(&b, &a), [1, 0]);
+        assert_eq!(lanes(&a, &c), [2]);
+        assert!(lanes(&b, &c).is_empty(), "neither names the other");
+        b.named = vec![("mac1".into(), vec![1])];
+        assert_eq!(lanes(&a, &b), [0], "as many lanes as the shorter list");
+        assert!(describe(&a).contains("2 device(s) towards mac2"), "{}", describe(&a));
+    }
+
+    #[test]
+    fn named_devices_parse_with_clear_errors() {
+        let (devs, named) = parse_named("mac2:rdma_en2, mac3:rdma_en3+rdma_en4,mac4:rdma_en2").unwrap();
+        assert_eq!(devs, ["rdma_en2", "rdma_en3", "rdma_en4"]);
+        assert_eq!(named, [("mac2".into(), vec![0]), ("mac3".into(), vec![1, 2]), ("mac4".into(), vec![0])]);
+        assert_eq!(parse_named("mac2").unwrap_err(), "'mac2': expected HOST:DEVICE[+DEVICE...]");
+        assert_eq!(parse_named("mac2:").unwrap_err(), "'mac2:': expected HOST:DEVICE[+DEVICE...]");
+        assert_eq!(parse_named("mac2:a+").unwrap_err(), "'mac2:a+': an empty device name");
+        assert_eq!(parse_named("m:a,m:b").unwrap_err(), "host m is named twice");
+        assert_eq!(parse_named("m:a+a").unwrap_err(), "'m:a+a': device a named twice for one peer");
+    }
+
+    #[test]
+    fn an_ipv4_gid_gives_its_address() {
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&[10, 9, 1, 2]);
+        assert_eq!(gid_ipv4(&gid), Some(Ipv4Addr::new(10, 9, 1, 2)));
+        gid[0] = 0xfe;
+        gid[1] = 0x80;
+        assert_eq!(gid_ipv4(&gid), None, "link-local IPv6");
+    }
+}
