@@ -300,11 +300,15 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
     let np = args.np.as_deref().map(|t| positive("-np", "ranks", t)).transpose()?;
     let ppn = args.ppn.as_deref().map(|t| positive("-ppn", "ranks per host", t)).transpose()?;
     let mut hosts = Vec::new();
+    let mut env = Vec::new();
     if let Some(file) = &args.hostfile {
         if !args.host.is_empty() {
             return Err(UsageError::usage("use --host or --hostfile, not both".into()));
         }
-        hosts = hosts::read_hostfile(file).map_err(UsageError::usage)?;
+        let parsed = hosts::read_hostfile(file).map_err(UsageError::usage)?;
+        hosts = parsed.hosts;
+        // MLX's `envs`: before -x and --env, which may override them.
+        env.extend(parsed.env.into_iter().map(|(k, v)| (k.into(), v.into())));
     }
     for list in &args.host {
         hosts.extend(hosts::parse_host_list(list).map_err(UsageError::usage)?);
@@ -313,7 +317,7 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
         hosts::merge(hosts, |a, b| a == b || (addr::is_local(a) && addr::is_local(b))).map_err(UsageError::usage)?;
     if let Some(ppn) = ppn {
         if hosts.is_empty() {
-            hosts.push(HostSpec { name: "localhost".into(), slots: ppn, rdma_device: None });
+            hosts.push(HostSpec::new("localhost", ppn));
         }
         hosts.iter_mut().for_each(|h| h.slots = ppn);
     }
@@ -363,7 +367,6 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
         map: args.map_by.as_deref().map(MapBy::parse).transpose().map_err(UsageError::usage)?.unwrap_or_default(),
         report: args.report_bindings,
     };
-    let mut env = Vec::new();
     for var in &args.export {
         env.extend(export(var)?);
     }

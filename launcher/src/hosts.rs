@@ -11,7 +11,19 @@
 //! ```
 //!
 //! A line may also name the RDMA device of its host, `node1 slots=4 rdma_device=rdma_en3`
-//! (or `rdma=`): its ranks get `MPR_RDMA_DEVICE`, which beats mprun's `--rdma-device`.
+//! (or `rdma=`): its ranks get `MPR_RDMA_DEVICE`, which beats mprun's `--rdma-device`. Or,
+//! where each device reaches one peer host (Thunderbolt: one device per cable), the devices
+//! towards each peer host, `PEER:DEV[+DEV...]` comma-separated:
+//!
+//! ```text
+//! mac1 rdma=mac2:rdma_en3,mac3:rdma_en4+rdma_en5
+//! mac2 rdma=mac1:rdma_en3
+//! mac3 rdma=mac1:rdma_en1+rdma_en2
+//! ```
+//!
+//! A pair of hosts must name each other with as many devices (the k-th on each side are the
+//! two ends of the k-th cable); its ranks get `MPR_RDMA_PEERS`. Peers named nowhere are
+//! reached over TCP. A JSON hostfile is MLX's (see `mlx_hostfile`).
 //!
 //! A host without a slot count has one slot (as hydra and `-H` in Open MPI). `#` starts a
 //! comment; blank lines are skipped. A host named twice gets the slots of both. Placement is
@@ -33,6 +45,14 @@ pub(crate) struct HostSpec {
     pub(crate) slots: usize,
     /// The RDMA device its ranks use, if the hostfile names one.
     pub(crate) rdma_device: Option<String>,
+    /// The RDMA devices towards each peer host, if the hostfile names them.
+    pub(crate) rdma_peers: Vec<(String, Vec<String>)>,
+}
+
+impl HostSpec {
+    pub(crate) fn new(name: &str, slots: usize) -> HostSpec {
+        HostSpec { name: name.into(), slots, rdma_device: None, rdma_peers: Vec::new() }
+    }
 }
 
 /// Parses one `--host` value: `a,b:2,c`.
@@ -45,20 +65,60 @@ pub(crate) fn parse_host_list(text: &str) -> Result<Vec<HostSpec>, String> {
                 None => (item, None),
             };
             check_name(name).map_err(|e| format!("--host '{item}': {e}"))?;
-            Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1), rdma_device: None })
+            Ok(HostSpec::new(name, slots.unwrap_or(1)))
         })
         .collect()
 }
 
-/// Reads and parses a hostfile; errors name `FILE:LINE`.
-pub(crate) fn read_hostfile(path: &Path) -> Result<Vec<HostSpec>, String> {
+/// What a hostfile gives: its hosts, and (MLX's) environment variables for every rank.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Hostfile {
+    pub(crate) hosts: Vec<HostSpec>,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+/// Reads and parses a hostfile, in mpr's text form or MLX's JSON; errors name `FILE:LINE`.
+pub(crate) fn read_hostfile(path: &Path) -> Result<Hostfile, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("--hostfile {}: cannot read it: {e}", path.display()))?;
-    let hosts = parse_hostfile(&path.display().to_string(), &text)?;
-    if hosts.is_empty() {
+    let file = path.display().to_string();
+    let parsed = if text.trim_start().starts_with(['{', '[']) {
+        crate::mlx_hostfile::parse(&file, &text)?
+    } else {
+        Hostfile { hosts: parse_hostfile(&file, &text)?, env: Vec::new() }
+    };
+    if parsed.hosts.is_empty() {
         return Err(format!("--hostfile {}: names no host", path.display()));
     }
-    Ok(hosts)
+    check_cables(&parsed.hosts).map_err(|e| format!("--hostfile {file}: {e}"))?;
+    Ok(parsed)
+}
+
+/// The devices hosts name towards each other agree: every peer host named is in the file,
+/// and names this host back with as many devices (one per cable).
+pub(crate) fn check_cables(hosts: &[HostSpec]) -> Result<(), String> {
+    for h in hosts {
+        for (peer, devs) in &h.rdma_peers {
+            let Some(p) = hosts.iter().find(|p| &p.name == peer) else {
+                return Err(format!(
+                    "host {} names RDMA devices towards {peer}, which is not a host of the file",
+                    h.name
+                ));
+            };
+            let back = p.rdma_peers.iter().find(|(n, _)| *n == h.name).map_or(0, |(_, d)| d.len());
+            if back != devs.len() {
+                return Err(format!(
+                    "host {} reaches {peer} through {} device(s) ({}), but {peer} names {back} towards {} \
+                     (each cable has a device at both ends)",
+                    h.name,
+                    devs.len(),
+                    devs.join("+"),
+                    h.name
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parses hostfile text; `file` names it in errors (`FILE:LINE: what is wrong`).
@@ -78,6 +138,7 @@ fn parse_line(line: &str) -> Result<HostSpec, String> {
     let mut words = line.split_whitespace();
     let first = words.next().unwrap_or_default();
     let mut rdma_device = None;
+    let mut rdma_peers = Vec::new();
     let (name, mut slots) = match first.split_once(':') {
         Some((name, n)) => (name, Some(parse_slots(n)?)),
         None => (first, None),
@@ -95,10 +156,14 @@ fn parse_line(line: &str) -> Result<HostSpec, String> {
                 parse_slots(n)?;
             }
             Some(("rdma_device" | "rdma", dev)) => {
-                if rdma_device.is_some() {
+                if rdma_device.is_some() || !rdma_peers.is_empty() {
                     return Err(format!("'{name}' has its RDMA device given twice"));
                 }
-                rdma_device = Some(check_device(dev)?);
+                if dev.contains(':') {
+                    rdma_peers = parse_peers(dev)?;
+                } else {
+                    rdma_device = Some(check_device(dev)?);
+                }
             }
             _ => {
                 return Err(format!(
@@ -107,7 +172,29 @@ fn parse_line(line: &str) -> Result<HostSpec, String> {
             }
         }
     }
-    Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1), rdma_device })
+    Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1), rdma_device, rdma_peers })
+}
+
+/// `PEER:DEV[+DEV...],...`: the devices towards each peer host.
+fn parse_peers(text: &str) -> Result<Vec<(String, Vec<String>)>, String> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for item in text.split(',') {
+        let Some((peer, devs)) = item.split_once(':') else {
+            return Err(format!("'{item}': expected PEER:DEVICE[+DEVICE...] (as in rdma=mac2:rdma_en3)"));
+        };
+        check_name(peer)?;
+        if out.iter().any(|(p, _)| p == peer) {
+            return Err(format!("peer '{peer}' is named twice in rdma="));
+        }
+        let devs = devs.split('+').map(check_device).collect::<Result<Vec<_>, _>>()?;
+        out.push((peer.to_string(), devs));
+    }
+    Ok(out)
+}
+
+/// `MPR_RDMA_PEERS` for a host's ranks: `PEER:DEV+DEV,...`.
+pub(crate) fn peers_env(peers: &[(String, Vec<String>)]) -> String {
+    peers.iter().map(|(p, d)| format!("{p}:{}", d.join("+"))).collect::<Vec<_>>().join(",")
 }
 
 /// An RDMA device name (`mlx5_0`, `rdma_en3`): letters, digits, `_`, `-`, `.`.
@@ -158,6 +245,11 @@ pub(crate) fn merge(hosts: Vec<HostSpec>, same: impl Fn(&str, &str) -> bool) -> 
                     (None, b) => m.rdma_device = b,
                     _ => {}
                 }
+                if m.rdma_peers.is_empty() {
+                    m.rdma_peers = host.rdma_peers;
+                } else if !host.rdma_peers.is_empty() && m.rdma_peers != host.rdma_peers {
+                    return Err(format!("host '{}' is given two different lists of RDMA devices per peer", m.name));
+                }
             }
             None => merged.push(host),
         }
@@ -195,13 +287,16 @@ pub(crate) struct Planned {
     pub(crate) ranks: Vec<usize>,
     /// The RDMA device the hostfile names for it.
     pub(crate) rdma_device: Option<String>,
+    /// The RDMA devices the hostfile names towards each peer host.
+    pub(crate) rdma_peers: Vec<(String, Vec<String>)>,
 }
 
 /// Places `np` ranks on `hosts` (this machine, named `here`, if there are none); hosts that
 /// get no rank are left out.
 pub(crate) fn plan(hosts: &[HostSpec], np: usize, is_local: impl Fn(&str) -> bool, here: &str) -> Vec<Planned> {
     if hosts.is_empty() {
-        return vec![Planned { name: here.into(), local: true, ranks: (0..np).collect(), rdma_device: None }];
+        let ranks = (0..np).collect();
+        return vec![Planned { name: here.into(), local: true, ranks, rdma_device: None, rdma_peers: Vec::new() }];
     }
     let slots: Vec<usize> = hosts.iter().map(|h| h.slots).collect();
     let mut ranks = vec![Vec::new(); hosts.len()];
@@ -217,6 +312,7 @@ pub(crate) fn plan(hosts: &[HostSpec], np: usize, is_local: impl Fn(&str) -> boo
             local: is_local(&h.name),
             ranks,
             rdma_device: h.rdma_device.clone(),
+            rdma_peers: h.rdma_peers.clone(),
         })
         .collect()
 }
@@ -226,7 +322,7 @@ mod tests {
     use super::*;
 
     fn h(name: &str, slots: usize) -> HostSpec {
-        HostSpec { name: name.into(), slots, rdma_device: None }
+        HostSpec::new(name, slots)
     }
 
     fn hd(name: &str, slots: usize, dev: &str) -> HostSpec {
@@ -266,6 +362,41 @@ plain
     }
 
     #[test]
+    fn hostfiles_name_rdma_devices_per_peer() {
+        let text = "mac1 rdma=mac2:rdma_en3,mac3:rdma_en4+rdma_en5
+mac2 rdma=mac1:rdma_en3
+mac3 rdma=mac1:rdma_en1+rdma_en2
+mac4
+";
+        let hosts = parse_hostfile("f", text).unwrap();
+        assert_eq!(peers_env(&hosts[0].rdma_peers), "mac2:rdma_en3,mac3:rdma_en4+rdma_en5");
+        assert_eq!(peers_env(&hosts[2].rdma_peers), "mac1:rdma_en1+rdma_en2");
+        assert!(hosts[3].rdma_peers.is_empty() && hosts[0].rdma_device.is_none());
+        check_cables(&hosts).unwrap();
+        let p = plan(&hosts, 4, |_| false, "me");
+        assert_eq!(p[1].rdma_peers, [("mac1".to_string(), vec!["rdma_en3".to_string()])]);
+        let lopsided = parse_hostfile("f", "a rdma=b:x+y\nb rdma=a:x\n").unwrap();
+        assert_eq!(
+            check_cables(&lopsided).unwrap_err(),
+            "host a reaches b through 2 device(s) (x+y), but b names 1 towards a (each cable has a device at both ends)"
+        );
+        let stranger = parse_hostfile("f", "a rdma=c:x\nb\n").unwrap();
+        assert_eq!(
+            check_cables(&stranger).unwrap_err(),
+            "host a names RDMA devices towards c, which is not a host of the file"
+        );
+        for (text, want) in [
+            ("a rdma=b:x,b:y\n", "f:1: peer 'b' is named twice in rdma="),
+            ("a rdma=b:x,c\n", "f:1: 'c': expected PEER:DEVICE[+DEVICE...] (as in rdma=mac2:rdma_en3)"),
+            ("a rdma=b:x+\n", "f:1: '' is not an RDMA device name (such as mlx5_0 or rdma_en3)"),
+            ("a rdma=b/c:x\n", "f:1: 'b/c' is not a host name or IPv4 address"),
+            ("a rdma=b:x rdma=y\n", "f:1: 'a' has its RDMA device given twice"),
+        ] {
+            assert_eq!(parse_hostfile("f", text).unwrap_err(), want, "{text:?}");
+        }
+    }
+
+    #[test]
     fn mpich_hostfiles() {
         let text = "node1:4\n#node9:9\n\t\nnode2:2\n192.168.1.7\n";
         assert_eq!(parse_hostfile("f", text).unwrap(), [h("node1", 4), h("node2", 2), h("192.168.1.7", 1)]);
@@ -296,7 +427,7 @@ plain
     fn hostfiles_from_disk() {
         let path = std::env::temp_dir().join(format!("mprun-hostfile-{}", std::process::id()));
         std::fs::write(&path, "x:2\ny slots=3\n").unwrap();
-        assert_eq!(read_hostfile(&path).unwrap(), [h("x", 2), h("y", 3)]);
+        assert_eq!(read_hostfile(&path).unwrap().hosts, [h("x", 2), h("y", 3)]);
         std::fs::write(&path, "# nothing\n").unwrap();
         assert!(read_hostfile(&path).unwrap_err().ends_with("names no host"));
         std::fs::write(&path, "x\ny:z\n").unwrap();
@@ -340,12 +471,27 @@ plain
         assert_eq!(
             p,
             [
-                Planned { name: "a".into(), local: false, ranks: vec![0, 1], rdma_device: None },
-                Planned { name: "me".into(), local: true, ranks: vec![2], rdma_device: None },
+                Planned {
+                    name: "a".into(),
+                    local: false,
+                    ranks: vec![0, 1],
+                    rdma_device: None,
+                    rdma_peers: Vec::new()
+                },
+                Planned { name: "me".into(), local: true, ranks: vec![2], rdma_device: None, rdma_peers: Vec::new() },
             ]
         );
         let p = plan(&[], 2, local, "here");
-        assert_eq!(p, [Planned { name: "here".into(), local: true, ranks: vec![0, 1], rdma_device: None }]);
+        assert_eq!(
+            p,
+            [Planned {
+                name: "here".into(),
+                local: true,
+                ranks: vec![0, 1],
+                rdma_device: None,
+                rdma_peers: Vec::new()
+            }]
+        );
         let p = plan(&[h("a", 1), h("b", 1)], 5, local, "me");
         assert_eq!(p.iter().map(|h| h.ranks.clone()).collect::<Vec<_>>(), [vec![0, 2, 4], vec![1, 3]]);
     }

@@ -28,6 +28,7 @@ mod control;
 mod hosts;
 mod ids;
 mod job;
+mod mlx_hostfile;
 mod pmi;
 mod program;
 mod proxy;

@@ -213,6 +213,79 @@ fn a_ring_and_a_mesh_of_cables_route_each_pair_through_its_own() {
     }
 }
 
+/// Devices named per peer in the hostfile, in mpr's form and in MLX's JSON: three hosts
+/// cabled as a triangle, where the file names only the cables of host 0, so the pair 1-2
+/// goes over TCP although a cable joins it (the file beats discovery). MLX's `envs` reach
+/// every rank (here `MPR_VERBOSE`, which prints the routes), and a file whose two ends of a
+/// cable disagree is refused before anything starts.
+#[test]
+fn a_hostfile_names_the_devices_towards_each_peer_in_mpr_or_mlx_form() {
+    let Some(mut hosts) = net_hosts(3) else { return };
+    hosts.cable(0, 1);
+    hosts.cable(0, 2);
+    hosts.cable(1, 2);
+    let n = hosts.names.clone();
+    let ptp = bin_dir().join("ptp");
+    let dir = std::env::temp_dir().join(format!("mprt-hostfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plain =
+        format!("{} rdma={}:tb1,{}:tb2\n{} rdma={}:tb0\n{} rdma={}:tb0\n", n[0], n[1], n[2], n[1], n[0], n[2], n[0]);
+    let json = format!(
+        r#"{{"backend": "jaccl", "envs": ["MPR_VERBOSE=1"], "hosts": [
+            {{"ssh": "{}", "ips": ["{}"], "rdma": [null, "tb1", "tb2"]}},
+            {{"ssh": "{}", "ips": ["{}"], "rdma": ["tb0", null, null]}},
+            {{"ssh": "{}", "ips": ["{}"], "rdma": ["tb0", null, null]}}]}}"#,
+        n[0], n[0], n[1], n[1], n[2], n[2]
+    );
+    let run = |name: &str, content: &str, verbose: bool| {
+        let file = dir.join(name);
+        std::fs::write(&file, content).unwrap();
+        let mut c = Command::new(mprun_path());
+        c.args(["--launcher-exec", hosts.launcher_exec(), "--hostfile", file.to_str().unwrap(), "--timeout", "120"]);
+        if verbose {
+            c.arg("--verbose");
+        }
+        c.args([ptp.to_str().unwrap(), "pairs"]);
+        c.envs([("MPR_VERBS_PROVIDER", "soft"), ("PTP_MAX", "300000")]);
+        c.output().expect("run mprun")
+    };
+    for (name, content, verbose) in [("hosts", plain.as_str(), true), ("hosts.json", json.as_str(), false)] {
+        let out = run(name, content, verbose);
+        check_ok(&out, "pairs", 3);
+        let err = text(&out.stderr);
+        for (a, b, via) in [
+            (0, 1, Some("tb1")),
+            (0, 2, Some("tb2")),
+            (1, 0, Some("tb0")),
+            (2, 0, Some("tb0")),
+            (1, 2, None),
+            (2, 1, None),
+        ] {
+            let prefix = format!("mpr: rank {a} -> rank {b}: ");
+            let line =
+                err.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("{name}: {prefix}\n{err}"));
+            match via {
+                Some(dev) => assert!(
+                    line.starts_with(&format!("{prefix}rdma (UC) (")) && line.ends_with(&format!(" via soft-uc:{dev}")),
+                    "{name}: {line}"
+                ),
+                None => assert!(line.starts_with(&format!("{prefix}tcp (")), "{name}: {line}"),
+            }
+        }
+    }
+    let lopsided = format!("{} rdma={}:tb1+tb1x1\n{} rdma={}:tb0\n{}\n", n[0], n[1], n[1], n[0], n[2]);
+    let out = run("lopsided", &lopsided, false);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let want = format!(
+        "host {} reaches {} through 2 device(s) (tb1+tb1x1), but {} names 1 towards {}",
+        n[0], n[1], n[1], n[0]
+    );
+    assert!(err.contains(&want), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+}
+
 /// Messages each RDMA device of `rank` sent, from the transport's verbose end line
 /// ("...; device NAME: N messages sent, ..."), by device name.
 fn sent_by_device(err: &str, rank: usize) -> Vec<(String, u64)> {

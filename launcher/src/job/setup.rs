@@ -134,7 +134,9 @@ impl Job<'_> {
         if let Some(list) = &self.opts.transports {
             set("MPR_TRANSPORTS", list);
         }
-        if let Some(dev) = host.rdma_device.as_ref().or(self.opts.rdma_device.as_ref()) {
+        if !host.rdma_peers.is_empty() {
+            set("MPR_RDMA_PEERS", &crate::hosts::peers_env(&host.rdma_peers));
+        } else if let Some(dev) = host.rdma_device.as_ref().or(self.opts.rdma_device.as_ref()) {
             set("MPR_RDMA_DEVICE", dev);
         }
         if self.opts.verbose {
