@@ -267,7 +267,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
     let engine = Engine::new(me, limits);
     let mut rt = Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(outnumbered));
     let mut names: Vec<&str> = Vec::new();
-    let of = cards
+    let of: Vec<u32> = cards
         .iter()
         .map(|c| match names.iter().position(|h| *h == c.host) {
             Some(i) => i as u32,
@@ -277,7 +277,8 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             }
         })
         .collect();
-    rt.hosts = crate::progress::Hosts { of, shm: allowed.shm, outnumbered: crowded.contains(&true) };
+    let ring = if any_rdma { fabric_ring(&of, |a, b| !rdma_pair(a, b).is_empty(), me == 0) } else { Vec::new() };
+    rt.hosts = crate::progress::Hosts { of, shm: allowed.shm, outnumbered: crowded.contains(&true), ring };
     Ok(rt)
 }
 
@@ -317,6 +318,41 @@ fn connect_rdma(
     }
     let opened = std::mem::replace(rdma, Err("in use".into())).map_err(Error::Bootstrap)?;
     Ok(Box::new(VerbsTransport::connect(opened.devs, me, boot.size, prepared, &addrs, side)?))
+}
+
+/// The ring the ring collectives follow on a fabric of cables (see `coll::ring`): the
+/// position of each rank, or empty for rank order. `host_of`: each rank's host index;
+/// `direct(a, b)`: ranks a and b are one hop (RDMA). `say`: print the choice under
+/// `MPR_VERBOSE` (one rank does).
+fn fabric_ring(host_of: &[u32], direct: impl Fn(usize, usize) -> bool, say: bool) -> Vec<usize> {
+    let host_of: Vec<usize> = host_of.iter().map(|&h| h as usize).collect();
+    let n = host_of.iter().max().map_or(0, |&h| h + 1);
+    let first: Vec<usize> = (0..n).map(|h| host_of.iter().position(|&x| x == h).expect("numbered")).collect();
+    let plan = crate::coll::ring::plan(n, |a, b| direct(first[a], first[b]));
+    if say && crate::env::verbose() {
+        let what = match &plan {
+            crate::coll::ring::Ring::OneHop => {
+                "every pair of hosts is one hop: ring collectives go in rank order".into()
+            }
+            crate::coll::ring::Ring::Follows(order) => format!(
+                "ring collectives follow the cables: hosts in the order {}",
+                order
+                    .iter()
+                    .map(|&h| first[h].to_string())
+                    .map(|r| format!("of rank {r}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            crate::coll::ring::Ring::RankOrder => {
+                "ring collectives go in rank order (along the cables, or no ring of cables reaches every host)".into()
+            }
+        };
+        eprintln!("mpr: {what}");
+    }
+    match plan {
+        crate::coll::ring::Ring::Follows(order) => crate::coll::ring::positions(&order, &host_of),
+        _ => Vec::new(),
+    }
 }
 
 /// The lane of each entry of `peers` (a peer listed once per cable): 0 for its first, ...

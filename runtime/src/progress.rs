@@ -112,6 +112,9 @@ pub(crate) struct Hosts {
     /// CPUs. Every rank computes it from the same business cards, so every rank agrees: a
     /// collective may choose its algorithm by it.
     pub(crate) outnumbered: bool,
+    /// Position of each world rank on the ring the ring algorithms follow (see
+    /// `coll::ring`); empty: rank order.
+    pub(crate) ring: Vec<usize>,
 }
 
 /// What a wait is for, which says which peers' loss ends it.
@@ -154,7 +157,7 @@ impl Runtime {
             next_ctx: 2,
             scheds: slab::Slab::new(),
             sched_gen: 0,
-            hosts: Hosts { of: vec![0; n], shm: false, outnumbered: false },
+            hosts: Hosts { of: vec![0; n], shm: false, outnumbered: false, ring: Vec::new() },
             copies: Copies::default(),
         }
     }

@@ -29,6 +29,17 @@ pub(super) trait Team {
     /// same answer on every rank; see `Hosts::outnumbered`).
     fn outnumbered(&self) -> bool;
 
+    /// The team's members (by index) in the order the ring algorithms pass data: the
+    /// fabric's ring (see `coll::ring`), the same on every member.
+    fn ring_order(&self) -> Vec<usize>;
+
+    /// This member's place in `order`, and the members before and after it.
+    fn ring_neighbours(&self, order: &[usize]) -> (usize, usize, usize) {
+        let p = order.len();
+        let pos = order.iter().position(|&m| m == self.rank()).expect("a member of its own team");
+        (pos, order[(pos + 1) % p], order[(pos + p - 1) % p])
+    }
+
     /// Sends to and receives from team members (by index); see [`Comm::coll_xchg`].
     fn coll_xchg(
         &self,
@@ -49,6 +60,11 @@ impl Team for Comm {
     }
     fn outnumbered(&self) -> bool {
         Comm::outnumbered(self)
+    }
+    fn ring_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..Comm::size(self)).collect();
+        order.sort_by_key(|&m| self.ring_pos(self.group()[m]));
+        order
     }
     fn coll_xchg_with(
         &self,
@@ -78,6 +94,11 @@ impl Team for Subset<'_> {
     }
     fn outnumbered(&self) -> bool {
         Comm::outnumbered(self.comm)
+    }
+    fn ring_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.members.len()).collect();
+        order.sort_by_key(|&m| self.comm.ring_pos(self.comm.group()[self.members[m]]));
+        order
     }
     fn coll_xchg_with(
         &self,
@@ -477,8 +498,9 @@ fn ring_steps<T: Pod, O: Op<T>>(
     op: &O,
     tmp: &mut [T],
 ) -> Result<(), Error> {
-    let (p, me) = (c.size(), c.rank());
-    let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+    // Blocks are numbered by ring position: each rank reduces and passes them along the ring.
+    let p = c.size();
+    let (me, next, prev) = c.ring_neighbours(&c.ring_order());
     let n = buf.len();
     for step in 0..p - 1 {
         let sb = block(n, p, (me + p - step) % p);
@@ -601,12 +623,14 @@ fn allgather_bruck(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Resul
 
 /// Ring allgather: p-1 rounds, each passing the block received last to the next rank.
 fn allgather_ring(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Result<(), Error> {
-    let (p, me, blk) = (c.size(), c.rank(), own.len());
-    let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
+    let (p, blk) = (c.size(), own.len());
+    let order = c.ring_order();
+    let (pos, next, prev) = c.ring_neighbours(&order);
     first_round(c, tag, buf, own, next, prev)?;
     for step in 1..p - 1 {
-        let sb = (me + p - step) % p;
-        let rb = (me + p - step - 1) % p;
+        // The block of the member `step` places back along the ring goes on to the next.
+        let sb = order[(pos + p - step) % p];
+        let rb = order[(pos + p - step - 1) % p];
         let (out, inn) = two(buf, sb * blk..(sb + 1) * blk, rb * blk..(rb + 1) * blk);
         c.coll_xchg(tag, Some((out, next)), Some((inn, prev)))?;
     }

@@ -16,6 +16,7 @@ pub(crate) mod node;
 mod nonblocking;
 pub mod op;
 mod prefix;
+pub(crate) mod ring;
 pub(crate) mod sched;
 mod vector;
 
@@ -210,6 +211,12 @@ impl Comm {
     /// every rank (see `Hosts::outnumbered`), so collectives may choose algorithms by it.
     fn outnumbered(&self) -> bool {
         self.rt().borrow().hosts.outnumbered
+    }
+
+    /// The position of world rank `r` on the fabric's ring (see `ring`): rank order unless
+    /// the cables say otherwise.
+    fn ring_pos(&self, r: usize) -> usize {
+        self.rt().borrow().hosts.ring.get(r).copied().unwrap_or(r)
     }
 
     /// Whether an allgather or all-to-all whose contribution per rank (its block, its send
