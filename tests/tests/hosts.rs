@@ -323,6 +323,42 @@ fn ring_collectives_follow_a_ring_of_cables_out_of_rank_order() {
     assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
 }
 
+/// A Mac with seven peers over seven cables (a star of eight namespace hosts) stays inside
+/// every device's limits: each of the hub's seven devices holds one queue pair and its two
+/// bounce regions, so the job runs on devices that allow one queue pair and two regions
+/// each (`MPR_SOFT_LIMITS=qp=1,mr=2`), every byte arrives, and each pair of the hub goes
+/// through its own cable. One device for all seven peers under the same limits is refused
+/// at start-up, naming the limit.
+#[test]
+fn seven_peers_over_seven_cables_stay_inside_each_devices_limits() {
+    let Some(mut hosts) = net_hosts(8) else { return };
+    for k in 1..8 {
+        hosts.cable(0, k);
+    }
+    let ptp = bin_dir().join("ptp");
+    let env = [
+        ("MPR_VERBS_PROVIDER", "soft"),
+        ("MPR_SOFT_IFACES", "tb*"),
+        ("MPR_SOFT_LIMITS", "qp=1,mr=2"),
+        ("PTP_MAX", "200000"),
+    ];
+    let out = run_on(&hosts, &[1; 8], &["--verbose", ptp.to_str().unwrap(), "pairs"], &env);
+    check_ok(&out, "pairs", 8);
+    let err = text(&out.stderr);
+    for k in 1..8 {
+        let prefix = format!("mpr: rank 0 -> rank {k}: rdma (UC) (");
+        let line = err.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("{prefix}\n{err}"));
+        assert!(line.ends_with(&format!(" via soft-uc:tb{k}")), "{line}");
+        assert!(err.contains(&format!("mpr: rank {k} -> rank {}: tcp (", 1 + k % 7)), "spokes meet over TCP:\n{err}");
+    }
+    let one = [env[0], ("MPR_SOFT_LIMITS", "qp=1,mr=2"), ("MPR_TRANSPORTS", "rdma,tcp")];
+    let out = run_on(&hosts, &[1; 8], &[ptp.to_str().unwrap(), "pairs"], &one);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("RDMA: 7 peers need 7 queue pairs, the device soft-uc:"), "{err}");
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+}
+
 /// Messages each RDMA device of `rank` sent, from the transport's verbose end line
 /// ("...; device NAME: N messages sent, ..."), by device name.
 fn sent_by_device(err: &str, rank: usize) -> Vec<(String, u64)> {
