@@ -181,6 +181,17 @@ fn forcing_rdma_without_a_device_is_a_clear_error() {
     let se = text(&out.stderr);
     assert!(!out.status.success());
     assert!(se.contains("MPR_VERBS_PROVIDER=carrier-pigeon: unknown provider"), "{se}");
+    // Devices named per peer: a malformed list, and an interface that is not there.
+    let mut env = soft("soft");
+    env.push(("MPR_RDMA_PEERS", "mac2"));
+    let se = text(&run(2, "ptp", &["ring"], &env).stderr);
+    assert!(se.contains("MPR_RDMA_PEERS=mac2: 'mac2': expected HOST:DEVICE[+DEVICE...]"), "{se}");
+    let mut env = soft("soft");
+    env.push(("MPR_RDMA_PEERS", "other:no-such-iface0"));
+    let out = run(2, "ptp", &["ring"], &env);
+    let se = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(se.contains("RDMA unavailable: interfaces no-such-iface0: none has an IPv4 address"), "{se}");
 }
 
 #[test]

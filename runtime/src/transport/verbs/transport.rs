@@ -16,9 +16,12 @@
 //!   messages, fewer than the receiver's buffers, so a send finds a posted receive.
 //! - Reliability (UC gives none): messages are numbered; `ack` says the next number wanted
 //!   (cumulative), piggybacked on every message and sent alone when nothing else goes out.
-//!   Messages out of order are dropped (go-back-N); a sender retransmits everything
-//!   unacknowledged after `rto` (doubling up to 64 x) or after two repeated acks, and keeps
-//!   each message's buffer until it is acknowledged. No acknowledgement for `dead_after`
+//!   Messages out of order are dropped (go-back-N), and only the first few of a run are
+//!   acknowledged again; a sender retransmits everything unacknowledged after its timeout
+//!   or after two repeated acks, once per loss (repeats below the point a retransmission
+//!   reached start no other), and keeps each message's buffer until it is acknowledged. The
+//!   timeout follows the link's round trips (RFC 6298, Karn's rule), never below `rto`,
+//!   doubling on each expiry up to 64 x. No acknowledgement for `dead_after`
 //!   while messages wait: the peer is declared dead (a dead peer gives no error completion).
 //!   On RC queue pairs the device retransmits; only the credits remain, and a failed
 //!   completion means the peer is gone.
@@ -78,6 +81,8 @@ const POLL_MAX: usize = 64;
 const READ_PIECE: usize = 1 << 20;
 /// Marks the `buf` half of a READ's work-request id (the rest: the read's generation).
 const READ_TAG: usize = 0x8000_0000;
+/// Messages out of order acknowledged in a row (the sender retransmits after two repeats).
+const UNEXPECTED_ACKS: u32 = 3;
 /// Regions kept for the transport itself: the two bounce regions and one receive buffer.
 const OWN_REGIONS: usize = 3;
 
@@ -144,6 +149,39 @@ struct Out {
     buf: usize,
     len: usize,
     sent: Instant,
+    /// Sent more than once: its acknowledgement times no round trip (Karn).
+    again: bool,
+}
+
+/// The retransmission timeout of one link, from its round trips (RFC 6298): smoothed round
+/// trip and its variation, never below the configured timeout. A receiver that does not get
+/// the CPU for a while (more ranks than cores) makes round trips long, and the timeout
+/// follows, rather than sending a window again that was never lost.
+#[derive(Clone, Copy, Debug)]
+struct RttEstimate {
+    srtt: Option<Duration>,
+    rttvar: Duration,
+}
+
+impl RttEstimate {
+    fn sample(&mut self, rtt: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(s) => {
+                let diff = if s > rtt { s - rtt } else { rtt - s };
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((s * 7 + rtt) / 8);
+            }
+        }
+    }
+
+    /// The timeout before the first retransmission: at least `floor`, at most 64 times it.
+    fn rto(&self, floor: Duration) -> Duration {
+        self.srtt.map_or(floor, |s| (s + self.rttvar * 4).clamp(floor, floor * 64))
+    }
 }
 
 /// State towards one peer.
@@ -174,7 +212,14 @@ struct Link {
     owed: usize,
     last_ack: u32,
     dup_acks: u32,
+    /// After a retransmission of the window: the sequence number that ends it. Repeated
+    /// acknowledgements below it come from the messages the receiver dropped as out of order
+    /// (go-back-N) and start no second retransmission; one at or past it ends the episode.
+    recover: Option<u32>,
+    /// Messages received out of order since the last one in order.
+    unexpected: u32,
     rto: Duration,
+    rtt: RttEstimate,
     /// Last time an acknowledgement moved (or the queue was empty).
     progress: Instant,
     fin_sent: bool,
@@ -318,7 +363,10 @@ impl VerbsTransport {
                     owed: 0,
                     last_ack: 0,
                     dup_acks: 0,
+                    recover: None,
+                    unexpected: 0,
                     rto: tune.rto,
+                    rtt: RttEstimate { srtt: None, rttvar: Duration::ZERO },
                     progress: now,
                     fin_sent: false,
                     fin_got: false,
@@ -466,7 +514,7 @@ impl VerbsTransport {
         if l.unacked.is_empty() {
             l.progress = Instant::now();
         }
-        l.unacked.push_back(Out { seq, buf, len, sent: Instant::now() });
+        l.unacked.push_back(Out { seq, buf, len, sent: Instant::now(), again: false });
         l.next_seq = seq.wrapping_add(1);
         self.carried[l.dev] += 1;
         Ok(true)
@@ -486,8 +534,13 @@ impl VerbsTransport {
     fn acked(&mut self, link: usize, ack: u32, alone: bool) {
         let l = &mut self.links[link];
         let mut moved = false;
+        let now = Instant::now();
         while l.unacked.front().is_some_and(|o| before(o.seq, ack)) {
             let o = l.unacked.pop_front().expect("front");
+            if !o.again && l.unacked.front().is_none_or(|n| !before(n.seq, ack)) {
+                // The newest message this acknowledgement covers times the round trip.
+                l.rtt.sample(now.duration_since(o.sent));
+            }
             if l.in_flight[o.buf] == 0 {
                 l.free.push(o.buf);
             } else {
@@ -496,10 +549,13 @@ impl VerbsTransport {
             moved = true;
         }
         if moved {
-            l.progress = Instant::now();
-            l.rto = self.tune.rto;
+            l.progress = now;
+            l.rto = l.rtt.rto(self.tune.rto);
             l.dup_acks = 0;
-        } else if alone && ack == l.last_ack && !l.unacked.is_empty() {
+            if l.recover.is_some_and(|r| !before(ack, r)) {
+                l.recover = None;
+            }
+        } else if alone && ack == l.last_ack && !l.unacked.is_empty() && l.recover.is_none() {
             l.dup_acks += 1;
             if l.dup_acks == 2 {
                 // The peer saw a gap: retransmit now.
@@ -541,9 +597,10 @@ impl VerbsTransport {
         let mut n = 0;
         if kind != ACK {
             let l = &mut self.links[link];
-            l.ack_due = true;
-            l.owed += 1;
             if seq == l.expect {
+                l.ack_due = true;
+                l.owed += 1;
+                l.unexpected = 0;
                 l.expect = seq.wrapping_add(1);
                 if kind == FIN {
                     l.fin_got = true;
@@ -552,6 +609,14 @@ impl VerbsTransport {
                     n = 1;
                 }
             } else {
+                // A gap (or a copy of a message we have): the first few say so with repeated
+                // acknowledgements, which is all the sender needs; acknowledging every one
+                // of a window sent again would flood its receive queue.
+                l.unexpected += 1;
+                if l.unexpected <= UNEXPECTED_ACKS {
+                    l.ack_due = true;
+                    l.owed += 1;
+                }
                 self.out_of_order += 1;
             }
         }
@@ -623,14 +688,16 @@ impl VerbsTransport {
             }
             if !self.caps.rc && l.unacked.front().is_some_and(|o| now.duration_since(o.sent) >= l.rto) {
                 // Go back N: everything unacknowledged, in order, as far as the queue allows.
-                l.rto = (l.rto * 2).min(self.tune.rto * 64);
+                l.rto = (l.rto * 2).min(l.rtt.rto(self.tune.rto) * 64);
                 l.dup_acks = 0;
+                l.recover = Some(l.next_seq);
                 let resend: Vec<(usize, usize)> = l.unacked.iter().map(|o| (o.buf, o.len)).collect();
                 for (i, (buf, len)) in resend.into_iter().enumerate() {
                     if self.links[link].send_wr >= self.caps.max_wr {
                         break;
                     }
                     self.links[link].unacked[i].sent = now;
+                    self.links[link].unacked[i].again = true;
                     if self.links[link].in_flight[buf] == 0 {
                         // Refresh the piggybacked acknowledgement.
                         let expect = self.links[link].expect;
@@ -971,5 +1038,28 @@ impl Sink for Frames {
     }
     fn placed(&mut self, _: usize, _: u64, _: usize) -> Result<(), Error> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeout_follows_the_round_trips_within_its_bounds() {
+        let floor = Duration::from_millis(5);
+        let mut e = RttEstimate { srtt: None, rttvar: Duration::ZERO };
+        assert_eq!(e.rto(floor), floor, "no sample yet");
+        e.sample(Duration::from_millis(1));
+        assert_eq!(e.rto(floor), floor, "fast round trips keep the floor");
+        for _ in 0..20 {
+            e.sample(Duration::from_millis(20));
+        }
+        let rto = e.rto(floor);
+        assert!(rto > Duration::from_millis(20) && rto < Duration::from_millis(40), "{rto:?}");
+        for _ in 0..50 {
+            e.sample(Duration::from_secs(10));
+        }
+        assert_eq!(e.rto(floor), floor * 64, "at most 64 times the floor");
     }
 }
