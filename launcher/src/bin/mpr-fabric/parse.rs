@@ -138,7 +138,10 @@ pub(crate) mod tests {
 
     /// Synthetic `system_profiler SPThunderboltDataType -json` of a Mac Studio with three
     /// ports: port 1 cabled to a machine, port 2 cabled to another, port 5 empty.
-    pub(crate) fn profile(ports: &[(&str, &str, Option<(&str, &str)>)]) -> String {
+    /// A port for [`profile`]: its tag, its UUID, and the peer's UUID and name.
+    pub(crate) type Port<'a> = (&'a str, &'a str, Option<(&'a str, &'a str)>);
+
+    pub(crate) fn profile(ports: &[Port<'_>]) -> String {
         let buses: Vec<String> = ports
             .iter()
             .enumerate()

@@ -179,7 +179,7 @@ pub(crate) fn hostfile(hosts: &[Report], cables: &[Cable]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::tests::{profile, IFCONFIG, NETWORKSETUP};
+    use crate::parse::tests::{profile, Port, IFCONFIG, NETWORKSETUP};
 
     fn link(iface: &str, uuid: &str, peer: Option<&str>, addr: Option<&str>) -> Link {
         Link {
@@ -238,21 +238,16 @@ mod tests {
         let port_to = |i: usize, j: usize| tags[peers_of(i).iter().position(|&p| p == j).unwrap()];
         let hosts: Vec<Report> = (0..4)
             .map(|i| {
-                let ports: Vec<(String, String, Option<(String, String)>)> = peers_of(i)
+                // (tag, own UUID, peer UUID, peer name) per port.
+                let ports: Vec<[String; 4]> = peers_of(i)
                     .into_iter()
                     .map(|j| {
                         let t = port_to(i, j);
-                        (
-                            t.to_string(),
-                            format!("M{i}-{t}"),
-                            Some((format!("M{j}-{}", port_to(j, i)), format!("mac{}", j + 1))),
-                        )
+                        [t.to_string(), format!("M{i}-{t}"), format!("M{j}-{}", port_to(j, i)), format!("mac{}", j + 1)]
                     })
                     .collect();
-                let refs: Vec<(&str, &str, Option<(&str, &str)>)> = ports
-                    .iter()
-                    .map(|(t, u, p)| (t.as_str(), u.as_str(), p.as_ref().map(|(a, b)| (a.as_str(), b.as_str()))))
-                    .collect();
+                let refs: Vec<Port<'_>> =
+                    ports.iter().map(|[t, u, p, n]| (t.as_str(), u.as_str(), Some((p.as_str(), n.as_str())))).collect();
                 let json = profile(&refs);
                 let mut r =
                     crate::probe::from_outputs(&json, NETWORKSETUP, IFCONFIG, &["rdma_en2", "rdma_en3", "rdma_en6"])

@@ -89,8 +89,8 @@ fn probe_os() -> Report {
 
 #[cfg(not(target_os = "macos"))]
 fn probe_os() -> Report {
-    let mut r = Report::default();
-    r.os = run("uname", &["-sr"]).map(|v| v.trim().to_string()).unwrap_or_else(|_| std::env::consts::OS.into());
+    let os = run("uname", &["-sr"]).map(|v| v.trim().to_string()).unwrap_or_else(|_| std::env::consts::OS.into());
+    let mut r = Report { os, ..Report::default() };
     let addrs: Vec<(String, std::net::Ipv4Addr, u8)> = nix::ifaddrs::getifaddrs()
         .map(|it| {
             it.filter_map(|a| {

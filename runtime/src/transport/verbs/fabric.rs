@@ -62,13 +62,15 @@ pub(crate) fn describe(c: &Card) -> String {
     c.links.iter().map(|(ip, bits)| format!("{ip}/{bits}")).collect::<Vec<_>>().join(", ")
 }
 
+/// Per peer host, the indices of a rank's devices that reach it, in lane order.
+pub(crate) type Named = Vec<(String, Vec<usize>)>;
+
 /// Parses `MPR_RDMA_PEERS`: `HOST:DEV[+DEV...]` per peer host, comma-separated (what mprun
 /// makes of the hostfile's per-peer `rdma=`). Returns the devices to open (each once, in
 /// the order first named) and, per peer host, the indices of its devices among them.
-#[allow(clippy::type_complexity)]
-pub(crate) fn parse_named(text: &str) -> Result<(Vec<String>, Vec<(String, Vec<usize>)>), String> {
+pub(crate) fn parse_named(text: &str) -> Result<(Vec<String>, Named), String> {
     let mut devices: Vec<String> = Vec::new();
-    let mut named: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut named: Named = Vec::new();
     for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let Some((host, devs)) = item.rsplit_once(':').filter(|(h, d)| !h.is_empty() && !d.is_empty()) else {
             return Err(format!("'{item}': expected HOST:DEVICE[+DEVICE...]"));

@@ -31,8 +31,11 @@ pub(crate) struct Opened {
     /// of its kind.
     pub(crate) links: Vec<(Ipv4Addr, u8)>,
     /// Devices named per peer host (`MPR_RDMA_PEERS`; see [`super::fabric`]): beats `links`.
-    pub(crate) named: Vec<(String, Vec<usize>)>,
+    pub(crate) named: fabric::Named,
 }
+
+/// Opened devices and, per device, its link.
+type DevicesOnLinks = (Vec<Box<dyn Provider>>, Vec<(Ipv4Addr, u8)>);
 
 impl Opened {
     fn one(kind: &str, dev: Box<dyn Provider>) -> Opened {
@@ -89,7 +92,7 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
             } else {
                 wanted.split(',').map(String::from).collect()
             };
-            let (mut devs, mut links): (Vec<Box<dyn Provider>>, Vec<(Ipv4Addr, u8)>) = (Vec::new(), Vec::new());
+            let (mut devs, mut links): DevicesOnLinks = (Vec::new(), Vec::new());
             for name in &order {
                 let (_, addr, bits) = ifaces.iter().find(|i| &i.0 == name).cloned().expect("checked above");
                 match SoftDevice::open(SoftConfig { addr, ..cfg }) {
@@ -112,7 +115,7 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
 /// The real provider's devices: those named per peer; the one `MPR_RDMA_DEVICE` names; or
 /// every active one, each on the link its GID's address sits on. Thunderbolt devices are
 /// always taken as links (each reaches one Mac); one NIC alone reaches every peer.
-fn open_verbs(named: Option<(Vec<String>, Vec<(String, Vec<usize>)>)>) -> Result<Opened, String> {
+fn open_verbs(named: Option<(Vec<String>, fabric::Named)>) -> Result<Opened, String> {
     let config = IbvConfig::from_env();
     let why = |e: VerbsError, dev: Option<&str>, from: &str| {
         let why = match e {
@@ -143,7 +146,7 @@ fn open_verbs(named: Option<(Vec<String>, Vec<(String, Vec<usize>)>)>) -> Result
         return Ibv::open(&config).map(|d| Opened::one("verbs", Box::new(d))).map_err(|e| why(e, None, ""));
     }
     let ifaces = interfaces("*").map_err(|e| e.to_string())?;
-    let (mut devs, mut links): (Vec<Box<dyn Provider>>, Vec<(Ipv4Addr, u8)>) = (Vec::new(), Vec::new());
+    let (mut devs, mut links): DevicesOnLinks = (Vec::new(), Vec::new());
     let mut skipped = Vec::new();
     for name in &active {
         let d = open(name).map_err(|e| why(e, Some(name), "the device list"))?;

@@ -171,7 +171,7 @@ impl RttEstimate {
                 self.rttvar = rtt / 2;
             }
             Some(s) => {
-                let diff = if s > rtt { s - rtt } else { rtt - s };
+                let diff = s.abs_diff(rtt);
                 self.rttvar = (self.rttvar * 3 + diff) / 4;
                 self.srtt = Some((s * 7 + rtt) / 8);
             }
