@@ -376,7 +376,8 @@ fn sent_by_device(err: &str, rank: usize) -> Vec<(String, u64)> {
 
 /// Two hosts joined by two cables: each pair has two lanes, the verbose lines name both
 /// devices, large messages are striped over both (each device carries a fair share, from
-/// the transport's counters), small ones take the first, and every byte arrives.
+/// the transport's counters), small ones take the first, and every byte arrives; the
+/// collective suite passes over them.
 #[test]
 fn two_cables_between_two_hosts_stripe_large_messages() {
     let Some(mut hosts) = net_hosts(2) else { return };
@@ -399,6 +400,10 @@ fn two_cables_between_two_hosts_stripe_large_messages() {
         // carrying more than three times the other (the first also carries the small ones).
         assert!(a >= 100 && b >= 100 && a <= 3 * b && b <= 3 * a, "rank {rank}: {sent:?}");
     }
+    // The collective suite over both cables, with 2 ranks per host (shared memory within).
+    let coll = bin_dir().join("coll");
+    let out = run_on(&hosts, &[2, 2], &[coll.to_str().unwrap()], &[env[0], env[1], ("COLL_MAX", "300000")]);
+    check_ok(&out, "coll", 4);
     assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
 }
 
