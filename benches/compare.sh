@@ -2,7 +2,7 @@
 # compare.sh - run mpr's micro-benchmarks side by side with MPICH and Open MPI.
 #
 # usage: benches/compare.sh [WHAT...]
-#   WHAT: latency bw allreduce bcast allgather alltoall barrier startup
+#   WHAT: latency bw bibw mbw_mr allreduce bcast allgather alltoall barrier startup
 #         (default: latency bw startup)
 #
 # For each WHAT it runs, REPEATS times and interleaved (the order rotating every repeat),
@@ -57,7 +57,7 @@ read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 IMPLS=(mpr mpich openmpi)
-KNOWN="latency bw allreduce bcast allgather alltoall barrier startup"
+KNOWN="latency bw bibw mbw_mr allreduce bcast allgather alltoall barrier startup"
 
 log() { printf '%s\n' "$*" >&2; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
@@ -215,6 +215,8 @@ raw, what, runs, np, impls = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.arg
 META = {
     "latency":   ("one-way latency", "us", False),
     "bw":        ("bandwidth, window 64", "MB/s", True),
+    "bibw":      ("bidirectional bandwidth, window 64 each way", "MB/s", True),
+    "mbw_mr":    ("NP/2 pairs at once, window 64 (MB/s; messages/s in the same ratio)", "MB/s", True),
     "allreduce": ("MPI_Allreduce avg latency (float sum)", "us", False),
     "bcast":     ("MPI_Bcast avg latency", "us", False),
     "allgather": ("MPI_Allgather avg latency", "us", False),

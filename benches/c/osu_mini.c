@@ -4,12 +4,13 @@
  * the output format of the OSU micro-benchmarks so the same parser reads both.
  *
  * Usage:  mpiexec -n N ./osu_mini WHAT [OPTIONS]
- *   WHAT: latency | bw | allreduce | bcast | allgather | alltoall | barrier
+ *   WHAT: latency | bw | bibw | mbw_mr | allreduce | bcast | allgather | alltoall | barrier
  *   --min B       smallest message size (default 0 for latency, 1 for bw, 4 otherwise)
  *   --max B, -m B largest message size (default 4194304)
  *   --iters N, -i N   timed iterations for every size (default: size dependent)
  *   --warmup N, -x N  untimed warm-up iterations for every size (default: size dependent)
- *   --window N    bw: messages in flight per iteration (default 64)
+ *   --window N    bw, bibw, mbw_mr: messages in flight per iteration (default 64)
+ *   --pairs N     mbw_mr: sending ranks 0..N-1, each to the rank N up (default: half)
  *   --one-buffer  bw: all window slots share one buffer, as OSU's osu_bw does
  *                 (the default, as in mpr-bench)
  *   --slots       bw: each message of the window gets its own region (mpr-bench --slots)
@@ -34,6 +35,7 @@ static int g_rank, g_nprocs;
 static long g_max = MAX_SIZE_DEFAULT;
 static long g_min = -1; /* -1: per-test default */
 static long g_window = 64;
+static long g_pairs = -1; /* mbw_mr: -1 is half the ranks */
 static int g_one_buffer = 1;
 static long g_iters_override = -1, g_warmup_override = -1;
 
@@ -140,25 +142,50 @@ static void run_latency(void)
 }
 
 /*
- * Windowed bandwidth: rank 0 posts g_window nonblocking sends, rank 1 posts
- * g_window nonblocking receives, both wait, then rank 1 returns a 4-byte ack.
- * Slot w uses bytes [w*size, (w+1)*size) of the buffer, or offset 0 for every
- * slot with --one-buffer.
+ * Windowed streams, OSU's layouts.  bw: rank 0 posts g_window nonblocking sends,
+ * rank 1 as many receives, both wait, then rank 1 returns a 4-byte ack.  bibw:
+ * ranks 0 and 1 each post a window of receives and one of sends to the other, no
+ * ack, both directions count.  mbw_mr: ranks 0..P-1 each stream to the rank P up,
+ * as bw; the rate is all pairs' messages over the slowest sender's time (MB/s and
+ * messages/s).  Slot w uses bytes [w*size, (w+1)*size) of the buffer, or offset 0
+ * for every slot with --one-buffer.
  */
-static void run_bw(void)
+enum stream { S_BW, S_BIBW, S_MBW_MR };
+
+static void run_streams(enum stream kind)
 {
     need_two();
+    long pairs = kind == S_MBW_MR ? (g_pairs > 0 ? g_pairs : g_nprocs / 2) : 1;
+    if (2 * pairs > g_nprocs)
+        die("mbw_mr: --pairs needs twice as many ranks");
+    int bi = kind == S_BIBW;
+    int to = -1, from = -1;
+    if (g_rank < pairs) {
+        to = g_rank + (int)pairs;
+        if (bi)
+            from = to;
+    } else if (g_rank < 2 * pairs) {
+        from = g_rank - (int)pairs;
+        if (bi)
+            to = from;
+    }
     long slots = g_one_buffer ? 1 : g_window;
     size_t bytes = (size_t)g_max * (size_t)slots;
-    /* Only the rank that uses a buffer pays for it (they can be window*max large). */
-    char *sbuf = alloc_buf(g_rank == 0 ? bytes : 1, 'b');
-    char *rbuf = alloc_buf(g_rank == 1 ? bytes : 1, 0);
+    /* Only a rank that uses a buffer pays for it (they can be window*max large). */
+    char *sbuf = alloc_buf(to >= 0 ? bytes : 1, 'b');
+    char *rbuf = alloc_buf(from >= 0 ? bytes : 1, 0);
     char ack[4] = {0, 0, 0, 0};
-    MPI_Request reqs[MAX_WINDOW];
-    MPI_Status stats[MAX_WINDOW]; /* real array: GCC warns on MPICH's MPI_STATUSES_IGNORE */
+    static MPI_Request reqs[2 * MAX_WINDOW];
+    static MPI_Status stats[2 * MAX_WINDOW]; /* real array: GCC warns on MPICH's MPI_STATUSES_IGNORE */
     if (g_rank == 0) {
-        printf("# OSU MPI Bandwidth Test (osu_mini)\n");
-        printf("# Size      Bandwidth (MB/s)\n");
+        if (kind == S_BW)
+            printf("# OSU MPI Bandwidth Test (osu_mini)\n# Size      Bandwidth (MB/s)\n");
+        else if (kind == S_BIBW)
+            printf("# OSU MPI Bi-Directional Bandwidth Test (osu_mini)\n# Size      Bandwidth (MB/s)\n");
+        else
+            printf("# OSU MPI Multiple Bandwidth / Message Rate Test (osu_mini, %ld pairs)\n"
+                   "# Size                  MB/s        Messages/s\n",
+                   pairs);
         fflush(stdout);
     }
     for (long size = 1; size <= g_max; size *= 2) {
@@ -167,32 +194,42 @@ static void run_bw(void)
         long iters, warmup;
         size_t stride = g_one_buffer ? 0 : (size_t)size;
         pick_iters(size, 100, 10, 50, 5, 20, 2, &iters, &warmup);
-        if (g_rank == 1)
+        if (from >= 0)
             memset(rbuf, 0, (size_t)size * (size_t)slots);
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = 0.0;
-        if (g_rank == 0) {
-            for (long i = 0; i < warmup + iters; i++) {
-                if (i == warmup)
-                    t0 = MPI_Wtime();
+        for (long i = 0; i < warmup + iters; i++) {
+            if (i == warmup)
+                t0 = MPI_Wtime();
+            int n = 0;
+            if (from >= 0)
                 for (int w = 0; w < g_window; w++)
-                    MPI_Isend(sbuf + w * stride, (int)size, MPI_CHAR, 1, TAG_DATA,
-                              MPI_COMM_WORLD, &reqs[w]);
-                MPI_Waitall((int)g_window, reqs, stats);
-                MPI_Recv(ack, 4, MPI_CHAR, 1, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            }
-            double elapsed = MPI_Wtime() - t0;
-            print_row(size, (double)size * (double)g_window * (double)iters / elapsed / 1e6);
-        } else if (g_rank == 1) {
-            for (long i = 0; i < warmup + iters; i++) {
+                    MPI_Irecv(rbuf + w * stride, (int)size, MPI_CHAR, from, TAG_DATA,
+                              MPI_COMM_WORLD, &reqs[n++]);
+            if (to >= 0)
                 for (int w = 0; w < g_window; w++)
-                    MPI_Irecv(rbuf + w * stride, (int)size, MPI_CHAR, 0, TAG_DATA,
-                              MPI_COMM_WORLD, &reqs[w]);
-                MPI_Waitall((int)g_window, reqs, stats);
-                MPI_Send(ack, 4, MPI_CHAR, 0, TAG_ACK, MPI_COMM_WORLD);
-            }
+                    MPI_Isend(sbuf + w * stride, (int)size, MPI_CHAR, to, TAG_DATA,
+                              MPI_COMM_WORLD, &reqs[n++]);
+            MPI_Waitall(n, reqs, stats);
+            if (!bi && to >= 0)
+                MPI_Recv(ack, 4, MPI_CHAR, to, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            else if (!bi && from >= 0)
+                MPI_Send(ack, 4, MPI_CHAR, from, TAG_ACK, MPI_COMM_WORLD);
+        }
+        double mine = to >= 0 ? MPI_Wtime() - t0 : 0.0, slowest = 0.0;
+        MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        if (from >= 0) {
             check_byte("bw", size, rbuf, 'b');
             check_byte("bw", size, rbuf + (g_window - 1) * stride, 'b');
+        }
+        if (g_rank == 0) {
+            double msgs = (double)(bi ? 2 : pairs) * (double)g_window * (double)iters / slowest;
+            if (kind == S_MBW_MR) {
+                printf("%-10ld%18.2f%18.2f\n", size, msgs * (double)size / 1e6, msgs);
+                fflush(stdout);
+            } else {
+                print_row(size, msgs * (double)size / 1e6);
+            }
         }
     }
     free(sbuf);
@@ -307,9 +344,9 @@ static void run_coll(enum coll kind, const char *title)
 static void usage(void)
 {
     if (g_rank == 0)
-        fprintf(stderr, "usage: osu_mini latency|bw|allreduce|bcast|allgather|alltoall|barrier"
+        fprintf(stderr, "usage: osu_mini latency|bw|bibw|mbw_mr|allreduce|bcast|allgather|alltoall|barrier"
                         " [--min B] [--max B] [--iters N] [--warmup N] [--window N]"
-                        " [--one-buffer|--slots]\n");
+                        " [--pairs N] [--one-buffer|--slots]\n");
 }
 
 int main(int argc, char **argv)
@@ -335,6 +372,8 @@ int main(int argc, char **argv)
             g_warmup_override = atol(argv[++i]);
         else if (has_val && !strcmp(a, "--window"))
             g_window = atol(argv[++i]);
+        else if (has_val && !strcmp(a, "--pairs"))
+            g_pairs = atol(argv[++i]);
         else if (!strcmp(a, "--one-buffer"))
             g_one_buffer = 1;
         else if (!strcmp(a, "--slots"))
@@ -350,14 +389,18 @@ int main(int argc, char **argv)
     if (g_window < 1 || g_window > MAX_WINDOW)
         die("--window must be between 1 and 4096");
     if ((size_t)g_max * (size_t)g_window > ((size_t)1 << 31) && !g_one_buffer &&
-        strcmp(argv[1], "bw") == 0)
-        die("bw: --max times --window must stay below 2 GiB (or use --one-buffer)");
+        (!strcmp(argv[1], "bw") || !strcmp(argv[1], "bibw") || !strcmp(argv[1], "mbw_mr")))
+        die("--max times --window must stay below 2 GiB (or use --one-buffer)");
 
     const char *what = argv[1];
     if (strcmp(what, "latency") == 0)
         run_latency();
     else if (strcmp(what, "bw") == 0)
-        run_bw();
+        run_streams(S_BW);
+    else if (strcmp(what, "bibw") == 0)
+        run_streams(S_BIBW);
+    else if (strcmp(what, "mbw_mr") == 0)
+        run_streams(S_MBW_MR);
     else if (strcmp(what, "allreduce") == 0)
         run_coll(C_ALLREDUCE, "Allreduce");
     else if (strcmp(what, "bcast") == 0)

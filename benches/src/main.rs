@@ -18,8 +18,9 @@ use mpr::Comm;
 #[derive(clap::Parser, Debug)]
 #[command(name = "mpr-bench", version, about, long_about = None)]
 struct Opts {
-    /// What to measure: point-to-point `latency` (us) and `bw` (MB/s) between ranks 0 and 1,
-    /// or the mean time of one collective call (us) over every rank.
+    /// What to measure: point-to-point `latency` (us), `bw` and `bibw` (MB/s) between ranks 0
+    /// and 1, `mbw_mr` (MB/s and messages/s of several pairs at once), or the mean time of
+    /// one collective call (us) over every rank.
     #[arg(value_enum)]
     what: Bench,
     /// Smallest message (bytes).
@@ -44,6 +45,9 @@ struct Opts {
     /// stderr, which shows a rank that waits where the average hides it.
     #[arg(long)]
     per_rank: bool,
+    /// `mbw_mr`: sending ranks 0..N, each to its partner N ranks up (default: half the ranks).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pairs: Option<u64>,
 }
 
 /// The benchmarks.
@@ -51,6 +55,9 @@ struct Opts {
 enum Bench {
     Latency,
     Bw,
+    Bibw,
+    #[value(name = "mbw_mr")]
+    MbwMr,
     Allreduce,
     Bcast,
     Allgather,
@@ -63,6 +70,8 @@ impl Bench {
         match self {
             Bench::Latency => "latency",
             Bench::Bw => "bw",
+            Bench::Bibw => "bibw",
+            Bench::MbwMr => "mbw_mr",
             Bench::Allreduce => "allreduce",
             Bench::Bcast => "bcast",
             Bench::Allgather => "allgather",
@@ -138,11 +147,36 @@ fn latency(w: &Comm, o: &Opts) -> mpr::Result<()> {
     Ok(())
 }
 
-fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
-    let me = w.rank();
+/// Windowed streams, OSU's layouts: `bw` (rank 0 sends a window of nonblocking messages to
+/// rank 1, which acknowledges the window with 4 bytes), `bibw` (ranks 0 and 1 each post a
+/// window of receives and one of sends to the other, no acknowledgement; both directions
+/// count) and `mbw_mr` (ranks 0..N each stream to the rank N up, as `bw`; the rate is the
+/// pairs' messages over the slowest sender's time, as MB/s and messages per second).
+fn streams(w: &Comm, o: &Opts) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let pairs = match o.what {
+        Bench::MbwMr => o.pairs.map_or(p / 2, |n| n as usize),
+        _ => 1,
+    };
+    if 2 * pairs > p {
+        eprintln!("mpr-bench {}: {pairs} pairs need {} ranks, the job has {p}", o.what.name(), 2 * pairs);
+        std::process::exit(2);
+    }
+    let bi = o.what == Bench::Bibw;
+    // Whom this rank sends to and receives from.
+    let (to, from) = match (me < pairs, me >= pairs && me < 2 * pairs) {
+        (true, _) => (Some(me + pairs), bi.then_some(me + pairs)),
+        (_, true) => (bi.then_some(me - pairs), Some(me - pairs)),
+        _ => (None, None),
+    };
     if me == 0 {
-        println!("# mpr-bench Bandwidth Test");
-        println!("# Size      Bandwidth (MB/s)");
+        match o.what {
+            Bench::Bw => println!("# mpr-bench Bandwidth Test\n# Size      Bandwidth (MB/s)"),
+            Bench::Bibw => println!("# mpr-bench Bi-Directional Bandwidth Test\n# Size      Bandwidth (MB/s)"),
+            _ => println!(
+                "# mpr-bench Multiple Bandwidth / Message Rate Test ({pairs} pairs)\n# Size                  MB/s        Messages/s"
+            ),
+        }
     }
     let win = o.window as usize;
     let max = o.max.max(1);
@@ -153,40 +187,49 @@ fn bandwidth(w: &Comm, o: &Opts) -> mpr::Result<()> {
     let (sbuf, rbuf) = (s_store.slice(), r_store.get());
     for size in sizes(o.min.max(1), max, false) {
         let (iters, skip) = schedule(size, &BANDWIDTH, o);
+        let slot = |k: usize| if o.slots { k * size } else { 0 };
+        w.barrier()?;
         let mut t0 = 0.0;
         for i in 0..iters + skip {
             if i == skip {
                 t0 = mpr::wtime();
             }
-            let slot = |k: usize| if o.slots { k * size } else { 0 };
-            match me {
-                0 => {
-                    mpr::scope(|s| -> mpr::Result<()> {
-                        let reqs = (0..win)
-                            .map(|k| w.isend(s, &sbuf[slot(k)..slot(k) + size], 1, 100))
-                            .collect::<mpr::Result<Vec<_>>>()?;
-                        mpr::wait_all(reqs)?;
-                        Ok(())
-                    })?;
-                    w.recv(&mut [0u8; 4], 1, 101)?;
+            let mut reqs = Vec::with_capacity(2 * win);
+            if let Some(src) = from {
+                let base = rbuf.as_mut_ptr();
+                for k in 0..win {
+                    // SAFETY: `rbuf` outlives the requests, all waited for below; nothing
+                    // else touches it meanwhile (OSU's shared receive buffer).
+                    reqs.push(unsafe { w.irecv_unscoped(base.add(slot(k)), size, src, 100) }?);
                 }
-                1 => {
-                    let base = rbuf.as_mut_ptr();
-                    let reqs = (0..win)
-                        // SAFETY: `rbuf` outlives the requests, which are all waited for
-                        // just below; nothing else touches it meanwhile.
-                        .map(|k| unsafe { w.irecv_unscoped(base.add(slot(k)), size, 0, 100) })
-                        .collect::<mpr::Result<Vec<_>>>()?;
-                    mpr::wait_all(reqs)?;
-                    w.send(&[0u8; 4], 0, 101)?;
+            }
+            if let Some(dst) = to {
+                for k in 0..win {
+                    // SAFETY: `sbuf` outlives the requests, all waited for below, and is
+                    // only read meanwhile.
+                    reqs.push(unsafe { w.isend_unscoped(sbuf.as_ptr().add(slot(k)), size, dst, 100) }?);
                 }
-                _ => {}
+            }
+            mpr::wait_all(reqs)?;
+            if !bi {
+                match (to, from) {
+                    (Some(dst), None) => drop(w.recv(&mut [0u8; 4], dst, 101)?),
+                    (None, Some(src)) => w.send(&[0u8; 4], src, 101)?,
+                    _ => {}
+                }
             }
         }
+        let mine = if to.is_some() { mpr::wtime() - t0 } else { 0.0 };
+        let mut slowest = [mine];
+        w.allreduce_in_place(&mut slowest, mpr::Max)?;
         if me == 0 {
-            let secs = mpr::wtime() - t0;
-            let mbs = (size * win * iters) as f64 / secs / 1e6;
-            println!("{size:<10}{mbs:>18.2}");
+            let directions = if bi { 2 } else { pairs };
+            let msgs = (directions * win * iters) as f64 / slowest[0];
+            let mbs = msgs * size as f64 / 1e6;
+            match o.what {
+                Bench::MbwMr => println!("{size:<10}{mbs:>18.2}{msgs:>18.2}"),
+                _ => println!("{size:<10}{mbs:>18.2}"),
+            }
         }
     }
     Ok(())
@@ -288,13 +331,13 @@ fn main() {
         std::process::exit(1)
     });
     let w = universe.world();
-    if w.size() < 2 && matches!(opts.what, Bench::Latency | Bench::Bw) {
+    if w.size() < 2 && matches!(opts.what, Bench::Latency | Bench::Bw | Bench::Bibw | Bench::MbwMr) {
         eprintln!("mpr-bench {what}: needs at least 2 ranks (mprun -np 2 mpr-bench {what})");
         std::process::exit(2);
     }
     let r = match opts.what {
         Bench::Latency => latency(&w, &opts),
-        Bench::Bw => bandwidth(&w, &opts),
+        Bench::Bw | Bench::Bibw | Bench::MbwMr => streams(&w, &opts),
         _ => collective(&w, what, &opts),
     };
     if let Err(e) = r.and_then(|_| universe.finalize()) {

@@ -22,7 +22,19 @@ fn help_prints_the_usage() {
         assert!(so.contains("Usage:") && so.contains("--max <BYTES>") && so.contains("latency"), "{so}");
     }
     let so = text(&run(BENCH, &["--help"]).stdout);
-    for what in ["bw", "allreduce", "bcast", "allgather", "alltoall", "barrier", "--window", "--per-rank"] {
+    for what in [
+        "bw",
+        "bibw",
+        "mbw_mr",
+        "--pairs",
+        "allreduce",
+        "bcast",
+        "allgather",
+        "alltoall",
+        "barrier",
+        "--window",
+        "--per-rank",
+    ] {
         assert!(so.contains(what), "mpr-bench --help does not mention {what}: {so}");
     }
 }
@@ -51,4 +63,39 @@ fn point_to_point_needs_two_ranks() {
     let out = run(BENCH, &["latency"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("mpr-bench latency: needs at least 2 ranks (mprun -np 2 mpr-bench latency)"));
+}
+
+/// `mprun`, built beside the benchmark in the workspace.
+fn mprun(args: &[&str]) -> Output {
+    let dir = std::path::Path::new(BENCH).parent().expect("a directory");
+    Command::new(dir.join("mprun")).args(args).output().expect("run mprun")
+}
+
+/// OSU's windowed streams under mprun: a row per size with a positive figure (two for
+/// `mbw_mr`: MB/s and messages/s, in the ratio of the size), and too many pairs for the job
+/// is a clear error.
+#[test]
+fn the_stream_benchmarks_print_a_row_per_size() {
+    for (np, what, cols) in [("2", "bw", 1), ("2", "bibw", 1), ("4", "mbw_mr", 2)] {
+        let out = mprun(&["-np", np, BENCH, what, "--max", "64", "--iters", "5", "--warmup", "1"]);
+        let so = text(&out.stdout);
+        assert!(out.status.success(), "{what}: {so}\n{}", text(&out.stderr));
+        let rows: Vec<Vec<f64>> = so
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
+            .collect();
+        assert_eq!(rows.iter().map(|r| r[0] as usize).collect::<Vec<_>>(), [1, 2, 4, 8, 16, 32, 64], "{so}");
+        for r in &rows {
+            assert_eq!(r.len(), 1 + cols, "{what}: {r:?}");
+            assert!(r[1] > 0.0, "{what}: {r:?}");
+            if cols == 2 {
+                let rate_from_mbs = r[1] * 1e6 / r[0];
+                assert!((rate_from_mbs / r[2] - 1.0).abs() < 0.01, "{what}: {r:?}");
+            }
+        }
+    }
+    let out = mprun(&["-np", "3", BENCH, "mbw_mr", "--pairs", "2", "--max", "8"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("mpr-bench mbw_mr: 2 pairs need 4 ranks, the job has 3"));
 }
