@@ -27,6 +27,7 @@
 //! - A failed request ([`Engine::fail`]) leaves nothing behind: no frame of it is left in the
 //!   outbox, no single-copy transfer of it in the actions, no message of it to be matched.
 
+mod matching;
 mod pool;
 pub(crate) mod request;
 pub(crate) mod wire;
@@ -191,8 +192,8 @@ pub(crate) struct Engine {
     me: usize,
     limits: Vec<PeerLimits>,
     reqs: Requests,
-    posted: VecDeque<Posted>,
-    unexpected: VecDeque<Unexpected>,
+    posted: matching::Queues<Posted>,
+    unexpected: matching::Queues<Unexpected>,
     /// Buffers for the bytes of unexpected messages, reused.
     pool: pool::Pool,
     /// Frames to send, oldest first.
@@ -218,8 +219,8 @@ impl Engine {
             me,
             limits,
             reqs: Requests::default(),
-            posted: VecDeque::new(),
-            unexpected: VecDeque::new(),
+            posted: matching::Queues::default(),
+            unexpected: matching::Queues::default(),
             pool: pool::Pool::default(),
             outbox: VecDeque::new(),
             actions: Vec::new(),
@@ -290,18 +291,18 @@ impl Engine {
     fn send_self(&mut self, env: Envelope, buf: RawBuf) -> ReqId {
         let status = Status { source: env.src as usize, tag: env.tag, bytes: buf.len() };
         if let Some(i) = self.find_posted(&env) {
-            let p = self.posted.remove(i).expect("index from find_posted");
+            let p = self.posted.take(i);
             self.deliver(p.req, status, buf.bytes());
             return self.reqs.insert(State::Done(Ok(status)));
         }
         let len = buf.len();
         if len <= self.limits[self.me].eager {
             let body = Body::Eager(self.pool.copy_of(buf.bytes()));
-            self.unexpected.push_back(Unexpected { env, len, body });
+            self.unexpected.push(env.ctx, Some(env.src), Unexpected { env, len, body });
             self.reqs.insert(State::Done(Ok(status)))
         } else {
             let id = self.reqs.insert(State::SendSelf { buf });
-            self.unexpected.push_back(Unexpected { env, len, body: Body::SelfSend(id) });
+            self.unexpected.push(env.ctx, Some(env.src), Unexpected { env, len, body: Body::SelfSend(id) });
             id
         }
     }
@@ -317,11 +318,11 @@ impl Engine {
         buf: RawBufMut,
     ) -> ReqId {
         let id = self.reqs.insert(State::RecvPosted { buf, peer });
-        let Some(i) = self.unexpected.iter().position(|u| fits(&u.env, ctx, src, tag)) else {
-            self.posted.push_back(Posted { ctx, src, tag, req: id });
+        let Some(i) = self.unexpected.find(ctx, src, false, |u| fits(&u.env, ctx, src, tag)) else {
+            self.posted.push(ctx, src, Posted { ctx, src, tag, req: id });
             return id;
         };
-        let u = self.unexpected.remove(i).expect("index from position");
+        let u = self.unexpected.take(i);
         let status = Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len };
         match u.body {
             Body::Eager(data) => {
@@ -345,15 +346,12 @@ impl Engine {
 
     /// The status of the oldest unexpected message that fits the selector (`MPI_Iprobe`).
     pub(crate) fn probe(&self, ctx: u32, src: Option<u32>, tag: Option<i32>) -> Option<Status> {
-        self.unexpected.iter().find(|u| fits(&u.env, ctx, src, tag)).map(|u| Status {
-            source: u.env.src as usize,
-            tag: u.env.tag,
-            bytes: u.len,
-        })
+        let u = self.unexpected.get(self.unexpected.find(ctx, src, false, |u| fits(&u.env, ctx, src, tag))?);
+        Some(Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len })
     }
 
-    fn find_posted(&self, env: &Envelope) -> Option<usize> {
-        self.posted.iter().position(|p| fits(env, p.ctx, p.src, p.tag))
+    fn find_posted(&self, env: &Envelope) -> Option<matching::Slot> {
+        self.posted.find(env.ctx, Some(env.src), true, |p| fits(env, p.ctx, p.src, p.tag))
     }
 
     /// Completes receive `id` with a whole message `data`.
@@ -529,12 +527,12 @@ impl Engine {
                 let status = Status { source: env.src as usize, tag: env.tag, bytes: payload.len() };
                 match self.find_posted(&env) {
                     Some(i) => {
-                        let p = self.posted.remove(i).expect("index from find_posted");
+                        let p = self.posted.take(i);
                         self.deliver(p.req, status, payload);
                     }
                     None => {
                         let u = Unexpected { env, len: payload.len(), body: Body::Eager(self.pool.copy_of(payload)) };
-                        self.unexpected.push_back(u);
+                        self.unexpected.push(env.ctx, Some(env.src), u);
                     }
                 }
             }
@@ -545,13 +543,13 @@ impl Engine {
                 let status = Status { source: env.src as usize, tag: env.tag, bytes: len as usize };
                 match self.find_posted(&env) {
                     Some(i) => {
-                        let p = self.posted.remove(i).expect("index from find_posted");
+                        let p = self.posted.take(i);
                         self.start_rndv(p.req, peer, status, Offer { sreq, saddr, skey }, payload);
                     }
                     None => {
                         let body =
                             Body::Rts { peer, offer: Offer { sreq, saddr, skey }, head: self.pool.copy_of(payload) };
-                        self.unexpected.push_back(Unexpected { env, len: len as usize, body });
+                        self.unexpected.push(env.ctx, Some(env.src), Unexpected { env, len: len as usize, body });
                     }
                 }
             }
@@ -686,14 +684,14 @@ impl Engine {
         sreq: Option<u64>,
     ) -> Option<(u64, RawBufMut)> {
         let i = self.find_posted(&env)?;
-        let req = self.posted[i].req;
+        let req = self.posted.get(i).req;
         let Some(&State::RecvPosted { buf, .. }) = self.reqs.get(req) else { return None };
         // Too long for the buffer (or a head that is the whole message): the ordinary path
         // reports it.
         if len > buf.len() || (sreq.is_some() && n >= len) {
             return None;
         }
-        self.posted.remove(i);
+        self.posted.take(i);
         let status = Status { source: env.src as usize, tag: env.tag, bytes: len };
         *self.reqs.get_mut(req)? = State::RecvRndv { buf, peer, got: 0, status, sreq, exposed: false };
         let rreq = req.to_wire();
