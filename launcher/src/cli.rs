@@ -315,6 +315,9 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
     }
     let mut hosts =
         hosts::merge(hosts, |a, b| a == b || (addr::is_local(a) && addr::is_local(b))).map_err(UsageError::usage)?;
+    if let Some(file) = &args.hostfile {
+        hosts::check_cables(&hosts).map_err(|e| UsageError::usage(format!("--hostfile {}: {e}", file.display())))?;
+    }
     if let Some(ppn) = ppn {
         if hosts.is_empty() {
             hosts.push(HostSpec::new("localhost", ppn));

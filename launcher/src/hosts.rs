@@ -90,15 +90,18 @@ pub(crate) fn read_hostfile(path: &Path) -> Result<Hostfile, String> {
     if parsed.hosts.is_empty() {
         return Err(format!("--hostfile {}: names no host", path.display()));
     }
-    check_cables(&parsed.hosts).map_err(|e| format!("--hostfile {file}: {e}"))?;
     Ok(parsed)
 }
 
-/// The devices hosts name towards each other agree: every peer host named is in the file,
-/// and names this host back with as many devices (one per cable).
+/// The devices hosts name towards each other agree: every peer host named is in the file
+/// (and is not the host itself), and names this host back with as many devices (one per
+/// cable). Run on the merged hosts (a host may take several lines).
 pub(crate) fn check_cables(hosts: &[HostSpec]) -> Result<(), String> {
     for h in hosts {
         for (peer, devs) in &h.rdma_peers {
+            if *peer == h.name {
+                return Err(format!("host {} names RDMA devices towards itself", h.name));
+            }
             let Some(p) = hosts.iter().find(|p| &p.name == peer) else {
                 return Err(format!(
                     "host {} names RDMA devices towards {peer}, which is not a host of the file",
@@ -187,6 +190,9 @@ fn parse_peers(text: &str) -> Result<Vec<(String, Vec<String>)>, String> {
             return Err(format!("peer '{peer}' is named twice in rdma="));
         }
         let devs = devs.split('+').map(check_device).collect::<Result<Vec<_>, _>>()?;
+        if let Some(d) = devs.iter().enumerate().find_map(|(i, d)| devs[..i].contains(d).then_some(d)) {
+            return Err(format!("device '{d}' is named twice towards '{peer}' (one device per cable)"));
+        }
         out.push((peer.to_string(), devs));
     }
     Ok(out)
@@ -385,12 +391,18 @@ mac4
             check_cables(&stranger).unwrap_err(),
             "host a names RDMA devices towards c, which is not a host of the file"
         );
+        let itself = parse_hostfile("f", "a rdma=a:x\n").unwrap();
+        assert_eq!(check_cables(&itself).unwrap_err(), "host a names RDMA devices towards itself");
+        // A host on two lines: checked once merged.
+        let split = parse_hostfile("f", "a\nb rdma=a:x\na rdma=b:y\n").unwrap();
+        check_cables(&merge(split, |x, y| x == y).unwrap()).unwrap();
         for (text, want) in [
             ("a rdma=b:x,b:y\n", "f:1: peer 'b' is named twice in rdma="),
             ("a rdma=b:x,c\n", "f:1: 'c': expected PEER:DEVICE[+DEVICE...] (as in rdma=mac2:rdma_en3)"),
             ("a rdma=b:x+\n", "f:1: '' is not an RDMA device name (such as mlx5_0 or rdma_en3)"),
             ("a rdma=b/c:x\n", "f:1: 'b/c' is not a host name or IPv4 address"),
             ("a rdma=b:x rdma=y\n", "f:1: 'a' has its RDMA device given twice"),
+            ("a rdma=b:x+x\n", "f:1: device 'x' is named twice towards 'b' (one device per cable)"),
         ] {
             assert_eq!(parse_hostfile("f", text).unwrap_err(), want, "{text:?}");
         }

@@ -37,14 +37,27 @@ pub(crate) fn lanes(a: &Card, b: &Card) -> Vec<usize> {
     match (a.links.is_empty(), b.links.is_empty()) {
         (true, true) => vec![0],
         (false, false) => {
-            let mut cables: Vec<(u32, usize)> = Vec::new();
+            // Every pair of devices on one subnet, keyed by its two addresses (lower first),
+            // which both ends compute alike; then each device takes part in one cable at
+            // most, in key order, so both ends pair the same devices even where several
+            // devices of a host sit on one subnet.
+            let mut candidates: Vec<((u32, u32), usize, usize)> = Vec::new();
             for (i, &la) in a.links.iter().enumerate() {
-                if let Some(lb) = b.links.iter().find(|&&lb| same_link(la, lb)) {
-                    cables.push((u32::from(la.0).min(u32::from(lb.0)), i));
+                for (j, &lb) in b.links.iter().enumerate().filter(|&(_, &lb)| same_link(la, lb)) {
+                    let (x, y) = (u32::from(la.0), u32::from(lb.0));
+                    candidates.push(((x.min(y), x.max(y)), i, j));
                 }
             }
-            cables.sort_unstable();
-            cables.into_iter().map(|(_, i)| i).collect()
+            candidates.sort_unstable();
+            let (mut used_a, mut used_b, mut lanes) = (Vec::new(), Vec::new(), Vec::new());
+            for (_, i, j) in candidates {
+                if !used_a.contains(&i) && !used_b.contains(&j) {
+                    used_a.push(i);
+                    used_b.push(j);
+                    lanes.push(i);
+                }
+            }
+            lanes
         }
         _ => Vec::new(),
     }
@@ -132,6 +145,25 @@ mod tests {
         let c = card("c", &[("10.9.3.2", 30)]);
         assert_eq!(lanes(&a, &c), [2]);
         assert!(lanes(&b, &c).is_empty(), "no cable between b and c");
+    }
+
+    #[test]
+    fn devices_sharing_a_subnet_pair_one_to_one_alike_at_both_ends() {
+        // Two devices of d on one /24 against one of e: one cable, the same at both ends.
+        let d = card("d", &[("10.7.0.5", 24), ("10.7.0.1", 24)]);
+        let e = card("e", &[("10.7.0.9", 24)]);
+        assert_eq!(lanes(&d, &e), [1]);
+        assert_eq!(lanes(&e, &d), [0]);
+        // Two against two on one subnet: two lanes, and lane k joins the same pair of
+        // devices from both sides.
+        let f = card("f", &[("10.7.0.2", 24), ("10.7.0.8", 24)]);
+        let (df, fd) = (lanes(&d, &f), lanes(&f, &d));
+        assert_eq!((df.len(), fd.len()), (2, 2));
+        for k in 0..2 {
+            let (x, y) = (d.links[df[k]].0, f.links[fd[k]].0);
+            assert!(same_link(d.links[df[k]], f.links[fd[k]]), "lane {k}: {x} and {y}");
+        }
+        assert_ne!(df[0], df[1]);
     }
 
     #[test]

@@ -88,7 +88,14 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
                 }
             }
             let order: Vec<String> = if named.is_empty() {
-                ifaces.iter().map(|i| i.0.clone()).collect()
+                // One device per interface (on its first address, as `find` below takes it).
+                let mut names: Vec<String> = Vec::new();
+                for (n, _, _) in &ifaces {
+                    if !names.contains(n) {
+                        names.push(n.clone());
+                    }
+                }
+                names
             } else {
                 wanted.split(',').map(String::from).collect()
             };
@@ -112,9 +119,11 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
     }
 }
 
-/// The real provider's devices: those named per peer; the one `MPR_RDMA_DEVICE` names; or
-/// every active one, each on the link its GID's address sits on. Thunderbolt devices are
-/// always taken as links (each reaches one Mac); one NIC alone reaches every peer.
+/// The real provider's devices: those named per peer; the one `MPR_RDMA_DEVICE` names; on
+/// Thunderbolt, every active one, each on the link its GID's address sits on (each reaches
+/// one Mac; a Mac whose devices show no IPv4 address falls back to its first device);
+/// elsewhere the first active device, which reaches every peer (a NIC on a switch; several
+/// NICs per host are named per peer in the hostfile).
 fn open_verbs(named: Option<(Vec<String>, fabric::Named)>) -> Result<Opened, String> {
     let config = IbvConfig::from_env();
     let why = |e: VerbsError, dev: Option<&str>, from: &str| {
@@ -140,14 +149,13 @@ fn open_verbs(named: Option<(Vec<String>, fabric::Named)>) -> Result<Opened, Str
             .map(|d| Opened::one("verbs", Box::new(d)))
             .map_err(|e| why(e, Some(name), "MPR_RDMA_DEVICE"));
     }
-    let (active, _) = Ibv::active_devices().map_err(|e| why(e, None, ""))?;
-    let point_to_point = super::ibv::Flavor::HOST == super::ibv::Flavor::AppleRdma;
-    if active.len() < 2 && !point_to_point {
-        return Ibv::open(&config).map(|d| Opened::one("verbs", Box::new(d))).map_err(|e| why(e, None, ""));
+    let first = || Ibv::open(&config).map(|d| Opened::one("verbs", Box::new(d))).map_err(|e| why(e, None, ""));
+    if super::ibv::Flavor::HOST != super::ibv::Flavor::AppleRdma {
+        return first();
     }
+    let (active, _) = Ibv::active_devices().map_err(|e| why(e, None, ""))?;
     let ifaces = interfaces("*").map_err(|e| e.to_string())?;
     let (mut devs, mut links): DevicesOnLinks = (Vec::new(), Vec::new());
-    let mut skipped = Vec::new();
     for name in &active {
         let d = open(name).map_err(|e| why(e, Some(name), "the device list"))?;
         match d.ipv4().and_then(|ip| ifaces.iter().find(|i| i.1 == ip)) {
@@ -155,15 +163,14 @@ fn open_verbs(named: Option<(Vec<String>, fabric::Named)>) -> Result<Opened, Str
                 links.push((ip, bits));
                 devs.push(Box::new(d));
             }
-            None => skipped.push(name.clone()),
+            // A device whose GID holds no IPv4 address names no link: no peer is paired
+            // with it (the hostfile can still name it per peer).
+            None => {}
         }
     }
     if devs.is_empty() {
-        return Err(format!(
-            "no RDMA device has an IPv4 address in its GID to tell which peers it reaches ({}); name one with \
-             MPR_RDMA_DEVICE or per peer in the hostfile",
-            skipped.join(", ")
-        ));
+        // No GID names its link (link-local GIDs only): one device, as on a single cable.
+        return first();
     }
     Ok(Opened { kind: "verbs".into(), devs, links, named: Vec::new() })
 }

@@ -558,9 +558,10 @@ impl VerbsTransport {
         } else if alone && ack == l.last_ack && !l.unacked.is_empty() && l.recover.is_none() {
             l.dup_acks += 1;
             if l.dup_acks == 2 {
-                // The peer saw a gap: retransmit now.
+                // The peer saw a gap: retransmit now (and time no round trip by these).
                 for o in l.unacked.iter_mut() {
                     o.sent = o.sent.checked_sub(l.rto).unwrap_or(o.sent);
+                    o.again = true;
                 }
             }
         }
@@ -608,10 +609,16 @@ impl VerbsTransport {
                     sink.frame(peer, &msg[THDR..THDR + len])?;
                     n = 1;
                 }
+            } else if before(seq, l.expect) {
+                // A copy of a message we have: our acknowledgement was lost, so it is always
+                // sent again (the sender's timeout paces these copies).
+                l.ack_due = true;
+                l.owed += 1;
+                self.out_of_order += 1;
             } else {
-                // A gap (or a copy of a message we have): the first few say so with repeated
+                // A gap: the first few messages after it say so with repeated
                 // acknowledgements, which is all the sender needs; acknowledging every one
-                // of a window sent again would flood its receive queue.
+                // of a window would flood its receive queue.
                 l.unexpected += 1;
                 if l.unexpected <= UNEXPECTED_ACKS {
                     l.ack_due = true;
@@ -688,7 +695,8 @@ impl VerbsTransport {
             }
             if !self.caps.rc && l.unacked.front().is_some_and(|o| now.duration_since(o.sent) >= l.rto) {
                 // Go back N: everything unacknowledged, in order, as far as the queue allows.
-                l.rto = (l.rto * 2).min(l.rtt.rto(self.tune.rto) * 64);
+                // Doubling, but leaving room for several tries within the dead-peer bound.
+                l.rto = (l.rto * 2).min(l.rtt.rto(self.tune.rto) * 64).min(self.tune.dead_after / 4);
                 l.dup_acks = 0;
                 l.recover = Some(l.next_seq);
                 let resend: Vec<(usize, usize)> = l.unacked.iter().map(|o| (o.buf, o.len)).collect();
