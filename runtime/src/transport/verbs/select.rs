@@ -158,14 +158,11 @@ fn open_verbs(named: Option<(Vec<String>, fabric::Named)>) -> Result<Opened, Str
     let (mut devs, mut links): DevicesOnLinks = (Vec::new(), Vec::new());
     for name in &active {
         let d = open(name).map_err(|e| why(e, Some(name), "the device list"))?;
-        match d.ipv4().and_then(|ip| ifaces.iter().find(|i| i.1 == ip)) {
-            Some(&(_, ip, bits)) => {
-                links.push((ip, bits));
-                devs.push(Box::new(d));
-            }
-            // A device whose GID holds no IPv4 address names no link: no peer is paired
-            // with it (the hostfile can still name it per peer).
-            None => {}
+        // A device whose GID holds no IPv4 address names no link: no peer is paired with it
+        // (the hostfile can still name it per peer).
+        if let Some(&(_, ip, bits)) = d.ipv4().and_then(|ip| ifaces.iter().find(|i| i.1 == ip)) {
+            links.push((ip, bits));
+            devs.push(Box::new(d));
         }
     }
     if devs.is_empty() {
