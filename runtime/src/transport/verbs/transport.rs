@@ -596,6 +596,7 @@ impl VerbsTransport {
         }
         self.acked(link, ack, kind == ACK);
         let mut n = 0;
+        let mut gap_ack = false;
         if kind != ACK {
             let l = &mut self.links[link];
             if seq == l.expect {
@@ -616,18 +617,19 @@ impl VerbsTransport {
                 l.owed += 1;
                 self.out_of_order += 1;
             } else {
-                // A gap: the first few messages after it say so with repeated
-                // acknowledgements, which is all the sender needs; acknowledging every one
-                // of a window would flood its receive queue.
+                // A gap: the first few messages after it say so at once with repeated
+                // acknowledgements (two start the sender's fast retransmission; delayed,
+                // they would merge into one), which is all the sender needs; acknowledging
+                // every one of a window would flood its receive queue.
                 l.unexpected += 1;
-                if l.unexpected <= UNEXPECTED_ACKS {
-                    l.ack_due = true;
-                    l.owed += 1;
-                }
+                gap_ack = l.unexpected <= UNEXPECTED_ACKS;
                 self.out_of_order += 1;
             }
         }
         self.post_recv(link, buf)?;
+        if gap_ack {
+            self.send_ack(link)?;
+        }
         Ok(n)
     }
 
