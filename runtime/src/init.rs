@@ -298,9 +298,7 @@ fn connect_rdma(
         _ => Ok(Vec::new()),
     };
     let published = prepared.as_ref().map_err(Clone::clone).and_then(|prep| {
-        prep.iter()
-            .zip(lane_numbers(prep.iter().map(|p| p.peer)))
-            .try_for_each(|(p, lane)| boot.put(&format!("mpr-qp-{me}-{}-{lane}", p.peer), &p.addr.encode()))
+        prep.iter().try_for_each(|p| boot.put(&format!("mpr-qp-{me}-{}-{}", p.peer, p.lane), &p.addr.encode()))
     });
     // Everyone fences, also after a failure here, so nobody waits forever.
     let fenced = boot.fence();
@@ -311,8 +309,8 @@ fn connect_rdma(
         return Ok(side);
     }
     let mut addrs = Vec::new();
-    for (p, lane) in prepared.iter().zip(lane_numbers(prepared.iter().map(|p| p.peer))) {
-        let key = format!("mpr-qp-{}-{me}-{lane}", p.peer);
+    for p in &prepared {
+        let key = format!("mpr-qp-{}-{me}-{}", p.peer, p.lane);
         let v = boot.get(&key)?;
         addrs.push(QpAddr::decode(&v).ok_or_else(|| Error::Bootstrap(format!("bad queue-pair address {key}={v}")))?);
     }
@@ -325,46 +323,29 @@ fn connect_rdma(
 /// `direct(a, b)`: ranks a and b are one hop (RDMA). `say`: print the choice under
 /// `MPR_VERBOSE` (one rank does).
 fn fabric_ring(host_of: &[u32], direct: impl Fn(usize, usize) -> bool, say: bool) -> Vec<usize> {
+    use crate::coll::ring::{self, Ring};
     let host_of: Vec<usize> = host_of.iter().map(|&h| h as usize).collect();
     let n = host_of.iter().max().map_or(0, |&h| h + 1);
+    // The first rank of each host stands for it (a host's ranks share its devices).
     let first: Vec<usize> = (0..n).map(|h| host_of.iter().position(|&x| x == h).expect("numbered")).collect();
-    let plan = crate::coll::ring::plan(n, |a, b| direct(first[a], first[b]));
+    let plan = ring::plan(n, |a, b| direct(first[a], first[b]));
     if say && crate::env::verbose() {
         let what = match &plan {
-            crate::coll::ring::Ring::OneHop => {
-                "every pair of hosts is one hop: ring collectives go in rank order".into()
+            Ring::OneHop => "every pair of hosts is one hop: ring collectives go in rank order".into(),
+            Ring::Follows(order) => {
+                let hosts: Vec<String> = order.iter().map(|&h| format!("of rank {}", first[h])).collect();
+                format!("ring collectives follow the cables: hosts in the order {}", hosts.join(", "))
             }
-            crate::coll::ring::Ring::Follows(order) => format!(
-                "ring collectives follow the cables: hosts in the order {}",
-                order
-                    .iter()
-                    .map(|&h| first[h].to_string())
-                    .map(|r| format!("of rank {r}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            crate::coll::ring::Ring::RankOrder => {
+            Ring::RankOrder => {
                 "ring collectives go in rank order (along the cables, or no ring of cables reaches every host)".into()
             }
         };
         eprintln!("mpr: {what}");
     }
     match plan {
-        crate::coll::ring::Ring::Follows(order) => crate::coll::ring::positions(&order, &host_of),
+        Ring::Follows(order) => ring::positions(&order, &host_of),
         _ => Vec::new(),
     }
-}
-
-/// The lane of each entry of `peers` (a peer listed once per cable): 0 for its first, ...
-fn lane_numbers(peers: impl Iterator<Item = usize>) -> Vec<usize> {
-    let mut seen: Vec<usize> = Vec::new();
-    peers
-        .map(|p| {
-            let lane = seen.iter().filter(|&&q| q == p).count();
-            seen.push(p);
-            lane
-        })
-        .collect()
 }
 
 /// The smallest message copied by sender and receiver at once (`MPR_SPLIT_COPY_MIN`, `set`;

@@ -62,9 +62,7 @@ impl Team for Comm {
         Comm::outnumbered(self)
     }
     fn ring_order(&self) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..Comm::size(self)).collect();
-        order.sort_by_key(|&m| self.ring_pos(self.group()[m]));
-        order
+        self.ring_order_of(self.group().iter().copied())
     }
     fn coll_xchg_with(
         &self,
@@ -96,9 +94,8 @@ impl Team for Subset<'_> {
         Comm::outnumbered(self.comm)
     }
     fn ring_order(&self) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.members.len()).collect();
-        order.sort_by_key(|&m| self.comm.ring_pos(self.comm.group()[self.members[m]]));
-        order
+        let group = self.comm.group();
+        self.comm.ring_order_of(self.members.iter().map(|&m| group[m]))
     }
     fn coll_xchg_with(
         &self,

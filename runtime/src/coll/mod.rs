@@ -213,10 +213,17 @@ impl Comm {
         self.rt().borrow().hosts.outnumbered
     }
 
-    /// The position of world rank `r` on the fabric's ring (see `ring`): rank order unless
-    /// the cables say otherwise.
-    fn ring_pos(&self, r: usize) -> usize {
-        self.rt().borrow().hosts.ring.get(r).copied().unwrap_or(r)
+    /// The members given by their world ranks `world`, as indices into it, in the order of
+    /// the fabric's ring (see `ring`): their own order unless the cables say otherwise.
+    fn ring_order_of(&self, world: impl ExactSizeIterator<Item = usize>) -> Vec<usize> {
+        let rt = self.rt().borrow();
+        let ring = &rt.hosts.ring;
+        if ring.is_empty() {
+            return (0..world.len()).collect();
+        }
+        let mut by_pos: Vec<(usize, usize)> = world.enumerate().map(|(m, w)| (ring[w], m)).collect();
+        by_pos.sort_unstable();
+        by_pos.into_iter().map(|(_, m)| m).collect()
     }
 
     /// Whether an allgather or all-to-all whose contribution per rank (its block, its send

@@ -281,6 +281,8 @@ pub(crate) struct VerbsTransport {
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) peer: usize,
+    /// Which of the peer's cables (0 for its first): the same number at both ends.
+    pub(crate) lane: usize,
     dev: usize,
     qp: QpId,
     pub(crate) addr: QpAddr,
@@ -308,7 +310,10 @@ impl VerbsTransport {
         for &(peer, d) in peers {
             let ty = if devs[d].caps().rc { QpType::Rc } else { QpType::Uc };
             match devs[d].create_qp(ty) {
-                Ok((qp, addr)) => out.push(Pending { peer, dev: d, qp, addr }),
+                Ok((qp, addr)) => {
+                    let lane = out.iter().filter(|p| p.peer == peer).count();
+                    out.push(Pending { peer, lane, dev: d, qp, addr })
+                }
                 Err(e) => {
                     for p in &out {
                         let _ = devs[p.dev].destroy_qp(p.qp);
