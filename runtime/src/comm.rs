@@ -58,6 +58,8 @@ struct CommInner {
     group: Vec<usize>,
     /// Collectives started so far (all ranks call them in the same order): their tag.
     coll_seq: std::cell::Cell<u32>,
+    /// Windows created so far on this communicator (all ranks create them in the same order).
+    win_seq: std::cell::Cell<u32>,
     /// How the ranks sit on hosts, for collectives in shared memory (made on first use).
     node: std::cell::OnceCell<Option<crate::coll::node::Plan>>,
 }
@@ -96,6 +98,7 @@ impl Comm {
                 rank,
                 group,
                 coll_seq: std::cell::Cell::new(0),
+                win_seq: std::cell::Cell::new(0),
                 node: Default::default(),
             }),
         }
@@ -117,6 +120,14 @@ impl Comm {
     /// The context of this communicator's collectives.
     pub(crate) fn coll_context(&self) -> u32 {
         self.inner.ctx + 1
+    }
+
+    /// The id of the next window on this communicator: the same at every rank of it, and
+    /// unique in the process (contexts are).
+    pub(crate) fn next_win_id(&self) -> u64 {
+        let s = self.inner.win_seq.get();
+        self.inner.win_seq.set(s.wrapping_add(1));
+        ((self.inner.ctx as u64) << 32) | s as u64
     }
 
     /// The tag of the next collective on this communicator.

@@ -21,6 +21,11 @@ pub enum ErrorClass {
     Transport,
     /// A wait exceeded the configured time limit.
     Timeout,
+    /// A one-sided operation or synchronisation outside its epoch, or a misuse of the
+    /// window's synchronisation calls (`MPI_ERR_RMA_SYNC`).
+    RmaSync,
+    /// A one-sided access outside the target's window (`MPI_ERR_RMA_RANGE`).
+    RmaRange,
     /// Anything else (`MPI_ERR_OTHER`).
     Other,
 }
@@ -64,6 +69,21 @@ pub enum Error {
     Transport(String),
     /// A wait exceeded `MPR_WAIT_TIMEOUT`.
     Timeout(std::time::Duration),
+    /// A window's synchronisation misused: an operation outside an epoch, an unlock without
+    /// a lock, ...
+    RmaSync(String),
+    /// An access to elements `disp..disp+len` of the window of rank `target`, which holds
+    /// `size` elements.
+    RmaRange {
+        /// The target's rank in the window's communicator.
+        target: usize,
+        /// First element accessed.
+        disp: usize,
+        /// Elements accessed.
+        len: usize,
+        /// Elements in the target's window.
+        size: usize,
+    },
     /// Anything else.
     Other(String),
 }
@@ -80,6 +100,8 @@ impl Error {
             Error::Bootstrap(_) => ErrorClass::Bootstrap,
             Error::Transport(_) => ErrorClass::Transport,
             Error::Timeout(_) => ErrorClass::Timeout,
+            Error::RmaSync(_) => ErrorClass::RmaSync,
+            Error::RmaRange { .. } => ErrorClass::RmaRange,
             Error::Other(_) => ErrorClass::Other,
         }
     }
@@ -102,6 +124,12 @@ impl fmt::Display for Error {
             Error::Bootstrap(m) => write!(f, "bootstrap failed: {m}"),
             Error::Transport(m) => write!(f, "transport error: {m}"),
             Error::Timeout(d) => write!(f, "wait timed out after {:.3} s", d.as_secs_f64()),
+            Error::RmaSync(m) => write!(f, "window synchronisation error: {m}"),
+            Error::RmaRange { target, disp, len, size } => write!(
+                f,
+                "access to elements {disp}..{} of the window of rank {target}, which holds {size} elements",
+                disp.saturating_add(*len)
+            ),
             Error::Other(m) => f.write_str(m),
         }
     }

@@ -26,6 +26,7 @@ pub mod bootstrap;
 mod buf;
 mod coll;
 mod comm;
+mod datatype;
 mod engine;
 pub mod env;
 mod error;
@@ -34,6 +35,7 @@ pub mod info;
 mod init;
 mod progress;
 mod request;
+pub mod rma;
 mod shmfile;
 mod status;
 mod transport;
@@ -53,6 +55,7 @@ pub use error::{Error, ErrorClass, Result};
 pub use group::Group;
 pub use half;
 pub use request::{scope, test_all, wait_all, wait_any, Request, Scope};
+pub use rma::{Elem, LockType, NoOp, Replace, RmaOp, Window};
 pub use status::Status;
 
 /// The README's example runs as a doctest (a job of one rank), so it cannot go stale.

@@ -280,6 +280,12 @@ impl Runtime {
         }
     }
 
+    /// Whether frames for `peer` are still queued here or in the engine (not yet taken by
+    /// its transport).
+    pub(crate) fn queued_to(&self, peer: usize) -> bool {
+        !self.pending[peer].is_empty() || self.engine.outbox.iter().any(|t| t.peer == peer)
+    }
+
     /// Blocking-send fast path: if the message can go eagerly and nothing is queued ahead of
     /// it for `peer`, hands it to the transport now, without a request. Returns whether it did.
     pub(crate) fn send_now(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, bytes: &[u8]) -> Result<bool, Error> {

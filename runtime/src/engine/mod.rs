@@ -30,6 +30,7 @@
 mod matching;
 mod pool;
 pub(crate) mod request;
+pub(crate) mod rma;
 pub(crate) mod wire;
 
 use std::collections::VecDeque;
@@ -94,12 +95,25 @@ pub(crate) struct Transmit {
     /// other frames or be overtaken (a transport with several paths to the peer spreads
     /// these over them; see [`crate::transport::Transport::try_send_any_order`]).
     pub(crate) any_order: bool,
+    /// Bytes the frame owns (an answer copied out of a window), which `payload` views.
+    copy: Vec<u8>,
 }
 
 impl Transmit {
     fn new(peer: usize, f: Frame, payload: RawBuf, on_sent: Option<ReqId>, owner: Option<ReqId>) -> Transmit {
         let any_order = matches!(f, Frame::Data { .. });
-        Transmit { peer, hdr: f.encode(), payload, on_sent, owner, expose: false, any_order }
+        Transmit { peer, hdr: f.encode(), payload, on_sent, owner, expose: false, any_order, copy: Vec::new() }
+    }
+
+    /// A frame whose payload is `bytes`, owned by the frame.
+    fn with_copy(peer: usize, f: Frame, bytes: Vec<u8>) -> Transmit {
+        // SAFETY: the view is of the vector's heap buffer, which stays in place and unchanged
+        // while the vector lives (moving the vector does not move it); the vector lives in
+        // this `Transmit` beside the view, and is never modified.
+        let payload = unsafe { RawBuf::new(&bytes) };
+        let mut t = Transmit::new(peer, f, payload, None, None);
+        t.copy = bytes;
+        t
     }
 
     /// Whether this is the `Rts` of a rendezvous send: while it is queued, the peer knows
@@ -206,6 +220,8 @@ pub(crate) struct Engine {
     /// Wire ids of sends that streamed the whole message and completed when its last frame
     /// went out: the receiver's `Fin` for them is still to come, and is then dropped.
     streamed: std::collections::HashSet<u64>,
+    /// The one-sided windows this engine serves.
+    rma: rma::Windows,
 }
 
 fn proto_err(peer: usize, what: &str) -> Error {
@@ -226,6 +242,7 @@ impl Engine {
             actions: Vec::new(),
             failed: Default::default(),
             streamed: Default::default(),
+            rma: Default::default(),
         }
     }
 
@@ -516,6 +533,7 @@ impl Engine {
             let id = match f {
                 Frame::Cts { sreq, .. } | Frame::Fin { sreq, .. } => Some(sreq),
                 Frame::Data { rreq, .. } | Frame::Written { rreq, .. } => Some(rreq),
+                Frame::Reply { oreq, .. } => Some(oreq),
                 _ => None,
             };
             if id.is_some_and(|id| self.failed.contains(&id)) {
@@ -589,6 +607,12 @@ impl Engine {
                 }
                 self.add_received(rid, len as usize);
             }
+            Frame::Put { .. }
+            | Frame::Get { .. }
+            | Frame::Fetch { .. }
+            | Frame::Cas { .. }
+            | Frame::Reply { .. }
+            | Frame::Ctl { .. } => return self.on_rma_frame(peer, f, payload),
             Frame::Fin { sreq, .. } => {
                 let sid = ReqId::from_wire(sreq);
                 match self.reqs.get(sid) {
@@ -637,7 +661,7 @@ impl Engine {
             _ => None,
         };
         match self.reqs.get(id) {
-            Some(State::SendRndv { .. } | State::RecvRndv { .. }) => {
+            Some(State::SendRndv { .. } | State::RecvRndv { .. } | State::RmaAnswer { .. }) => {
                 self.failed.insert(id.to_wire());
             }
             Some(State::SendSelf { .. }) => {

@@ -44,6 +44,8 @@ pub(crate) enum State {
     /// told when all is in; `None` for an eager message the transport places straight into
     /// the buffer (nobody waits on the sending side).
     RecvRndv { buf: RawBufMut, peer: usize, got: usize, status: Status, sreq: Option<u64>, exposed: bool },
+    /// A one-sided operation whose answer `peer` sends into `buf` (`got` bytes so far).
+    RmaAnswer { peer: usize, buf: RawBufMut, got: usize },
     /// Finished; waiting for its owner to collect the result.
     Done(Result<Status, Error>),
 }
@@ -52,7 +54,10 @@ impl State {
     /// The world rank this request waits on, if it waits on one peer alone.
     pub(crate) fn peer(&self) -> Option<usize> {
         match *self {
-            State::SendEager { peer } | State::SendRndv { peer, .. } | State::RecvRndv { peer, .. } => Some(peer),
+            State::SendEager { peer }
+            | State::SendRndv { peer, .. }
+            | State::RecvRndv { peer, .. }
+            | State::RmaAnswer { peer, .. } => Some(peer),
             State::RecvPosted { peer, .. } => peer,
             State::SendSelf { .. } | State::Done(_) => None,
         }

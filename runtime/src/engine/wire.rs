@@ -13,6 +13,12 @@
 //! | Data    | 24    | pad u16 + u32, rreq u64, off u64                             |
 //! | Written | 24    | pad u16 + u32, rreq u64, len u64                             |
 //! | Fin     | 16    | flags u8, pad u8 + u32, sreq u64                             |
+//! | Put     | 24    | op u8, dtype u8, pad u32, win u64, disp u64                  |
+//! | Get     | 40    | pad u16 + u32, win u64, disp u64, len u64, oreq u64          |
+//! | Fetch   | 40    | op u8, dtype u8, pad u32, win u64, disp u64, oreq u64, roff u64 |
+//! | Cas     | 32    | pad u8, dtype u8, pad u32, win u64, disp u64, oreq u64       |
+//! | Reply   | 24    | flags u8, pad u8 + u32, oreq u64, off u64                    |
+//! | Ctl     | 16    | what u8, pad u8 + u32, win u64                               |
 //!
 //! Rendezvous: the sender announces a large message with `Rts`. Where the path allows
 //! single-copy reads, the `Rts` carries the sender's buffer address (and the key that opens
@@ -23,8 +29,18 @@
 //! and then confirmed by `Written`. When all bytes are in, the receiver sends `Fin`: only
 //! then may the sender reuse its buffer.
 
+//!
+//! One-sided operations are active messages its target's engine serves (every transport
+//! carries them; see `engine/rma.rs`). `disp` is a byte offset into the target's window
+//! `win`; `op` and `dtype` are codes of `crate::datatype`. `Put` writes (or accumulates) its
+//! payload; `Get` asks for `len` bytes; `Fetch` accumulates its payload and `Cas` compares
+//! and swaps (payload: compare value, then new value), both answering with the elements as
+//! they were. Answers are `Reply` frames, at byte `off` of the origin's request `oreq` (a
+//! `Fetch` covering part of its request says where its answer goes: `roff`). `Ctl` carries
+//! the synchronisation (locks, flushes, post/complete) and its acknowledgements.
+
 /// Version of this format; a frame of another version is rejected.
-pub(crate) const WIRE_VERSION: u8 = 3;
+pub(crate) const WIRE_VERSION: u8 = 4;
 /// Bytes of the longest header.
 pub(crate) const MAX_HEADER: usize = 48;
 /// On `Fin`: the receiver matched the message but it did not fit (the receive failed).
@@ -36,6 +52,12 @@ const CTS: u8 = 3;
 const DATA: u8 = 4;
 const WRITTEN: u8 = 5;
 const FIN: u8 = 6;
+const PUT: u8 = 7;
+const GET: u8 = 8;
+const FETCH: u8 = 9;
+const CAS: u8 = 10;
+const REPLY: u8 = 11;
+const CTL: u8 = 12;
 
 /// Matching information of a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +83,18 @@ pub(crate) enum Frame {
     Written { rreq: u64, len: u64 },
     /// The receiver is done with the sender's buffer.
     Fin { sreq: u64, flags: u8 },
+    /// Write (`op` replace) or accumulate the payload at byte `disp` of window `win`.
+    Put { win: u64, disp: u64, op: u8, dtype: u8 },
+    /// Answer `len` bytes at `disp` of window `win` to request `oreq`.
+    Get { win: u64, disp: u64, len: u64, oreq: u64 },
+    /// Accumulate the payload at `disp`, answering the elements it replaced at `roff` of `oreq`.
+    Fetch { win: u64, disp: u64, op: u8, dtype: u8, oreq: u64, roff: u64 },
+    /// Compare and swap one element (payload: compare value, new value); answers the old one.
+    Cas { win: u64, disp: u64, dtype: u8, oreq: u64 },
+    /// Bytes at `off` of the answer to one-sided request `oreq`.
+    Reply { oreq: u64, off: u64, flags: u8 },
+    /// Synchronisation of window `win` (see `engine::rma::ctl`).
+    Ctl { win: u64, what: u8 },
 }
 
 /// Why a frame was rejected.
@@ -107,6 +141,10 @@ impl Writer {
         buf[2] = flags;
         Writer { buf, at: 4 }
     }
+    fn byte3(mut self, v: u8) -> Self {
+        self.buf[3] = v;
+        self
+    }
     fn u32(mut self, v: u32) -> Self {
         self.buf[self.at..self.at + 4].copy_from_slice(&v.to_le_bytes());
         self.at += 4;
@@ -150,8 +188,10 @@ impl Reader<'_> {
 
 fn header_len(kind: u8) -> Option<usize> {
     Some(match kind {
-        EAGER | FIN => 16,
-        DATA | WRITTEN => 24,
+        EAGER | FIN | CTL => 16,
+        DATA | WRITTEN | PUT | REPLY => 24,
+        CAS => 32,
+        GET | FETCH => 40,
         RTS | CTS => 48,
         _ => return None,
     })
@@ -170,6 +210,16 @@ impl Frame {
             Frame::Data { rreq, off } => Writer::new(DATA, 0).u64(rreq).u64(off).done(),
             Frame::Written { rreq, len } => Writer::new(WRITTEN, 0).u64(rreq).u64(len).done(),
             Frame::Fin { sreq, flags } => Writer::new(FIN, flags).u64(sreq).done(),
+            Frame::Put { win, disp, op, dtype } => Writer::new(PUT, op).byte3(dtype).u64(win).u64(disp).done(),
+            Frame::Get { win, disp, len, oreq } => Writer::new(GET, 0).u64(win).u64(disp).u64(len).u64(oreq).done(),
+            Frame::Fetch { win, disp, op, dtype, oreq, roff } => {
+                Writer::new(FETCH, op).byte3(dtype).u64(win).u64(disp).u64(oreq).u64(roff).done()
+            }
+            Frame::Cas { win, disp, dtype, oreq } => {
+                Writer::new(CAS, 0).byte3(dtype).u64(win).u64(disp).u64(oreq).done()
+            }
+            Frame::Reply { oreq, off, flags } => Writer::new(REPLY, flags).u64(oreq).u64(off).done(),
+            Frame::Ctl { win, what } => Writer::new(CTL, what).u64(win).done(),
         }
     }
 
@@ -183,7 +233,7 @@ impl Frame {
         if frame[1] != WIRE_VERSION {
             return Err(WireError::Version(frame[1]));
         }
-        let flags = frame[2];
+        let (flags, byte3) = (frame[2], frame[3]);
         let mut r = Reader { b: frame, at: 4 };
         let f = match kind {
             EAGER => Frame::Eager(r.env()),
@@ -192,6 +242,14 @@ impl Frame {
             DATA => Frame::Data { rreq: r.u64(), off: r.u64() },
             WRITTEN => Frame::Written { rreq: r.u64(), len: r.u64() },
             FIN => Frame::Fin { sreq: r.u64(), flags },
+            PUT => Frame::Put { win: r.u64(), disp: r.u64(), op: flags, dtype: byte3 },
+            GET => Frame::Get { win: r.u64(), disp: r.u64(), len: r.u64(), oreq: r.u64() },
+            FETCH => {
+                Frame::Fetch { win: r.u64(), disp: r.u64(), op: flags, dtype: byte3, oreq: r.u64(), roff: r.u64() }
+            }
+            CAS => Frame::Cas { win: r.u64(), disp: r.u64(), dtype: byte3, oreq: r.u64() },
+            REPLY => Frame::Reply { oreq: r.u64(), off: r.u64(), flags },
+            CTL => Frame::Ctl { win: r.u64(), what: flags },
             _ => unreachable!("header_len accepted the kind"),
         };
         debug_assert_eq!(r.at, need);
@@ -206,13 +264,20 @@ mod tests {
 
     fn random_frame(rng: &mut impl Rng) -> Frame {
         let env = Envelope { ctx: rng.gen(), src: rng.gen(), tag: rng.gen() };
-        match rng.gen_range(0..6) {
+        let (win, disp, oreq) = (rng.gen(), rng.gen(), rng.gen());
+        match rng.gen_range(0..12) {
             0 => Frame::Eager(env),
             1 => Frame::Rts { env, len: rng.gen(), sreq: rng.gen(), saddr: rng.gen(), skey: rng.gen() },
             2 => Frame::Cts { sreq: rng.gen(), rreq: rng.gen(), off: rng.gen(), len: rng.gen(), raddr: rng.gen() },
             3 => Frame::Data { rreq: rng.gen(), off: rng.gen() },
             4 => Frame::Written { rreq: rng.gen(), len: rng.gen() },
-            _ => Frame::Fin { sreq: rng.gen(), flags: rng.gen() },
+            5 => Frame::Fin { sreq: rng.gen(), flags: rng.gen() },
+            6 => Frame::Put { win, disp, op: rng.gen(), dtype: rng.gen() },
+            7 => Frame::Get { win, disp, len: rng.gen(), oreq },
+            8 => Frame::Fetch { win, disp, op: rng.gen(), dtype: rng.gen(), oreq, roff: rng.gen() },
+            9 => Frame::Cas { win, disp, dtype: rng.gen(), oreq },
+            10 => Frame::Reply { oreq, off: rng.gen(), flags: rng.gen() },
+            _ => Frame::Ctl { win, what: rng.gen() },
         }
     }
 

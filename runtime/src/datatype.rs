@@ -1,0 +1,284 @@
+//! Element types and reduction operations by code: the run-time table from (operation,
+//! element type) to a kernel, for work whose types are known only when it arrives (an
+//! accumulate applied by its target's engine; the C ABI's `MPI_Datatype` x `MPI_Op`).
+//!
+//! The typed API names a type with [`Elem`] and an operation with [`RmaOp`]; both carry a
+//! code that travels in frames, and [`apply`] runs the same kernel as the typed [`Op`] on
+//! bytes of any alignment.
+
+use bytemuck::Pod;
+
+use crate::coll::op::{
+    BitAnd, BitOr, BitXor, Integer, Loc, LogicalAnd, LogicalOr, Max, MaxLoc, Min, MinLoc, Number, Op, Prod, Sum,
+};
+
+/// Code of an element type on the wire.
+pub(crate) type Dtype = u8;
+/// Code of an operation on the wire.
+pub(crate) type OpCode = u8;
+
+pub(crate) mod code {
+    //! Operation codes.
+    pub(crate) const REPLACE: u8 = 0;
+    pub(crate) const NO_OP: u8 = 1;
+    pub(crate) const SUM: u8 = 2;
+    pub(crate) const PROD: u8 = 3;
+    pub(crate) const MIN: u8 = 4;
+    pub(crate) const MAX: u8 = 5;
+    pub(crate) const BAND: u8 = 6;
+    pub(crate) const BOR: u8 = 7;
+    pub(crate) const BXOR: u8 = 8;
+    pub(crate) const LAND: u8 = 9;
+    pub(crate) const LOR: u8 = 10;
+    pub(crate) const MINLOC: u8 = 11;
+    pub(crate) const MAXLOC: u8 = 12;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// An element type that one-sided accumulates (and the C ABI) can name at run time: the
+/// integers, `f32`, `f64`, `f16`, `bf16`, and [`Loc`] pairs of `i32`, `i64`, `f32`, `f64`.
+pub trait Elem: Pod + sealed::Sealed {
+    /// The type's code.
+    #[doc(hidden)]
+    const DTYPE: Dtype;
+}
+
+/// Replaces the target's elements with the origin's (`MPI_REPLACE`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Replace;
+/// Leaves the target's elements as they are (`MPI_NO_OP`): a fetch that changes nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoOp;
+
+impl<T: Pod> Op<T> for Replace {
+    fn apply(&self, acc: &mut [T], x: &[T]) {
+        acc.copy_from_slice(x)
+    }
+}
+
+impl<T: Pod> Op<T> for NoOp {
+    fn apply(&self, _acc: &mut [T], _x: &[T]) {}
+}
+
+/// A predefined operation that a one-sided accumulate applies at the target (user-defined
+/// operations cannot travel: MPI forbids them there too).
+pub trait RmaOp<T>: Op<T> + sealed::Sealed {
+    /// The operation's code.
+    #[doc(hidden)]
+    const CODE: OpCode;
+}
+
+macro_rules! elems {
+    ($($t:ty => $c:expr),* $(,)?) => {$(
+        impl sealed::Sealed for $t {}
+        impl Elem for $t { const DTYPE: Dtype = $c; }
+    )*};
+}
+
+elems! {
+    i8 => 1, i16 => 2, i32 => 3, i64 => 4, u8 => 5, u16 => 6, u32 => 7, u64 => 8,
+    f32 => 9, f64 => 10, half::f16 => 11, half::bf16 => 12,
+    Loc<i32> => 13, Loc<i64> => 14, Loc<f32> => 15, Loc<f64> => 16,
+}
+
+impl sealed::Sealed for isize {}
+impl Elem for isize {
+    const DTYPE: Dtype = if std::mem::size_of::<isize>() == 8 { 4 } else { 3 };
+}
+impl sealed::Sealed for usize {}
+impl Elem for usize {
+    const DTYPE: Dtype = if std::mem::size_of::<usize>() == 8 { 8 } else { 7 };
+}
+
+macro_rules! ops {
+    ($($op:ty => $c:expr, $bound:ident);* $(;)?) => {$(
+        impl sealed::Sealed for $op {}
+        impl<T: $bound> RmaOp<T> for $op { const CODE: OpCode = $c; }
+    )*};
+}
+
+ops! {
+    Sum => code::SUM, Number; Prod => code::PROD, Number; Min => code::MIN, Number; Max => code::MAX, Number;
+    BitAnd => code::BAND, Integer; BitOr => code::BOR, Integer; BitXor => code::BXOR, Integer;
+    LogicalAnd => code::LAND, Integer; LogicalOr => code::LOR, Integer;
+    Replace => code::REPLACE, Pod; NoOp => code::NO_OP, Pod;
+}
+
+impl sealed::Sealed for MinLoc {}
+impl<T: Number> RmaOp<Loc<T>> for MinLoc {
+    const CODE: OpCode = code::MINLOC;
+}
+impl sealed::Sealed for MaxLoc {}
+impl<T: Number> RmaOp<Loc<T>> for MaxLoc {
+    const CODE: OpCode = code::MAXLOC;
+}
+
+/// Bytes of one element of type `dt`, or `None` for an unknown code.
+pub(crate) fn size_of(dt: Dtype) -> Option<usize> {
+    Some(match dt {
+        1 | 5 => 1,
+        2 | 6 | 11 | 12 => 2,
+        3 | 7 | 9 => 4,
+        4 | 8 | 10 | 13 | 15 => 8,
+        14 | 16 => 16,
+        _ => return None,
+    })
+}
+
+/// Elements combined per block: both operands are copied to aligned stack blocks of this
+/// many elements, so window memory and frame payloads may have any alignment.
+const BLOCK: usize = 64;
+
+/// `dst (op)= src`, elementwise, on `T` values stored in bytes of any alignment.
+fn blocks<T: Pod>(dst: &mut [u8], src: &[u8], f: impl Fn(&mut [T], &[T])) {
+    let n = std::mem::size_of::<T>();
+    let mut a = [T::zeroed(); BLOCK];
+    let mut b = [T::zeroed(); BLOCK];
+    for (d, s) in dst.chunks_mut(n * BLOCK).zip(src.chunks(n * BLOCK)) {
+        let k = d.len() / n;
+        bytemuck::cast_slice_mut::<T, u8>(&mut a[..k]).copy_from_slice(d);
+        bytemuck::cast_slice_mut::<T, u8>(&mut b[..k]).copy_from_slice(s);
+        f(&mut a[..k], &b[..k]);
+        d.copy_from_slice(bytemuck::cast_slice(&a[..k]));
+    }
+}
+
+fn num<T: Number>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
+    match op {
+        code::SUM => blocks::<T>(dst, src, |a, x| Sum.apply(a, x)),
+        code::PROD => blocks::<T>(dst, src, |a, x| Prod.apply(a, x)),
+        code::MIN => blocks::<T>(dst, src, |a, x| Min.apply(a, x)),
+        code::MAX => blocks::<T>(dst, src, |a, x| Max.apply(a, x)),
+        _ => return false,
+    }
+    true
+}
+
+fn int<T: Integer>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
+    match op {
+        code::BAND => blocks::<T>(dst, src, |a, x| BitAnd.apply(a, x)),
+        code::BOR => blocks::<T>(dst, src, |a, x| BitOr.apply(a, x)),
+        code::BXOR => blocks::<T>(dst, src, |a, x| BitXor.apply(a, x)),
+        code::LAND => blocks::<T>(dst, src, |a, x| LogicalAnd.apply(a, x)),
+        code::LOR => blocks::<T>(dst, src, |a, x| LogicalOr.apply(a, x)),
+        _ => return num::<T>(op, dst, src),
+    }
+    true
+}
+
+fn loc<T: Number>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
+    match op {
+        code::MINLOC => blocks::<Loc<T>>(dst, src, |a, x| MinLoc.apply(a, x)),
+        code::MAXLOC => blocks::<Loc<T>>(dst, src, |a, x| MaxLoc.apply(a, x)),
+        _ => return false,
+    }
+    true
+}
+
+/// Applies operation `op` to elements of type `dt`: `dst[i] = dst[i] (op) src[i]`. Returns
+/// false (and changes nothing) for an unknown code, a pair MPI does not define (a bitwise
+/// operation on floats, `MINLOC` on plain numbers), or lengths that are not the same whole
+/// number of elements.
+pub(crate) fn apply(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
+    let Some(n) = size_of(dt) else { return false };
+    if dst.len() != src.len() || dst.len() % n != 0 {
+        return false;
+    }
+    match op {
+        code::REPLACE => {
+            dst.copy_from_slice(src);
+            return true;
+        }
+        code::NO_OP => return true,
+        _ => {}
+    }
+    match dt {
+        1 => int::<i8>(op, dst, src),
+        2 => int::<i16>(op, dst, src),
+        3 => int::<i32>(op, dst, src),
+        4 => int::<i64>(op, dst, src),
+        5 => int::<u8>(op, dst, src),
+        6 => int::<u16>(op, dst, src),
+        7 => int::<u32>(op, dst, src),
+        8 => int::<u64>(op, dst, src),
+        9 => num::<f32>(op, dst, src),
+        10 => num::<f64>(op, dst, src),
+        11 => num::<half::f16>(op, dst, src),
+        12 => num::<half::bf16>(op, dst, src),
+        13 => loc::<i32>(op, dst, src),
+        14 => loc::<i64>(op, dst, src),
+        15 => loc::<f32>(op, dst, src),
+        16 => loc::<f64>(op, dst, src),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table gives the typed operation's bits, at any alignment.
+    fn same_as_typed<T: Elem + PartialEq + std::fmt::Debug, O: RmaOp<T>>(op: O, a: &[T], x: &[T]) {
+        let mut want = a.to_vec();
+        op.apply(&mut want, x);
+        for shift in 0..3 {
+            let mut dst = vec![0u8; shift];
+            dst.extend_from_slice(bytemuck::cast_slice(a));
+            let mut src = vec![0u8; 1 + shift];
+            src.extend_from_slice(bytemuck::cast_slice(x));
+            assert!(apply(O::CODE, T::DTYPE, &mut dst[shift..], &src[1 + shift..]));
+            let got: Vec<T> = dst[shift..].chunks(std::mem::size_of::<T>()).map(bytemuck::pod_read_unaligned).collect();
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn every_pair_matches_the_typed_operation() {
+        let a: Vec<i32> = (0..200).map(|i| i * 7 - 300).collect();
+        let x: Vec<i32> = (0..200).map(|i| 500 - i * 3).collect();
+        same_as_typed(Sum, &a, &x);
+        same_as_typed(Prod, &a, &x);
+        same_as_typed(Min, &a, &x);
+        same_as_typed(Max, &a, &x);
+        same_as_typed(BitAnd, &a, &x);
+        same_as_typed(BitOr, &a, &x);
+        same_as_typed(BitXor, &a, &x);
+        same_as_typed(LogicalAnd, &a, &x);
+        same_as_typed(LogicalOr, &a, &x);
+        same_as_typed(Replace, &a, &x);
+        same_as_typed(NoOp, &a, &x);
+        let f: Vec<f64> = a.iter().map(|&v| v as f64 * 0.5).collect();
+        let g: Vec<f64> = x.iter().map(|&v| v as f64 / 3.0).collect();
+        same_as_typed(Sum, &f, &g);
+        same_as_typed(Max, &f, &g);
+        let h: Vec<half::bf16> = f.iter().map(|&v| half::bf16::from_f64(v)).collect();
+        same_as_typed(Sum, &h, &h);
+        let u: Vec<u8> = (0..=255).collect();
+        same_as_typed(Sum, &u, &u);
+        let l: Vec<Loc<f64>> = f.iter().enumerate().map(|(i, &v)| Loc { value: v, index: i as f64 }).collect();
+        let m: Vec<Loc<f64>> = g.iter().enumerate().map(|(i, &v)| Loc { value: v, index: -(i as f64) }).collect();
+        same_as_typed(MinLoc, &l, &m);
+        same_as_typed(MaxLoc, &l, &m);
+        same_as_typed(Sum, &[1isize, -2], &[3, 4]);
+        same_as_typed(Max, &[1usize, 9], &[3, 4]);
+    }
+
+    #[test]
+    fn undefined_pairs_and_bad_lengths_change_nothing() {
+        let mut d = bytemuck::cast_slice::<f32, u8>(&[1.0, 2.0]).to_vec();
+        let s = d.clone();
+        assert!(!apply(code::BAND, f32::DTYPE, &mut d, &s));
+        assert!(!apply(code::MINLOC, f32::DTYPE, &mut d, &s));
+        assert!(!apply(code::SUM, f32::DTYPE, &mut d, &s[..4]));
+        assert!(!apply(code::SUM, f32::DTYPE, &mut d[..3], &s[..3]));
+        assert!(!apply(code::SUM, 99, &mut d, &s));
+        assert!(!apply(99, f32::DTYPE, &mut d, &s));
+        assert_eq!(d, s);
+        for dt in 1..=16 {
+            assert!(size_of(dt).is_some());
+        }
+    }
+}

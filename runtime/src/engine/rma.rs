@@ -1,0 +1,457 @@
+//! One-sided communication in the engine: the active-message path that every transport
+//! carries (MPI 4.1, chapter 12).
+//!
+//! The origin sends `Put`, `Get`, `Fetch` and `Cas` frames; the target's engine applies them
+//! to its window memory as they arrive, in the order they left the origin (transports keep
+//! a peer's frames in order, and these frames never take the any-order lanes). Because one
+//! engine applies everything that reaches a window, accumulates to one element are atomic
+//! with respect to each other, whichever origin sent them.
+//!
+//! Synchronisation is `Ctl` frames, and what an origin waits for is a counter that only
+//! grows (per window and peer): lock grants, acknowledgements of unlocks and flushes, posts
+//! received from targets, completes received from origins. A flush or unlock travels behind
+//! the operations it covers, so its acknowledgement means they are applied at the target.
+//!
+//! The lock manager of each window grants in arrival order: shared locks together, an
+//! exclusive lock alone; a request that cannot be granted waits in a FIFO (no starvation of
+//! exclusive lockers by a stream of shared ones).
+//!
+//! Operations whose target is this rank are applied at once, under the same rules.
+
+use std::collections::VecDeque;
+
+use super::request::State;
+use super::wire::Frame;
+use super::{proto_err, Engine, ReqId, Transmit};
+use crate::buf::{RawBuf, RawBufMut};
+use crate::datatype::{self, Dtype, OpCode};
+use crate::error::Error;
+use crate::status::Status;
+
+/// What a `Ctl` frame says.
+pub(crate) mod ctl {
+    /// Origin to target: a shared lock, please.
+    pub(crate) const LOCK_SHARED: u8 = 1;
+    /// Origin to target: an exclusive lock, please.
+    pub(crate) const LOCK_EXCLUSIVE: u8 = 2;
+    /// Origin to target: release my lock (after the operations before this frame).
+    pub(crate) const UNLOCK: u8 = 3;
+    /// Origin to target: acknowledge once the operations before this frame are applied.
+    pub(crate) const FLUSH: u8 = 4;
+    /// Target to origin: my window is exposed to you (`MPI_Win_post`).
+    pub(crate) const POST: u8 = 5;
+    /// Origin to target: my access epoch on you is over (`MPI_Win_complete`).
+    pub(crate) const COMPLETE: u8 = 6;
+    /// Target to origin: your lock is granted.
+    pub(crate) const GRANTED: u8 = 7;
+    /// Target to origin: your lock is released.
+    pub(crate) const UNLOCKED: u8 = 8;
+    /// Target to origin: the operations before your flush are applied.
+    pub(crate) const FLUSHED: u8 = 9;
+}
+
+/// On a `Reply`: the target refused the operation (outside its window, or an operation
+/// its elements do not define); the origin's request fails.
+pub(crate) const REPLY_REFUSED: u8 = 1;
+
+/// Kind of a passive-target lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockKind {
+    Shared,
+    Exclusive,
+}
+
+/// Events this rank has seen from one peer on one window; each only grows, so a waiter
+/// remembers the count it started from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Locks the peer (as target) granted us.
+    pub(crate) granted: u64,
+    /// Unlocks and flushes the peer (as target) acknowledged.
+    pub(crate) acked: u64,
+    /// Posts from the peer (as target): it exposed its window to us.
+    pub(crate) posts: u64,
+    /// Completes from the peer (as origin): its access epoch on us is over.
+    pub(crate) completes: u64,
+}
+
+/// Where a one-sided operation goes: byte `disp` of world rank `peer`'s window `win`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct At {
+    pub(crate) win: u64,
+    pub(crate) peer: usize,
+    pub(crate) disp: u64,
+}
+
+/// How an operation combines its elements with the target's: operation and element type
+/// codes, and the element's size (operations never split an element across frames).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Combine {
+    pub(crate) op: OpCode,
+    pub(crate) dtype: Dtype,
+    pub(crate) elem: usize,
+}
+
+/// One window as this engine serves it.
+#[derive(Debug)]
+struct Win {
+    id: u64,
+    mem: RawBufMut,
+    /// Holder of the exclusive lock.
+    exclusive: Option<usize>,
+    /// Holders of shared locks (world ranks; one entry per lock).
+    shared: Vec<usize>,
+    /// Lock requests waiting, oldest first.
+    waiting: VecDeque<(usize, LockKind)>,
+    /// Per world rank.
+    counts: Vec<Counts>,
+}
+
+/// The windows this engine serves.
+#[derive(Debug, Default)]
+pub(crate) struct Windows {
+    list: Vec<Win>,
+}
+
+impl Windows {
+    fn index(&self, id: u64) -> Option<usize> {
+        self.list.iter().position(|w| w.id == id)
+    }
+}
+
+/// The bytes `disp..disp+len` of a window of `size` bytes, if they lie inside it.
+fn range(size: usize, disp: u64, len: usize) -> Option<usize> {
+    let d = usize::try_from(disp).ok()?;
+    (d.checked_add(len)? <= size).then_some(d)
+}
+
+impl Engine {
+    /// Serves window `id` over `mem` from now on. The caller keeps `mem` valid until
+    /// [`Engine::win_remove`].
+    pub(crate) fn win_add(&mut self, id: u64, mem: RawBufMut) {
+        let counts = vec![Counts::default(); self.limits.len()];
+        let w = Win { id, mem, exclusive: None, shared: Vec::new(), waiting: VecDeque::new(), counts };
+        self.rma.list.push(w);
+    }
+
+    /// Stops serving window `id`: a later frame for it is a protocol error, and no byte of
+    /// its memory is touched again (queued answers carry copies).
+    pub(crate) fn win_remove(&mut self, id: u64) {
+        self.rma.list.retain(|w| w.id != id);
+    }
+
+    /// What this rank has seen from `peer` on window `id`.
+    pub(crate) fn win_counts(&self, id: u64, peer: usize) -> Counts {
+        self.rma.index(id).map(|i| self.rma.list[i].counts[peer]).unwrap_or_default()
+    }
+
+    fn win_mut(&mut self, id: u64, peer: usize) -> Result<&mut Win, Error> {
+        let i = self.rma.index(id).ok_or_else(|| {
+            proto_err(peer, &format!("operation on window {id:#x}, which this rank has freed or never created"))
+        })?;
+        Ok(&mut self.rma.list[i])
+    }
+
+    /// Sends synchronisation `what` of window `id` to `peer`; to this rank itself, handles it
+    /// at once.
+    pub(crate) fn rma_ctl(&mut self, id: u64, peer: usize, what: u8) -> Result<(), Error> {
+        if peer == self.me {
+            return self.on_ctl(self.me, id, what);
+        }
+        self.push(peer, Frame::Ctl { win: id, what }, RawBuf::EMPTY, None);
+        Ok(())
+    }
+
+    /// Writes (`op` replace) or accumulates `data` (elements of `elem` bytes, type `dtype`)
+    /// at byte `disp` of `peer`'s window `id`. The request is done when `data` may be
+    /// reused (its frames are taken by the transport); the operation is complete at the
+    /// target after a flush or unlock.
+    pub(crate) fn rma_put(&mut self, at: At, how: Combine, data: RawBuf) -> Result<ReqId, Error> {
+        let (At { win: id, peer, disp }, Combine { op, dtype, elem }) = (at, how);
+        if peer == self.me {
+            self.apply(self.me, id, disp, op, dtype, data.bytes())?;
+            return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(data.len())))));
+        }
+        let id_req = self.reqs.insert(State::SendEager { peer });
+        let chunk = self.rma_chunk(peer, elem);
+        let mut at = 0;
+        loop {
+            let k = chunk.min(data.len() - at);
+            let last = at + k == data.len();
+            let f = Frame::Put { win: id, disp: disp + at as u64, op, dtype };
+            self.push_owned(peer, f, data.slice(at, k), id_req, last);
+            at += k;
+            if last {
+                return Ok(id_req);
+            }
+        }
+    }
+
+    /// Reads `dst.len()` bytes at byte `disp` of `peer`'s window `id` into `dst`.
+    pub(crate) fn rma_get(&mut self, at: At, mut dst: RawBufMut) -> Result<ReqId, Error> {
+        let At { win: id, peer, disp } = at;
+        if peer == self.me {
+            let len = dst.len();
+            let w = self.win_mut(id, peer)?;
+            let d = range(w.mem.len(), disp, len).ok_or_else(|| Error::Other("get outside the window".into()))?;
+            let src = w.mem.window(d, len).as_read();
+            dst.write_at(0, src.bytes());
+            return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(len)))));
+        }
+        let len = dst.len() as u64;
+        let rid = self.reqs.insert(State::RmaAnswer { peer, buf: dst, got: 0 });
+        self.push_owned(peer, Frame::Get { win: id, disp, len, oreq: rid.to_wire() }, RawBuf::EMPTY, rid, false);
+        Ok(rid)
+    }
+
+    /// Accumulates `operand` at byte `disp` of `peer`'s window `id`, and fills `result`
+    /// (as long as `operand`) with the elements it replaced, atomically per element
+    /// (`MPI_Get_accumulate`, `MPI_Fetch_and_op`).
+    pub(crate) fn rma_fetch(
+        &mut self,
+        at: At,
+        how: Combine,
+        operand: RawBuf,
+        mut result: RawBufMut,
+    ) -> Result<ReqId, Error> {
+        let (At { win: id, peer, disp }, Combine { op, dtype, elem }) = (at, how);
+        if peer == self.me {
+            let len = operand.len();
+            let w = self.win_mut(id, peer)?;
+            if let Some(d) = range(w.mem.len(), disp, len) {
+                result.write_at(0, w.mem.window(d, len).as_read().bytes());
+            }
+            self.apply(self.me, id, disp, op, dtype, operand.bytes())?;
+            return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(len)))));
+        }
+        let rid = self.reqs.insert(State::RmaAnswer { peer, buf: result, got: 0 });
+        let chunk = self.rma_chunk(peer, elem);
+        let mut at = 0;
+        loop {
+            let k = chunk.min(operand.len() - at);
+            let (oreq, roff) = (rid.to_wire(), at as u64);
+            let f = Frame::Fetch { win: id, disp: disp + roff, op, dtype, oreq, roff };
+            self.push_owned(peer, f, operand.slice(at, k), rid, false);
+            at += k;
+            if at == operand.len() {
+                return Ok(rid);
+            }
+        }
+    }
+
+    /// Compares the element at byte `disp` of `peer`'s window `id` with the first half of
+    /// `pair` and, if equal, replaces it with the second half; `result` gets the element as
+    /// it was (`MPI_Compare_and_swap`).
+    pub(crate) fn rma_cas(
+        &mut self,
+        at: At,
+        dtype: Dtype,
+        pair: RawBuf,
+        mut result: RawBufMut,
+    ) -> Result<ReqId, Error> {
+        let At { win: id, peer, disp } = at;
+        if peer == self.me {
+            let n = pair.len() / 2;
+            let old = self.cas(self.me, id, disp, dtype, pair.bytes())?;
+            result.write_at(0, &old[..n]);
+            return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(n)))));
+        }
+        let rid = self.reqs.insert(State::RmaAnswer { peer, buf: result, got: 0 });
+        self.push_owned(peer, Frame::Cas { win: id, disp, dtype, oreq: rid.to_wire() }, pair, rid, false);
+        Ok(rid)
+    }
+
+    fn rma_status(&self, bytes: usize) -> Status {
+        Status { source: self.me, tag: 0, bytes }
+    }
+
+    /// Largest payload of one operation frame to `peer`: whole elements of `elem` bytes.
+    fn rma_chunk(&self, peer: usize, elem: usize) -> usize {
+        let max = self.limits[peer].max_payload.min(1 << 30);
+        let elem = elem.max(1);
+        (max / elem * elem).max(elem)
+    }
+
+    /// Applies operation `op` of `data` at byte `disp` of window `id` (from `origin`).
+    fn apply(&mut self, origin: usize, id: u64, disp: u64, op: OpCode, dtype: Dtype, data: &[u8]) -> Result<(), Error> {
+        let w = self.win_mut(id, origin)?;
+        let refused = |what: &str| proto_err(origin, &format!("{what} at byte {disp} of window {id:#x}"));
+        let d = range(w.mem.len(), disp, data.len()).ok_or_else(|| refused("access outside the window"))?;
+        let dst = w.mem.range_mut(d, data.len()).expect("range checked");
+        if !datatype::apply(op, dtype, dst, data) {
+            return Err(refused(&format!("operation {op} on element type {dtype}")));
+        }
+        Ok(())
+    }
+
+    /// Compare and swap of one element at `disp` of window `id`; returns the old element
+    /// (twice its size: the caller answers with the first half).
+    fn cas(&mut self, origin: usize, id: u64, disp: u64, dtype: Dtype, pair: &[u8]) -> Result<Vec<u8>, Error> {
+        let n = datatype::size_of(dtype).filter(|&n| pair.len() == 2 * n);
+        let w = self.win_mut(id, origin)?;
+        let Some((n, d)) = n.and_then(|n| Some((n, range(w.mem.len(), disp, n)?))) else {
+            return Err(proto_err(origin, "compare-and-swap outside the window or of a bad element"));
+        };
+        let cell = w.mem.range_mut(d, n).expect("range checked");
+        let old = cell.to_vec();
+        if old == pair[..n] {
+            cell.copy_from_slice(&pair[n..]);
+        }
+        Ok(old)
+    }
+
+    /// Queues `bytes` (a copy: the window may change or go before the frame leaves) as the
+    /// answer to request `oreq` of `peer`, from byte `off` on, in frames it takes.
+    fn answer(&mut self, peer: usize, oreq: u64, off: u64, bytes: &[u8]) {
+        let chunk = self.limits[peer].max_payload.clamp(1, 1 << 30);
+        for (i, part) in bytes.chunks(chunk).enumerate() {
+            let f = Frame::Reply { oreq, off: off + (i * chunk) as u64, flags: 0 };
+            self.outbox.push_back(Transmit::with_copy(peer, f, self.pool.copy_of(part)));
+        }
+    }
+
+    fn refuse(&mut self, peer: usize, oreq: u64) {
+        self.push(peer, Frame::Reply { oreq, off: 0, flags: REPLY_REFUSED }, RawBuf::EMPTY, None);
+    }
+
+    /// A one-sided frame from `peer` (see the module's notes).
+    pub(super) fn on_rma_frame(&mut self, peer: usize, f: Frame, payload: &[u8]) -> Result<(), Error> {
+        match f {
+            Frame::Put { win, disp, op, dtype } => self.apply(peer, win, disp, op, dtype, payload)?,
+            Frame::Get { win, disp, len, oreq } => {
+                let w = self.win_mut(win, peer)?;
+                let Some(d) = usize::try_from(len).ok().and_then(|len| range(w.mem.len(), disp, len)) else {
+                    self.refuse(peer, oreq);
+                    return Ok(());
+                };
+                let src = w.mem.window(d, len as usize).as_read();
+                self.answer(peer, oreq, 0, src.bytes());
+            }
+            Frame::Fetch { win, disp, op, dtype, oreq, roff } => {
+                let w = self.win_mut(win, peer)?;
+                let Some(d) = range(w.mem.len(), disp, payload.len()) else {
+                    self.refuse(peer, oreq);
+                    return Ok(());
+                };
+                let src = w.mem.window(d, payload.len()).as_read();
+                let old = self.pool.copy_of(src.bytes());
+                match self.apply(peer, win, disp, op, dtype, payload) {
+                    Ok(()) => self.outbox.push_back(Transmit::with_copy(
+                        peer,
+                        Frame::Reply { oreq, off: roff, flags: 0 },
+                        old,
+                    )),
+                    Err(_) => self.refuse(peer, oreq),
+                }
+            }
+            Frame::Cas { win, disp, dtype, oreq } => match self.cas(peer, win, disp, dtype, payload) {
+                Ok(mut old) => {
+                    old.truncate(payload.len() / 2);
+                    self.outbox.push_back(Transmit::with_copy(peer, Frame::Reply { oreq, off: 0, flags: 0 }, old));
+                }
+                Err(_) => self.refuse(peer, oreq),
+            },
+            Frame::Reply { oreq, off, flags } => {
+                let rid = ReqId::from_wire(oreq);
+                let Some(State::RmaAnswer { buf, got, .. }) = self.reqs.get_mut(rid) else {
+                    return Err(proto_err(peer, "answer for no pending one-sided request"));
+                };
+                if flags & REPLY_REFUSED != 0 {
+                    let e = Error::Other(format!("rank {peer} refused the one-sided operation (outside its window)"));
+                    self.reqs.complete(rid, Err(e));
+                    return Ok(());
+                }
+                let off = usize::try_from(off).unwrap_or(usize::MAX);
+                if !buf.write_at(off, payload) {
+                    return Err(proto_err(peer, "answer outside its request"));
+                }
+                *got += payload.len();
+                if *got >= buf.len() {
+                    let bytes = buf.len();
+                    let st = self.rma_status(bytes);
+                    self.reqs.complete(rid, Ok(st));
+                }
+            }
+            Frame::Ctl { win, what } => self.on_ctl(peer, win, what)?,
+            _ => unreachable!("only one-sided frames come here"),
+        }
+        Ok(())
+    }
+
+    /// Synchronisation `what` of window `id` from `peer` (or from this rank itself).
+    fn on_ctl(&mut self, peer: usize, id: u64, what: u8) -> Result<(), Error> {
+        let me = self.me;
+        let i = self.rma.index(id).ok_or_else(|| {
+            proto_err(peer, &format!("operation on window {id:#x}, which this rank has freed or never created"))
+        })?;
+        let w = &mut self.rma.list[i];
+        let ack = match what {
+            ctl::GRANTED => {
+                w.counts[peer].granted += 1;
+                None
+            }
+            ctl::UNLOCKED | ctl::FLUSHED => {
+                w.counts[peer].acked += 1;
+                None
+            }
+            ctl::POST => {
+                w.counts[peer].posts += 1;
+                None
+            }
+            ctl::COMPLETE => {
+                w.counts[peer].completes += 1;
+                None
+            }
+            ctl::FLUSH => Some(ctl::FLUSHED),
+            ctl::LOCK_SHARED | ctl::LOCK_EXCLUSIVE => {
+                let kind = if what == ctl::LOCK_SHARED { LockKind::Shared } else { LockKind::Exclusive };
+                w.waiting.push_back((peer, kind));
+                None
+            }
+            ctl::UNLOCK => {
+                if w.exclusive == Some(peer) {
+                    w.exclusive = None;
+                } else if let Some(k) = w.shared.iter().position(|&p| p == peer) {
+                    w.shared.swap_remove(k);
+                } else {
+                    return Err(proto_err(peer, "unlock of a window it has not locked"));
+                }
+                Some(ctl::UNLOCKED)
+            }
+            _ => return Err(proto_err(peer, &format!("unknown window synchronisation {what}"))),
+        };
+        match ack {
+            Some(_) if peer == me => self.rma.list[i].counts[me].acked += 1,
+            Some(a) => self.push(peer, Frame::Ctl { win: id, what: a }, RawBuf::EMPTY, None),
+            None => {}
+        }
+        if matches!(what, ctl::LOCK_SHARED | ctl::LOCK_EXCLUSIVE | ctl::UNLOCK) {
+            self.grant_waiting(i);
+        }
+        Ok(())
+    }
+
+    /// Grants the oldest waiting lock requests of window `i` that the holders allow.
+    fn grant_waiting(&mut self, i: usize) {
+        let me = self.me;
+        let id = self.rma.list[i].id;
+        loop {
+            let w = &mut self.rma.list[i];
+            let Some(&(origin, kind)) = w.waiting.front() else { return };
+            let free = w.exclusive.is_none() && (kind == LockKind::Shared || w.shared.is_empty());
+            if !free {
+                return;
+            }
+            w.waiting.pop_front();
+            match kind {
+                LockKind::Shared => w.shared.push(origin),
+                LockKind::Exclusive => w.exclusive = Some(origin),
+            }
+            if origin == me {
+                w.counts[me].granted += 1;
+            } else {
+                self.push(origin, Frame::Ctl { win: id, what: ctl::GRANTED }, RawBuf::EMPTY, None);
+            }
+        }
+    }
+}

@@ -1,0 +1,690 @@
+//! One-sided communication: windows, put/get/accumulate, and their synchronisation
+//! (MPI 4.1, chapter 12).
+//!
+//! A [`Window`] exposes memory of every rank of a communicator. Operations on a target need
+//! an access epoch that covers it: a [`Window::fence`], a passive-target lock
+//! ([`Window::lock`], [`Window::lock_all`]) or a [`Window::start`] naming it; anything else is
+//! an [`Error::RmaSync`]. An access outside the target's window is an [`Error::RmaRange`] at
+//! the origin, and nothing reaches the target.
+//!
+//! Completion, as MPI defines it, with what this implementation adds:
+//! - [`Window::put`] and [`Window::accumulate`] return when the origin's buffer may be
+//!   reused (local completion); they are complete at the target at the end of the epoch or
+//!   at a flush.
+//! - [`Window::get`], [`Window::get_accumulate`], [`Window::fetch_and_op`] and
+//!   [`Window::compare_and_swap`] return with the data (a round trip each). To overlap many,
+//!   use the request forms ([`Window::rget`], ...) inside a [`crate::scope`].
+//! - Accumulates to one element are atomic with respect to each other, from any origin.
+//!
+//! Element types: `put` and `get` move any plain-old-data `T`; accumulates take the types of
+//! [`Elem`] and the predefined operations of [`RmaOp`] (as MPI, no user-defined operation).
+//! Displacements count elements of `T` from the start of the target's window.
+//!
+//! Today every operation is an active message that the target's engine applies while it is
+//! in an mpr call (any call that waits: a wait, a collective, a flush, ...). A target that
+//! computes for long without calling mpr delays the origins that wait on it.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+
+use bytemuck::Pod;
+
+use crate::buf::{RawBuf, RawBufMut};
+use crate::comm::Comm;
+use crate::datatype::code;
+pub use crate::datatype::{Elem, NoOp, Replace, RmaOp};
+use crate::engine::rma::{ctl, At, Combine, Counts};
+use crate::error::Error;
+use crate::request::{Request, Scope};
+
+/// Kind of a passive-target lock (`MPI_LOCK_SHARED`, `MPI_LOCK_EXCLUSIVE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockType {
+    /// Several origins may hold it at once.
+    Shared,
+    /// One origin holds it alone.
+    Exclusive,
+}
+
+/// How a put combines: it replaces bytes, whatever `T` is.
+const PUT: Combine = Combine { op: code::REPLACE, dtype: <u8 as Elem>::DTYPE, elem: 1 };
+
+/// How an accumulate of `T` with `O` combines.
+fn combine<T: Elem, O: RmaOp<T>>() -> Combine {
+    Combine { op: O::CODE, dtype: T::DTYPE, elem: size_of::<T>() }
+}
+
+/// This rank's epochs on one window, as origin and as target.
+#[derive(Debug, Default)]
+struct Epoch {
+    /// A fence opened an access and exposure epoch on every rank.
+    fence: bool,
+    /// Lock held on each rank (by comm rank).
+    locks: Vec<Option<LockType>>,
+    /// `lock_all` holds a shared lock on every rank.
+    all: bool,
+    /// The group of an access epoch opened by `start`.
+    access: Option<Vec<usize>>,
+    /// The group of an exposure epoch opened by `post`.
+    exposure: Option<Vec<usize>>,
+    /// Ranks with puts or accumulates not yet known to be complete there.
+    dirty: Vec<bool>,
+    /// The engine's counts (by comm rank) already consumed by this window's waits.
+    seen: Vec<Counts>,
+}
+
+/// Memory of every rank of a communicator, open to one-sided operations (`MPI_Win`).
+///
+/// Borrows its local memory for `'a` ([`Window::create`]) or owns it
+/// ([`Window::allocate`]). The local memory is read and written with
+/// [`Window::read_local`] and [`Window::write_local`] (or, by the rules of MPI's
+/// synchronisation, through one-sided operations to this rank itself). Free it with
+/// [`Window::free`], a collective call; dropping it without stops serving it at once.
+pub struct Window<'a, T: Pod> {
+    comm: Comm,
+    id: u64,
+    mem: RawBufMut,
+    /// Backing store of a window from `allocate` (`mem` views it).
+    _owned: Option<Vec<T>>,
+    /// Elements in the window of each rank.
+    sizes: Vec<usize>,
+    epoch: RefCell<Epoch>,
+    _borrow: PhantomData<&'a mut [T]>,
+}
+
+impl<T: Pod> std::fmt::Debug for Window<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window").field("id", &self.id).field("sizes", &self.sizes).finish()
+    }
+}
+
+fn sync_err(msg: String) -> Error {
+    Error::RmaSync(msg)
+}
+
+impl<'a, T: Pod> Window<'a, T> {
+    /// Opens `mem` of every rank of `comm` to one-sided operations (`MPI_Win_create`);
+    /// collective. The window borrows `mem` until it is freed or dropped.
+    pub fn create(comm: &Comm, mem: &'a mut [T]) -> Result<Window<'a, T>, Error> {
+        // SAFETY: the window borrows `mem` for 'a and stops the engine from touching it
+        // (`win_remove`) before that borrow ends, in `free` or `drop`.
+        let raw = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(mem)) };
+        Window::open(comm, raw, None, mem.len())
+    }
+
+    fn open(comm: &Comm, mem: RawBufMut, owned: Option<Vec<T>>, len: usize) -> Result<Window<'a, T>, Error> {
+        let id = comm.next_win_id();
+        // Served before the others learn of it: a rank that leaves the exchange below may
+        // operate on it at once.
+        comm.rt().borrow_mut().engine.win_add(id, mem);
+        let mut sizes = vec![0u64; comm.size()];
+        if let Err(e) = comm.allgather(&[len as u64], &mut sizes) {
+            comm.rt().borrow_mut().engine.win_remove(id);
+            return Err(e);
+        }
+        let n = comm.size();
+        let epoch = Epoch {
+            locks: vec![None; n],
+            dirty: vec![false; n],
+            seen: vec![Counts::default(); n],
+            ..Default::default()
+        };
+        Ok(Window {
+            comm: comm.clone(),
+            id,
+            mem,
+            _owned: owned,
+            sizes: sizes.into_iter().map(|s| s as usize).collect(),
+            epoch: RefCell::new(epoch),
+            _borrow: PhantomData,
+        })
+    }
+
+    /// Frees the window (`MPI_Win_free`); collective. Every epoch of this rank must be
+    /// closed (a fence epoch may stay open: its operations are completed here).
+    pub fn free(self) -> Result<(), Error> {
+        {
+            let e = self.epoch.borrow();
+            if e.locks.iter().any(Option::is_some) || e.all || e.access.is_some() || e.exposure.is_some() {
+                return Err(sync_err("window freed with a lock, start or post epoch still open".into()));
+            }
+        }
+        self.flush_dirty(|_| true)?;
+        self.comm.barrier()
+        // Dropping stops the engine serving it.
+    }
+
+    /// The communicator of the window.
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+
+    /// Elements in the window of `rank`.
+    pub fn len_of(&self, rank: usize) -> Option<usize> {
+        self.sizes.get(rank).copied()
+    }
+
+    /// Elements in this rank's window.
+    pub fn local_len(&self) -> usize {
+        self.sizes[self.comm.rank()]
+    }
+
+    /// Copies elements `disp..disp+out.len()` of this rank's window into `out`.
+    pub fn read_local(&self, disp: usize, out: &mut [T]) -> Result<(), Error> {
+        let me = self.comm.rank();
+        let at = self.check_range(me, disp, out.len())?;
+        let src = self.mem.window(at, size_of_val(out)).as_read();
+        bytemuck::cast_slice_mut::<T, u8>(out).copy_from_slice(src.bytes());
+        Ok(())
+    }
+
+    /// Copies `data` into elements `disp..` of this rank's window.
+    pub fn write_local(&self, disp: usize, data: &[T]) -> Result<(), Error> {
+        let me = self.comm.rank();
+        let at = self.check_range(me, disp, data.len())?;
+        let mut mem = self.mem;
+        mem.write_at(at, bytemuck::cast_slice(data));
+        Ok(())
+    }
+
+    /// The byte offset of elements `disp..disp+len` of `target`'s window, if they lie in it.
+    fn check_range(&self, target: usize, disp: usize, len: usize) -> Result<usize, Error> {
+        let size = *self.sizes.get(target).ok_or(Error::Rank { rank: target, size: self.sizes.len() })?;
+        if disp.checked_add(len).is_none_or(|end| end > size) {
+            return Err(Error::RmaRange { target, disp, len, size });
+        }
+        Ok(disp * size_of::<T>())
+    }
+
+    /// Checks an operation on `target`'s elements `disp..disp+len`: an epoch covers it and
+    /// the elements lie in the window. Returns where it goes.
+    fn access(&self, what: &str, target: usize, disp: usize, len: usize) -> Result<At, Error> {
+        let at = self.check_range(target, disp, len)?;
+        let e = self.epoch.borrow();
+        let covered =
+            e.fence || e.all || e.locks[target].is_some() || e.access.as_ref().is_some_and(|g| g.contains(&target));
+        if !covered {
+            return Err(sync_err(format!(
+                "{what} to rank {target} outside an access epoch (no fence, lock or start covers it)"
+            )));
+        }
+        Ok(At { win: self.id, peer: self.comm.group()[target], disp: at as u64 })
+    }
+
+    fn world(&self, rank: usize) -> usize {
+        self.comm.group()[rank]
+    }
+
+    /// Marks `target` as holding operations not yet known complete.
+    fn dirty(&self, target: usize) {
+        self.epoch.borrow_mut().dirty[target] = true;
+    }
+
+    /// Starts an operation through `start` (which gets the engine) and waits for it.
+    fn run(
+        &self,
+        start: impl FnOnce(&mut crate::engine::Engine) -> Result<crate::engine::ReqId, Error>,
+    ) -> Result<(), Error> {
+        let mut rt = self.comm.rt().borrow_mut();
+        let id = start(&mut rt.engine)?;
+        // One round of progress even when the operation is done at once (its target is this
+        // rank): a rank spinning on its own window must still serve the others.
+        if let Err(e) = rt.progress() {
+            let _ = rt.wait(id);
+            return Err(e);
+        }
+        rt.wait(id).map(|_| ())
+    }
+
+    /// Writes `data` into elements `disp..` of `target`'s window (`MPI_Put`). Returns when
+    /// `data` may be reused; complete at the target at the end of the epoch or a flush.
+    pub fn put(&self, data: &[T], target: usize, disp: usize) -> Result<(), Error> {
+        let at = self.access("put", target, disp, data.len())?;
+        self.dirty(target);
+        // SAFETY: `data` stays borrowed until the request completes: `run` waits for it.
+        let src = unsafe { RawBuf::new(bytemuck::cast_slice(data)) };
+        self.run(|e| e.rma_put(at, PUT, src))
+    }
+
+    /// Reads elements `disp..disp+buf.len()` of `target`'s window into `buf` (`MPI_Get`);
+    /// returns with the data.
+    pub fn get(&self, buf: &mut [T], target: usize, disp: usize) -> Result<(), Error> {
+        let at = self.access("get", target, disp, buf.len())?;
+        // SAFETY: `buf` stays borrowed until the request completes: `run` waits for it.
+        let dst = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) };
+        self.run(|e| e.rma_get(at, dst))
+    }
+
+    /// Starts a put (`MPI_Rput`); the request completes when `data` may be reused.
+    pub fn rput<'s>(&self, scope: &Scope<'s>, data: &'s [T], target: usize, disp: usize) -> Result<Request<'s>, Error> {
+        let at = self.access("put", target, disp, data.len())?;
+        self.dirty(target);
+        // SAFETY: `data` is borrowed for 's, the lifetime of `scope`, which completes the
+        // request before 's ends.
+        let src = unsafe { RawBuf::new(bytemuck::cast_slice(data)) };
+        self.begin(scope, |e| e.rma_put(at, PUT, src))
+    }
+
+    /// Starts a get (`MPI_Rget`); the request completes when the data is in `buf`.
+    pub fn rget<'s>(
+        &self,
+        scope: &Scope<'s>,
+        buf: &'s mut [T],
+        target: usize,
+        disp: usize,
+    ) -> Result<Request<'s>, Error> {
+        let at = self.access("get", target, disp, buf.len())?;
+        // SAFETY: `buf` is borrowed for 's, the lifetime of `scope`, which completes the
+        // request before 's ends.
+        let dst = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) };
+        self.begin(scope, |e| e.rma_get(at, dst))
+    }
+
+    /// Starts an operation through `start` (which gets the engine) as a request of `scope`.
+    fn begin<'s>(
+        &self,
+        scope: &Scope<'s>,
+        start: impl FnOnce(&mut crate::engine::Engine) -> Result<crate::engine::ReqId, Error>,
+    ) -> Result<Request<'s>, Error> {
+        let rt = self.comm.rt();
+        let id = {
+            let mut r = rt.borrow_mut();
+            let id = start(&mut r.engine)?;
+            r.flush();
+            id
+        };
+        Ok(Request::new(rt, scope, id))
+    }
+}
+
+impl<T: Pod> Window<'static, T> {
+    /// A window of `len` elements (zeroed) owned by mpr, at every rank of `comm`
+    /// (`MPI_Win_allocate`); collective.
+    pub fn allocate(comm: &Comm, len: usize) -> Result<Window<'static, T>, Error> {
+        let mut v = vec![T::zeroed(); len];
+        // SAFETY: the vector's heap buffer stays in place while the window owns it, and the
+        // window stops the engine from touching it before dropping it.
+        let raw = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(&mut v)) };
+        Window::open(comm, raw, Some(v), len)
+    }
+}
+
+impl<T: Elem> Window<'_, T> {
+    /// Combines `data` into elements `disp..` of `target`'s window with `op`
+    /// (`MPI_Accumulate`), atomically per element. Returns when `data` may be reused.
+    pub fn accumulate<O: RmaOp<T>>(&self, data: &[T], target: usize, disp: usize, _op: O) -> Result<(), Error> {
+        let at = self.access("accumulate", target, disp, data.len())?;
+        self.dirty(target);
+        // SAFETY: `data` stays borrowed until the request completes: `run` waits for it.
+        let src = unsafe { RawBuf::new(bytemuck::cast_slice(data)) };
+        self.run(|e| e.rma_put(at, combine::<T, O>(), src))
+    }
+
+    /// Starts an accumulate (`MPI_Raccumulate`); the request completes when `data` may be
+    /// reused.
+    pub fn raccumulate<'s, O: RmaOp<T>>(
+        &self,
+        scope: &Scope<'s>,
+        data: &'s [T],
+        target: usize,
+        disp: usize,
+        _op: O,
+    ) -> Result<Request<'s>, Error> {
+        let at = self.access("accumulate", target, disp, data.len())?;
+        self.dirty(target);
+        // SAFETY: `data` is borrowed for 's, the lifetime of `scope`, which completes the
+        // request before 's ends.
+        let src = unsafe { RawBuf::new(bytemuck::cast_slice(data)) };
+        self.begin(scope, |e| e.rma_put(at, combine::<T, O>(), src))
+    }
+
+    /// Combines `data` into elements `disp..` of `target`'s window with `op` and returns
+    /// in `result` the elements as they were, atomically per element
+    /// (`MPI_Get_accumulate`; [`NoOp`] reads atomically).
+    pub fn get_accumulate<O: RmaOp<T>>(
+        &self,
+        data: &[T],
+        result: &mut [T],
+        target: usize,
+        disp: usize,
+        op: O,
+    ) -> Result<(), Error> {
+        if data.len() != result.len() {
+            return Err(Error::Other(format!(
+                "get_accumulate of {} elements into a result of {}",
+                data.len(),
+                result.len()
+            )));
+        }
+        let at = self.access("get_accumulate", target, disp, data.len())?;
+        self.fetch(target, at, data, result, op)
+    }
+
+    fn fetch<O: RmaOp<T>>(&self, target: usize, at: At, data: &[T], result: &mut [T], _op: O) -> Result<(), Error> {
+        if O::CODE != code::NO_OP {
+            self.dirty(target);
+        }
+        // SAFETY: both stay borrowed until the request completes: `run` waits for it.
+        let (src, dst) =
+            unsafe { (RawBuf::new(bytemuck::cast_slice(data)), RawBufMut::new(bytemuck::cast_slice_mut(result))) };
+        self.run(|e| e.rma_fetch(at, combine::<T, O>(), src, dst))
+    }
+
+    /// Combines `value` into element `disp` of `target`'s window with `op` and returns the
+    /// element as it was, atomically (`MPI_Fetch_and_op`).
+    pub fn fetch_and_op<O: RmaOp<T>>(&self, value: T, target: usize, disp: usize, op: O) -> Result<T, Error> {
+        let at = self.access("fetch_and_op", target, disp, 1)?;
+        let mut old = [T::zeroed()];
+        self.fetch(target, at, &[value], &mut old, op)?;
+        Ok(old[0])
+    }
+
+    /// Replaces element `disp` of `target`'s window with `value` if it equals `compare`
+    /// (bit for bit), and returns the element as it was, atomically
+    /// (`MPI_Compare_and_swap`).
+    pub fn compare_and_swap(&self, value: T, compare: T, target: usize, disp: usize) -> Result<T, Error> {
+        let at = self.access("compare_and_swap", target, disp, 1)?;
+        self.dirty(target);
+        let pair = [compare, value];
+        let mut old = [T::zeroed()];
+        // SAFETY: both stay borrowed until the request completes: `run` waits for it.
+        let (src, dst) =
+            unsafe { (RawBuf::new(bytemuck::cast_slice(&pair)), RawBufMut::new(bytemuck::cast_slice_mut(&mut old))) };
+        self.run(|e| e.rma_cas(at, T::DTYPE, src, dst))?;
+        Ok(old[0])
+    }
+}
+
+/// Synchronisation.
+impl<T: Pod> Window<'_, T> {
+    /// Waits until `done` holds for this window's counts from each of `peers` (comm ranks),
+    /// then consumes one event each (`field` picks the count).
+    fn await_each(&self, peers: &[usize], field: fn(&mut Counts) -> &mut u64) -> Result<(), Error> {
+        let worlds: Vec<usize> = peers.iter().map(|&r| self.world(r)).collect();
+        let want: Vec<u64> = {
+            let mut e = self.epoch.borrow_mut();
+            peers
+                .iter()
+                .map(|&r| {
+                    let f = field(&mut e.seen[r]);
+                    *f += 1;
+                    *f
+                })
+                .collect()
+        };
+        let id = self.id;
+        let target = (worlds.len() == 1).then(|| worlds[0]);
+        let r = self.comm.rt().borrow_mut().wait_on_peer(target, |rt| {
+            worlds.iter().zip(&want).all(|(&p, &w)| *field(&mut rt.engine.win_counts(id, p)) >= w)
+        });
+        if r.is_err() {
+            // Not consumed after all.
+            let mut e = self.epoch.borrow_mut();
+            for &p in peers {
+                *field(&mut e.seen[p]) -= 1;
+            }
+        }
+        r
+    }
+
+    /// Sends synchronisation `what` to each of `peers` (comm ranks).
+    fn send_ctl(&self, peers: &[usize], what: u8) -> Result<(), Error> {
+        let mut rt = self.comm.rt().borrow_mut();
+        for &p in peers {
+            rt.engine.rma_ctl(self.id, self.world(p), what)?;
+        }
+        rt.flush();
+        Ok(())
+    }
+
+    /// Flushes the ranks `pick` selects among those with operations not yet known complete,
+    /// all at once.
+    fn flush_dirty(&self, pick: impl Fn(usize) -> bool) -> Result<(), Error> {
+        let peers: Vec<usize> = {
+            let e = self.epoch.borrow();
+            (0..e.dirty.len()).filter(|&r| e.dirty[r] && pick(r)).collect()
+        };
+        if peers.is_empty() {
+            return Ok(());
+        }
+        self.send_ctl(&peers, ctl::FLUSH)?;
+        self.await_each(&peers, |c| &mut c.acked)?;
+        let mut e = self.epoch.borrow_mut();
+        for p in peers {
+            e.dirty[p] = false;
+        }
+        Ok(())
+    }
+
+    /// Ends one fence epoch and starts the next (`MPI_Win_fence`); collective. When it
+    /// returns, every operation of the epoch is complete at its target, and every
+    /// operation on this rank's window is applied.
+    pub fn fence(&self) -> Result<(), Error> {
+        {
+            let e = self.epoch.borrow();
+            if e.locks.iter().any(Option::is_some) || e.all || e.access.is_some() || e.exposure.is_some() {
+                return Err(sync_err("fence while a lock, start or post epoch is open".into()));
+            }
+        }
+        self.flush_dirty(|_| true)?;
+        self.comm.barrier()?;
+        self.epoch.borrow_mut().fence = true;
+        Ok(())
+    }
+
+    fn check_no_epoch_to(&self, target: usize, what: &str) -> Result<(), Error> {
+        let e = self.epoch.borrow();
+        if e.all || e.locks[target].is_some() {
+            return Err(sync_err(format!("{what} of rank {target}, which this rank has locked already")));
+        }
+        if e.access.is_some() {
+            return Err(sync_err(format!("{what} inside a start/complete epoch")));
+        }
+        Ok(())
+    }
+
+    /// Locks `target`'s window (`MPI_Win_lock`): returns once the lock is granted.
+    pub fn lock(&self, kind: LockType, target: usize) -> Result<(), Error> {
+        self.check_range(target, 0, 0)?;
+        self.check_no_epoch_to(target, "lock")?;
+        let what = if kind == LockType::Shared { ctl::LOCK_SHARED } else { ctl::LOCK_EXCLUSIVE };
+        self.send_ctl(&[target], what)?;
+        self.await_each(&[target], |c| &mut c.granted)?;
+        let mut e = self.epoch.borrow_mut();
+        e.locks[target] = Some(kind);
+        e.fence = false;
+        Ok(())
+    }
+
+    /// Unlocks `target`'s window (`MPI_Win_unlock`): returns once every operation of the
+    /// epoch is complete at the target.
+    pub fn unlock(&self, target: usize) -> Result<(), Error> {
+        self.check_range(target, 0, 0)?;
+        if self.epoch.borrow().locks[target].is_none() {
+            return Err(sync_err(format!("unlock of rank {target}, which this rank has not locked")));
+        }
+        self.send_ctl(&[target], ctl::UNLOCK)?;
+        self.await_each(&[target], |c| &mut c.acked)?;
+        let mut e = self.epoch.borrow_mut();
+        e.locks[target] = None;
+        e.dirty[target] = false;
+        Ok(())
+    }
+
+    /// Takes a shared lock on every rank's window (`MPI_Win_lock_all`).
+    pub fn lock_all(&self) -> Result<(), Error> {
+        let all: Vec<usize> = (0..self.comm.size()).collect();
+        if let Some(t) = all.iter().find(|&&t| self.check_no_epoch_to(t, "lock_all").is_err()) {
+            return self.check_no_epoch_to(*t, "lock_all");
+        }
+        self.send_ctl(&all, ctl::LOCK_SHARED)?;
+        self.await_each(&all, |c| &mut c.granted)?;
+        let mut e = self.epoch.borrow_mut();
+        e.all = true;
+        e.fence = false;
+        Ok(())
+    }
+
+    /// Releases the locks of [`Window::lock_all`] (`MPI_Win_unlock_all`), once every
+    /// operation of the epoch is complete at its target.
+    pub fn unlock_all(&self) -> Result<(), Error> {
+        if !self.epoch.borrow().all {
+            return Err(sync_err("unlock_all without lock_all".into()));
+        }
+        let all: Vec<usize> = (0..self.comm.size()).collect();
+        self.send_ctl(&all, ctl::UNLOCK)?;
+        self.await_each(&all, |c| &mut c.acked)?;
+        let mut e = self.epoch.borrow_mut();
+        e.all = false;
+        e.dirty.iter_mut().for_each(|d| *d = false);
+        Ok(())
+    }
+
+    fn check_passive(&self, target: usize, what: &str) -> Result<(), Error> {
+        self.check_range(target, 0, 0)?;
+        let e = self.epoch.borrow();
+        if !e.all && e.locks[target].is_none() {
+            return Err(sync_err(format!("{what} of rank {target} outside a lock epoch on it")));
+        }
+        Ok(())
+    }
+
+    /// Completes every operation to `target` at the target (`MPI_Win_flush`); inside a
+    /// lock epoch on it.
+    pub fn flush(&self, target: usize) -> Result<(), Error> {
+        self.check_passive(target, "flush")?;
+        self.flush_dirty(|r| r == target)
+    }
+
+    /// [`Window::flush`] for every rank (`MPI_Win_flush_all`).
+    pub fn flush_all(&self) -> Result<(), Error> {
+        {
+            let e = self.epoch.borrow();
+            if !e.all && e.locks.iter().all(Option::is_none) {
+                return Err(sync_err("flush_all outside a lock epoch".into()));
+            }
+        }
+        let e = self.epoch.borrow();
+        let locked: Vec<bool> = (0..e.locks.len()).map(|r| e.all || e.locks[r].is_some()).collect();
+        drop(e);
+        self.flush_dirty(|r| locked[r])
+    }
+
+    /// Completes every operation to `target` at this rank: their buffers may be reused
+    /// (`MPI_Win_flush_local`).
+    pub fn flush_local(&self, target: usize) -> Result<(), Error> {
+        self.check_passive(target, "flush_local")?;
+        let peer = self.world(target);
+        self.comm.rt().borrow_mut().wait_on_peer(Some(peer), |rt| !rt.queued_to(peer))
+    }
+
+    /// [`Window::flush_local`] for every rank (`MPI_Win_flush_local_all`).
+    pub fn flush_local_all(&self) -> Result<(), Error> {
+        for r in 0..self.comm.size() {
+            if self.epoch.borrow().all || self.epoch.borrow().locks[r].is_some() {
+                self.flush_local(r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes this rank's view of its window and the window's memory agree
+    /// (`MPI_Win_sync`): a memory fence (the engine writes the memory in this process).
+    pub fn sync(&self) -> Result<(), Error> {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn check_group(&self, group: &[usize]) -> Result<(), Error> {
+        match group.iter().find(|&&r| r >= self.comm.size()) {
+            Some(&rank) => Err(Error::Rank { rank, size: self.comm.size() }),
+            None => Ok(()),
+        }
+    }
+
+    /// Exposes this rank's window to the ranks of `group` (`MPI_Win_post`), until
+    /// [`Window::wait`].
+    pub fn post(&self, group: &[usize]) -> Result<(), Error> {
+        self.check_group(group)?;
+        if self.epoch.borrow().exposure.is_some() {
+            return Err(sync_err("post while an exposure epoch is open".into()));
+        }
+        self.send_ctl(group, ctl::POST)?;
+        self.epoch.borrow_mut().exposure = Some(group.to_vec());
+        Ok(())
+    }
+
+    /// Opens an access epoch on the ranks of `group` (`MPI_Win_start`): returns once each
+    /// has posted.
+    pub fn start(&self, group: &[usize]) -> Result<(), Error> {
+        self.check_group(group)?;
+        {
+            let e = self.epoch.borrow();
+            if e.access.is_some() || e.all || e.locks.iter().any(Option::is_some) {
+                return Err(sync_err("start while an access epoch is open".into()));
+            }
+        }
+        self.await_each(group, |c| &mut c.posts)?;
+        let mut e = self.epoch.borrow_mut();
+        e.access = Some(group.to_vec());
+        e.fence = false;
+        Ok(())
+    }
+
+    /// Closes the access epoch of [`Window::start`] (`MPI_Win_complete`).
+    pub fn complete(&self) -> Result<(), Error> {
+        let Some(group) = self.epoch.borrow_mut().access.take() else {
+            return Err(sync_err("complete without start".into()));
+        };
+        // Each `Complete` travels behind the operations it closes.
+        self.send_ctl(&group, ctl::COMPLETE)?;
+        let mut e = self.epoch.borrow_mut();
+        for r in group {
+            e.dirty[r] = false;
+        }
+        Ok(())
+    }
+
+    /// Closes the exposure epoch of [`Window::post`] (`MPI_Win_wait`): returns once every
+    /// rank of its group has completed, with its operations applied here.
+    pub fn wait(&self) -> Result<(), Error> {
+        let Some(group) = self.epoch.borrow().exposure.clone() else {
+            return Err(sync_err("wait without post".into()));
+        };
+        self.await_each(&group, |c| &mut c.completes)?;
+        self.epoch.borrow_mut().exposure = None;
+        Ok(())
+    }
+
+    /// [`Window::wait`] without blocking (`MPI_Win_test`): whether the exposure epoch is
+    /// over (and then it is closed).
+    pub fn test(&self) -> Result<bool, Error> {
+        let Some(group) = self.epoch.borrow().exposure.clone() else {
+            return Err(sync_err("test without post".into()));
+        };
+        let mut rt = self.comm.rt().borrow_mut();
+        rt.progress()?;
+        let e = self.epoch.borrow();
+        let done = group.iter().all(|&r| rt.engine.win_counts(self.id, self.world(r)).completes > e.seen[r].completes);
+        drop(e);
+        drop(rt);
+        if done {
+            self.await_each(&group, |c| &mut c.completes)?;
+            self.epoch.borrow_mut().exposure = None;
+        }
+        Ok(done)
+    }
+}
+
+impl<T: Pod> Drop for Window<'_, T> {
+    fn drop(&mut self) {
+        // From here on the engine never touches the memory (answers it queued are copies).
+        if let Ok(mut rt) = self.comm.rt().try_borrow_mut() {
+            rt.engine.win_remove(self.id);
+        } else {
+            // Only reachable if a window is dropped inside the runtime's own call: never
+            // leave the memory served after it is gone.
+            std::process::abort();
+        }
+    }
+}
