@@ -5,6 +5,7 @@
  *
  * Usage:  mpiexec -n N ./osu_mini WHAT [OPTIONS]
  *   WHAT: latency | bw | bibw | mbw_mr | allreduce | bcast | allgather | alltoall | barrier
+ *         put_latency | get_latency | acc_latency | fop_latency | cas_latency | put_bw | get_bw
  *   --min B       smallest message size (default 0 for latency, 1 for bw, 4 otherwise)
  *   --max B, -m B largest message size (default 4194304)
  *   --iters N, -i N   timed iterations for every size (default: size dependent)
@@ -14,6 +15,10 @@
  *   --one-buffer  bw: all window slots share one buffer, as OSU's osu_bw does
  *                 (the default, as in mpr-bench)
  *   --slots       bw: each message of the window gets its own region (mpr-bench --slots)
+ *   --win allocate|create   one-sided tests: MPI_Win_allocate (default) or MPI_Win_create
+ *   --sync flush|lock|fence|pscw  one-sided tests: how operations complete (default flush:
+ *                 one shared lock around the test, MPI_Win_flush after each operation, or
+ *                 after each window of --window operations for put_bw/get_bw)
  * --min/--max/--iters/--window are spelled as mpr-bench spells them, so one
  * BENCH_ARGS string in compare.sh can drive both (iteration defaults differ).
  *
@@ -38,6 +43,8 @@ static long g_window = 64;
 static long g_pairs = -1; /* mbw_mr: -1 is half the ranks */
 static int g_one_buffer = 1;
 static long g_iters_override = -1, g_warmup_override = -1;
+static const char *g_win = "allocate";
+static const char *g_sync = "flush";
 
 static void die(const char *msg)
 {
@@ -341,12 +348,166 @@ static void run_coll(enum coll kind, const char *title)
     free(rbuf);
 }
 
+/*
+ * One-sided tests, OSU's layout: rank 0 operates on rank 1's window; rank 1 takes
+ * part only where the synchronisation needs it (fence, post/wait) and otherwise
+ * waits in a barrier.  Latency: one operation and its completion per iteration;
+ * put_bw/get_bw: --window operations (each get into its own slot of at most 16 MiB
+ * of slots, as mpr-bench) and one completion.  acc_latency accumulates MPI_INT with
+ * MPI_SUM; fop_latency and cas_latency one 8-byte MPI_INT64_T.
+ */
+enum rma { R_PUT, R_GET, R_ACC, R_FOP, R_CAS, R_PUT_BW, R_GET_BW };
+
+static MPI_Group g_peer_group;
+
+static void rma_open(MPI_Win win)
+{
+    if (!strcmp(g_sync, "flush") && g_rank == 0)
+        MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
+}
+
+static void rma_close(MPI_Win win)
+{
+    if (!strcmp(g_sync, "flush") && g_rank == 0)
+        MPI_Win_unlock(1, win);
+}
+
+static void rma_begin(MPI_Win win)
+{
+    if (!strcmp(g_sync, "lock") && g_rank == 0)
+        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 1, 0, win);
+    else if (!strcmp(g_sync, "fence") && g_rank < 2)
+        MPI_Win_fence(0, win);
+    else if (!strcmp(g_sync, "pscw") && g_rank == 0)
+        MPI_Win_start(g_peer_group, 0, win);
+    else if (!strcmp(g_sync, "pscw") && g_rank == 1)
+        MPI_Win_post(g_peer_group, 0, win);
+}
+
+static void rma_end(MPI_Win win)
+{
+    if (!strcmp(g_sync, "flush") && g_rank == 0)
+        MPI_Win_flush(1, win);
+    else if (!strcmp(g_sync, "lock") && g_rank == 0)
+        MPI_Win_unlock(1, win);
+    else if (!strcmp(g_sync, "fence") && g_rank < 2)
+        MPI_Win_fence(0, win);
+    else if (!strcmp(g_sync, "pscw") && g_rank == 0)
+        MPI_Win_complete(win);
+    else if (!strcmp(g_sync, "pscw") && g_rank == 1)
+        MPI_Win_wait(win);
+}
+
+static void run_rma(enum rma kind, const char *title)
+{
+    need_two();
+    if (strcmp(g_sync, "flush") && strcmp(g_sync, "lock") && strcmp(g_sync, "fence") &&
+        strcmp(g_sync, "pscw"))
+        die("--sync takes flush, lock, fence or pscw");
+    if (strcmp(g_win, "allocate") && strcmp(g_win, "create"))
+        die("--win takes allocate or create");
+    int bw = kind == R_PUT_BW || kind == R_GET_BW;
+    long elem = kind == R_ACC ? 4 : (kind == R_FOP || kind == R_CAS) ? 8 : 1;
+    long win_bytes = (kind == R_FOP || kind == R_CAS) ? 8 : g_max;
+    MPI_Group world;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int peer = g_rank == 0 ? 1 : 0;
+    MPI_Group_incl(world, 1, &peer, &g_peer_group);
+    void *base = NULL;
+    MPI_Win win;
+    if (!strcmp(g_win, "allocate")) {
+        MPI_Win_allocate(win_bytes, (int)elem, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+        memset(base, 0, win_bytes);
+    } else {
+        base = alloc_buf(win_bytes, 0);
+        MPI_Win_create(base, win_bytes, (int)elem, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    }
+    char *src = alloc_buf(g_max, 'a');
+    long slots_bytes = 16L << 20;
+    char *dst = alloc_buf(bw ? slots_bytes : g_max, 0);
+    if (g_rank == 0) {
+        printf("# OSU MPI %s Test (osu_mini)\n", title);
+        printf("# Window creation: %s\n# Synchronization: %s\n", g_win, g_sync);
+        printf(bw ? "# Size      Bandwidth (MB/s)\n" : "# Size          Latency (us)\n");
+        fflush(stdout);
+    }
+    long first = kind == R_FOP || kind == R_CAS ? 8 : (g_min > elem ? g_min : elem);
+    long last = kind == R_FOP || kind == R_CAS ? 8 : g_max;
+    for (long size = first; size <= last; size *= 2) {
+        long iters, warmup;
+        if (bw)
+            pick_iters(size, 100, 10, 50, 5, 20, 2, &iters, &warmup);
+        else
+            pick_iters(size, 10000, 200, 1000, 20, 100, 10, &iters, &warmup);
+        long n = bw ? g_window : 1;
+        long batch = slots_bytes / size < 1 ? 1 : slots_bytes / size;
+        if (batch > n)
+            batch = n;
+        MPI_Barrier(MPI_COMM_WORLD);
+        rma_open(win);
+        double t0 = 0.0;
+        for (long i = 0; i < warmup + iters; i++) {
+            if (i == warmup)
+                t0 = MPI_Wtime();
+            rma_begin(win);
+            if (g_rank == 0) {
+                int count = (int)(size / elem);
+                for (long k = 0; k < n; k++) {
+                    switch (kind) {
+                    case R_PUT:
+                    case R_PUT_BW:
+                        MPI_Put(src, count, MPI_CHAR, 1, 0, count, MPI_CHAR, win);
+                        break;
+                    case R_GET:
+                        MPI_Get(dst, count, MPI_CHAR, 1, 0, count, MPI_CHAR, win);
+                        break;
+                    case R_GET_BW:
+                        MPI_Get(dst + (k % batch) * size, count, MPI_CHAR, 1, 0, count, MPI_CHAR, win);
+                        if ((k + 1) % batch == 0 && k + 1 < n && strcmp(g_sync, "fence") &&
+                            strcmp(g_sync, "pscw"))
+                            MPI_Win_flush_local(1, win);
+                        break;
+                    case R_ACC:
+                        MPI_Accumulate(src, count, MPI_INT, 1, 0, count, MPI_INT, MPI_SUM, win);
+                        break;
+                    case R_FOP:
+                        MPI_Fetch_and_op(src, dst, MPI_INT64_T, 1, 0, MPI_SUM, win);
+                        break;
+                    case R_CAS:
+                        MPI_Compare_and_swap(src, dst + 8, dst, MPI_INT64_T, 1, 0, win);
+                        break;
+                    }
+                }
+            }
+            rma_end(win);
+        }
+        double elapsed = MPI_Wtime() - t0;
+        rma_close(win);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (g_rank == 0) {
+            if (bw)
+                print_row(size, (double)size * (double)n * (double)iters / elapsed / 1e6);
+            else
+                print_row(size, elapsed * 1e6 / (double)iters);
+        }
+    }
+    MPI_Win_free(&win);
+    if (strcmp(g_win, "allocate"))
+        free(base);
+    free(src);
+    free(dst);
+    MPI_Group_free(&g_peer_group);
+    MPI_Group_free(&world);
+}
+
 static void usage(void)
 {
     if (g_rank == 0)
         fprintf(stderr, "usage: osu_mini latency|bw|bibw|mbw_mr|allreduce|bcast|allgather|alltoall|barrier"
                         " [--min B] [--max B] [--iters N] [--warmup N] [--window N]"
-                        " [--pairs N] [--one-buffer|--slots]\n");
+                        " [--pairs N] [--one-buffer|--slots]\n"
+                        "       osu_mini put_latency|get_latency|acc_latency|fop_latency|cas_latency|put_bw|get_bw"
+                        " [--win allocate|create] [--sync flush|lock|fence|pscw] [size and iteration options]\n");
 }
 
 int main(int argc, char **argv)
@@ -378,6 +539,10 @@ int main(int argc, char **argv)
             g_one_buffer = 1;
         else if (!strcmp(a, "--slots"))
             g_one_buffer = 0;
+        else if (has_val && !strcmp(a, "--win"))
+            g_win = argv[++i];
+        else if (has_val && !strcmp(a, "--sync"))
+            g_sync = argv[++i];
         else {
             usage();
             MPI_Finalize();
@@ -411,6 +576,20 @@ int main(int argc, char **argv)
         run_coll(C_ALLTOALL, "All-to-All");
     else if (strcmp(what, "barrier") == 0)
         run_coll(C_BARRIER, "Barrier");
+    else if (strcmp(what, "put_latency") == 0)
+        run_rma(R_PUT, "Put Latency");
+    else if (strcmp(what, "get_latency") == 0)
+        run_rma(R_GET, "Get Latency");
+    else if (strcmp(what, "acc_latency") == 0)
+        run_rma(R_ACC, "Accumulate Latency");
+    else if (strcmp(what, "fop_latency") == 0)
+        run_rma(R_FOP, "Fetch_and_op Latency");
+    else if (strcmp(what, "cas_latency") == 0)
+        run_rma(R_CAS, "Compare_and_swap Latency");
+    else if (strcmp(what, "put_bw") == 0)
+        run_rma(R_PUT_BW, "Put Bandwidth");
+    else if (strcmp(what, "get_bw") == 0)
+        run_rma(R_GET_BW, "Get Bandwidth");
     else {
         usage();
         MPI_Finalize();

@@ -4,6 +4,11 @@
 //!
 //! `mprun -np 2 mpr-bench latency` - one-way latency (us), ping-pong between ranks 0 and 1.
 //! `mprun -np 2 mpr-bench bw`      - windowed bandwidth (MB/s), rank 0 to rank 1.
+//! `mprun -np 2 mpr-bench put_latency` (and `get_latency`, `acc_latency`, `fop_latency`,
+//! `cas_latency`, `put_bw`, `get_bw`) - one-sided operations of rank 0 on rank 1's window,
+//! OSU's one-sided tests: `--win allocate|create` (how the window is made), `--sync
+//! flush|lock|fence|pscw` (how each operation, or each window of `--window` operations for
+//! the `_bw` tests, is completed; default flush, inside one shared lock).
 //!
 //! Options: `--min SIZE`, `--max SIZE` (bytes), `--iters N` and `--warmup N` (timed and
 //! untimed iterations for every size; by default osu_mini's schedule, see [`schedule`]),
@@ -13,6 +18,8 @@
 //! where the average hides it).
 
 use mpr::Comm;
+
+mod one_sided;
 
 /// OSU-style micro-benchmarks for mpr (run under mprun: `mprun -np 2 mpr-bench latency`).
 #[derive(clap::Parser, Debug)]
@@ -48,6 +55,34 @@ struct Opts {
     /// `mbw_mr`: sending ranks 0..N, each to its partner N ranks up (default: half the ranks).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pairs: Option<u64>,
+    /// One-sided tests: how the window is made.
+    #[arg(long, value_enum, default_value_t = WinKind::Allocate)]
+    win: WinKind,
+    /// One-sided tests: how operations are completed.
+    #[arg(long, value_enum, default_value_t = SyncKind::Flush)]
+    sync: SyncKind,
+}
+
+/// How a one-sided test makes its window (OSU's `-w`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum WinKind {
+    /// `Window::allocate` (`MPI_Win_allocate`).
+    Allocate,
+    /// `Window::create` over the benchmark's own buffer (`MPI_Win_create`).
+    Create,
+}
+
+/// How a one-sided test completes its operations (OSU's `-s`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum SyncKind {
+    /// One shared lock around the test; a flush after each operation (or window of them).
+    Flush,
+    /// An exclusive lock and unlock around each operation (or window of them).
+    Lock,
+    /// A fence before and after each operation (or window of them), on both ranks.
+    Fence,
+    /// Start/complete at the origin, post/wait at the target, around each.
+    Pscw,
 }
 
 /// The benchmarks.
@@ -63,6 +98,20 @@ enum Bench {
     Allgather,
     Alltoall,
     Barrier,
+    #[value(name = "put_latency")]
+    PutLatency,
+    #[value(name = "get_latency")]
+    GetLatency,
+    #[value(name = "acc_latency")]
+    AccLatency,
+    #[value(name = "fop_latency")]
+    FopLatency,
+    #[value(name = "cas_latency")]
+    CasLatency,
+    #[value(name = "put_bw")]
+    PutBw,
+    #[value(name = "get_bw")]
+    GetBw,
 }
 
 impl Bench {
@@ -77,6 +126,13 @@ impl Bench {
             Bench::Allgather => "allgather",
             Bench::Alltoall => "alltoall",
             Bench::Barrier => "barrier",
+            Bench::PutLatency => "put_latency",
+            Bench::GetLatency => "get_latency",
+            Bench::AccLatency => "acc_latency",
+            Bench::FopLatency => "fop_latency",
+            Bench::CasLatency => "cas_latency",
+            Bench::PutBw => "put_bw",
+            Bench::GetBw => "get_bw",
         }
     }
 }
@@ -331,14 +387,19 @@ fn main() {
         std::process::exit(1)
     });
     let w = universe.world();
-    if w.size() < 2 && matches!(opts.what, Bench::Latency | Bench::Bw | Bench::Bibw | Bench::MbwMr) {
+    if w.size() < 2
+        && !matches!(opts.what, Bench::Allreduce | Bench::Bcast | Bench::Allgather | Bench::Alltoall | Bench::Barrier)
+    {
         eprintln!("mpr-bench {what}: needs at least 2 ranks (mprun -np 2 mpr-bench {what})");
         std::process::exit(2);
     }
     let r = match opts.what {
         Bench::Latency => latency(&w, &opts),
         Bench::Bw | Bench::Bibw | Bench::MbwMr => streams(&w, &opts),
-        _ => collective(&w, what, &opts),
+        Bench::Allreduce | Bench::Bcast | Bench::Allgather | Bench::Alltoall | Bench::Barrier => {
+            collective(&w, what, &opts)
+        }
+        _ => one_sided::run(&w, &opts),
     };
     if let Err(e) = r.and_then(|_| universe.finalize()) {
         eprintln!("mpr-bench: {e}");

@@ -63,6 +63,12 @@ impl RawBufMut {
         RawBufMut { ptr: bytes.as_mut_ptr(), len: bytes.len() }
     }
 
+    /// # Safety
+    /// As [`RawBufMut::new`], for the `len` bytes at `ptr`.
+    pub(crate) unsafe fn from_raw(ptr: *mut u8, len: usize) -> Self {
+        RawBufMut { ptr, len }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
     }

@@ -1,14 +1,14 @@
 //! Communicators and point-to-point communication (MPI 4.1, chapters 3 and 7).
 
-use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytemuck::Pod;
 
 use crate::buf::{RawBuf, RawBufMut};
 use crate::engine::ReqId;
 use crate::error::Error;
-use crate::progress::Runtime;
+use crate::progress::{Runtime, Shared};
 use crate::request::{Request, Scope};
 use crate::status::Status;
 
@@ -49,7 +49,7 @@ pub trait Communicator: sealed::Sealed {
 
 #[derive(Debug)]
 struct CommInner {
-    rt: Rc<RefCell<Runtime>>,
+    rt: Arc<Shared>,
     /// Context id: messages of different communicators never match. The collectives of the
     /// communicator use `ctx + 1`, so they never match its point-to-point messages either.
     ctx: u32,
@@ -82,7 +82,7 @@ impl Communicator for Comm {
 }
 
 impl Comm {
-    pub(crate) fn world(rt: Rc<RefCell<Runtime>>) -> Comm {
+    pub(crate) fn world(rt: Arc<Shared>) -> Comm {
         let (rank, size) = {
             let r = rt.borrow();
             (r.boot.rank, r.boot.size)
@@ -90,7 +90,7 @@ impl Comm {
         Comm::new(rt, 0, rank, (0..size).collect())
     }
 
-    pub(crate) fn new(rt: Rc<RefCell<Runtime>>, ctx: u32, rank: usize, group: Vec<usize>) -> Comm {
+    pub(crate) fn new(rt: Arc<Shared>, ctx: u32, rank: usize, group: Vec<usize>) -> Comm {
         Comm {
             inner: Rc::new(CommInner {
                 rt,
@@ -104,7 +104,7 @@ impl Comm {
         }
     }
 
-    pub(crate) fn rt(&self) -> &Rc<RefCell<Runtime>> {
+    pub(crate) fn rt(&self) -> &Arc<Shared> {
         &self.inner.rt
     }
 

@@ -53,6 +53,7 @@ const NUMERIC: &[(&str, Kind)] = &[
     ("MPR_TCP_BUF", Kind::Count),
     ("MPR_CONNECT_TIMEOUT", Kind::Seconds),
     ("MPR_PMI_TIMEOUT", Kind::Seconds),
+    ("MPR_PROGRESS_NAP_US", Kind::Count),
 ];
 
 /// The names of the numeric settings [`check`] validates.

@@ -40,9 +40,8 @@ mod shmfile;
 mod status;
 mod transport;
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -68,7 +67,7 @@ static INITIALIZED: AtomicBool = AtomicBool::new(false);
 /// The running job, as seen by this process. Dropping it finalizes (`MPI_Finalize`).
 #[derive(Debug)]
 pub struct Universe {
-    rt: Rc<RefCell<progress::Runtime>>,
+    rt: Arc<progress::Shared>,
     world: Comm,
 }
 
@@ -79,7 +78,7 @@ pub fn init() -> Result<Universe> {
         return Err(Error::Other("mpr::init called twice".into()));
     }
     let _ = wtime();
-    let rt = Rc::new(RefCell::new(init::start()?));
+    let rt = progress::Shared::new(init::start()?)?;
     let world = Comm::world(rt.clone());
     Ok(Universe { rt, world })
 }
@@ -92,12 +91,14 @@ impl Universe {
 
     /// Leaves the job, reporting errors that dropping would hide (`MPI_Finalize`).
     pub fn finalize(self) -> Result<()> {
+        self.rt.stop_helper();
         self.rt.borrow_mut().finalize()
     }
 }
 
 impl Drop for Universe {
     fn drop(&mut self) {
+        self.rt.stop_helper();
         let _ = self.rt.borrow_mut().finalize();
     }
 }

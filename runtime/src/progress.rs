@@ -27,6 +27,9 @@ use crate::error::Error;
 use crate::status::Status;
 use crate::transport::{PeerState, Transport};
 
+pub(crate) mod shared;
+pub(crate) use shared::Shared;
+
 /// `route` value for this rank itself (the engine handles self-sends).
 pub(crate) const SELF_ROUTE: usize = usize::MAX;
 
@@ -87,7 +90,23 @@ pub(crate) struct Runtime {
     /// Single-copy transfers performed, for the verbose end line and the tests that claim
     /// the path.
     copies: Copies,
+    /// An error the progress thread met, for the application's next call to report.
+    aside_err: Option<Error>,
+    /// Rounds of the progress thread that found work (for the verbose end line and the
+    /// tests that claim it served a busy target).
+    aside_rounds: u64,
+    /// One-sided operations of freed windows: applied directly in shared memory, and sent
+    /// as messages (for the verbose end line and the tests that claim a path).
+    pub(crate) rma_ops: [u64; 2],
 }
+
+// SAFETY: the runtime holds raw views of buffers the application lent to requests in flight
+// (`RawBuf`), transports with pointers into their mappings, and handles of C libraries
+// (verbs). None of them is tied to the thread that made it: the buffers stay valid until
+// their requests complete, whichever thread completes them, and the mappings and handles
+// live as long as the runtime. The runtime is only ever reached through the lock of
+// `shared::Shared`, so one thread at a time uses it.
+unsafe impl Send for Runtime {}
 
 /// Counts of the single-copy transfers this rank performed (a read of a peer's memory, or a
 /// write into it for a split copy).
@@ -159,6 +178,9 @@ impl Runtime {
             sched_gen: 0,
             hosts: Hosts { of: vec![0; n], shm: false, outnumbered: false, ring: Vec::new() },
             copies: Copies::default(),
+            aside_err: None,
+            aside_rounds: 0,
+            rma_ops: [0; 2],
         }
     }
 
@@ -305,8 +327,25 @@ impl Runtime {
         sent.map_err(|e| self.break_peer(peer, e, None))
     }
 
+    /// One round of progress made by the progress thread: an error is kept for the
+    /// application's next call (its operations are the ones to fail).
+    pub(crate) fn progress_aside(&mut self) -> usize {
+        if self.aside_err.is_some() || self.finalized {
+            return 0;
+        }
+        let n = self.progress().unwrap_or_else(|e| {
+            self.aside_err = Some(e);
+            0
+        });
+        self.aside_rounds += u64::from(n > 0);
+        n
+    }
+
     /// One round of progress; returns how many events happened (0: nothing to do).
     pub(crate) fn progress(&mut self) -> Result<usize, Error> {
+        if let Some(e) = self.aside_err.take() {
+            return Err(e);
+        }
         self.flush_outbox();
         let mut n = if self.pending_total > 0 { self.flush_pending() } else { 0 };
         let engine = &mut self.engine;
@@ -669,6 +708,16 @@ impl Runtime {
                 "mpr: rank {}: single copy: {} reads ({} B), {} writes ({} B), {} refused",
                 self.boot.rank, c.reads, c.read_bytes, c.writes, c.write_bytes, c.failed
             );
+            if self.rma_ops != [0; 2] {
+                let [direct, sent] = self.rma_ops;
+                eprintln!(
+                    "mpr: rank {}: one-sided: {direct} direct in shared memory, {sent} by message",
+                    self.boot.rank
+                );
+            }
+            if self.aside_rounds > 0 {
+                eprintln!("mpr: rank {}: progress thread: {} rounds with work", self.boot.rank, self.aside_rounds);
+            }
         }
         for t in self.transports.iter_mut() {
             t.finalize();

@@ -8,16 +8,16 @@
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::engine::ReqId;
 use crate::error::Error;
-use crate::progress::{Runtime, SchedId};
+use crate::progress::{Runtime, SchedId, Shared};
 use crate::status::Status;
 
 /// The region within which nonblocking operations may borrow buffers for `'a`.
 pub struct Scope<'a> {
-    started: RefCell<Vec<(Rc<RefCell<Runtime>>, Handle)>>,
+    started: RefCell<Vec<(Arc<Shared>, Handle)>>,
     // Invariant in 'a, so the borrow cannot be shortened after the fact.
     _marker: PhantomData<&'a mut &'a ()>,
 }
@@ -69,7 +69,7 @@ impl Handle {
 }
 
 impl Scope<'_> {
-    pub(crate) fn register(&self, rt: &Rc<RefCell<Runtime>>, h: Handle) {
+    pub(crate) fn register(&self, rt: &Arc<Shared>, h: Handle) {
         let mut v = self.started.borrow_mut();
         // Forget requests already collected, so long-running scopes stay small.
         if v.len() >= 64 && v.len().is_power_of_two() {
@@ -99,7 +99,7 @@ impl Drop for Scope<'_> {
 /// A nonblocking operation in flight, borrowing its buffer for `'a` (`MPI_Request`).
 #[must_use = "a request must be waited for or tested (the scope waits for it otherwise)"]
 pub struct Request<'a> {
-    rt: Rc<RefCell<Runtime>>,
+    rt: Arc<Shared>,
     id: ReqId,
     _marker: PhantomData<&'a ()>,
 }
@@ -111,12 +111,12 @@ impl std::fmt::Debug for Request<'_> {
 }
 
 impl<'a> Request<'a> {
-    pub(crate) fn new(rt: &Rc<RefCell<Runtime>>, scope: &Scope<'a>, id: ReqId) -> Request<'a> {
+    pub(crate) fn new(rt: &Arc<Shared>, scope: &Scope<'a>, id: ReqId) -> Request<'a> {
         scope.register(rt, Handle::P2p(id));
         Request { rt: rt.clone(), id, _marker: PhantomData }
     }
 
-    pub(crate) fn unscoped(rt: &Rc<RefCell<Runtime>>, id: ReqId) -> Request<'static> {
+    pub(crate) fn unscoped(rt: &Arc<Shared>, id: ReqId) -> Request<'static> {
         Request { rt: rt.clone(), id, _marker: PhantomData }
     }
 

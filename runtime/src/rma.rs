@@ -26,6 +26,7 @@
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
+use std::sync::atomic::{fence, Ordering};
 
 use bytemuck::Pod;
 
@@ -33,9 +34,11 @@ use crate::buf::{RawBuf, RawBufMut};
 use crate::comm::Comm;
 use crate::datatype::code;
 pub use crate::datatype::{Elem, NoOp, Replace, RmaOp};
-use crate::engine::rma::{ctl, At, Combine, Counts};
+use crate::engine::rma::{ctl, AccLock, At, Combine, Counts};
 use crate::error::Error;
 use crate::request::{Request, Scope};
+
+mod shm;
 
 /// Kind of a passive-target lock (`MPI_LOCK_SHARED`, `MPI_LOCK_EXCLUSIVE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,11 +87,16 @@ pub struct Window<'a, T: Pod> {
     comm: Comm,
     id: u64,
     mem: RawBufMut,
-    /// Backing store of a window from `allocate` (`mem` views it).
+    /// Backing store of a window from `allocate` in private memory (`mem` views it).
     _owned: Option<Vec<T>>,
+    /// The shared segment of this host's ranks, for a window from `allocate` (`mem` views
+    /// this rank's part of it). Dropped after the engine stops serving the window.
+    seg: Option<shm::HostSeg>,
     /// Elements in the window of each rank.
     sizes: Vec<usize>,
     epoch: RefCell<Epoch>,
+    /// Operations applied directly and sent as messages (see `Runtime::rma_ops`).
+    ops: std::cell::Cell<[u64; 2]>,
     _borrow: PhantomData<&'a mut [T]>,
 }
 
@@ -102,6 +110,30 @@ fn sync_err(msg: String) -> Error {
     Error::RmaSync(msg)
 }
 
+/// Has the engine serve window `id` over `mem` (and, while it does, the progress thread run
+/// where it is needed).
+fn register(comm: &Comm, id: u64, mem: RawBufMut, acc: Option<AccLock>) {
+    comm.rt().borrow_mut().engine.win_add(id, mem, acc);
+    comm.rt().serve();
+}
+
+/// Undoes [`register`].
+fn unregister(comm: &Comm, id: u64) {
+    comm.rt().borrow_mut().engine.win_remove(id);
+    comm.rt().unserve();
+}
+
+/// An operation applied by the origin straight to a target's memory on the same host.
+enum Direct<'x> {
+    Put(&'x [u8]),
+    Get(&'x mut [u8]),
+    /// Accumulate (operation and type codes, operand), filling the result with the old
+    /// elements if there is one.
+    Acc(Combine, &'x [u8], Option<&'x mut [u8]>),
+    /// Compare and swap (type, compare value then new value, result).
+    Cas(&'x [u8], &'x mut [u8]),
+}
+
 impl<'a, T: Pod> Window<'a, T> {
     /// Opens `mem` of every rank of `comm` to one-sided operations (`MPI_Win_create`);
     /// collective. The window borrows `mem` until it is freed or dropped.
@@ -109,19 +141,27 @@ impl<'a, T: Pod> Window<'a, T> {
         // SAFETY: the window borrows `mem` for 'a and stops the engine from touching it
         // (`win_remove`) before that borrow ends, in `free` or `drop`.
         let raw = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(mem)) };
-        Window::open(comm, raw, None, mem.len())
-    }
-
-    fn open(comm: &Comm, mem: RawBufMut, owned: Option<Vec<T>>, len: usize) -> Result<Window<'a, T>, Error> {
         let id = comm.next_win_id();
         // Served before the others learn of it: a rank that leaves the exchange below may
         // operate on it at once.
-        comm.rt().borrow_mut().engine.win_add(id, mem);
+        register(comm, id, raw, None);
         let mut sizes = vec![0u64; comm.size()];
-        if let Err(e) = comm.allgather(&[len as u64], &mut sizes) {
-            comm.rt().borrow_mut().engine.win_remove(id);
+        if let Err(e) = comm.allgather(&[mem.len() as u64], &mut sizes) {
+            unregister(comm, id);
             return Err(e);
         }
+        Ok(Window::build(comm, id, raw, None, None, sizes))
+    }
+
+    /// The window, once the engine serves it (see [`register`]).
+    fn build(
+        comm: &Comm,
+        id: u64,
+        mem: RawBufMut,
+        owned: Option<Vec<T>>,
+        seg: Option<shm::HostSeg>,
+        sizes: Vec<u64>,
+    ) -> Window<'a, T> {
         let n = comm.size();
         let epoch = Epoch {
             locks: vec![None; n],
@@ -129,15 +169,17 @@ impl<'a, T: Pod> Window<'a, T> {
             seen: vec![Counts::default(); n],
             ..Default::default()
         };
-        Ok(Window {
+        Window {
             comm: comm.clone(),
             id,
             mem,
             _owned: owned,
+            seg,
             sizes: sizes.into_iter().map(|s| s as usize).collect(),
             epoch: RefCell::new(epoch),
+            ops: Default::default(),
             _borrow: PhantomData,
-        })
+        }
     }
 
     /// Frees the window (`MPI_Win_free`); collective. Every epoch of this rank must be
@@ -173,6 +215,8 @@ impl<'a, T: Pod> Window<'a, T> {
     pub fn read_local(&self, disp: usize, out: &mut [T]) -> Result<(), Error> {
         let me = self.comm.rank();
         let at = self.check_range(me, disp, out.len())?;
+        // Under the runtime's lock: the progress thread may be applying an operation.
+        let _rt = self.comm.rt().borrow_mut();
         let src = self.mem.window(at, size_of_val(out)).as_read();
         bytemuck::cast_slice_mut::<T, u8>(out).copy_from_slice(src.bytes());
         Ok(())
@@ -182,6 +226,7 @@ impl<'a, T: Pod> Window<'a, T> {
     pub fn write_local(&self, disp: usize, data: &[T]) -> Result<(), Error> {
         let me = self.comm.rank();
         let at = self.check_range(me, disp, data.len())?;
+        let _rt = self.comm.rt().borrow_mut();
         let mut mem = self.mem;
         mem.write_at(at, bytemuck::cast_slice(data));
         Ok(())
@@ -215,6 +260,76 @@ impl<'a, T: Pod> Window<'a, T> {
         self.comm.group()[rank]
     }
 
+    /// Applies `op` at `at` straight to `target`'s memory if this rank reaches it (a window
+    /// in a segment shared with the target); returns whether it did.
+    fn direct(&self, target: usize, at: At, op: Direct<'_>) -> bool {
+        let Some(seg) = &self.seg else { return false };
+        let (Some((base, len)), Some(word)) = (seg.part(target), seg.lock_of(target)) else { return false };
+        let n = match &op {
+            Direct::Put(b) | Direct::Acc(_, b, _) => b.len(),
+            Direct::Get(b) => b.len(),
+            Direct::Cas(p, _) => p.len() / 2,
+        };
+        let off = at.disp as usize;
+        debug_assert!(off + n <= len, "`access` checked the range");
+        // SAFETY: `access` checked that bytes `off..off + n` lie in the target's part, which
+        // the segment maps while the window lives. Other processes write it concurrently
+        // only in ways MPI calls erroneous (conflicting accesses in one epoch), except
+        // accumulates, which every path applies under the target's accumulate lock.
+        let mem = unsafe { std::slice::from_raw_parts_mut(base.add(off), n) };
+        // SAFETY: the word lives in the segment's header while the window does; the lock is
+        // used only within this call.
+        let lock = unsafe { AccLock::new(word) };
+        match op {
+            Direct::Put(src) => {
+                mem.copy_from_slice(src);
+                fence(Ordering::Release);
+            }
+            Direct::Get(dst) => {
+                fence(Ordering::Acquire);
+                dst.copy_from_slice(mem);
+            }
+            Direct::Acc(how, src, old) => lock
+                .with(|| {
+                    if let Some(old) = old {
+                        old.copy_from_slice(mem);
+                    }
+                    crate::datatype::apply(how.op, how.dtype, mem, src)
+                })
+                .then_some(())
+                .expect("the types check the operation"),
+            Direct::Cas(pair, old) => lock.with(|| {
+                old.copy_from_slice(mem);
+                if *old == pair[..n] {
+                    mem.copy_from_slice(&pair[n..]);
+                }
+            }),
+        }
+        self.count(0);
+        true
+    }
+
+    /// Counts an operation: direct (`0`) or by message (`1`).
+    fn count(&self, path: usize) {
+        let mut c = self.ops.get();
+        c[path] += 1;
+        self.ops.set(c);
+    }
+
+    /// A request already complete (an operation done directly), in `scope`.
+    fn done<'s>(&self, scope: &Scope<'s>, bytes: usize) -> Request<'s> {
+        let id = self.comm.rt().borrow_mut().engine.rma_done(bytes);
+        Request::new(self.comm.rt(), scope, id)
+    }
+
+    /// One round of progress if nobody else makes it now: a rank that spins on direct
+    /// atomics (a lock made of compare-and-swap) must still serve the others' messages.
+    fn poll(&self) {
+        if let Some(mut rt) = self.comm.rt().try_borrow_mut() {
+            rt.progress_aside();
+        }
+    }
+
     /// Marks `target` as holding operations not yet known complete.
     fn dirty(&self, target: usize) {
         self.epoch.borrow_mut().dirty[target] = true;
@@ -225,6 +340,7 @@ impl<'a, T: Pod> Window<'a, T> {
         &self,
         start: impl FnOnce(&mut crate::engine::Engine) -> Result<crate::engine::ReqId, Error>,
     ) -> Result<(), Error> {
+        self.count(1);
         let mut rt = self.comm.rt().borrow_mut();
         let id = start(&mut rt.engine)?;
         // One round of progress even when the operation is done at once (its target is this
@@ -240,6 +356,9 @@ impl<'a, T: Pod> Window<'a, T> {
     /// `data` may be reused; complete at the target at the end of the epoch or a flush.
     pub fn put(&self, data: &[T], target: usize, disp: usize) -> Result<(), Error> {
         let at = self.access("put", target, disp, data.len())?;
+        if self.direct(target, at, Direct::Put(bytemuck::cast_slice(data))) {
+            return Ok(());
+        }
         self.dirty(target);
         // SAFETY: `data` stays borrowed until the request completes: `run` waits for it.
         let src = unsafe { RawBuf::new(bytemuck::cast_slice(data)) };
@@ -250,6 +369,9 @@ impl<'a, T: Pod> Window<'a, T> {
     /// returns with the data.
     pub fn get(&self, buf: &mut [T], target: usize, disp: usize) -> Result<(), Error> {
         let at = self.access("get", target, disp, buf.len())?;
+        if self.direct(target, at, Direct::Get(bytemuck::cast_slice_mut(buf))) {
+            return Ok(());
+        }
         // SAFETY: `buf` stays borrowed until the request completes: `run` waits for it.
         let dst = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) };
         self.run(|e| e.rma_get(at, dst))
@@ -258,6 +380,9 @@ impl<'a, T: Pod> Window<'a, T> {
     /// Starts a put (`MPI_Rput`); the request completes when `data` may be reused.
     pub fn rput<'s>(&self, scope: &Scope<'s>, data: &'s [T], target: usize, disp: usize) -> Result<Request<'s>, Error> {
         let at = self.access("put", target, disp, data.len())?;
+        if self.direct(target, at, Direct::Put(bytemuck::cast_slice(data))) {
+            return Ok(self.done(scope, size_of_val(data)));
+        }
         self.dirty(target);
         // SAFETY: `data` is borrowed for 's, the lifetime of `scope`, which completes the
         // request before 's ends.
@@ -274,6 +399,9 @@ impl<'a, T: Pod> Window<'a, T> {
         disp: usize,
     ) -> Result<Request<'s>, Error> {
         let at = self.access("get", target, disp, buf.len())?;
+        if self.direct(target, at, Direct::Get(bytemuck::cast_slice_mut(buf))) {
+            return Ok(self.done(scope, size_of_val(buf)));
+        }
         // SAFETY: `buf` is borrowed for 's, the lifetime of `scope`, which completes the
         // request before 's ends.
         let dst = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) };
@@ -286,6 +414,7 @@ impl<'a, T: Pod> Window<'a, T> {
         scope: &Scope<'s>,
         start: impl FnOnce(&mut crate::engine::Engine) -> Result<crate::engine::ReqId, Error>,
     ) -> Result<Request<'s>, Error> {
+        self.count(1);
         let rt = self.comm.rt();
         let id = {
             let mut r = rt.borrow_mut();
@@ -300,12 +429,38 @@ impl<'a, T: Pod> Window<'a, T> {
 impl<T: Pod> Window<'static, T> {
     /// A window of `len` elements (zeroed) owned by mpr, at every rank of `comm`
     /// (`MPI_Win_allocate`); collective.
+    ///
+    /// The ranks of one host share one segment of memory (see `rma/shm.rs`): they put, get
+    /// and accumulate there directly, without a message. Where no segment can be made (or
+    /// `MPR_TRANSPORTS` excludes shared memory), the window is private memory.
     pub fn allocate(comm: &Comm, len: usize) -> Result<Window<'static, T>, Error> {
-        let mut v = vec![T::zeroed(); len];
-        // SAFETY: the vector's heap buffer stays in place while the window owns it, and the
-        // window stops the engine from touching it before dropping it.
-        let raw = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(&mut v)) };
-        Window::open(comm, raw, Some(v), len)
+        let id = comm.next_win_id();
+        let mut sizes = vec![0u64; comm.size()];
+        comm.allgather(&[len as u64], &mut sizes)?;
+        let bytes: Vec<usize> = sizes.iter().map(|&s| s as usize * size_of::<T>()).collect();
+        let seg = shm::HostSeg::open(comm, id, &bytes)?;
+        let me = comm.rank();
+        let win = match seg.as_ref().and_then(|s| Some((s.part(me)?, s.lock_of(me)?))) {
+            Some(((base, n), word)) => {
+                // SAFETY: this rank's part of the segment, which the window keeps mapped and
+                // stops the engine from touching before unmapping it (`drop`); its word of
+                // the header likewise.
+                let (mem, acc) = unsafe { (RawBufMut::from_raw(base, n), AccLock::new(word)) };
+                register(comm, id, mem, Some(acc));
+                Window::build(comm, id, mem, None, seg, sizes)
+            }
+            None => {
+                let mut v = vec![T::zeroed(); len];
+                // SAFETY: the vector's heap buffer stays in place while the window owns it,
+                // and the window stops the engine from touching it before dropping it.
+                let mem = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(&mut v)) };
+                register(comm, id, mem, None);
+                Window::build(comm, id, mem, Some(v), None, sizes)
+            }
+        };
+        // Nobody operates on the window before every rank serves it.
+        comm.barrier()?;
+        Ok(win)
     }
 }
 
@@ -314,6 +469,9 @@ impl<T: Elem> Window<'_, T> {
     /// (`MPI_Accumulate`), atomically per element. Returns when `data` may be reused.
     pub fn accumulate<O: RmaOp<T>>(&self, data: &[T], target: usize, disp: usize, _op: O) -> Result<(), Error> {
         let at = self.access("accumulate", target, disp, data.len())?;
+        if self.direct(target, at, Direct::Acc(combine::<T, O>(), bytemuck::cast_slice(data), None)) {
+            return Ok(());
+        }
         self.dirty(target);
         // SAFETY: `data` stays borrowed until the request completes: `run` waits for it.
         let src = unsafe { RawBuf::new(bytemuck::cast_slice(data)) };
@@ -331,6 +489,9 @@ impl<T: Elem> Window<'_, T> {
         _op: O,
     ) -> Result<Request<'s>, Error> {
         let at = self.access("accumulate", target, disp, data.len())?;
+        if self.direct(target, at, Direct::Acc(combine::<T, O>(), bytemuck::cast_slice(data), None)) {
+            return Ok(self.done(scope, size_of_val(data)));
+        }
         self.dirty(target);
         // SAFETY: `data` is borrowed for 's, the lifetime of `scope`, which completes the
         // request before 's ends.
@@ -361,6 +522,12 @@ impl<T: Elem> Window<'_, T> {
     }
 
     fn fetch<O: RmaOp<T>>(&self, target: usize, at: At, data: &[T], result: &mut [T], _op: O) -> Result<(), Error> {
+        let how = combine::<T, O>();
+        if self.direct(target, at, Direct::Acc(how, bytemuck::cast_slice(data), Some(bytemuck::cast_slice_mut(result))))
+        {
+            self.poll();
+            return Ok(());
+        }
         if O::CODE != code::NO_OP {
             self.dirty(target);
         }
@@ -384,9 +551,13 @@ impl<T: Elem> Window<'_, T> {
     /// (`MPI_Compare_and_swap`).
     pub fn compare_and_swap(&self, value: T, compare: T, target: usize, disp: usize) -> Result<T, Error> {
         let at = self.access("compare_and_swap", target, disp, 1)?;
-        self.dirty(target);
         let pair = [compare, value];
         let mut old = [T::zeroed()];
+        if self.direct(target, at, Direct::Cas(bytemuck::cast_slice(&pair), bytemuck::cast_slice_mut(&mut old))) {
+            self.poll();
+            return Ok(old[0]);
+        }
+        self.dirty(target);
         // SAFETY: both stay borrowed until the request completes: `run` waits for it.
         let (src, dst) =
             unsafe { (RawBuf::new(bytemuck::cast_slice(&pair)), RawBufMut::new(bytemuck::cast_slice_mut(&mut old))) };
@@ -440,6 +611,8 @@ impl<T: Pod> Window<'_, T> {
     /// Flushes the ranks `pick` selects among those with operations not yet known complete,
     /// all at once.
     fn flush_dirty(&self, pick: impl Fn(usize) -> bool) -> Result<(), Error> {
+        // Direct operations are complete once visible: order them before what follows.
+        fence(Ordering::SeqCst);
         let peers: Vec<usize> = {
             let e = self.epoch.borrow();
             (0..e.dirty.len()).filter(|&r| e.dirty[r] && pick(r)).collect()
@@ -679,12 +852,11 @@ impl<T: Pod> Window<'_, T> {
 impl<T: Pod> Drop for Window<'_, T> {
     fn drop(&mut self) {
         // From here on the engine never touches the memory (answers it queued are copies).
-        if let Ok(mut rt) = self.comm.rt().try_borrow_mut() {
-            rt.engine.win_remove(self.id);
-        } else {
-            // Only reachable if a window is dropped inside the runtime's own call: never
-            // leave the memory served after it is gone.
-            std::process::abort();
-        }
+        let mut rt = self.comm.rt().borrow_mut();
+        rt.engine.win_remove(self.id);
+        let ops = self.ops.get();
+        (rt.rma_ops[0], rt.rma_ops[1]) = (rt.rma_ops[0] + ops[0], rt.rma_ops[1] + ops[1]);
+        drop(rt);
+        self.comm.rt().unserve();
     }
 }

@@ -458,3 +458,29 @@ fn a_cable_pulled_out_mid_job_stops_the_job_within_the_bound() {
     assert!(start.elapsed() < Duration::from_secs(30), "{:?}\n{se}", start.elapsed());
     assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
 }
+
+/// One-sided traffic across two hosts of two ranks: origins on the target's host apply
+/// their operations directly in shared memory, the others send them as messages that the
+/// target's engine applies, and accumulates of both kinds to one element stay atomic
+/// (`one-element`, `caslock`, `tickets` check exact totals).
+#[test]
+fn one_sided_across_hosts_mixes_direct_access_and_messages() {
+    let Some(hosts) = net_hosts(2) else { return };
+    let rma = bin_dir().join("rma");
+    for scenario in ["one-element", "caslock", "tickets", "model-fence", "model-pscw", "large"] {
+        let out = run_on(&hosts, &[2, 2], &[rma.to_str().unwrap(), scenario], &[("RMA_ITERS", "50")]);
+        check_ok(&out, scenario, 4);
+    }
+    let out = run_on(&hosts, &[2, 2], &["--verbose", rma.to_str().unwrap(), "model-lock"], &[]);
+    check_ok(&out, "model-lock", 4);
+    let err = text(&out.stderr);
+    for r in 0..4 {
+        let line = err
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("mpr: rank {r}: one-sided: ")))
+            .unwrap_or_else(|| panic!("no one-sided counts of rank {r}:\n{err}"));
+        let n: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+        assert!(n[0] > 0 && n[1] > 0, "rank {r} used both paths: {line}");
+    }
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+}

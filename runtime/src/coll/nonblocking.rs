@@ -18,7 +18,7 @@ use crate::request::{Handle, Scope};
 /// A nonblocking collective in flight (`MPI_Request` of `MPI_Iallreduce` and friends).
 #[must_use = "a collective request must be waited for or tested (the scope waits for it otherwise)"]
 pub struct CollRequest<'a> {
-    rt: Rc<std::cell::RefCell<crate::progress::Runtime>>,
+    rt: std::sync::Arc<crate::progress::Shared>,
     id: SchedId,
     _marker: PhantomData<&'a ()>,
 }

@@ -19,6 +19,8 @@
 //! Operations whose target is this rank are applied at once, under the same rules.
 
 use std::collections::VecDeque;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::request::State;
 use super::wire::Frame;
@@ -92,11 +94,55 @@ pub(crate) struct Combine {
     pub(crate) elem: usize,
 }
 
+/// The lock that accumulates to a window take where origins on the same host apply theirs
+/// directly (a word in the shared segment, see `rma/shm.rs`): the engine takes it too when it
+/// applies one that came as a frame, so both paths stay atomic with respect to each other.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AccLock(NonNull<AtomicU32>);
+
+impl AccLock {
+    /// # Safety
+    /// `word` must stay valid as long as any copy of the lock is used (the window's shared
+    /// segment outlives the engine's service of the window).
+    pub(crate) unsafe fn new(word: &AtomicU32) -> AccLock {
+        AccLock(NonNull::from(word))
+    }
+
+    /// Runs `f` holding the lock (held for one operation's copy: a short spin, then the CPU
+    /// is given up between tries).
+    pub(crate) fn with<R>(self, f: impl FnOnce() -> R) -> R {
+        // SAFETY: `new`'s contract keeps the word valid while the lock is in use.
+        let word = unsafe { self.0.as_ref() };
+        let mut tries = 0u32;
+        while word.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            tries += 1;
+            if tries < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let r = f();
+        word.store(0, Ordering::Release);
+        r
+    }
+}
+
+/// Runs `f` under `lock`, if there is one.
+fn guarded<R>(lock: Option<AccLock>, f: impl FnOnce() -> R) -> R {
+    match lock {
+        Some(l) => l.with(f),
+        None => f(),
+    }
+}
+
 /// One window as this engine serves it.
 #[derive(Debug)]
 struct Win {
     id: u64,
     mem: RawBufMut,
+    /// The accumulate lock of a window in shared memory.
+    acc: Option<AccLock>,
     /// Holder of the exclusive lock.
     exclusive: Option<usize>,
     /// Holders of shared locks (world ranks; one entry per lock).
@@ -126,11 +172,12 @@ fn range(size: usize, disp: u64, len: usize) -> Option<usize> {
 }
 
 impl Engine {
-    /// Serves window `id` over `mem` from now on. The caller keeps `mem` valid until
+    /// Serves window `id` over `mem` from now on (its accumulates under `acc`, where origins
+    /// on the same host apply theirs directly). The caller keeps `mem` valid until
     /// [`Engine::win_remove`].
-    pub(crate) fn win_add(&mut self, id: u64, mem: RawBufMut) {
+    pub(crate) fn win_add(&mut self, id: u64, mem: RawBufMut, acc: Option<AccLock>) {
         let counts = vec![Counts::default(); self.limits.len()];
-        let w = Win { id, mem, exclusive: None, shared: Vec::new(), waiting: VecDeque::new(), counts };
+        let w = Win { id, mem, acc, exclusive: None, shared: Vec::new(), waiting: VecDeque::new(), counts };
         self.rma.list.push(w);
     }
 
@@ -216,13 +263,9 @@ impl Engine {
     ) -> Result<ReqId, Error> {
         let (At { win: id, peer, disp }, Combine { op, dtype, elem }) = (at, how);
         if peer == self.me {
-            let len = operand.len();
-            let w = self.win_mut(id, peer)?;
-            if let Some(d) = range(w.mem.len(), disp, len) {
-                result.write_at(0, w.mem.window(d, len).as_read().bytes());
-            }
-            self.apply(self.me, id, disp, op, dtype, operand.bytes())?;
-            return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(len)))));
+            let old = self.fetch_apply(self.me, id, disp, op, dtype, operand.bytes())?;
+            result.write_at(0, &old);
+            return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(old.len())))));
         }
         let rid = self.reqs.insert(State::RmaAnswer { peer, buf: result, got: 0 });
         let chunk = self.rma_chunk(peer, elem);
@@ -251,14 +294,19 @@ impl Engine {
     ) -> Result<ReqId, Error> {
         let At { win: id, peer, disp } = at;
         if peer == self.me {
-            let n = pair.len() / 2;
             let old = self.cas(self.me, id, disp, dtype, pair.bytes())?;
-            result.write_at(0, &old[..n]);
-            return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(n)))));
+            result.write_at(0, &old);
+            return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(old.len())))));
         }
         let rid = self.reqs.insert(State::RmaAnswer { peer, buf: result, got: 0 });
         self.push_owned(peer, Frame::Cas { win: id, disp, dtype, oreq: rid.to_wire() }, pair, rid, false);
         Ok(rid)
+    }
+
+    /// A request already done with `bytes` (an operation the caller completed itself, such
+    /// as a direct copy into a window in shared memory).
+    pub(crate) fn rma_done(&mut self, bytes: usize) -> ReqId {
+        self.reqs.insert(State::Done(Ok(self.rma_status(bytes))))
     }
 
     fn rma_status(&self, bytes: usize) -> Status {
@@ -274,30 +322,68 @@ impl Engine {
 
     /// Applies operation `op` of `data` at byte `disp` of window `id` (from `origin`).
     fn apply(&mut self, origin: usize, id: u64, disp: u64, op: OpCode, dtype: Dtype, data: &[u8]) -> Result<(), Error> {
+        self.fetch_apply_with(origin, id, disp, op, dtype, data, false).map(drop)
+    }
+
+    /// As [`Engine::apply`], returning the elements as they were before (atomically with
+    /// the change).
+    fn fetch_apply(
+        &mut self,
+        origin: usize,
+        id: u64,
+        disp: u64,
+        op: OpCode,
+        dtype: Dtype,
+        data: &[u8],
+    ) -> Result<Vec<u8>, Error> {
+        self.fetch_apply_with(origin, id, disp, op, dtype, data, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fetch_apply_with(
+        &mut self,
+        origin: usize,
+        id: u64,
+        disp: u64,
+        op: OpCode,
+        dtype: Dtype,
+        data: &[u8],
+        fetch: bool,
+    ) -> Result<Vec<u8>, Error> {
         let w = self.win_mut(id, origin)?;
         let refused = |what: &str| proto_err(origin, &format!("{what} at byte {disp} of window {id:#x}"));
         let d = range(w.mem.len(), disp, data.len()).ok_or_else(|| refused("access outside the window"))?;
-        let dst = w.mem.range_mut(d, data.len()).expect("range checked");
-        if !datatype::apply(op, dtype, dst, data) {
+        let (mut mem, acc) = (w.mem, w.acc);
+        let dst = mem.range_mut(d, data.len()).expect("range checked");
+        let mut old = Vec::new();
+        let applied = guarded(acc, || {
+            if fetch {
+                old.extend_from_slice(dst);
+            }
+            datatype::apply(op, dtype, dst, data)
+        });
+        if !applied {
             return Err(refused(&format!("operation {op} on element type {dtype}")));
         }
-        Ok(())
+        Ok(old)
     }
 
-    /// Compare and swap of one element at `disp` of window `id`; returns the old element
-    /// (twice its size: the caller answers with the first half).
+    /// Compare and swap of one element at `disp` of window `id`; returns the old element.
     fn cas(&mut self, origin: usize, id: u64, disp: u64, dtype: Dtype, pair: &[u8]) -> Result<Vec<u8>, Error> {
         let n = datatype::size_of(dtype).filter(|&n| pair.len() == 2 * n);
         let w = self.win_mut(id, origin)?;
         let Some((n, d)) = n.and_then(|n| Some((n, range(w.mem.len(), disp, n)?))) else {
             return Err(proto_err(origin, "compare-and-swap outside the window or of a bad element"));
         };
-        let cell = w.mem.range_mut(d, n).expect("range checked");
-        let old = cell.to_vec();
-        if old == pair[..n] {
-            cell.copy_from_slice(&pair[n..]);
-        }
-        Ok(old)
+        let (mut mem, acc) = (w.mem, w.acc);
+        let cell = mem.range_mut(d, n).expect("range checked");
+        Ok(guarded(acc, || {
+            let old = cell.to_vec();
+            if old == pair[..n] {
+                cell.copy_from_slice(&pair[n..]);
+            }
+            old
+        }))
     }
 
     /// Queues `bytes` (a copy: the window may change or go before the frame leaves) as the
@@ -328,25 +414,17 @@ impl Engine {
                 self.answer(peer, oreq, 0, src.bytes());
             }
             Frame::Fetch { win, disp, op, dtype, oreq, roff } => {
-                let w = self.win_mut(win, peer)?;
-                let Some(d) = range(w.mem.len(), disp, payload.len()) else {
-                    self.refuse(peer, oreq);
-                    return Ok(());
-                };
-                let src = w.mem.window(d, payload.len()).as_read();
-                let old = self.pool.copy_of(src.bytes());
-                match self.apply(peer, win, disp, op, dtype, payload) {
-                    Ok(()) => self.outbox.push_back(Transmit::with_copy(
-                        peer,
-                        Frame::Reply { oreq, off: roff, flags: 0 },
-                        old,
-                    )),
+                self.win_mut(win, peer)?;
+                match self.fetch_apply(peer, win, disp, op, dtype, payload) {
+                    Ok(old) => {
+                        let f = Frame::Reply { oreq, off: roff, flags: 0 };
+                        self.outbox.push_back(Transmit::with_copy(peer, f, old));
+                    }
                     Err(_) => self.refuse(peer, oreq),
                 }
             }
             Frame::Cas { win, disp, dtype, oreq } => match self.cas(peer, win, disp, dtype, payload) {
-                Ok(mut old) => {
-                    old.truncate(payload.len() / 2);
+                Ok(old) => {
                     self.outbox.push_back(Transmit::with_copy(peer, Frame::Reply { oreq, off: 0, flags: 0 }, old));
                 }
                 Err(_) => self.refuse(peer, oreq),

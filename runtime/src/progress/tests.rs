@@ -193,7 +193,7 @@ fn policy() -> WaitPolicy {
 }
 
 /// Rank 0 of `n` ranks, whose peers are the engines in the returned wire.
-fn job(n: usize) -> (Comm, Rc<RefCell<Runtime>>, Rc<RefCell<Wire>>) {
+fn job(n: usize) -> (Comm, std::sync::Arc<Shared>, Rc<RefCell<Wire>>) {
     let wire = Rc::new(RefCell::new(Wire::new(n)));
     let mut route = vec![0; n];
     route[0] = SELF_ROUTE;
@@ -201,7 +201,7 @@ fn job(n: usize) -> (Comm, Rc<RefCell<Runtime>>, Rc<RefCell<Wire>>) {
     let mut boot = Bootstrap::from_env().expect("a job of one without a launcher");
     (boot.rank, boot.size) = (0, n);
     let tr: Box<dyn Transport> = Box::new(Scripted { wire: wire.clone() });
-    let rt = Rc::new(RefCell::new(Runtime::new(engine, boot, vec![tr], route, policy())));
+    let rt = Shared::new(Runtime::new(engine, boot, vec![tr], route, policy())).expect("a shared runtime");
     (Comm::world(rt.clone()), rt, wire)
 }
 
@@ -220,7 +220,7 @@ fn rbm(b: &mut [u8]) -> RawBufMut {
 }
 
 /// Nothing of rank 0 is left in flight: no request, no schedule, no queued frame or transfer.
-fn assert_idle(rt: &Rc<RefCell<Runtime>>) {
+fn assert_idle(rt: &Shared) {
     let rt = rt.borrow();
     assert_eq!(rt.engine.live_requests(), 0, "requests left in the engine");
     assert!(rt.scheds.is_empty(), "a schedule left in flight");

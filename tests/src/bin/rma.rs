@@ -30,6 +30,7 @@ fn main() {
         "large" => large(&w),
         "errors" => errors(&w),
         "requests" => requests(&w),
+        "busy-target" => busy_target(&w),
         other => {
             eprintln!("unknown scenario {other:?}");
             std::process::exit(2)
@@ -44,6 +45,18 @@ fn main() {
         std::process::exit(1);
     }
     println!("rank {} {scenario} ok", w.rank());
+}
+
+/// The window a scenario uses: `allocate` (ranks of a host share it in memory), or with
+/// `RMA_WIN=create` one over the program's own memory (every operation then travels as a
+/// message, even within a host).
+fn window<T: bytemuck::Pod>(w: &Comm, len: usize) -> mpr::Result<Window<'static, T>> {
+    if std::env::var("RMA_WIN").as_deref() == Ok("create") {
+        let mem: &'static mut [T] = Box::leak(vec![T::zeroed(); len].into_boxed_slice());
+        Window::create(w, mem)
+    } else {
+        Window::allocate(w, len)
+    }
 }
 
 fn fail(msg: String) -> Error {
@@ -105,7 +118,7 @@ fn ops_of(r: usize, e: usize, n: usize) -> Vec<OpKind> {
 fn model(w: &Comm, sync: Sync) -> R {
     let (me, n) = (w.rank(), w.size());
     let len = n * REGION + SHARED;
-    let win = Window::<u64>::allocate(w, len)?;
+    let win = window::<u64>(w, len)?;
     let mut model = vec![vec![0u64; len]; n];
     let everyone: Vec<usize> = (0..n).collect();
     if sync == Sync::Fence {
@@ -176,7 +189,7 @@ fn model(w: &Comm, sync: Sync) -> R {
 /// ranks x iterations, on a remote target and on each rank's own window.
 fn counter(w: &Comm, iters: usize) -> R {
     let (me, n) = (w.rank(), w.size());
-    let win = Window::<u64>::allocate(w, 2)?;
+    let win = window::<u64>(w, 2)?;
     for i in 0..iters {
         // Element 0 of rank 0, and element 1 of rank i % n (sometimes this rank itself).
         for (target, at) in [(0, 0), (i % n, 1)] {
@@ -208,7 +221,7 @@ fn counter(w: &Comm, iters: usize) -> R {
 /// together are exactly 0..ranks x iterations.
 fn tickets(w: &Comm, iters: usize) -> R {
     let n = w.size();
-    let win = Window::<u64>::allocate(w, 1)?;
+    let win = window::<u64>(w, 1)?;
     win.lock_all()?;
     let mut mine = Vec::with_capacity(iters);
     for _ in 0..iters {
@@ -232,7 +245,7 @@ fn tickets(w: &Comm, iters: usize) -> R {
 /// (word 1 of the last rank, read and written with get and put): ends at ranks x iterations.
 fn cas_lock(w: &Comm, iters: usize) -> R {
     let (me, n) = (w.rank(), w.size());
-    let win = Window::<u64>::allocate(w, 2)?;
+    let win = window::<u64>(w, 2)?;
     let holder = me as u64 + 1;
     win.lock_all()?;
     for _ in 0..iters {
@@ -261,8 +274,8 @@ fn cas_lock(w: &Comm, iters: usize) -> R {
 /// minloc, all exact.
 fn one_element(w: &Comm, iters: usize) -> R {
     let (me, n) = (w.rank(), w.size());
-    let sums = Window::<i64>::allocate(w, 2)?;
-    let locs = Window::<Loc<f64>>::allocate(w, 1)?;
+    let sums = window::<i64>(w, 2)?;
+    let locs = window::<Loc<f64>>(w, 1)?;
     if me == 0 {
         locs.write_local(0, &[Loc { value: f64::MAX, index: -1.0 }])?;
     }
@@ -304,9 +317,9 @@ fn one_element(w: &Comm, iters: usize) -> R {
 fn types(w: &Comm) -> R {
     let (me, n) = (w.rank(), w.size());
     let next = (me + 1) % n;
-    let f = Window::<f64>::allocate(w, 64)?;
-    let x = Window::<i32>::allocate(w, 64)?;
-    let h = Window::<mpr::half::f16>::allocate(w, 8)?;
+    let f = window::<f64>(w, 64)?;
+    let x = window::<i32>(w, 64)?;
+    let h = window::<mpr::half::f16>(w, 8)?;
     let init: Vec<f64> = (0..64).map(|i| (i as f64 - 30.0) * 0.25).collect();
     f.write_local(0, &init)?;
     x.write_local(0, &(0..64).map(|i| i * 31).collect::<Vec<i32>>())?;
@@ -363,7 +376,7 @@ fn large(w: &Comm) -> R {
     let (me, n) = (w.rank(), w.size());
     let len: usize = std::env::var("RMA_LARGE").ok().and_then(|v| v.parse().ok()).unwrap_or(4 << 20);
     let elems = len / 8;
-    let win = Window::<u64>::allocate(w, elems * n)?;
+    let win = window::<u64>(w, elems * n)?;
     let data = |from: usize, to: usize| -> Vec<u64> {
         (0..elems as u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((from * 131 + to) as u64)).collect()
     };
@@ -403,7 +416,7 @@ fn large(w: &Comm) -> R {
 /// Request-based operations overlapped in a scope, against a fence epoch.
 fn requests(w: &Comm) -> R {
     let (me, n) = (w.rank(), w.size());
-    let win = Window::<u32>::allocate(w, 16 * n)?;
+    let win = window::<u32>(w, 16 * n)?;
     win.fence()?;
     let blocks: Vec<Vec<u32>> = (0..n).map(|t| (0..16).map(|i| (me * 1000 + t * 100 + i) as u32).collect()).collect();
     mpr::scope(|s| -> R {
@@ -450,7 +463,7 @@ fn requests(w: &Comm) -> R {
 fn errors(w: &Comm) -> R {
     let (me, n) = (w.rank(), w.size());
     let next = (me + 1) % n;
-    let win = Window::<u32>::allocate(w, 8)?;
+    let win = window::<u32>(w, 8)?;
     win.write_local(0, &[7; 8])?;
     w.barrier()?;
     let expect = |r: mpr::Result<()>, class: ErrorClass, what: &str| -> R {
@@ -483,7 +496,7 @@ fn errors(w: &Comm) -> R {
     win.unlock(next)?;
     // A lock on this rank itself, so no other rank has a frame in flight to the window
     // that the failed free drops.
-    let free_early = Window::<u8>::allocate(w, 4)?;
+    let free_early = window::<u8>(w, 4)?;
     free_early.lock(LockType::Shared, me)?;
     match free_early.free() {
         Err(e) if e.class() == ErrorClass::RmaSync => {}
@@ -494,6 +507,40 @@ fn errors(w: &Comm) -> R {
     win.read_local(0, &mut mine)?;
     if mine != [7; 8] {
         return Err(fail(format!("a refused access touched the window: {mine:?}")));
+    }
+    win.free()
+}
+
+/// Rank 1 computes for two seconds without calling mpr while rank 0 locks its window, puts,
+/// and unlocks: rank 0 prints how long that took (the progress thread's bound), and rank 1
+/// then finds the value in its window.
+fn busy_target(w: &Comm) -> R {
+    let me = w.rank();
+    let win = window::<u64>(w, 4)?;
+    w.barrier()?;
+    if me == 1 {
+        let t0 = std::time::Instant::now();
+        let mut x = 1u64;
+        while t0.elapsed() < std::time::Duration::from_secs(2) {
+            for _ in 0..1000 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+    } else if me == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let t0 = std::time::Instant::now();
+        win.lock(LockType::Exclusive, 1)?;
+        win.put(&[0xfeed, 0xbeef], 1, 1)?;
+        win.unlock(1)?;
+        println!("lock, put and unlock on a busy target took {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+    }
+    w.barrier()?;
+    if me == 1 {
+        let mut v = [0u64; 4];
+        win.read_local(0, &mut v)?;
+        if v != [0, 0xfeed, 0xbeef, 0] {
+            return Err(fail(format!("the busy target's window holds {v:x?}")));
+        }
     }
     win.free()
 }
