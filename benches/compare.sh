@@ -3,6 +3,7 @@
 #
 # usage: benches/compare.sh [WHAT...]
 #   WHAT: latency bw bibw mbw_mr allreduce bcast allgather alltoall barrier startup
+#         put_latency get_latency acc_latency fop_latency cas_latency put_bw get_bw
 #         (default: latency bw startup)
 #
 # For each WHAT it runs, REPEATS times and interleaved (the order rotating every repeat),
@@ -28,7 +29,9 @@
 #   BENCH_ARGS=      extra arguments for every benchmark run (all three implementations),
 #                    e.g. "--max 65536" or "--iters 100"; osu_mini and mpr-bench both take
 #                    --min B, --max B, --iters N, --warmup N, --window N, and run the same
-#                    iteration schedule (OSU's style: fewer iterations for larger sizes)
+#                    iteration schedule (OSU's style: fewer iterations for larger sizes);
+#                    the one-sided tests also --win allocate|create and
+#                    --sync flush|lock|fence|pscw (default: allocate, flush)
 #   MPR_BUILD=1      0 skips `cargo build --release` of mprun and mpr-bench
 #   RAW_DIR=         keep raw outputs in this directory (default: temporary, deleted)
 #
@@ -57,7 +60,8 @@ read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 IMPLS=(mpr mpich openmpi)
-KNOWN="latency bw bibw mbw_mr allreduce bcast allgather alltoall barrier startup"
+KNOWN="latency bw bibw mbw_mr allreduce bcast allgather alltoall barrier startup \
+put_latency get_latency acc_latency fop_latency cas_latency put_bw get_bw"
 
 log() { printf '%s\n' "$*" >&2; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
@@ -223,6 +227,13 @@ META = {
     "alltoall":  ("MPI_Alltoall avg latency", "us", False),
     "barrier":   ("MPI_Barrier avg latency", "us", False),
     "startup":   ("launch of /bin/true, wall time", "ms", False),
+    "put_latency": ("MPI_Put latency, rank 0 on rank 1's window", "us", False),
+    "get_latency": ("MPI_Get latency, rank 0 on rank 1's window", "us", False),
+    "acc_latency": ("MPI_Accumulate latency (int sum)", "us", False),
+    "fop_latency": ("MPI_Fetch_and_op latency (int64 sum)", "us", False),
+    "cas_latency": ("MPI_Compare_and_swap latency (int64)", "us", False),
+    "put_bw":      ("MPI_Put bandwidth, window 64", "MB/s", True),
+    "get_bw":      ("MPI_Get bandwidth, window 64", "MB/s", True),
 }
 title, unit, higher = META[what]
 

@@ -3,9 +3,10 @@
 //! (its engine, or its progress thread, serves the operations).
 //!
 //! Latency tests time one operation and its completion (`--sync`) per iteration; the `_bw`
-//! tests a window of `--window` operations and one completion. `get_bw` gets into a slot of
-//! its buffer per operation (Rust lends each request its own slice), at most 16 MiB of them
-//! at once: beyond that, the window's gets go in batches.
+//! tests a window of `--window` operations and one completion. `put_bw` uses `put` (which
+//! returns once its buffer may be reused, as `MPI_Put` may); `get_bw` uses `rget` (a `get`
+//! returns with its data), each into its own slot of the buffer (Rust lends each request its
+//! own slice), at most 16 MiB of slots at once: beyond that, the window's gets go in batches.
 
 use bytemuck::Pod;
 use mpr::{Comm, Elem, LockType, Sum, Window};
@@ -160,16 +161,13 @@ fn bandwidth(w: &Comm, o: &Opts, win: &Window<'_, u8>) -> R {
         let slots = slots.get();
         let it = schedule(size, &BANDWIDTH, o);
         let t = timed(w, o, win, it, || {
-            mpr::scope(|s| -> R {
-                let mut reqs = Vec::with_capacity(n);
-                if o.what == Bench::PutBw {
-                    for _ in 0..n {
-                        reqs.push(win.rput(s, &src[..size], 1, 0)?);
-                    }
-                    return mpr::wait_all(reqs).map(drop);
+            if o.what == Bench::PutBw {
+                // `put` returns once its buffer may be reused, as MPI_Put may: the window of
+                // puts is in flight together until the flush.
+                for _ in 0..n {
+                    win.put(&src[..size], 1, 0)?;
                 }
-                Ok(())
-            })?;
+            }
             if o.what == Bench::GetBw {
                 for k in (0..n).step_by(batch) {
                     mpr::scope(|s| -> R {

@@ -132,8 +132,13 @@ pub(crate) fn size_of(dt: Dtype) -> Option<usize> {
 /// many elements, so window memory and frame payloads may have any alignment.
 const BLOCK: usize = 64;
 
-/// `dst (op)= src`, elementwise, on `T` values stored in bytes of any alignment.
+/// `dst (op)= src`, elementwise, on `T` values stored in bytes of any alignment: in place
+/// where both are aligned for `T` (the usual case: a window and a typed operand), else
+/// through aligned blocks on the stack.
 fn blocks<T: Pod>(dst: &mut [u8], src: &[u8], f: impl Fn(&mut [T], &[T])) {
+    if let (Ok(a), Ok(x)) = (bytemuck::try_cast_slice_mut::<u8, T>(dst), bytemuck::try_cast_slice::<u8, T>(src)) {
+        return f(a, x);
+    }
     let n = std::mem::size_of::<T>();
     let mut a = [T::zeroed(); BLOCK];
     let mut b = [T::zeroed(); BLOCK];

@@ -99,48 +99,74 @@ impl Drop for Scope<'_> {
 /// A nonblocking operation in flight, borrowing its buffer for `'a` (`MPI_Request`).
 #[must_use = "a request must be waited for or tested (the scope waits for it otherwise)"]
 pub struct Request<'a> {
-    rt: Arc<Shared>,
-    id: ReqId,
+    state: Live,
     _marker: PhantomData<&'a ()>,
+}
+
+/// An operation in the engine, or one that completed as it started (nothing in flight:
+/// waiting for it touches no shared state).
+enum Live {
+    InFlight { rt: Arc<Shared>, id: ReqId },
+    Done(Status),
 }
 
 impl std::fmt::Debug for Request<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request").field("id", &self.id).finish()
+        match &self.state {
+            Live::InFlight { id, .. } => f.debug_struct("Request").field("id", id).finish(),
+            Live::Done(st) => f.debug_struct("Request").field("done", st).finish(),
+        }
     }
 }
 
 impl<'a> Request<'a> {
     pub(crate) fn new(rt: &Arc<Shared>, scope: &Scope<'a>, id: ReqId) -> Request<'a> {
         scope.register(rt, Handle::P2p(id));
-        Request { rt: rt.clone(), id, _marker: PhantomData }
+        Request { state: Live::InFlight { rt: rt.clone(), id }, _marker: PhantomData }
     }
 
     pub(crate) fn unscoped(rt: &Arc<Shared>, id: ReqId) -> Request<'static> {
-        Request { rt: rt.clone(), id, _marker: PhantomData }
+        Request { state: Live::InFlight { rt: rt.clone(), id }, _marker: PhantomData }
+    }
+
+    /// A request for an operation that completed as it started, with `status`.
+    pub(crate) fn done(status: Status) -> Request<'a> {
+        Request { state: Live::Done(status), _marker: PhantomData }
     }
 
     /// Blocks until the operation completes (`MPI_Wait`).
     pub fn wait(self) -> Result<Status, Error> {
-        self.rt.borrow_mut().wait(self.id)
+        match self.state {
+            Live::InFlight { rt, id } => rt.borrow_mut().wait(id),
+            Live::Done(st) => Ok(st),
+        }
     }
 
     /// Makes progress once; returns the status if complete, or the request back
     /// (`MPI_Test`).
     pub fn test(self) -> Result<Result<Status, Error>, Request<'a>> {
-        let mut rt = self.rt.borrow_mut();
-        match rt.test(self.id) {
-            Some(r) => Ok(r),
-            None => {
-                drop(rt);
-                Err(self)
-            }
-        }
+        let Live::InFlight { rt, id } = &self.state else {
+            let Live::Done(st) = self.state else { unreachable!("not in flight") };
+            return Ok(Ok(st));
+        };
+        let r = rt.borrow_mut().test(*id);
+        r.map_or(Err(self), Ok)
     }
 
     /// Whether the operation has completed (without collecting it).
     pub fn is_complete(&self) -> bool {
-        self.rt.borrow().engine.is_done(self.id)
+        match &self.state {
+            Live::InFlight { rt, id } => rt.borrow().engine.is_done(*id),
+            Live::Done(_) => true,
+        }
+    }
+
+    /// The runtime and id of a request in flight.
+    fn in_flight(&self) -> Option<(&Arc<Shared>, ReqId)> {
+        match &self.state {
+            Live::InFlight { rt, id } => Some((rt, *id)),
+            Live::Done(_) => None,
+        }
     }
 }
 
@@ -166,16 +192,18 @@ pub fn wait_all(reqs: Vec<Request<'_>>) -> Result<Vec<Status>, Error> {
 /// Waits until any one request completes, removes it from `reqs` and returns its former
 /// index and result (`MPI_Waitany`). An empty list is an error.
 pub fn wait_any(reqs: &mut Vec<Request<'_>>) -> Result<(usize, Status), Error> {
-    let Some(first) = reqs.first() else {
+    if reqs.is_empty() {
         return Err(Error::Other("wait_any on an empty list of requests".into()));
-    };
-    let rt = first.rt.clone();
-    let ids: Vec<ReqId> = reqs.iter().map(|r| r.id).collect();
-    let mut found = None;
-    rt.borrow_mut().wait_until(None, |rt| {
-        found = ids.iter().position(|&id| rt.engine.is_done(id));
-        found.is_some()
-    })?;
+    }
+    let mut found = reqs.iter().position(|r| r.in_flight().is_none());
+    if let (None, Some((rt, _))) = (found, reqs[0].in_flight()) {
+        let rt = rt.clone();
+        let ids: Vec<ReqId> = reqs.iter().filter_map(|r| r.in_flight().map(|(_, id)| id)).collect();
+        rt.borrow_mut().wait_until(None, |rt| {
+            found = ids.iter().position(|&id| rt.engine.is_done(id));
+            found.is_some()
+        })?;
+    }
     let i = found.expect("wait_until returned on success");
     let r = reqs.remove(i);
     r.wait().map(|s| (i, s))
@@ -183,11 +211,10 @@ pub fn wait_any(reqs: &mut Vec<Request<'_>>) -> Result<(usize, Status), Error> {
 
 /// Progresses once and, if every request is complete, collects them all (`MPI_Testall`).
 pub fn test_all(reqs: &mut Vec<Request<'_>>) -> Result<Option<Vec<Status>>, Error> {
-    let Some(first) = reqs.first() else {
-        return Ok(Some(Vec::new()));
-    };
-    let rt = first.rt.clone();
-    rt.borrow_mut().progress()?;
+    if let Some((rt, _)) = reqs.iter().find_map(|r| r.in_flight()) {
+        let rt = rt.clone();
+        rt.borrow_mut().progress()?;
+    }
     if !reqs.iter().all(|r| r.is_complete()) {
         return Ok(None);
     }
