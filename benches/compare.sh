@@ -117,13 +117,14 @@ fi
 # launcher IMPL: prints nothing, sets LAUNCH to the launcher prefix for IMPL.
 # TRANSPORT=tcp makes all three use TCP between ranks of this host (loopback):
 #   mpr: MPR_TRANSPORTS=tcp; MPICH (ch4:ucx): MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self
-#   UCX_NET_DEVICES=lo; Open MPI: --mca pml ob1 --mca btl tcp,self.
+#   UCX_NET_DEVICES=lo; Open MPI: --mca pml ob1 --mca btl tcp,self --mca osc pt2pt (its
+#   osc/sm would put one-sided operations through shared memory whatever the btl).
 launcher() {
     if [[ ${TRANSPORT:-} == tcp ]]; then
         case $1 in
             mpr) LAUNCH=(env MPR_TRANSPORTS=tcp "$TARGET/mprun" -np "$NP") ;;
             mpich) LAUNCH=(env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self UCX_NET_DEVICES=lo mpiexec.mpich -n "$NP") ;;
-            openmpi) LAUNCH=(mpirun.openmpi --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl tcp,self -np "$NP") ;;
+            openmpi) LAUNCH=(mpirun.openmpi --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl tcp,self --mca osc pt2pt -np "$NP") ;;
         esac
         return
     fi

@@ -150,7 +150,7 @@ impl<'a> Request<'a> {
             return Ok(Ok(st));
         };
         let r = rt.borrow_mut().test(*id);
-        r.map_or(Err(self), Ok)
+        r.ok_or(self)
     }
 
     /// Whether the operation has completed (without collecting it).

@@ -206,6 +206,23 @@ impl<'a, T: Pod> Window<'a, T> {
         self.sizes.get(rank).copied()
     }
 
+    /// Where `rank`'s part of the window lies in this process's memory, and its length in
+    /// elements, if this rank may load from and store to it directly (`MPI_Win_shared_query`):
+    /// a window from [`Window::allocate_shared`], or from [`Window::allocate`] for the ranks
+    /// of this host; `None` otherwise.
+    ///
+    /// The pointer stays valid while the window lives. Loads and stores through it are
+    /// `unsafe` and follow MPI's rules for shared windows: separate them from conflicting
+    /// accesses of other ranks with the window's synchronisation (or a barrier and
+    /// [`Window::sync`]).
+    pub fn shared_query(&self, rank: usize) -> Option<(*mut T, usize)> {
+        if rank == self.comm.rank() && self.comm.size() == 1 {
+            return Some((self.mem.addr_at(0) as *mut T, self.sizes[rank]));
+        }
+        let (base, _) = self.seg.as_ref()?.part(rank)?;
+        Some((base.cast(), self.sizes[rank]))
+    }
+
     /// Elements in this rank's window.
     pub fn local_len(&self) -> usize {
         self.sizes[self.comm.rank()]
@@ -461,6 +478,31 @@ impl<T: Pod> Window<'static, T> {
         comm.barrier()?;
         Ok(win)
     }
+
+    /// A window of `len` elements (zeroed) at every rank of `comm`, all in one segment of
+    /// shared memory that every rank may load from and store to through
+    /// [`Window::shared_query`] (`MPI_Win_allocate_shared`); collective. The parts lie one
+    /// after the other in rank order, as MPI lays them out by default. Every rank of `comm`
+    /// must be on one host (see [`Comm::split_shared`]).
+    pub fn allocate_shared(comm: &Comm, len: usize) -> Result<Window<'static, T>, Error> {
+        let one_host = {
+            let rt = comm.rt().borrow();
+            let host = |r: usize| rt.hosts.of[comm.group()[r]];
+            (rt.hosts.shm || comm.size() == 1) && (0..comm.size()).all(|r| host(r) == host(0))
+        };
+        if !one_host {
+            return Err(Error::Other(
+                "allocate_shared on a communicator whose ranks cannot share memory (several hosts, or \
+                 MPR_TRANSPORTS without shm): make it with split_shared"
+                    .into(),
+            ));
+        }
+        let win = Window::allocate(comm, len)?;
+        if comm.size() > 1 && win.seg.is_none() {
+            return Err(Error::Other("allocate_shared: the shared segment could not be made (see above)".into()));
+        }
+        Ok(win)
+    }
 }
 
 impl<T: Elem> Window<'_, T> {
@@ -527,9 +569,7 @@ impl<T: Elem> Window<'_, T> {
             self.poll();
             return Ok(());
         }
-        if O::CODE != code::NO_OP {
-            self.dirty(target);
-        }
+        // Not marked for a flush: its answer comes once the target has applied it.
         // SAFETY: both stay borrowed until the request completes: `run` waits for it.
         let (src, dst) =
             unsafe { (RawBuf::new(bytemuck::cast_slice(data)), RawBufMut::new(bytemuck::cast_slice_mut(result))) };
@@ -556,7 +596,6 @@ impl<T: Elem> Window<'_, T> {
             self.poll();
             return Ok(old[0]);
         }
-        self.dirty(target);
         // SAFETY: both stay borrowed until the request completes: `run` waits for it.
         let (src, dst) =
             unsafe { (RawBuf::new(bytemuck::cast_slice(&pair)), RawBufMut::new(bytemuck::cast_slice_mut(&mut old))) };

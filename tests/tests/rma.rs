@@ -1,7 +1,9 @@
 //! One-sided communication through mprun: every scenario of the `rma` rank program (random
 //! traffic against a sequential model under fence, lock_all and post/start, lock-protected
 //! and CAS-protected counters, fetch-and-op tickets, concurrent accumulates, types, large
-//! transfers, requests, misuse), on shared memory, TCP, soft UC with loss and soft RC.
+//! transfers, requests, misuse, windows in shared memory per host), on shared memory, TCP,
+//! soft UC with loss and soft RC; a target that computes while origins lock and put; and the
+//! path each kind of window takes.
 
 use mpr_tests::{bin_dir, mprun, text};
 
@@ -17,6 +19,7 @@ const ALL: &[&str] = &[
     "large",
     "requests",
     "errors",
+    "shared",
 ];
 
 /// Runs `scenario` on `np` ranks with `env`; checks that every rank passed. Returns stdout.

@@ -28,6 +28,22 @@ impl Comm {
         Ok(Comm::new(self.rt().clone(), ctx, self.rank(), self.group().to_vec()))
     }
 
+    /// Splits into communicators of the ranks that can share memory, one per host, ordered
+    /// by `key` then rank (`MPI_Comm_split_type` with `MPI_COMM_TYPE_SHARED`). Where ranks
+    /// may not share memory (`MPR_TRANSPORTS` without `shm`), each rank is alone in its own.
+    pub fn split_shared(&self, key: i32) -> Result<Comm, Error> {
+        let color = {
+            let rt = self.rt().borrow();
+            let me = self.group()[self.rank()];
+            if rt.hosts.shm {
+                rt.hosts.of[me]
+            } else {
+                me as u32
+            }
+        };
+        Ok(self.split(Some(color), key)?.expect("every rank gave a color"))
+    }
+
     /// Splits the ranks by `color` into new communicators, ordered by `key` then by rank
     /// here (`MPI_Comm_split`). `None` as color (`MPI_UNDEFINED`) takes part but gets no
     /// communicator. Collective over this communicator.

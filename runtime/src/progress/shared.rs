@@ -7,8 +7,10 @@
 //! window). It wakes after a nap, takes the lock only if nobody holds it (`try_lock`: it
 //! never makes the application wait behind it for more than one round of polling), polls
 //! the transports once, and naps again: 50 us after a round that found work, doubling up to
-//! `MPR_PROGRESS_NAP_US` (default 1000) while there is none. So an operation on an idle
-//! target is served within about one maximal nap plus the OS's scheduling delay.
+//! `MPR_PROGRESS_NAP_US` (default 1000) while there is none, and that longest nap at once
+//! when the application holds the lock (it is inside mpr, making progress itself). So an
+//! operation on a target that computes is served within about one longest nap plus the
+//! OS's scheduling delay.
 //!
 //! `MPR_PROGRESS_THREAD`: `auto` (default: while a window is open, in jobs of more than one
 //! rank), `on` (from start-up to the end), `off` (never: passive-target operations then
@@ -157,11 +159,12 @@ fn run(shared: Weak<Shared>, stop: Arc<AtomicBool>, (fast, slow): (Duration, Dur
             return;
         }
         let Some(s) = shared.upgrade() else { return };
-        let busy = match s.try_borrow_mut() {
-            Some(mut rt) => rt.progress_aside() > 0,
-            // The application is inside mpr and makes progress itself.
-            None => true,
+        nap = match s.try_borrow_mut().map(|mut rt| rt.progress_aside()) {
+            Some(n) if n > 0 => fast,
+            Some(_) => (nap * 2).min(slow),
+            // The application is inside mpr and makes progress itself: stay out of its way
+            // (on a busy machine, a thread that wakes often takes a core from a rank).
+            None => slow,
         };
-        nap = if busy { fast } else { (nap * 2).min(slow) };
     }
 }

@@ -31,6 +31,7 @@ fn main() {
         "errors" => errors(&w),
         "requests" => requests(&w),
         "busy-target" => busy_target(&w),
+        "shared" => shared(&w),
         other => {
             eprintln!("unknown scenario {other:?}");
             std::process::exit(2)
@@ -542,5 +543,53 @@ fn busy_target(w: &Comm) -> R {
             return Err(fail(format!("the busy target's window holds {v:x?}")));
         }
     }
+    win.free()
+}
+
+/// A window in shared memory per host (`split_shared`, `allocate_shared`): the parts lie
+/// one after the other in rank order; each rank stores into its own part and loads its
+/// neighbour's through `shared_query`. `allocate_shared` on a communicator that spans hosts
+/// is a clear error.
+fn shared(w: &Comm) -> R {
+    let node = w.split_shared(0)?;
+    let (me, n) = (node.rank(), node.size());
+    match Window::<u64>::allocate_shared(w, 1) {
+        Ok(all) if n == w.size() => all.free()?,
+        Err(e) if n < w.size() => {
+            if !e.to_string().contains("cannot share memory") {
+                return Err(fail(format!("allocate_shared across hosts: unclear error {e}")));
+            }
+            println!("allocate_shared across hosts: {e}");
+        }
+        Ok(_) => return Err(fail("allocate_shared across hosts succeeded".into())),
+        Err(e) => return Err(e),
+    }
+    let win = Window::<u64>::allocate_shared(&node, 4 + me)?;
+    let mut end: Option<*mut u64> = None;
+    for r in 0..n {
+        let (p, len) = win.shared_query(r).ok_or_else(|| fail(format!("no shared part of rank {r}")))?;
+        if len != 4 + r || end.is_some_and(|e| e != p) {
+            return Err(fail(format!("part of rank {r}: {len} elements at {p:?}, after {end:?}")));
+        }
+        end = Some(p.wrapping_add(len));
+    }
+    let (mine, len) = win.shared_query(me).expect("checked above");
+    for i in 0..len {
+        // SAFETY: this rank's own part, which nobody else touches until the barrier.
+        unsafe { mine.add(i).write_volatile((me * 100 + i) as u64) };
+    }
+    win.sync()?;
+    node.barrier()?;
+    win.sync()?;
+    let next = (me + 1) % n;
+    let (theirs, len) = win.shared_query(next).expect("checked above");
+    for i in 0..len {
+        // SAFETY: the neighbour's part, written before the barrier and not since.
+        let v = unsafe { theirs.add(i).read_volatile() };
+        if v != (next * 100 + i) as u64 {
+            return Err(fail(format!("element {i} of rank {next}'s part is {v}")));
+        }
+    }
+    node.barrier()?;
     win.free()
 }
