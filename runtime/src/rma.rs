@@ -92,8 +92,10 @@ pub struct Window<'a, T: Pod> {
     /// The shared segment of this host's ranks, for a window from `allocate` (`mem` views
     /// this rank's part of it). Dropped after the engine stops serving the window.
     seg: Option<shm::HostSeg>,
-    /// Elements in the window of each rank.
+    /// Elements in the window of each rank (0 for a dynamic window).
     sizes: Vec<usize>,
+    /// A window from `create_dynamic`: memory is attached later, displacements are addresses.
+    dynamic: bool,
     epoch: RefCell<Epoch>,
     /// Operations applied directly and sent as messages (see `Runtime::rma_ops`).
     ops: std::cell::Cell<[u64; 2]>,
@@ -176,6 +178,7 @@ impl<'a, T: Pod> Window<'a, T> {
             _owned: owned,
             seg,
             sizes: sizes.into_iter().map(|s| s as usize).collect(),
+            dynamic: false,
             epoch: RefCell::new(epoch),
             ops: Default::default(),
             _borrow: PhantomData,
@@ -228,8 +231,10 @@ impl<'a, T: Pod> Window<'a, T> {
         self.sizes[self.comm.rank()]
     }
 
-    /// Copies elements `disp..disp+out.len()` of this rank's window into `out`.
+    /// Copies elements `disp..disp+out.len()` of this rank's window into `out` (not for a
+    /// dynamic window: its memory is the caller's own).
     pub fn read_local(&self, disp: usize, out: &mut [T]) -> Result<(), Error> {
+        self.fixed("read_local")?;
         let me = self.comm.rank();
         let at = self.check_range(me, disp, out.len())?;
         // Under the runtime's lock: the progress thread may be applying an operation.
@@ -239,8 +244,9 @@ impl<'a, T: Pod> Window<'a, T> {
         Ok(())
     }
 
-    /// Copies `data` into elements `disp..` of this rank's window.
+    /// Copies `data` into elements `disp..` of this rank's window (not for a dynamic window).
     pub fn write_local(&self, disp: usize, data: &[T]) -> Result<(), Error> {
+        self.fixed("write_local")?;
         let me = self.comm.rank();
         let at = self.check_range(me, disp, data.len())?;
         let _rt = self.comm.rt().borrow_mut();
@@ -249,9 +255,91 @@ impl<'a, T: Pod> Window<'a, T> {
         Ok(())
     }
 
+    fn fixed(&self, what: &str) -> Result<(), Error> {
+        match self.dynamic {
+            true => Err(Error::Other(format!("{what} on a dynamic window (its memory is the attached slices)"))),
+            false => Ok(()),
+        }
+    }
+
+    /// A window with no memory yet at every rank of `comm` (`MPI_Win_create_dynamic`);
+    /// collective. Each rank attaches memory with [`Window::attach`], which returns the
+    /// displacement origins use to reach it: an address, in bytes (MPI's displacement unit
+    /// 1), which the owner sends them. An access to memory not attached fails at the origin:
+    /// at once for this rank's own window, else at the next flush, unlock, fence or
+    /// request's completion.
+    pub fn create_dynamic(comm: &Comm) -> Result<Window<'a, T>, Error> {
+        let id = comm.next_win_id();
+        comm.rt().borrow_mut().engine.win_add_dynamic(id);
+        comm.rt().serve();
+        if let Err(e) = comm.barrier() {
+            unregister(comm, id);
+            return Err(e);
+        }
+        let mut w = Window::build(comm, id, RawBufMut::EMPTY, None, None, vec![0; comm.size()]);
+        w.dynamic = true;
+        Ok(w)
+    }
+
+    /// Attaches `mem` to this rank's dynamic window (`MPI_Win_attach`): from now on origins
+    /// reach it at the returned displacement (its address). `mem` stays borrowed while the
+    /// window lives, even after [`Window::detach`].
+    pub fn attach(&self, mem: &'a mut [T]) -> Result<usize, Error> {
+        if !self.dynamic {
+            return Err(Error::Other("attach to a window that is not dynamic".into()));
+        }
+        // SAFETY: `mem` is borrowed for 'a, which outlives the window; the engine stops
+        // touching it at `detach` or when the window is dropped.
+        let raw = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(mem)) };
+        if !self.comm.rt().borrow_mut().engine.win_attach(self.id, raw) {
+            return Err(Error::Other("attach of memory that overlaps memory already attached".into()));
+        }
+        Ok(raw.addr_at(0) as usize)
+    }
+
+    /// Detaches the memory attached at displacement `disp` (`MPI_Win_detach`).
+    pub fn detach(&self, disp: usize) -> Result<(), Error> {
+        match self.dynamic && self.comm.rt().borrow_mut().engine.win_detach(self.id, disp as u64) {
+            true => Ok(()),
+            false => Err(Error::Other(format!("detach of {disp:#x}, where no memory is attached to this window"))),
+        }
+    }
+
+    /// Fails if one of `peers` refused puts or accumulates (outside the memory attached to
+    /// its dynamic window) since the last check. Its refusal came before the
+    /// acknowledgement the caller waited for.
+    fn check_refused(&self, peers: &[usize]) -> Result<(), Error> {
+        if !self.dynamic {
+            return Ok(());
+        }
+        let rt = self.comm.rt().borrow();
+        let mut e = self.epoch.borrow_mut();
+        for &r in peers {
+            let now = rt.engine.win_counts(self.id, self.world(r)).refused;
+            let n = now - e.seen[r].refused;
+            if n > 0 {
+                e.seen[r].refused = now;
+                return Err(Error::Other(format!(
+                    "rank {r} refused {n} puts or accumulates outside the memory attached to its dynamic window"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The byte offset of elements `disp..disp+len` of `target`'s window, if they lie in it.
     fn check_range(&self, target: usize, disp: usize, len: usize) -> Result<usize, Error> {
         let size = *self.sizes.get(target).ok_or(Error::Rank { rank: target, size: self.sizes.len() })?;
+        if self.dynamic {
+            // An address: only the target knows what is attached there (this rank checks
+            // its own memory; another target refuses, see `check_refused`).
+            let bytes = len * size_of::<T>();
+            let mine = target == self.comm.rank() && bytes > 0;
+            if mine && !self.comm.rt().borrow().engine.win_covers(self.id, disp as u64, bytes) {
+                return Err(Error::RmaRange { target, disp, len, size: 0 });
+            }
+            return Ok(disp);
+        }
         if disp.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::RmaRange { target, disp, len, size });
         }
@@ -359,11 +447,18 @@ impl<'a, T: Pod> Window<'a, T> {
         self.count(1);
         let mut rt = self.comm.rt().borrow_mut();
         let id = start(&mut rt.engine)?;
-        // One round of progress even when the operation is done at once (its target is this
-        // rank): a rank spinning on its own window must still serve the others.
-        if let Err(e) = rt.progress() {
-            let _ = rt.wait(id);
-            return Err(e);
+        if rt.engine.is_done(id) {
+            // Done at once (its target is this rank): one round of progress all the same, as
+            // a rank spinning on its own window must still serve the others.
+            if let Err(e) = rt.progress() {
+                let _ = rt.wait(id);
+                return Err(e);
+            }
+        } else {
+            // Frames to the transport, without polling: a small one waits in its buffer for
+            // the next poll, so the flush or unlock that usually follows leaves in the same
+            // write (over TCP, a write costs about what the round trip does).
+            rt.flush();
         }
         rt.wait(id).map(|_| ())
     }
@@ -660,11 +755,13 @@ impl<T: Pod> Window<'_, T> {
         }
         self.send_ctl(&peers, ctl::FLUSH)?;
         self.await_each(&peers, |c| &mut c.acked)?;
-        let mut e = self.epoch.borrow_mut();
-        for p in peers {
-            e.dirty[p] = false;
+        {
+            let mut e = self.epoch.borrow_mut();
+            for &p in &peers {
+                e.dirty[p] = false;
+            }
         }
-        Ok(())
+        self.check_refused(&peers)
     }
 
     /// Ends one fence epoch and starts the next (`MPI_Win_fence`); collective. When it
@@ -716,10 +813,12 @@ impl<T: Pod> Window<'_, T> {
         }
         self.send_ctl(&[target], ctl::UNLOCK)?;
         self.await_each(&[target], |c| &mut c.acked)?;
-        let mut e = self.epoch.borrow_mut();
-        e.locks[target] = None;
-        e.dirty[target] = false;
-        Ok(())
+        {
+            let mut e = self.epoch.borrow_mut();
+            e.locks[target] = None;
+            e.dirty[target] = false;
+        }
+        self.check_refused(&[target])
     }
 
     /// Takes a shared lock on every rank's window (`MPI_Win_lock_all`).
@@ -745,10 +844,12 @@ impl<T: Pod> Window<'_, T> {
         let all: Vec<usize> = (0..self.comm.size()).collect();
         self.send_ctl(&all, ctl::UNLOCK)?;
         self.await_each(&all, |c| &mut c.acked)?;
-        let mut e = self.epoch.borrow_mut();
-        e.all = false;
-        e.dirty.iter_mut().for_each(|d| *d = false);
-        Ok(())
+        {
+            let mut e = self.epoch.borrow_mut();
+            e.all = false;
+            e.dirty.iter_mut().for_each(|d| *d = false);
+        }
+        self.check_refused(&all)
     }
 
     fn check_passive(&self, target: usize, what: &str) -> Result<(), Error> {

@@ -467,7 +467,7 @@ fn a_cable_pulled_out_mid_job_stops_the_job_within_the_bound() {
 fn one_sided_across_hosts_mixes_direct_access_and_messages() {
     let Some(hosts) = net_hosts(2) else { return };
     let rma = bin_dir().join("rma");
-    for scenario in ["one-element", "caslock", "tickets", "model-fence", "model-pscw", "large", "shared"] {
+    for scenario in ["one-element", "caslock", "tickets", "model-fence", "model-pscw", "large", "shared", "dynamic"] {
         let out = run_on(&hosts, &[2, 2], &[rma.to_str().unwrap(), scenario], &[("RMA_ITERS", "50")]);
         check_ok(&out, scenario, 4);
     }

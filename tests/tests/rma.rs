@@ -20,6 +20,7 @@ const ALL: &[&str] = &[
     "requests",
     "errors",
     "shared",
+    "dynamic",
 ];
 
 /// Runs `scenario` on `np` ranks with `env`; checks that every rank passed. Returns stdout.

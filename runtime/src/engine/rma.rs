@@ -50,6 +50,9 @@ pub(crate) mod ctl {
     pub(crate) const UNLOCKED: u8 = 8;
     /// Target to origin: the operations before your flush are applied.
     pub(crate) const FLUSHED: u8 = 9;
+    /// Target to origin: I refused one of your puts or accumulates (outside the memory
+    /// attached to a dynamic window, which the origin cannot check).
+    pub(crate) const REFUSED: u8 = 10;
 }
 
 /// On a `Reply`: the target refused the operation (outside its window, or an operation
@@ -75,6 +78,8 @@ pub(crate) struct Counts {
     pub(crate) posts: u64,
     /// Completes from the peer (as origin): its access epoch on us is over.
     pub(crate) completes: u64,
+    /// Puts and accumulates the peer (as target) refused.
+    pub(crate) refused: u64,
 }
 
 /// Where a one-sided operation goes: byte `disp` of world rank `peer`'s window `win`.
@@ -140,7 +145,10 @@ fn guarded<R>(lock: Option<AccLock>, f: impl FnOnce() -> R) -> R {
 #[derive(Debug)]
 struct Win {
     id: u64,
-    mem: RawBufMut,
+    /// The window's memory: one region, displacements from its start; or, for a dynamic
+    /// window, the regions attached, displacements their addresses.
+    regions: Vec<RawBufMut>,
+    dynamic: bool,
     /// The accumulate lock of a window in shared memory.
     acc: Option<AccLock>,
     /// Holder of the exclusive lock.
@@ -151,6 +159,21 @@ struct Win {
     waiting: VecDeque<(usize, LockKind)>,
     /// Per world rank.
     counts: Vec<Counts>,
+}
+
+impl Win {
+    /// The bytes `disp..disp+len` of the window, if they lie in its memory.
+    fn locate(&self, disp: u64, len: usize) -> Option<RawBufMut> {
+        if !self.dynamic {
+            let m = self.regions[0];
+            return range(m.len(), disp, len).map(|d| m.window(d, len));
+        }
+        let addr = usize::try_from(disp).ok()?;
+        self.regions.iter().find_map(|m| {
+            let off = addr.checked_sub(m.addr_at(0) as usize)?;
+            (off.checked_add(len)? <= m.len()).then(|| m.window(off, len))
+        })
+    }
 }
 
 /// The windows this engine serves.
@@ -177,8 +200,45 @@ impl Engine {
     /// [`Engine::win_remove`].
     pub(crate) fn win_add(&mut self, id: u64, mem: RawBufMut, acc: Option<AccLock>) {
         let counts = vec![Counts::default(); self.limits.len()];
-        let w = Win { id, mem, acc, exclusive: None, shared: Vec::new(), waiting: VecDeque::new(), counts };
+        let (regions, dynamic) = (vec![mem], false);
+        let w =
+            Win { id, regions, dynamic, acc, exclusive: None, shared: Vec::new(), waiting: VecDeque::new(), counts };
         self.rma.list.push(w);
+    }
+
+    /// Serves dynamic window `id` (no memory until [`Engine::win_attach`]).
+    pub(crate) fn win_add_dynamic(&mut self, id: u64) {
+        self.win_add(id, RawBufMut::EMPTY, None);
+        let w = self.rma.list.last_mut().expect("just added");
+        (w.regions, w.dynamic) = (Vec::new(), true);
+    }
+
+    /// Attaches `mem` to dynamic window `id`; the caller keeps it valid until it is detached
+    /// or the window removed. False if it overlaps memory already attached.
+    pub(crate) fn win_attach(&mut self, id: u64, mem: RawBufMut) -> bool {
+        let Some(i) = self.rma.index(id) else { return false };
+        let (a, b) = (mem.addr_at(0), mem.addr_at(0) + mem.len() as u64);
+        let w = &mut self.rma.list[i];
+        if w.regions.iter().any(|r| a < r.addr_at(0) + r.len() as u64 && r.addr_at(0) < b) {
+            return false;
+        }
+        w.regions.push(mem);
+        true
+    }
+
+    /// Detaches the memory attached at address `addr` from dynamic window `id`; false if
+    /// none is.
+    pub(crate) fn win_detach(&mut self, id: u64, addr: u64) -> bool {
+        let Some(i) = self.rma.index(id) else { return false };
+        let w = &mut self.rma.list[i];
+        let before = w.regions.len();
+        w.regions.retain(|r| r.addr_at(0) != addr);
+        w.regions.len() < before
+    }
+
+    /// Whether bytes `disp..disp+len` lie in this rank's window `id`.
+    pub(crate) fn win_covers(&self, id: u64, disp: u64, len: usize) -> bool {
+        self.rma.index(id).is_some_and(|i| self.rma.list[i].locate(disp, len).is_some())
     }
 
     /// Stops serving window `id`: a later frame for it is a protocol error, and no byte of
@@ -240,9 +300,8 @@ impl Engine {
         if peer == self.me {
             let len = dst.len();
             let w = self.win_mut(id, peer)?;
-            let d = range(w.mem.len(), disp, len).ok_or_else(|| Error::Other("get outside the window".into()))?;
-            let src = w.mem.window(d, len).as_read();
-            dst.write_at(0, src.bytes());
+            let src = w.locate(disp, len).ok_or_else(|| Error::Other("get outside the window".into()))?;
+            dst.write_at(0, src.as_read().bytes());
             return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(len)))));
         }
         let len = dst.len() as u64;
@@ -346,9 +405,9 @@ impl Engine {
     ) -> Result<Vec<u8>, Error> {
         let w = self.win_mut(id, origin)?;
         let refused = |what: &str| proto_err(origin, &format!("{what} at byte {disp} of window {id:#x}"));
-        let d = range(w.mem.len(), disp, data.len()).ok_or_else(|| refused("access outside the window"))?;
-        let (mut mem, acc) = (w.mem, w.acc);
-        let dst = mem.range_mut(d, data.len()).expect("range checked");
+        let mut mem = w.locate(disp, data.len()).ok_or_else(|| refused("access outside the window"))?;
+        let acc = w.acc;
+        let dst = mem.range_mut(0, data.len()).expect("located");
         let mut old = Vec::new();
         let applied = guarded(acc, || {
             if fetch {
@@ -366,11 +425,11 @@ impl Engine {
     fn cas(&mut self, origin: usize, id: u64, disp: u64, dtype: Dtype, pair: &[u8]) -> Result<Vec<u8>, Error> {
         let n = datatype::size_of(dtype).filter(|&n| pair.len() == 2 * n);
         let w = self.win_mut(id, origin)?;
-        let Some((n, d)) = n.and_then(|n| Some((n, range(w.mem.len(), disp, n)?))) else {
+        let Some((n, mut mem)) = n.and_then(|n| Some((n, w.locate(disp, n)?))) else {
             return Err(proto_err(origin, "compare-and-swap outside the window or of a bad element"));
         };
-        let (mut mem, acc) = (w.mem, w.acc);
-        let cell = mem.range_mut(d, n).expect("range checked");
+        let acc = w.acc;
+        let cell = mem.range_mut(0, n).expect("located");
         Ok(guarded(acc, || {
             let old = cell.to_vec();
             if old == pair[..n] {
@@ -397,15 +456,22 @@ impl Engine {
     /// A one-sided frame from `peer` (see the module's notes).
     pub(super) fn on_rma_frame(&mut self, peer: usize, f: Frame, payload: &[u8]) -> Result<(), Error> {
         match f {
-            Frame::Put { win, disp, op, dtype } => self.apply(peer, win, disp, op, dtype, payload)?,
+            Frame::Put { win, disp, op, dtype } => {
+                if let Err(e) = self.apply(peer, win, disp, op, dtype, payload) {
+                    // Only a dynamic window's origin cannot check the range itself.
+                    if !self.win_mut(win, peer)?.dynamic {
+                        return Err(e);
+                    }
+                    self.push(peer, Frame::Ctl { win, what: ctl::REFUSED }, RawBuf::EMPTY, None);
+                }
+            }
             Frame::Get { win, disp, len, oreq } => {
                 let w = self.win_mut(win, peer)?;
-                let Some(d) = usize::try_from(len).ok().and_then(|len| range(w.mem.len(), disp, len)) else {
+                let Some(src) = usize::try_from(len).ok().and_then(|len| w.locate(disp, len)) else {
                     self.refuse(peer, oreq);
                     return Ok(());
                 };
-                let src = w.mem.window(d, len as usize).as_read();
-                self.answer(peer, oreq, 0, src.bytes());
+                self.answer(peer, oreq, 0, src.as_read().bytes());
             }
             Frame::Fetch { win, disp, op, dtype, oreq, roff } => {
                 self.win_mut(win, peer)?;
@@ -472,6 +538,10 @@ impl Engine {
             }
             ctl::COMPLETE => {
                 w.counts[peer].completes += 1;
+                None
+            }
+            ctl::REFUSED => {
+                w.counts[peer].refused += 1;
                 None
             }
             ctl::FLUSH => Some(ctl::FLUSHED),

@@ -32,6 +32,7 @@ fn main() {
         "requests" => requests(&w),
         "busy-target" => busy_target(&w),
         "shared" => shared(&w),
+        "dynamic" => dynamic(&w),
         other => {
             eprintln!("unknown scenario {other:?}");
             std::process::exit(2)
@@ -591,5 +592,88 @@ fn shared(w: &Comm) -> R {
         }
     }
     node.barrier()?;
+    win.free()
+}
+
+/// A dynamic window: each rank attaches two slices and tells the others their addresses;
+/// puts, accumulates and gets reach them there; an access where nothing is attached (never,
+/// or no longer after a detach) is refused, the target intact.
+fn dynamic(w: &Comm) -> R {
+    let (me, n) = (w.rank(), w.size());
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let win = Window::<u64>::create_dynamic(w)?;
+    let a: &'static mut [u64] = Box::leak(vec![0u64; 16].into_boxed_slice());
+    let b: &'static mut [u64] = Box::leak(vec![7u64; 4].into_boxed_slice());
+    let mine = [win.attach(a)? as u64, win.attach(b)? as u64];
+    let mut addrs = vec![0u64; 2 * n];
+    w.allgather(&mine, &mut addrs)?;
+    let (at, bt) = (addrs[2 * next] as usize, addrs[2 * next + 1] as usize);
+    win.lock_all()?;
+    let vals: Vec<u64> = (0..16).map(|i| (me * 100 + i) as u64).collect();
+    win.put(&vals[4..], next, at + 4 * 8)?;
+    win.accumulate(&[5, 6], next, bt + 8, Sum)?;
+    win.flush(next)?;
+    let mut got = [0u64; 4];
+    win.get(&mut got, next, bt)?;
+    if got != [7, 12, 13, 7] {
+        return Err(fail(format!("the second slice of rank {next} holds {got:?}")));
+    }
+    win.unlock_all()?;
+    w.barrier()?;
+    // This rank's own slices, through the window.
+    win.lock(LockType::Shared, me)?;
+    let mut own = [0u64; 16];
+    win.get(&mut own, me, mine[0] as usize)?;
+    let want: Vec<u64> = (0..16).map(|i| if i < 4 { 0 } else { (prev * 100 + i) as u64 }).collect();
+    if own[..] != want[..] {
+        return Err(fail(format!("this rank's first slice holds {own:?}")));
+    }
+    match win.get(&mut own, me, mine[0] as usize + 8) {
+        Err(e) if e.class() == ErrorClass::RmaRange => {}
+        other => return Err(fail(format!("a get past this rank's own slice: {other:?}"))),
+    }
+    win.unlock(me)?;
+    w.barrier()?;
+    // Nothing attached past the first slice's end, and nothing at the second once detached.
+    win.detach(mine[1] as usize)?;
+    w.barrier()?;
+    // Refused by the target at its next flush or unlock; at once for this rank's own window
+    // (a job of one rank).
+    let refused = |r: mpr::Result<()>, what: &str| -> R {
+        match r {
+            Err(e) if next == me && e.class() == ErrorClass::RmaRange => Ok(()),
+            Err(e) if next != me && e.to_string().contains("refused 1 puts or accumulates") => {
+                if me == 0 {
+                    println!("{what}: {e}");
+                }
+                Ok(())
+            }
+            other => Err(fail(format!("{what}: {other:?}"))),
+        }
+    };
+    win.lock(LockType::Exclusive, next)?;
+    match win.put(&[1, 2], next, at + 15 * 8) {
+        Ok(()) => refused(win.flush(next), "put past an attached slice")?,
+        e => refused(e, "put past an attached slice")?,
+    }
+    match win.accumulate(&[1], next, bt, Sum) {
+        Ok(()) => refused(win.unlock(next), "accumulate into a detached slice")?,
+        e => {
+            refused(e, "accumulate into a detached slice")?;
+            win.unlock(next)?;
+        }
+    }
+    let mut one = [0u64];
+    win.lock(LockType::Shared, next)?;
+    match win.get(&mut one, next, bt) {
+        Err(e) if e.to_string().contains("refused") || e.class() == ErrorClass::RmaRange => {}
+        other => return Err(fail(format!("a get from a detached slice: {other:?}"))),
+    }
+    win.get(&mut one, next, at + 15 * 8)?;
+    if one[0] != (me * 100 + 15) as u64 {
+        return Err(fail(format!("a refused put changed the target: {}", one[0])));
+    }
+    win.unlock(next)?;
+    w.barrier()?;
     win.free()
 }
