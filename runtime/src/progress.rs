@@ -95,9 +95,10 @@ pub(crate) struct Runtime {
     /// Rounds of the progress thread that found work (for the verbose end line and the
     /// tests that claim it served a busy target).
     aside_rounds: u64,
-    /// One-sided operations of freed windows: applied directly in shared memory, and sent
-    /// as messages (for the verbose end line and the tests that claim a path).
-    pub(crate) rma_ops: [u64; 2],
+    /// One-sided operations of freed windows: applied directly in shared memory, sent as
+    /// messages, and gets done by RDMA READ (for the verbose end line and the tests that
+    /// claim a path).
+    pub(crate) rma_ops: [u64; 3],
 }
 
 // SAFETY: the runtime holds raw views of buffers the application lent to requests in flight
@@ -180,7 +181,7 @@ impl Runtime {
             copies: Copies::default(),
             aside_err: None,
             aside_rounds: 0,
-            rma_ops: [0; 2],
+            rma_ops: [0; 3],
         }
     }
 
@@ -300,6 +301,40 @@ impl Runtime {
         if self.pending_total > 0 {
             self.flush_pending();
         }
+    }
+
+    /// One-sided: registers `len` bytes at `addr` for `peer` to read for as long as a window
+    /// lives (see [`Transport::register_region`]).
+    ///
+    /// # Safety
+    /// The memory must stay valid until [`Runtime::rma_unregister`] of the key returns.
+    pub(crate) unsafe fn rma_register(&mut self, peer: usize, addr: u64, len: usize) -> Option<u64> {
+        let r = *self.route.get(peer).filter(|&&r| r != SELF_ROUTE)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.transports[r].register_region(peer, addr, len) }
+    }
+
+    /// Releases a registration of [`Runtime::rma_register`].
+    pub(crate) fn rma_unregister(&mut self, peer: usize, key: u64) {
+        if let Some(&r) = self.route.get(peer).filter(|&&r| r != SELF_ROUTE) {
+            self.transports[r].conceal(peer, key);
+        }
+    }
+
+    /// The smallest one-sided read from `peer` that goes by RDMA READ, if any does.
+    pub(crate) fn rma_read_min(&self, peer: usize) -> Option<usize> {
+        self.transport_of(peer)?.remote_read_min(peer)
+    }
+
+    /// Reads `dst.len()` bytes at `addr` of `peer`'s memory registered under `key`.
+    pub(crate) fn rma_read(&mut self, peer: usize, addr: u64, key: u64, dst: &mut [u8]) -> Result<(), Error> {
+        let r = self.route[peer];
+        let res = self.transports[r].bulk_read(peer, addr, key, dst);
+        if let Err(e) = &res {
+            // A failed READ leaves the path unusable: fail what waits on it.
+            self.break_peer(peer, e.clone(), None);
+        }
+        res
     }
 
     /// Whether frames for `peer` are still queued here or in the engine (not yet taken by
@@ -708,10 +743,10 @@ impl Runtime {
                 "mpr: rank {}: single copy: {} reads ({} B), {} writes ({} B), {} refused",
                 self.boot.rank, c.reads, c.read_bytes, c.writes, c.write_bytes, c.failed
             );
-            if self.rma_ops != [0; 2] {
-                let [direct, sent] = self.rma_ops;
+            if self.rma_ops != [0; 3] {
+                let [direct, sent, read] = self.rma_ops;
                 eprintln!(
-                    "mpr: rank {}: one-sided: {direct} direct in shared memory, {sent} by message",
+                    "mpr: rank {}: one-sided: {direct} direct in shared memory, {sent} by message, {read} by RDMA READ",
                     self.boot.rank
                 );
             }

@@ -97,8 +97,13 @@ pub struct Window<'a, T: Pod> {
     /// A window from `create_dynamic`: memory is attached later, displacements are addresses.
     dynamic: bool,
     epoch: RefCell<Epoch>,
-    /// Operations applied directly and sent as messages (see `Runtime::rma_ops`).
-    ops: std::cell::Cell<[u64; 2]>,
+    /// Operations applied directly, sent as messages, and gets by RDMA READ (see
+    /// `Runtime::rma_ops`).
+    ops: std::cell::Cell<[u64; 3]>,
+    /// Per comm rank: the address and key under which its part may be read with RDMA READ.
+    remote: Vec<Option<(u64, u64)>>,
+    /// This rank's part registered for RDMA READ: (world rank of the reader, key).
+    keys: Vec<(usize, u64)>,
     _borrow: PhantomData<&'a mut [T]>,
 }
 
@@ -152,7 +157,9 @@ impl<'a, T: Pod> Window<'a, T> {
             unregister(comm, id);
             return Err(e);
         }
-        Ok(Window::build(comm, id, raw, None, None, sizes))
+        let mut win = Window::build(comm, id, raw, None, None, sizes);
+        win.share_keys()?;
+        Ok(win)
     }
 
     /// The window, once the engine serves it (see [`register`]).
@@ -181,6 +188,8 @@ impl<'a, T: Pod> Window<'a, T> {
             dynamic: false,
             epoch: RefCell::new(epoch),
             ops: Default::default(),
+            remote: vec![None; n],
+            keys: Vec::new(),
             _borrow: PhantomData,
         }
     }
@@ -253,6 +262,44 @@ impl<'a, T: Pod> Window<'a, T> {
         let mut mem = self.mem;
         mem.write_at(at, bytemuck::cast_slice(data));
         Ok(())
+    }
+
+    /// Registers this rank's part once for each peer that can read it with RDMA READ (an RC
+    /// path), and learns the same of every peer's part; collective.
+    fn share_keys(&mut self) -> Result<(), Error> {
+        let (n, me) = (self.comm.size(), self.comm.rank());
+        let mut out = vec![0u64; 3 * n];
+        {
+            let mut rt = self.comm.rt().borrow_mut();
+            let (base, len) = (self.mem.addr_at(0), self.mem.len());
+            for r in (0..n).filter(|&r| r != me && self.seg.as_ref().is_none_or(|s| s.part(r).is_none())) {
+                let peer = self.comm.group()[r];
+                // SAFETY: the part stays valid while the window lives, and `drop` releases
+                // every key before it goes.
+                if let Some(key) = unsafe { rt.rma_register(peer, base, len) } {
+                    out[3 * r..3 * r + 3].copy_from_slice(&[base, key, 1]);
+                    self.keys.push((peer, key));
+                }
+            }
+        }
+        let mut got = vec![0u64; 3 * n];
+        self.comm.alltoall(&out, &mut got)?;
+        self.remote = (0..n).map(|r| (got[3 * r + 2] == 1).then(|| (got[3 * r], got[3 * r + 1]))).collect();
+        Ok(())
+    }
+
+    /// Reads into `dst` from `target`'s part at `at` with RDMA READ, if the path has it and
+    /// the read is large enough to be worth it; returns whether it did.
+    fn read_remote(&self, target: usize, at: At, dst: &mut [u8]) -> Result<bool, Error> {
+        let Some((addr, key)) = self.remote[target] else { return Ok(false) };
+        let mut rt = self.comm.rt().borrow_mut();
+        if rt.rma_read_min(at.peer).is_none_or(|min| dst.len() < min) {
+            return Ok(false);
+        }
+        rt.rma_read(at.peer, addr + at.disp, key, dst)?;
+        drop(rt);
+        self.count(2);
+        Ok(true)
     }
 
     fn fixed(&self, what: &str) -> Result<(), Error> {
@@ -480,7 +527,9 @@ impl<'a, T: Pod> Window<'a, T> {
     /// returns with the data.
     pub fn get(&self, buf: &mut [T], target: usize, disp: usize) -> Result<(), Error> {
         let at = self.access("get", target, disp, buf.len())?;
-        if self.direct(target, at, Direct::Get(bytemuck::cast_slice_mut(buf))) {
+        if self.direct(target, at, Direct::Get(bytemuck::cast_slice_mut(buf)))
+            || self.read_remote(target, at, bytemuck::cast_slice_mut(buf))?
+        {
             return Ok(());
         }
         // SAFETY: `buf` stays borrowed until the request completes: `run` waits for it.
@@ -510,7 +559,9 @@ impl<'a, T: Pod> Window<'a, T> {
         disp: usize,
     ) -> Result<Request<'s>, Error> {
         let at = self.access("get", target, disp, buf.len())?;
-        if self.direct(target, at, Direct::Get(bytemuck::cast_slice_mut(buf))) {
+        if self.direct(target, at, Direct::Get(bytemuck::cast_slice_mut(buf)))
+            || self.read_remote(target, at, bytemuck::cast_slice_mut(buf))?
+        {
             return Ok(self.done(scope, size_of_val(buf)));
         }
         // SAFETY: `buf` is borrowed for 's, the lifetime of `scope`, which completes the
@@ -551,7 +602,7 @@ impl<T: Pod> Window<'static, T> {
         let bytes: Vec<usize> = sizes.iter().map(|&s| s as usize * size_of::<T>()).collect();
         let seg = shm::HostSeg::open(comm, id, &bytes)?;
         let me = comm.rank();
-        let win = match seg.as_ref().and_then(|s| Some((s.part(me)?, s.lock_of(me)?))) {
+        let mut win = match seg.as_ref().and_then(|s| Some((s.part(me)?, s.lock_of(me)?))) {
             Some(((base, n), word)) => {
                 // SAFETY: this rank's part of the segment, which the window keeps mapped and
                 // stops the engine from touching before unmapping it (`drop`); its word of
@@ -569,8 +620,9 @@ impl<T: Pod> Window<'static, T> {
                 Window::build(comm, id, mem, Some(v), None, sizes)
             }
         };
-        // Nobody operates on the window before every rank serves it.
-        comm.barrier()?;
+        // Nobody operates on the window before every rank serves it (the exchange of keys
+        // is collective too).
+        win.share_keys()?;
         Ok(win)
     }
 
@@ -993,8 +1045,14 @@ impl<T: Pod> Drop for Window<'_, T> {
         // From here on the engine never touches the memory (answers it queued are copies).
         let mut rt = self.comm.rt().borrow_mut();
         rt.engine.win_remove(self.id);
+        // No peer reads the memory with RDMA READ from here on.
+        for &(peer, key) in &self.keys {
+            rt.rma_unregister(peer, key);
+        }
         let ops = self.ops.get();
-        (rt.rma_ops[0], rt.rma_ops[1]) = (rt.rma_ops[0] + ops[0], rt.rma_ops[1] + ops[1]);
+        for (total, mine) in rt.rma_ops.iter_mut().zip(ops) {
+            *total += mine;
+        }
         drop(rt);
         self.comm.rt().unserve();
     }

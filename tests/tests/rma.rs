@@ -81,8 +81,9 @@ fn one_sided_over_soft_rc() {
 }
 
 /// Each rank's one-sided operations from its verbose end line ("mpr: rank R: one-sided: D
-/// direct in shared memory, M by message"), by rank: [direct, by message].
-fn paths(np: usize, scenario: &str, env: &[(&str, &str)]) -> Vec<[u64; 2]> {
+/// direct in shared memory, M by message, R by RDMA READ"), by rank: [direct, by message,
+/// by RDMA READ].
+fn paths(np: usize, scenario: &str, env: &[(&str, &str)]) -> Vec<[u64; 3]> {
     let mut e = env.to_vec();
     e.push(("MPR_VERBOSE", "1"));
     let p = bin_dir().join("rma");
@@ -97,23 +98,33 @@ fn paths(np: usize, scenario: &str, env: &[(&str, &str)]) -> Vec<[u64; 2]> {
                 .find_map(|l| l.strip_prefix(&format!("mpr: rank {r}: one-sided: ")))
                 .unwrap_or_else(|| panic!("no one-sided counts of rank {r}:\n{se}"));
             let n: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
-            [n[0], n[1]]
+            [n[0], n[1], n[2]]
         })
         .collect()
 }
 
 /// Within a host, a window from `allocate` is shared memory that origins reach directly: no
 /// operation is a message. A window over the program's memory, or ranks that may not share
-/// memory, send every operation as a message.
+/// memory, send every operation as a message. Over RC verbs, large gets are RDMA READs of
+/// the target's part, registered once per window; over UC (Thunderbolt), which has no
+/// READ, they are messages.
 #[test]
 fn one_sided_operations_take_the_path_the_window_allows() {
     for c in paths(3, "model-lock", &[]) {
-        assert!(c[0] > 0 && c[1] == 0, "allocate on one host: {c:?}");
+        assert!(c[0] > 0 && c[1] == 0 && c[2] == 0, "allocate on one host: {c:?}");
     }
     for env in [&[("RMA_WIN", "create")][..], &[("MPR_TRANSPORTS", "tcp")][..]] {
         for c in paths(3, "model-lock", env) {
-            assert!(c[0] == 0 && c[1] > 0, "{env:?}: {c:?}");
+            assert!(c[0] == 0 && c[1] > 0 && c[2] == 0, "{env:?}: {c:?}");
         }
+    }
+    let rc = [("MPR_TRANSPORTS", "rdma"), ("MPR_VERBS_PROVIDER", "soft-rc")];
+    for c in paths(3, "large", &rc) {
+        assert!(c[2] == 2, "each rank's two gets of 4 MiB are RDMA READs: {c:?}");
+    }
+    let uc = [("MPR_TRANSPORTS", "rdma"), ("MPR_VERBS_PROVIDER", "soft"), ("RMA_LARGE", "1000000")];
+    for c in paths(2, "large", &uc) {
+        assert!(c[2] == 0 && c[1] > 0, "UC has no RDMA READ: {c:?}");
     }
 }
 

@@ -107,6 +107,23 @@ pub(crate) trait Transport: std::fmt::Debug {
     /// Ends an exposure: from its return on, `peer` can no longer read the memory.
     fn conceal(&mut self, _peer: usize, _key: u64) {}
 
+    /// One-sided access for as long as a window lives: registers the `len` bytes at `addr`
+    /// once, so that `peer` may read any part of them with [`Transport::bulk_read`] under
+    /// the returned key (released with [`Transport::conceal`]); `None` where the path to
+    /// `peer` has no remote read, or no registration is left.
+    ///
+    /// # Safety
+    /// The memory must stay valid until `conceal(peer, key)` returns.
+    unsafe fn register_region(&mut self, _peer: usize, _addr: u64, _len: usize) -> Option<u64> {
+        None
+    }
+
+    /// The smallest one-sided read from `peer`'s registered memory worth a
+    /// [`Transport::bulk_read`] (smaller ones travel as messages); `None`: no such reads.
+    fn remote_read_min(&self, _peer: usize) -> Option<usize> {
+        None
+    }
+
     /// Writes `src` to address `addr` of `peer`'s memory (only if `caps().bulk_write`).
     fn bulk_write(&mut self, peer: usize, addr: u64, src: &[u8]) -> Result<(), Error>;
 

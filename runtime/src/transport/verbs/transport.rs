@@ -938,9 +938,17 @@ impl Transport for VerbsTransport {
     }
 
     unsafe fn expose(&mut self, peer: usize, addr: u64, len: usize) -> Option<u64> {
-        let link = self.link_of(peer)?;
+        if len < self.tune.read_min {
+            return None;
+        }
+        // SAFETY: the caller's contract is `register_region`'s.
+        unsafe { self.register_region(peer, addr, len) }
+    }
+
+    unsafe fn register_region(&mut self, peer: usize, addr: u64, len: usize) -> Option<u64> {
+        let link = self.link_of(peer).filter(|_| self.reads())?;
         let budget = self.caps.max_mr.saturating_sub(OWN_REGIONS);
-        if len < self.tune.read_min || self.exposed.len() >= budget || self.links[link].dead.is_some() {
+        if len == 0 || self.exposed.len() >= budget || self.links[link].dead.is_some() {
             return None;
         }
         let (start, n) = self.span(addr, len);
@@ -950,6 +958,10 @@ impl Transport for VerbsTransport {
         let key = (u64::from(mr.id) << 32) | u64::from(mr.rkey);
         self.exposed.insert((d, key), mr);
         Some(key)
+    }
+
+    fn remote_read_min(&self, peer: usize) -> Option<usize> {
+        self.link_of(peer).filter(|_| self.reads()).map(|_| self.tune.read_min)
     }
 
     fn conceal(&mut self, peer: usize, key: u64) {
