@@ -135,6 +135,7 @@ const BLOCK: usize = 64;
 /// `dst (op)= src`, elementwise, on `T` values stored in bytes of any alignment: in place
 /// where both are aligned for `T` (the usual case: a window and a typed operand), else
 /// through aligned blocks on the stack.
+#[inline(always)]
 fn blocks<T: Pod>(dst: &mut [u8], src: &[u8], f: impl Fn(&mut [T], &[T])) {
     if let (Ok(a), Ok(x)) = (bytemuck::try_cast_slice_mut::<u8, T>(dst), bytemuck::try_cast_slice::<u8, T>(src)) {
         return f(a, x);
@@ -151,6 +152,7 @@ fn blocks<T: Pod>(dst: &mut [u8], src: &[u8], f: impl Fn(&mut [T], &[T])) {
     }
 }
 
+#[inline(always)]
 fn num<T: Number>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
     match op {
         code::SUM => blocks::<T>(dst, src, |a, x| Sum.apply(a, x)),
@@ -162,6 +164,7 @@ fn num<T: Number>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
     true
 }
 
+#[inline(always)]
 fn int<T: Integer>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
     match op {
         code::BAND => blocks::<T>(dst, src, |a, x| BitAnd.apply(a, x)),
@@ -174,6 +177,7 @@ fn int<T: Integer>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
     true
 }
 
+#[inline(always)]
 fn loc<T: Number>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
     match op {
         code::MINLOC => blocks::<Loc<T>>(dst, src, |a, x| MinLoc.apply(a, x)),
@@ -188,6 +192,29 @@ fn loc<T: Number>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
 /// operation on floats, `MINLOC` on plain numbers), or lengths that are not the same whole
 /// number of elements.
 pub(crate) fn apply(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
+    // The same kernels compiled for AVX2 where the CPU has it (chosen at run time, as Open
+    // MPI's op/avx does): a quarter faster on 64 KiB of i32 sums than the baseline's SSE2.
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { apply_avx2(op, dt, dst, src) };
+    }
+    apply_any(op, dt, dst, src)
+}
+
+/// [`apply`] with AVX2 enabled in every kernel it inlines.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn apply_avx2(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
+    apply_any(op, dt, dst, src)
+}
+
+/// [`apply`] for whatever the build targets.
+#[inline(always)]
+fn apply_any(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
     let Some(n) = size_of(dt) else { return false };
     if dst.len() != src.len() || dst.len() % n != 0 {
         return false;
@@ -234,9 +261,13 @@ mod tests {
             dst.extend_from_slice(bytemuck::cast_slice(a));
             let mut src = vec![0u8; 1 + shift];
             src.extend_from_slice(bytemuck::cast_slice(x));
+            let mut twin = dst.clone();
             assert!(apply(O::CODE, T::DTYPE, &mut dst[shift..], &src[1 + shift..]));
             let got: Vec<T> = dst[shift..].chunks(std::mem::size_of::<T>()).map(bytemuck::pod_read_unaligned).collect();
             assert_eq!(got, want);
+            // The build's own kernels agree with the ones chosen at run time.
+            assert!(apply_any(O::CODE, T::DTYPE, &mut twin[shift..], &src[1 + shift..]));
+            assert_eq!(twin, dst);
         }
     }
 

@@ -127,6 +127,7 @@ impl<T: Number> Op<Loc<T>> for MaxLoc {
     }
 }
 
+#[inline(always)]
 fn zip<T: Copy>(acc: &mut [T], x: &[T], f: impl Fn(T, T) -> T) {
     for (a, &b) in acc.iter_mut().zip(x) {
         *a = f(*a, b);
@@ -144,6 +145,7 @@ fn zip_into<T: Copy>(out: &mut [T], a: &[T], x: &[T], f: impl Fn(T, T) -> T) {
 macro_rules! elementwise {
     ($op:ty, $bound:ident, |$a:ident, $b:ident| $e:expr) => {
         impl<T: $bound> Op<T> for $op {
+            #[inline(always)]
             fn apply(&self, acc: &mut [T], x: &[T]) {
                 zip(acc, x, |$a: T, $b: T| $e)
             }
