@@ -378,8 +378,8 @@ impl Runtime {
 
     /// One round of progress; returns how many events happened (0: nothing to do).
     pub(crate) fn progress(&mut self) -> Result<usize, Error> {
-        if let Some(e) = self.aside_err.take() {
-            return Err(e);
+        if self.aside_err.is_some() {
+            return Err(self.aside_err.take().expect("checked"));
         }
         self.flush_outbox();
         let mut n = if self.pending_total > 0 { self.flush_pending() } else { 0 };

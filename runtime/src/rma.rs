@@ -49,6 +49,12 @@ pub enum LockType {
     Exclusive,
 }
 
+/// The paths an operation takes, as counted for `MPR_VERBOSE` (`Runtime::rma_ops`): a copy
+/// into a segment shared with the target, a message its engine serves, an RDMA READ.
+const DIRECT: usize = 0;
+const MESSAGE: usize = 1;
+const READ: usize = 2;
+
 /// How a put combines: it replaces bytes, whatever `T` is.
 const PUT: Combine = Combine { op: code::REPLACE, dtype: <u8 as Elem>::DTYPE, elem: 1 };
 
@@ -298,7 +304,7 @@ impl<'a, T: Pod> Window<'a, T> {
         }
         rt.rma_read(at.peer, addr + at.disp, key, dst)?;
         drop(rt);
-        self.count(2);
+        self.count(READ);
         Ok(true)
     }
 
@@ -441,15 +447,16 @@ impl<'a, T: Pod> Window<'a, T> {
                 fence(Ordering::Acquire);
                 dst.copy_from_slice(mem);
             }
-            Direct::Acc(how, src, old) => lock
-                .with(|| {
+            Direct::Acc(how, src, old) => {
+                let applied = lock.with(|| {
                     if let Some(old) = old {
                         old.copy_from_slice(mem);
                     }
                     crate::datatype::apply(how.op, how.dtype, mem, src)
-                })
-                .then_some(())
-                .expect("the types check the operation"),
+                });
+                // `Elem` and `RmaOp` admit only pairs the table has, and `access` sized both.
+                assert!(applied, "an accumulate the types allow is in the kernel table");
+            }
             Direct::Cas(pair, old) => lock.with(|| {
                 old.copy_from_slice(mem);
                 if *old == pair[..n] {
@@ -457,11 +464,11 @@ impl<'a, T: Pod> Window<'a, T> {
                 }
             }),
         }
-        self.count(0);
+        self.count(DIRECT);
         true
     }
 
-    /// Counts an operation: direct (`0`) or by message (`1`).
+    /// Counts an operation taking `path` ([`DIRECT`], [`MESSAGE`] or [`READ`]).
     fn count(&self, path: usize) {
         let mut c = self.ops.get();
         c[path] += 1;
@@ -491,7 +498,7 @@ impl<'a, T: Pod> Window<'a, T> {
         &self,
         start: impl FnOnce(&mut crate::engine::Engine) -> Result<crate::engine::ReqId, Error>,
     ) -> Result<(), Error> {
-        self.count(1);
+        self.count(MESSAGE);
         let mut rt = self.comm.rt().borrow_mut();
         let id = start(&mut rt.engine)?;
         if rt.engine.is_done(id) {
@@ -576,7 +583,7 @@ impl<'a, T: Pod> Window<'a, T> {
         scope: &Scope<'s>,
         start: impl FnOnce(&mut crate::engine::Engine) -> Result<crate::engine::ReqId, Error>,
     ) -> Result<Request<'s>, Error> {
-        self.count(1);
+        self.count(MESSAGE);
         let rt = self.comm.rt();
         let id = {
             let mut r = rt.borrow_mut();
@@ -922,15 +929,10 @@ impl<T: Pod> Window<'_, T> {
 
     /// [`Window::flush`] for every rank (`MPI_Win_flush_all`).
     pub fn flush_all(&self) -> Result<(), Error> {
-        {
-            let e = self.epoch.borrow();
-            if !e.all && e.locks.iter().all(Option::is_none) {
-                return Err(sync_err("flush_all outside a lock epoch".into()));
-            }
+        let locked = self.locked();
+        if !locked.iter().any(|&l| l) {
+            return Err(sync_err("flush_all outside a lock epoch".into()));
         }
-        let e = self.epoch.borrow();
-        let locked: Vec<bool> = (0..e.locks.len()).map(|r| e.all || e.locks[r].is_some()).collect();
-        drop(e);
         self.flush_dirty(|r| locked[r])
     }
 
@@ -944,12 +946,14 @@ impl<T: Pod> Window<'_, T> {
 
     /// [`Window::flush_local`] for every rank (`MPI_Win_flush_local_all`).
     pub fn flush_local_all(&self) -> Result<(), Error> {
-        for r in 0..self.comm.size() {
-            if self.epoch.borrow().all || self.epoch.borrow().locks[r].is_some() {
-                self.flush_local(r)?;
-            }
-        }
-        Ok(())
+        let locked = self.locked();
+        (0..locked.len()).filter(|&r| locked[r]).try_for_each(|r| self.flush_local(r))
+    }
+
+    /// Per rank: whether this rank holds a lock on it (its own, or `lock_all`'s).
+    fn locked(&self) -> Vec<bool> {
+        let e = self.epoch.borrow();
+        e.locks.iter().map(|l| e.all || l.is_some()).collect()
     }
 
     /// Makes this rank's view of its window and the window's memory agree

@@ -199,18 +199,19 @@ impl Engine {
     /// on the same host apply theirs directly). The caller keeps `mem` valid until
     /// [`Engine::win_remove`].
     pub(crate) fn win_add(&mut self, id: u64, mem: RawBufMut, acc: Option<AccLock>) {
-        let counts = vec![Counts::default(); self.limits.len()];
-        let (regions, dynamic) = (vec![mem], false);
-        let w =
-            Win { id, regions, dynamic, acc, exclusive: None, shared: Vec::new(), waiting: VecDeque::new(), counts };
-        self.rma.list.push(w);
+        self.serve_win(id, vec![mem], false, acc);
     }
 
     /// Serves dynamic window `id` (no memory until [`Engine::win_attach`]).
     pub(crate) fn win_add_dynamic(&mut self, id: u64) {
-        self.win_add(id, RawBufMut::EMPTY, None);
-        let w = self.rma.list.last_mut().expect("just added");
-        (w.regions, w.dynamic) = (Vec::new(), true);
+        self.serve_win(id, Vec::new(), true, None);
+    }
+
+    fn serve_win(&mut self, id: u64, regions: Vec<RawBufMut>, dynamic: bool, acc: Option<AccLock>) {
+        let counts = vec![Counts::default(); self.limits.len()];
+        let waiting = VecDeque::new();
+        let w = Win { id, regions, dynamic, acc, exclusive: None, shared: Vec::new(), waiting, counts };
+        self.rma.list.push(w);
     }
 
     /// Attaches `mem` to dynamic window `id`; the caller keeps it valid until it is detached
@@ -276,7 +277,7 @@ impl Engine {
     pub(crate) fn rma_put(&mut self, at: At, how: Combine, data: RawBuf) -> Result<ReqId, Error> {
         let (At { win: id, peer, disp }, Combine { op, dtype, elem }) = (at, how);
         if peer == self.me {
-            self.apply(self.me, id, disp, op, dtype, data.bytes())?;
+            self.apply(self.me, (id, disp), (op, dtype), data.bytes(), false)?;
             return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(data.len())))));
         }
         let id_req = self.reqs.insert(State::SendEager { peer });
@@ -322,7 +323,7 @@ impl Engine {
     ) -> Result<ReqId, Error> {
         let (At { win: id, peer, disp }, Combine { op, dtype, elem }) = (at, how);
         if peer == self.me {
-            let old = self.fetch_apply(self.me, id, disp, op, dtype, operand.bytes())?;
+            let old = self.apply(self.me, (id, disp), (op, dtype), operand.bytes(), true)?;
             result.write_at(0, &old);
             return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(old.len())))));
         }
@@ -373,33 +374,14 @@ impl Engine {
         (max / elem * elem).max(elem)
     }
 
-    /// Applies operation `op` of `data` at byte `disp` of window `id` (from `origin`).
-    fn apply(&mut self, origin: usize, id: u64, disp: u64, op: OpCode, dtype: Dtype, data: &[u8]) -> Result<(), Error> {
-        self.fetch_apply_with(origin, id, disp, op, dtype, data, false).map(drop)
-    }
-
-    /// As [`Engine::apply`], returning the elements as they were before (atomically with
-    /// the change).
-    fn fetch_apply(
+    /// Applies operation `op` (on elements of type `dtype`) of `data` at byte `disp` of
+    /// window `id`, from `origin`; with `fetch`, returns the elements as they were before,
+    /// read atomically with the change (else nothing).
+    fn apply(
         &mut self,
         origin: usize,
-        id: u64,
-        disp: u64,
-        op: OpCode,
-        dtype: Dtype,
-        data: &[u8],
-    ) -> Result<Vec<u8>, Error> {
-        self.fetch_apply_with(origin, id, disp, op, dtype, data, true)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn fetch_apply_with(
-        &mut self,
-        origin: usize,
-        id: u64,
-        disp: u64,
-        op: OpCode,
-        dtype: Dtype,
+        (id, disp): (u64, u64),
+        (op, dtype): (OpCode, Dtype),
         data: &[u8],
         fetch: bool,
     ) -> Result<Vec<u8>, Error> {
@@ -457,7 +439,7 @@ impl Engine {
     pub(super) fn on_rma_frame(&mut self, peer: usize, f: Frame, payload: &[u8]) -> Result<(), Error> {
         match f {
             Frame::Put { win, disp, op, dtype } => {
-                if let Err(e) = self.apply(peer, win, disp, op, dtype, payload) {
+                if let Err(e) = self.apply(peer, (win, disp), (op, dtype), payload, false) {
                     // Only a dynamic window's origin cannot check the range itself.
                     if !self.win_mut(win, peer)?.dynamic {
                         return Err(e);
@@ -475,7 +457,7 @@ impl Engine {
             }
             Frame::Fetch { win, disp, op, dtype, oreq, roff } => {
                 self.win_mut(win, peer)?;
-                match self.fetch_apply(peer, win, disp, op, dtype, payload) {
+                match self.apply(peer, (win, disp), (op, dtype), payload, true) {
                     Ok(old) => {
                         let f = Frame::Reply { oreq, off: roff, flags: 0 };
                         self.outbox.push_back(Transmit::with_copy(peer, f, old));
