@@ -21,11 +21,12 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
+use crate::buf::RawBufMut;
 use crate::coll::sched::Sched;
 use crate::engine::{Action, Engine, Exposure, ReqId, Transmit};
 use crate::error::Error;
 use crate::status::Status;
-use crate::transport::{PeerState, Transport};
+use crate::transport::{PeerState, RemoteOp, Transport};
 
 pub(crate) mod shared;
 pub(crate) use shared::Shared;
@@ -95,10 +96,10 @@ pub(crate) struct Runtime {
     /// Rounds of the progress thread that found work (for the verbose end line and the
     /// tests that claim it served a busy target).
     aside_rounds: u64,
-    /// One-sided operations of freed windows: applied directly in shared memory, sent as
-    /// messages, and gets done by RDMA READ (for the verbose end line and the tests that
-    /// claim a path).
-    pub(crate) rma_ops: [u64; 3],
+    /// One-sided operations of freed windows by path: applied directly in shared memory, by
+    /// single copy, sent as messages, by RDMA READ, by RDMA WRITE (for the verbose end line
+    /// and the tests that claim a path).
+    pub(crate) rma_ops: [u64; 5],
 }
 
 // SAFETY: the runtime holds raw views of buffers the application lent to requests in flight
@@ -181,7 +182,7 @@ impl Runtime {
             copies: Copies::default(),
             aside_err: None,
             aside_rounds: 0,
-            rma_ops: [0; 3],
+            rma_ops: [0; 5],
         }
     }
 
@@ -321,20 +322,70 @@ impl Runtime {
         }
     }
 
-    /// The smallest one-sided read from `peer` that goes by RDMA READ, if any does.
-    pub(crate) fn rma_read_min(&self, peer: usize) -> Option<usize> {
-        self.transport_of(peer)?.remote_read_min(peer)
+    /// One-sided: starts `op` on the memory `peer` registered under `key` (see
+    /// [`Transport::start_remote`]). Returns its request, and whether a write's bytes were
+    /// copied already (the request is then detached: nobody waits for it, and the caller's
+    /// buffer is free).
+    ///
+    /// # Safety
+    /// The local buffer of `op` must stay valid, and a read's untouched, until the request
+    /// completes.
+    pub(crate) unsafe fn rma_remote(
+        &mut self,
+        peer: usize,
+        op: RemoteOp,
+        addr: u64,
+        key: u64,
+    ) -> Result<(ReqId, bool), Error> {
+        if let Some(e) = &self.broken[peer] {
+            return Err(e.clone());
+        }
+        let buf = match op {
+            RemoteOp::Read(b) => b,
+            RemoteOp::Write(_) => RawBufMut::EMPTY,
+        };
+        let id = self.engine.rma_remote_begin(peer, buf);
+        let r = self.route[peer];
+        // SAFETY: the caller's contract.
+        match unsafe { self.transports[r].start_remote(peer, op, addr, key, id.to_wire()) } {
+            Ok(true) => {
+                self.engine.rma_remote_detach(id);
+                Ok((id, true))
+            }
+            Ok(false) => Ok((id, false)),
+            Err(e) => {
+                self.engine.rma_remote_abort(peer, id);
+                Err(self.break_peer(peer, e, None))
+            }
+        }
     }
 
-    /// Reads `dst.len()` bytes at `addr` of `peer`'s memory registered under `key`.
-    pub(crate) fn rma_read(&mut self, peer: usize, addr: u64, key: u64, dst: &mut [u8]) -> Result<(), Error> {
-        let r = self.route[peer];
-        let res = self.transports[r].bulk_read(peer, addr, key, dst);
-        if let Err(e) = &res {
-            // A failed READ leaves the path unusable: fail what waits on it.
-            self.break_peer(peer, e.clone(), None);
+    /// One-sided: whether `peer`'s memory is reached by single copy (`Transport::bulk_write`
+    /// and `bulk_read` at its addresses, with no key).
+    pub(crate) fn rma_single_copy(&self, peer: usize) -> bool {
+        self.transport_of(peer).is_some_and(|t| {
+            let c = t.caps();
+            c.bulk_read && c.bulk_write && !c.expose
+        })
+    }
+
+    /// Whether `peer`'s path writes and reads memory registered for a window without its
+    /// CPU.
+    pub(crate) fn rma_remote_access(&self, peer: usize) -> bool {
+        self.transport_of(peer).is_some_and(|t| t.caps().remote_write && t.caps().remote_read)
+    }
+
+    /// One-sided single copy: does `op` at address `addr` of `peer`'s memory at once. An
+    /// error says the OS refused (the caller sends a message instead).
+    pub(crate) fn rma_copy(&mut self, peer: usize, addr: u64, op: RemoteOp) -> Result<(), Error> {
+        let tr = &mut self.transports[self.route[peer]];
+        match op {
+            RemoteOp::Write(src) => tr.bulk_write(peer, addr, src.bytes()),
+            RemoteOp::Read(mut dst) => {
+                let n = dst.len();
+                tr.bulk_read(peer, addr, 0, dst.range_mut(0, n).expect("the whole buffer"))
+            }
         }
-        res
     }
 
     /// Whether frames for `peer` are still queued here or in the engine (not yet taken by
@@ -743,10 +794,11 @@ impl Runtime {
                 "mpr: rank {}: single copy: {} reads ({} B), {} writes ({} B), {} refused",
                 self.boot.rank, c.reads, c.read_bytes, c.writes, c.write_bytes, c.failed
             );
-            if self.rma_ops != [0; 3] {
-                let [direct, sent, read] = self.rma_ops;
+            if self.rma_ops != [0; 5] {
+                let [direct, copy, sent, read, write] = self.rma_ops;
                 eprintln!(
-                    "mpr: rank {}: one-sided: {direct} direct in shared memory, {sent} by message, {read} by RDMA READ",
+                    "mpr: rank {}: one-sided: {direct} direct in shared memory, {copy} by single copy, {sent} by \
+                     message, {read} by RDMA READ, {write} by RDMA WRITE",
                     self.boot.rank
                 );
             }

@@ -24,7 +24,7 @@
 //! in an mpr call (any call that waits: a wait, a collective, a flush, ...). A target that
 //! computes for long without calling mpr delays the origins that wait on it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::sync::atomic::{fence, Ordering};
 
@@ -37,6 +37,7 @@ pub use crate::datatype::{Elem, NoOp, Replace, RmaOp};
 use crate::engine::rma::{ctl, AccLock, At, Combine, Counts};
 use crate::error::Error;
 use crate::request::{Request, Scope};
+use crate::transport::RemoteOp;
 
 mod shm;
 
@@ -50,10 +51,38 @@ pub enum LockType {
 }
 
 /// The paths an operation takes, as counted for `MPR_VERBOSE` (`Runtime::rma_ops`): a copy
-/// into a segment shared with the target, a message its engine serves, an RDMA READ.
+/// into a segment shared with the target, a single copy into its memory by the OS, a
+/// message its engine serves, an RDMA READ, an RDMA WRITE.
 const DIRECT: usize = 0;
-const MESSAGE: usize = 1;
-const READ: usize = 2;
+const COPY: usize = 1;
+const MESSAGE: usize = 2;
+const READ: usize = 3;
+const WRITE: usize = 4;
+
+/// How puts and gets reach one target's part of a window without its engine (accumulates
+/// always go through the target: see the module's notes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reach {
+    /// Messages only (or the shared segment, which `Window::direct` tells).
+    Message,
+    /// Single copy by the OS into the target's memory, its part starting at this address
+    /// (a window over user memory on the same host).
+    Copy(u64),
+    /// RDMA WRITE and READ into the target's part, registered once at this address under
+    /// this key.
+    Rdma(u64, u64),
+}
+
+/// What became of a put or get offered to the paths that bypass the target's engine.
+enum Moved {
+    /// No such path: it goes as a message.
+    No,
+    /// Done (at the target for a put, in the buffer for a get).
+    Done,
+    /// Under way: the request ends when the caller's buffer is free (a put) or filled (a
+    /// get).
+    Pending(crate::engine::ReqId),
+}
 
 /// How a put combines: it replaces bytes, whatever `T` is.
 const PUT: Combine = Combine { op: code::REPLACE, dtype: <u8 as Elem>::DTYPE, elem: 1 };
@@ -103,12 +132,11 @@ pub struct Window<'a, T: Pod> {
     /// A window from `create_dynamic`: memory is attached later, displacements are addresses.
     dynamic: bool,
     epoch: RefCell<Epoch>,
-    /// Operations applied directly, sent as messages, and gets by RDMA READ (see
-    /// `Runtime::rma_ops`).
-    ops: std::cell::Cell<[u64; 3]>,
-    /// Per comm rank: the address and key under which its part may be read with RDMA READ.
-    remote: Vec<Option<(u64, u64)>>,
-    /// This rank's part registered for RDMA READ: (world rank of the reader, key).
+    /// Operations by path (see `Runtime::rma_ops`).
+    ops: Cell<[u64; 5]>,
+    /// Per comm rank: how puts and gets reach its part.
+    reach: Vec<Cell<Reach>>,
+    /// This rank's part registered for RDMA: (world rank of the peer, key).
     keys: Vec<(usize, u64)>,
     _borrow: PhantomData<&'a mut [T]>,
 }
@@ -194,7 +222,7 @@ impl<'a, T: Pod> Window<'a, T> {
             dynamic: false,
             epoch: RefCell::new(epoch),
             ops: Default::default(),
-            remote: vec![None; n],
+            reach: vec![Cell::new(Reach::Message); n],
             keys: Vec::new(),
             _borrow: PhantomData,
         }
@@ -270,42 +298,104 @@ impl<'a, T: Pod> Window<'a, T> {
         Ok(())
     }
 
-    /// Registers this rank's part once for each peer that can read it with RDMA READ (an RC
-    /// path), and learns the same of every peer's part; collective.
+    /// Tells every peer how it may put into and get from this rank's part without its
+    /// engine, and learns the same of theirs; collective. Single copy where the OS copies
+    /// between the two processes (the same host, a window over user memory); RDMA where the
+    /// path writes and reads registered memory (an RC device), with the part registered
+    /// once for each such peer. `MPR_RMA_NATIVE=0` leaves every operation to messages.
     fn share_keys(&mut self) -> Result<(), Error> {
         let (n, me) = (self.comm.size(), self.comm.rank());
+        let native = crate::env::parsed::<u32>("MPR_RMA_NATIVE").unwrap_or(1) != 0;
         let mut out = vec![0u64; 3 * n];
-        {
+        if native {
             let mut rt = self.comm.rt().borrow_mut();
             let (base, len) = (self.mem.addr_at(0), self.mem.len());
             for r in (0..n).filter(|&r| r != me && self.seg.as_ref().is_none_or(|s| s.part(r).is_none())) {
                 let peer = self.comm.group()[r];
-                // SAFETY: the part stays valid while the window lives, and `drop` releases
-                // every key before it goes.
-                if let Some(key) = unsafe { rt.rma_register(peer, base, len) } {
-                    out[3 * r..3 * r + 3].copy_from_slice(&[base, key, 1]);
-                    self.keys.push((peer, key));
+                if rt.rma_single_copy(peer) {
+                    out[3 * r..3 * r + 3].copy_from_slice(&[base, 0, 2]);
+                } else if rt.rma_remote_access(peer) {
+                    // SAFETY: the part stays valid while the window lives, and `drop`
+                    // releases every key before it goes.
+                    if let Some(key) = unsafe { rt.rma_register(peer, base, len) } {
+                        out[3 * r..3 * r + 3].copy_from_slice(&[base, key, 1]);
+                        self.keys.push((peer, key));
+                    }
                 }
             }
         }
         let mut got = vec![0u64; 3 * n];
         self.comm.alltoall(&out, &mut got)?;
-        self.remote = (0..n).map(|r| (got[3 * r + 2] == 1).then(|| (got[3 * r], got[3 * r + 1]))).collect();
+        for (r, reach) in self.reach.iter().enumerate() {
+            reach.set(match got[3 * r + 2] {
+                1 => Reach::Rdma(got[3 * r], got[3 * r + 1]),
+                2 => Reach::Copy(got[3 * r]),
+                _ => Reach::Message,
+            });
+        }
         Ok(())
     }
 
-    /// Reads into `dst` from `target`'s part at `at` with RDMA READ, if the path has it and
-    /// the read is large enough to be worth it; returns whether it did.
-    fn read_remote(&self, target: usize, at: At, dst: &mut [u8]) -> Result<bool, Error> {
-        let Some((addr, key)) = self.remote[target] else { return Ok(false) };
-        let mut rt = self.comm.rt().borrow_mut();
-        if rt.rma_read_min(at.peer).is_none_or(|min| dst.len() < min) {
-            return Ok(false);
+    /// Offers a put (`RemoteOp::Write`) or get at `at` of `target`'s part to the paths that
+    /// bypass the target's engine: single copy or RDMA (see [`Reach`]).
+    ///
+    /// # Safety
+    /// The bytes of `op` must stay valid (a get's untouched) until the request of
+    /// [`Moved::Pending`] completes.
+    unsafe fn native(&self, target: usize, at: At, op: RemoteOp) -> Result<Moved, Error> {
+        let (len, path) = match op {
+            RemoteOp::Write(b) => (b.len(), WRITE),
+            RemoteOp::Read(b) => (b.len(), READ),
+        };
+        if len == 0 {
+            return Ok(Moved::No);
         }
-        rt.rma_read(at.peer, addr + at.disp, key, dst)?;
-        drop(rt);
-        self.count(READ);
-        Ok(true)
+        let mut rt = self.comm.rt().borrow_mut();
+        match self.reach[target].get() {
+            Reach::Message => Ok(Moved::No),
+            Reach::Copy(base) => match rt.rma_copy(at.peer, base + at.disp, op) {
+                Ok(()) => {
+                    self.count(COPY);
+                    Ok(Moved::Done)
+                }
+                Err(e) => {
+                    // The OS refused (it allowed it at start-up): messages from now on.
+                    if crate::env::verbose() {
+                        eprintln!("mpr: one-sided single copy to rank {target} refused ({e}); messages from now on");
+                    }
+                    self.reach[target].set(Reach::Message);
+                    Ok(Moved::No)
+                }
+            },
+            Reach::Rdma(base, key) => {
+                // SAFETY: the caller's contract.
+                let (id, copied) = unsafe { rt.rma_remote(at.peer, op, base + at.disp, key)? };
+                self.count(path);
+                Ok(if copied { Moved::Done } else { Moved::Pending(id) })
+            }
+        }
+    }
+
+    /// Waits until the RDMA transfers this rank started to the ranks `pick` selects are
+    /// complete at their targets (RC acknowledges a WRITE once its bytes are placed).
+    fn land(&self, pick: impl Fn(usize) -> bool) -> Result<(), Error> {
+        let marks: Vec<(usize, u64)> = {
+            let rt = self.comm.rt().borrow();
+            (0..self.reach.len())
+                .filter(|&r| pick(r) && matches!(self.reach[r].get(), Reach::Rdma(..)))
+                .map(|r| (self.world(r), rt.engine.rma_remote_counts(self.world(r))))
+                .filter(|(_, (started, ended))| ended < started)
+                .map(|(p, (started, _))| (p, started))
+                .collect()
+        };
+        if marks.is_empty() {
+            return Ok(());
+        }
+        let target = (marks.len() == 1).then(|| marks[0].0);
+        self.comm
+            .rt()
+            .borrow_mut()
+            .wait_on_peer(target, |rt| marks.iter().all(|&(p, m)| rt.engine.rma_remote_counts(p).1 >= m))
     }
 
     fn fixed(&self, what: &str) -> Result<(), Error> {
@@ -524,9 +614,15 @@ impl<'a, T: Pod> Window<'a, T> {
         if self.direct(target, at, Direct::Put(bytemuck::cast_slice(data))) {
             return Ok(());
         }
-        self.dirty(target);
-        // SAFETY: `data` stays borrowed until the request completes: `run` waits for it.
+        // SAFETY: `data` stays borrowed until the request completes: both paths wait for it.
         let src = unsafe { RawBuf::new(bytemuck::cast_slice(data)) };
+        // SAFETY: see above.
+        match unsafe { self.native(target, at, RemoteOp::Write(src))? } {
+            Moved::Done => return Ok(()),
+            Moved::Pending(id) => return self.comm.rt().borrow_mut().wait(id).map(|_| ()),
+            Moved::No => {}
+        }
+        self.dirty(target);
         self.run(|e| e.rma_put(at, PUT, src))
     }
 
@@ -534,14 +630,17 @@ impl<'a, T: Pod> Window<'a, T> {
     /// returns with the data.
     pub fn get(&self, buf: &mut [T], target: usize, disp: usize) -> Result<(), Error> {
         let at = self.access("get", target, disp, buf.len())?;
-        if self.direct(target, at, Direct::Get(bytemuck::cast_slice_mut(buf)))
-            || self.read_remote(target, at, bytemuck::cast_slice_mut(buf))?
-        {
+        if self.direct(target, at, Direct::Get(bytemuck::cast_slice_mut(buf))) {
             return Ok(());
         }
-        // SAFETY: `buf` stays borrowed until the request completes: `run` waits for it.
+        // SAFETY: `buf` stays borrowed until the request completes: both paths wait for it.
         let dst = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) };
-        self.run(|e| e.rma_get(at, dst))
+        // SAFETY: see above.
+        match unsafe { self.native(target, at, RemoteOp::Read(dst))? } {
+            Moved::Done => Ok(()),
+            Moved::Pending(id) => self.comm.rt().borrow_mut().wait(id).map(|_| ()),
+            Moved::No => self.run(|e| e.rma_get(at, dst)),
+        }
     }
 
     /// Starts a put (`MPI_Rput`); the request completes when `data` may be reused.
@@ -550,10 +649,16 @@ impl<'a, T: Pod> Window<'a, T> {
         if self.direct(target, at, Direct::Put(bytemuck::cast_slice(data))) {
             return Ok(self.done(scope, size_of_val(data)));
         }
-        self.dirty(target);
         // SAFETY: `data` is borrowed for 's, the lifetime of `scope`, which completes the
         // request before 's ends.
         let src = unsafe { RawBuf::new(bytemuck::cast_slice(data)) };
+        // SAFETY: see above.
+        match unsafe { self.native(target, at, RemoteOp::Write(src))? } {
+            Moved::Done => return Ok(self.done(scope, size_of_val(data))),
+            Moved::Pending(id) => return Ok(Request::new(self.comm.rt(), scope, id)),
+            Moved::No => {}
+        }
+        self.dirty(target);
         self.begin(scope, |e| e.rma_put(at, PUT, src))
     }
 
@@ -566,15 +671,19 @@ impl<'a, T: Pod> Window<'a, T> {
         disp: usize,
     ) -> Result<Request<'s>, Error> {
         let at = self.access("get", target, disp, buf.len())?;
-        if self.direct(target, at, Direct::Get(bytemuck::cast_slice_mut(buf)))
-            || self.read_remote(target, at, bytemuck::cast_slice_mut(buf))?
-        {
-            return Ok(self.done(scope, size_of_val(buf)));
+        let bytes = size_of_val(buf);
+        if self.direct(target, at, Direct::Get(bytemuck::cast_slice_mut(buf))) {
+            return Ok(self.done(scope, bytes));
         }
         // SAFETY: `buf` is borrowed for 's, the lifetime of `scope`, which completes the
         // request before 's ends.
         let dst = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) };
-        self.begin(scope, |e| e.rma_get(at, dst))
+        // SAFETY: see above.
+        match unsafe { self.native(target, at, RemoteOp::Read(dst))? } {
+            Moved::Done => Ok(self.done(scope, bytes)),
+            Moved::Pending(id) => Ok(Request::new(self.comm.rt(), scope, id)),
+            Moved::No => self.begin(scope, |e| e.rma_get(at, dst)),
+        }
     }
 
     /// Starts an operation through `start` (which gets the engine) as a request of `scope`.
@@ -805,6 +914,7 @@ impl<T: Pod> Window<'_, T> {
     fn flush_dirty(&self, pick: impl Fn(usize) -> bool) -> Result<(), Error> {
         // Direct operations are complete once visible: order them before what follows.
         fence(Ordering::SeqCst);
+        self.land(&pick)?;
         let peers: Vec<usize> = {
             let e = self.epoch.borrow();
             (0..e.dirty.len()).filter(|&r| e.dirty[r] && pick(r)).collect()
@@ -870,6 +980,8 @@ impl<T: Pod> Window<'_, T> {
         if self.epoch.borrow().locks[target].is_none() {
             return Err(sync_err(format!("unlock of rank {target}, which this rank has not locked")));
         }
+        // The lock is released only after the RDMA transfers of the epoch are placed.
+        self.land(|r| r == target)?;
         self.send_ctl(&[target], ctl::UNLOCK)?;
         self.await_each(&[target], |c| &mut c.acked)?;
         {
@@ -901,6 +1013,7 @@ impl<T: Pod> Window<'_, T> {
             return Err(sync_err("unlock_all without lock_all".into()));
         }
         let all: Vec<usize> = (0..self.comm.size()).collect();
+        self.land(|_| true)?;
         self.send_ctl(&all, ctl::UNLOCK)?;
         self.await_each(&all, |c| &mut c.acked)?;
         {
@@ -941,6 +1054,8 @@ impl<T: Pod> Window<'_, T> {
     pub fn flush_local(&self, target: usize) -> Result<(), Error> {
         self.check_passive(target, "flush_local")?;
         let peer = self.world(target);
+        // An RDMA transfer's buffer is free once the transfer is over.
+        self.land(|r| r == target)?;
         self.comm.rt().borrow_mut().wait_on_peer(Some(peer), |rt| !rt.queued_to(peer))
     }
 
@@ -1004,7 +1119,12 @@ impl<T: Pod> Window<'_, T> {
         let Some(group) = self.epoch.borrow_mut().access.take() else {
             return Err(sync_err("complete without start".into()));
         };
-        // Each `Complete` travels behind the operations it closes.
+        // Each `Complete` travels behind the operations it closes, after the RDMA transfers
+        // of the epoch are placed.
+        if let Err(e) = self.land(|r| group.contains(&r)) {
+            self.epoch.borrow_mut().access = Some(group);
+            return Err(e);
+        }
         self.send_ctl(&group, ctl::COMPLETE)?;
         let mut e = self.epoch.borrow_mut();
         for r in group {

@@ -480,7 +480,7 @@ fn one_sided_across_hosts_mixes_direct_access_and_messages() {
             .find_map(|l| l.strip_prefix(&format!("mpr: rank {r}: one-sided: ")))
             .unwrap_or_else(|| panic!("no one-sided counts of rank {r}:\n{err}"));
         let n: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
-        assert!(n[0] > 0 && n[1] > 0, "rank {r} used both paths: {line}");
+        assert!(n[0] > 0 && n[2] > 0, "rank {r} used both paths (direct, message): {line}");
     }
     assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
 }

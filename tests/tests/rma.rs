@@ -81,9 +81,9 @@ fn one_sided_over_soft_rc() {
 }
 
 /// Each rank's one-sided operations from its verbose end line ("mpr: rank R: one-sided: D
-/// direct in shared memory, M by message, R by RDMA READ"), by rank: [direct, by message,
-/// by RDMA READ].
-fn paths(np: usize, scenario: &str, env: &[(&str, &str)]) -> Vec<[u64; 3]> {
+/// direct in shared memory, C by single copy, M by message, R by RDMA READ, W by RDMA
+/// WRITE"), by rank: [direct, single copy, message, READ, WRITE].
+fn paths(np: usize, scenario: &str, env: &[(&str, &str)]) -> Vec<[u64; 5]> {
     let mut e = env.to_vec();
     e.push(("MPR_VERBOSE", "1"));
     let p = bin_dir().join("rma");
@@ -91,6 +91,7 @@ fn paths(np: usize, scenario: &str, env: &[(&str, &str)]) -> Vec<[u64; 3]> {
     let out = mprun(&["-np", &n, "--timeout", "120", p.to_str().unwrap(), scenario], &e);
     let (so, se) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{scenario} {env:?}: {:?}\n{so}\n{se}", out.status);
+    assert_eq!(so.lines().filter(|l| l.ends_with(" ok")).count(), np, "every rank passed:\n{so}\n{se}");
     (0..np)
         .map(|r| {
             let line = se
@@ -98,33 +99,53 @@ fn paths(np: usize, scenario: &str, env: &[(&str, &str)]) -> Vec<[u64; 3]> {
                 .find_map(|l| l.strip_prefix(&format!("mpr: rank {r}: one-sided: ")))
                 .unwrap_or_else(|| panic!("no one-sided counts of rank {r}:\n{se}"));
             let n: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
-            [n[0], n[1], n[2]]
+            [n[0], n[1], n[2], n[3], n[4]]
         })
         .collect()
 }
 
 /// Within a host, a window from `allocate` is shared memory that origins reach directly: no
-/// operation is a message. A window over the program's memory, or ranks that may not share
-/// memory, send every operation as a message. Over RC verbs, large gets are RDMA READs of
-/// the target's part, registered once per window; over UC (Thunderbolt), which has no
-/// READ, they are messages.
+/// operation is a message. A window over the program's memory is reached by single copy
+/// for puts and gets, with accumulates as messages (one agent per window keeps them
+/// atomic). Ranks that may not share memory send every operation as a message. Over RC
+/// verbs, puts and gets are RDMA WRITEs and READs into the target's part, registered once
+/// per window (`MPR_RMA_NATIVE=0` turns them into messages); over UC (Thunderbolt), which
+/// has neither, they are messages.
 #[test]
 fn one_sided_operations_take_the_path_the_window_allows() {
+    const D: usize = 0;
+    const C: usize = 1;
+    const M: usize = 2;
+    const R: usize = 3;
+    const W: usize = 4;
     for c in paths(3, "model-lock", &[]) {
-        assert!(c[0] > 0 && c[1] == 0 && c[2] == 0, "allocate on one host: {c:?}");
+        assert!(c[D] > 0 && c[C] + c[M] + c[R] + c[W] == 0, "allocate on one host: {c:?}");
     }
-    for env in [&[("RMA_WIN", "create")][..], &[("MPR_TRANSPORTS", "tcp")][..]] {
-        for c in paths(3, "model-lock", env) {
-            assert!(c[0] == 0 && c[1] > 0 && c[2] == 0, "{env:?}: {c:?}");
-        }
+    for c in paths(3, "model-lock", &[("RMA_WIN", "create")]) {
+        assert!(c[D] == 0 && c[C] > 0 && c[M] > 0 && c[R] + c[W] == 0, "create on one host: {c:?}");
+    }
+    for c in paths(3, "large", &[("RMA_WIN", "create")]) {
+        // Two puts and two gets to the other ranks; the one to itself and the
+        // get_accumulate are applied by the engine.
+        assert!(c[C] == 4 && c[M] == 3, "create on one host, large transfers: {c:?}");
+    }
+    for c in paths(3, "model-lock", &[("MPR_TRANSPORTS", "tcp")]) {
+        assert!(c[M] > 0 && c[D] + c[C] + c[R] + c[W] == 0, "tcp: {c:?}");
     }
     let rc = [("MPR_TRANSPORTS", "rdma"), ("MPR_VERBS_PROVIDER", "soft-rc")];
     for c in paths(3, "large", &rc) {
-        assert!(c[2] == 2, "each rank's two gets of 4 MiB are RDMA READs: {c:?}");
+        assert!(c[R] == 2 && c[W] == 2 && c[M] == 3, "each rank's puts and gets of 4 MiB to the others: {c:?}");
+    }
+    for c in paths(3, "model-lock", &rc) {
+        assert!(c[R] > 0 && c[W] > 0 && c[M] > 0 && c[D] + c[C] == 0, "small ones too, accumulates as messages: {c:?}");
+    }
+    let rc_off = [rc[0], rc[1], ("MPR_RMA_NATIVE", "0")];
+    for c in paths(3, "large", &rc_off) {
+        assert!(c[R] + c[W] == 0 && c[M] == 7, "MPR_RMA_NATIVE=0: {c:?}");
     }
     let uc = [("MPR_TRANSPORTS", "rdma"), ("MPR_VERBS_PROVIDER", "soft"), ("RMA_LARGE", "1000000")];
     for c in paths(2, "large", &uc) {
-        assert!(c[2] == 0 && c[1] > 0, "UC has no RDMA READ: {c:?}");
+        assert!(c[R] + c[W] == 0 && c[M] > 0, "UC has no RDMA READ or WRITE: {c:?}");
     }
 }
 

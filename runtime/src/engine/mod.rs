@@ -660,6 +660,12 @@ impl Engine {
             }
             _ => None,
         };
+        if let Some(State::RmaRemote { detached: true, .. }) = self.reqs.get(id) {
+            // Nobody waits for it.
+            self.reqs.complete(id, Err(err));
+            self.reqs.take_done(id);
+            return None;
+        }
         match self.reqs.get(id) {
             Some(State::SendRndv { .. } | State::RecvRndv { .. } | State::RmaAnswer { .. }) => {
                 self.failed.insert(id.to_wire());
@@ -765,6 +771,10 @@ impl crate::transport::Sink for Engine {
         }
         self.add_received(ReqId::from_wire(token), n);
         Ok(())
+    }
+
+    fn remote_done(&mut self, peer: usize, token: u64, result: Result<Option<&[u8]>, Error>) {
+        self.on_remote_done(peer, token, result);
     }
 }
 

@@ -46,6 +46,10 @@ pub(crate) enum State {
     RecvRndv { buf: RawBufMut, peer: usize, got: usize, status: Status, sreq: Option<u64>, exposed: bool },
     /// A one-sided operation whose answer `peer` sends into `buf` (`got` bytes so far).
     RmaAnswer { peer: usize, buf: RawBufMut, got: usize },
+    /// A one-sided transfer the transport does without the peer's CPU (RDMA WRITE or READ);
+    /// a read lands in `buf`. `detached`: nobody waits for it (a write whose bytes the
+    /// transport copied at the start), so it is dropped when it ends.
+    RmaRemote { peer: usize, buf: RawBufMut, detached: bool },
     /// Finished; waiting for its owner to collect the result.
     Done(Result<Status, Error>),
 }
@@ -57,7 +61,8 @@ impl State {
             State::SendEager { peer }
             | State::SendRndv { peer, .. }
             | State::RecvRndv { peer, .. }
-            | State::RmaAnswer { peer, .. } => Some(peer),
+            | State::RmaAnswer { peer, .. }
+            | State::RmaRemote { peer, .. } => Some(peer),
             State::RecvPosted { peer, .. } => peer,
             State::SendSelf { .. } | State::Done(_) => None,
         }

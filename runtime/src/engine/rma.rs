@@ -180,6 +180,10 @@ impl Win {
 #[derive(Debug, Default)]
 pub(crate) struct Windows {
     list: Vec<Win>,
+    /// Per world rank: one-sided transfers started by the transport (RDMA WRITE and READ,
+    /// which the target's engine never sees) and ended, both only growing. A flush waits
+    /// until the second reaches what the first was when it started.
+    remote: Vec<(u64, u64)>,
 }
 
 impl Windows {
@@ -361,6 +365,63 @@ impl Engine {
         let rid = self.reqs.insert(State::RmaAnswer { peer, buf: result, got: 0 });
         self.push_owned(peer, Frame::Cas { win: id, disp, dtype, oreq: rid.to_wire() }, pair, rid, false);
         Ok(rid)
+    }
+
+    /// A request for a one-sided transfer the transport does to `peer` (a read lands in
+    /// `buf`), counted as started.
+    pub(crate) fn rma_remote_begin(&mut self, peer: usize, buf: RawBufMut) -> ReqId {
+        self.remote_count(peer).0 += 1;
+        self.reqs.insert(State::RmaRemote { peer, buf, detached: false })
+    }
+
+    /// The transfer of `id` could not start: counted as ended, and its request dropped.
+    pub(crate) fn rma_remote_abort(&mut self, peer: usize, id: ReqId) {
+        self.remote_count(peer).1 += 1;
+        self.reqs.complete(id, Ok(self.rma_status(0)));
+        self.reqs.take_done(id);
+    }
+
+    /// Nobody will wait for the transfer of `id`: dropped when it ends.
+    pub(crate) fn rma_remote_detach(&mut self, id: ReqId) {
+        match self.reqs.get_mut(id) {
+            Some(State::RmaRemote { detached, .. }) => *detached = true,
+            _ => {
+                self.reqs.take_done(id);
+            }
+        }
+    }
+
+    /// One-sided transfers to `peer` started and ended so far.
+    pub(crate) fn rma_remote_counts(&self, peer: usize) -> (u64, u64) {
+        self.rma.remote.get(peer).copied().unwrap_or_default()
+    }
+
+    fn remote_count(&mut self, peer: usize) -> &mut (u64, u64) {
+        if self.rma.remote.len() <= peer {
+            self.rma.remote.resize(self.limits.len().max(peer + 1), (0, 0));
+        }
+        &mut self.rma.remote[peer]
+    }
+
+    /// The transport ended transfer `token` to `peer` (see `Sink::remote_done`).
+    pub(super) fn on_remote_done(&mut self, peer: usize, token: u64, result: Result<Option<&[u8]>, Error>) {
+        self.remote_count(peer).1 += 1;
+        let id = ReqId::from_wire(token);
+        let Some(State::RmaRemote { buf, detached, .. }) = self.reqs.get_mut(id) else {
+            // Failed already (its peer was declared gone): nothing waits for it.
+            return;
+        };
+        let detached = *detached;
+        let len = buf.len();
+        if let Ok(Some(bytes)) = result {
+            buf.write_at(0, bytes);
+        }
+        let st = self.rma_status(len);
+        let result = result.map(|_| st);
+        self.reqs.complete(id, result);
+        if detached {
+            self.reqs.take_done(id);
+        }
     }
 
     fn rma_status(&self, bytes: usize) -> Status {

@@ -119,6 +119,8 @@ impl Transport for Scripted {
             bulk_read: true,
             expose: false,
             bulk_write: false,
+            remote_write: false,
+            remote_read: false,
         }
     }
 

@@ -10,7 +10,7 @@ pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod verbs;
 
-use crate::buf::RawBufMut;
+use crate::buf::{RawBuf, RawBufMut};
 use crate::error::Error;
 
 /// What a transport can do, per peer it serves.
@@ -29,6 +29,20 @@ pub(crate) struct Caps {
     pub(crate) expose: bool,
     /// `bulk_write` can write into a peer's memory directly (single copy).
     pub(crate) bulk_write: bool,
+    /// One-sided: `start_remote` writes into memory a peer registered with
+    /// `register_region` (RDMA WRITE), without the peer's CPU.
+    pub(crate) remote_write: bool,
+    /// One-sided: `start_remote` reads such memory (RDMA READ).
+    pub(crate) remote_read: bool,
+}
+
+/// A one-sided transfer of [`Transport::start_remote`] and the local bytes it moves.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RemoteOp {
+    /// Write these bytes into the peer's memory.
+    Write(RawBuf),
+    /// Read the peer's memory into these bytes.
+    Read(RawBufMut),
 }
 
 /// How a peer is doing, as far as its transport can tell.
@@ -57,6 +71,12 @@ pub(crate) trait Sink {
 
     /// The payload of `n` bytes for `token` is in place.
     fn placed(&mut self, peer: usize, token: u64, n: usize) -> Result<(), Error>;
+
+    /// The one-sided transfer `token` to `peer` ([`Transport::start_remote`]) is over: for a
+    /// write, its bytes are in the peer's memory; for a read, in the local buffer, or, if
+    /// the transport read them into its own memory, they are `Ok(Some(bytes))`, to be
+    /// copied there now.
+    fn remote_done(&mut self, peer: usize, token: u64, result: Result<Option<&[u8]>, Error>);
 }
 
 /// The sink of [`Transport::poll`].
@@ -108,9 +128,10 @@ pub(crate) trait Transport: std::fmt::Debug {
     fn conceal(&mut self, _peer: usize, _key: u64) {}
 
     /// One-sided access for as long as a window lives: registers the `len` bytes at `addr`
-    /// once, so that `peer` may read any part of them with [`Transport::bulk_read`] under
-    /// the returned key (released with [`Transport::conceal`]); `None` where the path to
-    /// `peer` has no remote read, or no registration is left.
+    /// once, so that `peer` may write and read any part of them with
+    /// [`Transport::start_remote`] under the returned key (released with
+    /// [`Transport::conceal`]); `None` where the path to `peer` has no remote access
+    /// (`caps().remote_write` and `remote_read`), or no registration is left.
     ///
     /// # Safety
     /// The memory must stay valid until `conceal(peer, key)` returns.
@@ -118,10 +139,24 @@ pub(crate) trait Transport: std::fmt::Debug {
         None
     }
 
-    /// The smallest one-sided read from `peer`'s registered memory worth a
-    /// [`Transport::bulk_read`] (smaller ones travel as messages); `None`: no such reads.
-    fn remote_read_min(&self, _peer: usize) -> Option<usize> {
-        None
+    /// Starts `op` on the bytes at address `addr` of `peer`'s memory, registered under `key`
+    /// by the peer's [`Transport::register_region`], without the peer's CPU. Never waits:
+    /// what the device cannot take now is queued and started by later polls, and a poll
+    /// reports the end with [`Sink::remote_done`] of `token`. Returns whether the transport
+    /// copied a write's bytes already (the caller's buffer is free at once).
+    ///
+    /// # Safety
+    /// The local buffer of `op` must stay valid, and a read's must not be touched, until
+    /// `remote_done` of `token` (or until `peer`'s path is broken).
+    unsafe fn start_remote(
+        &mut self,
+        peer: usize,
+        _op: RemoteOp,
+        _addr: u64,
+        _key: u64,
+        _token: u64,
+    ) -> Result<bool, Error> {
+        Err(Error::Transport(format!("no one-sided access to rank {peer} on this path")))
     }
 
     /// Writes `src` to address `addr` of `peer`'s memory (only if `caps().bulk_write`).

@@ -126,6 +126,8 @@ impl ShmTransport {
                 bulk_read: cfg.cma,
                 expose: false,
                 bulk_write: cfg.cma,
+                remote_write: false,
+                remote_read: false,
             },
             next_poll: 0,
         }

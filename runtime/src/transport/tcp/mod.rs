@@ -206,8 +206,16 @@ impl TcpListening {
         for (_, from, _) in &shaking {
             eprintln!("mpr: rank {me}: closed a TCP connection from {from} that had not proved itself");
         }
-        let caps =
-            Caps { name: "tcp", max_frame, eager_limit: eager, bulk_read: false, expose: false, bulk_write: false };
+        let caps = Caps {
+            name: "tcp",
+            max_frame,
+            eager_limit: eager,
+            bulk_read: false,
+            expose: false,
+            bulk_write: false,
+            remote_write: false,
+            remote_read: false,
+        };
         let listener = mio::net::TcpListener::from_std(self.listener);
         Ok(TcpTransport { me, conns, listener, caps, polls: 0, next: 0 })
     }

@@ -63,9 +63,11 @@ use std::collections::{HashMap, VecDeque};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
+mod one_sided;
+
 use super::provider::{Completion, DeviceCaps, Mr, Opcode, Provider, QpAddr, QpId, QpType, Remote, Sge, WcStatus};
 use crate::error::Error;
-use crate::transport::{Caps, FrameSink, PeerState, Sink, Transport};
+use crate::transport::{Caps, FrameSink, PeerState, RemoteOp, Sink, Transport};
 
 const THDR: usize = 16;
 const DATA: u8 = 1;
@@ -273,6 +275,8 @@ pub(crate) struct VerbsTransport {
     /// Sequenced messages each device sent (not counting retransmissions), reported by
     /// `finalize` under `MPR_VERBOSE`: how the cables shared the traffic.
     carried: Vec<u64>,
+    /// One-sided transfers of windows (RDMA WRITE and READ, `one_sided`).
+    os: one_sided::OneSided,
     finalizing: bool,
     said_goodbye: bool,
 }
@@ -414,6 +418,7 @@ impl VerbsTransport {
             resent: 0,
             out_of_order: 0,
             carried: vec![0; n_devs],
+            os: Default::default(),
             finalizing: false,
             said_goodbye: false,
         };
@@ -665,6 +670,10 @@ impl VerbsTransport {
         }
         match c.op {
             Opcode::Recv => self.on_recv(link, buf, c, sink),
+            _ if buf & one_sided::REMOTE_TAG != 0 => {
+                self.on_remote(link, buf & !one_sided::REMOTE_TAG, c);
+                Ok(1)
+            }
             // A READ given up on (its wait ended early): only its queue slot is left.
             _ if buf & READ_TAG != 0 => {
                 let l = &mut self.links[link];
@@ -849,6 +858,8 @@ impl Transport for VerbsTransport {
             bulk_read: self.reads(),
             expose: true,
             bulk_write: false,
+            remote_write: self.caps.rc && self.caps.rdma_write,
+            remote_read: self.caps.rc && self.caps.rdma_read,
         }
     }
 
@@ -884,9 +895,12 @@ impl Transport for VerbsTransport {
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
         let mut comps = std::mem::take(&mut self.comps);
         comps.clear();
-        let mut n = self.stash.0.len();
+        let mut n = self.stash.0.len() + self.stash.1.len();
         for (peer, f) in self.stash.0.drain(..) {
             sink.frame(peer, &f)?;
+        }
+        for (peer, token, r) in self.stash.1.drain(..) {
+            sink.remote_done(peer, token, r.as_ref().map(|b| b.as_deref()).map_err(Clone::clone));
         }
         let mut err = None;
         for dev in self.devs.iter_mut() {
@@ -903,6 +917,10 @@ impl Transport for VerbsTransport {
             }
         }
         self.comps = comps;
+        if self.remote_busy() {
+            self.remote_pump();
+            self.remote_finish(sink);
+        }
         if let Some(e) = err {
             return Err(e);
         }
@@ -946,7 +964,7 @@ impl Transport for VerbsTransport {
     }
 
     unsafe fn register_region(&mut self, peer: usize, addr: u64, len: usize) -> Option<u64> {
-        let link = self.link_of(peer).filter(|_| self.reads())?;
+        let link = self.remote_link(peer)?;
         let budget = self.caps.max_mr.saturating_sub(OWN_REGIONS);
         if len == 0 || self.exposed.len() >= budget || self.links[link].dead.is_some() {
             return None;
@@ -960,8 +978,16 @@ impl Transport for VerbsTransport {
         Some(key)
     }
 
-    fn remote_read_min(&self, peer: usize) -> Option<usize> {
-        self.link_of(peer).filter(|_| self.reads()).map(|_| self.tune.read_min)
+    unsafe fn start_remote(
+        &mut self,
+        peer: usize,
+        op: RemoteOp,
+        addr: u64,
+        key: u64,
+        token: u64,
+    ) -> Result<bool, Error> {
+        // SAFETY: the caller's contract is the trait's.
+        unsafe { self.remote_start(peer, op, addr, key, token) }
     }
 
     fn conceal(&mut self, peer: usize, key: u64) {
@@ -1039,6 +1065,7 @@ impl Drop for VerbsTransport {
         for ((d, _), mr) in self.exposed.drain() {
             let _ = self.devs[d].deregister(mr);
         }
+        self.remote_release();
         // Device d registered send_mr[d] and recv_mr[d].
         for regions in [std::mem::take(&mut self.send_mr), std::mem::take(&mut self.recv_mr)] {
             for (d, mr) in regions.into_iter().enumerate() {
@@ -1048,9 +1075,14 @@ impl Drop for VerbsTransport {
     }
 }
 
-/// A sink that keeps every frame (for later delivery, and for tests).
+/// A sink that keeps every frame and the ends of one-sided transfers (for later delivery,
+/// and for tests).
 #[derive(Debug, Default)]
-pub(crate) struct Frames(pub(crate) Vec<(usize, Vec<u8>)>);
+#[allow(clippy::type_complexity)]
+pub(crate) struct Frames(
+    pub(crate) Vec<(usize, Vec<u8>)>,
+    pub(crate) Vec<(usize, u64, Result<Option<Vec<u8>>, Error>)>,
+);
 
 impl Sink for Frames {
     fn frame(&mut self, peer: usize, frame: &[u8]) -> Result<(), Error> {
@@ -1065,6 +1097,9 @@ impl Sink for Frames {
     }
     fn placed(&mut self, _: usize, _: u64, _: usize) -> Result<(), Error> {
         Ok(())
+    }
+    fn remote_done(&mut self, peer: usize, token: u64, result: Result<Option<&[u8]>, Error>) {
+        self.1.push((peer, token, result.map(|b| b.map(<[u8]>::to_vec))));
     }
 }
 
