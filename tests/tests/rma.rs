@@ -199,3 +199,23 @@ fn a_busy_target_still_serves_locks_and_puts() {
     let (ms, rounds) = busy_target(&[("MPR_PROGRESS_THREAD", "off")]);
     assert!(ms > 1000.0 && rounds == 0, "without the thread the origin waits for the target: {ms} ms, {rounds} rounds");
 }
+
+/// A target killed while an origin writes into its window, on every path a put can take
+/// (single copy on one host, messages over TCP, RDMA WRITE on soft RC): the origin gets an
+/// error naming the dead rank, not a hang, and the job ends with the kill's status.
+#[test]
+fn a_target_killed_mid_epoch_is_an_error_at_the_origin() {
+    let rc = [("MPR_TRANSPORTS", "rdma"), ("MPR_VERBS_PROVIDER", "soft-rc")];
+    for env in [&[("RMA_WIN", "create")][..], &[("MPR_TRANSPORTS", "tcp")][..], &rc[..]] {
+        let mut e = env.to_vec();
+        e.push(("MPR_KILL_GRACE_MS", "5000"));
+        let p = bin_dir().join("rma");
+        let out = mprun(&["-np", "2", "--timeout", "60", p.to_str().unwrap(), "target-dies"], &e);
+        let (so, se) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(128 + 9), "{env:?}: stdout {so} stderr {se}");
+        assert!(
+            so.contains("rank 0 saw: rank 1 is gone"),
+            "{env:?}: the origin got an error naming rank 1: {so}\n{se}"
+        );
+    }
+}

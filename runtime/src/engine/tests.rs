@@ -671,3 +671,37 @@ fn a_failed_request_leaves_no_frame_and_no_transfer_behind() {
     assert_eq!(buf, next);
     assert_eq!(e.live_requests(), 0);
 }
+
+/// One-sided transfers the transport does (RDMA WRITE and READ): a read's staged bytes land
+/// in the request's buffer, a failed transfer fails its request with the transport's error,
+/// a detached write leaves no request behind, and every end is counted for the flushes.
+#[test]
+fn remote_transfers_complete_fail_and_count() {
+    use crate::transport::Sink;
+    let mut e = Net::new(2, 1024, 4096, 8).engines.remove(0);
+    let mut dst = [0u8; 4];
+    // SAFETY: `dst` outlives the request, which completes below.
+    let buf = unsafe { RawBufMut::new(&mut dst) };
+    let read = e.rma_remote_begin(1, buf);
+    let write = e.rma_remote_begin(1, RawBufMut::EMPTY);
+    let detached = e.rma_remote_begin(1, RawBufMut::EMPTY);
+    e.rma_remote_detach(detached);
+    assert_eq!(e.rma_remote_counts(1), (3, 0));
+    let live = e.live_requests();
+    e.remote_done(1, read.to_wire(), Ok(Some(&[1, 2, 3, 4])));
+    e.remote_done(1, write.to_wire(), Err(Error::Transport("RDMA WRITE failed (RemoteAccess)".into())));
+    e.remote_done(1, detached.to_wire(), Ok(None));
+    assert_eq!(e.rma_remote_counts(1), (3, 3), "every end is counted");
+    assert_eq!(e.live_requests(), live - 1, "the detached write is gone");
+    assert_eq!(e.reqs.take_done(read).unwrap().unwrap().bytes, 4);
+    assert_eq!(dst, [1, 2, 3, 4], "the staged bytes were copied into the buffer");
+    match e.reqs.take_done(write) {
+        Some(Err(Error::Transport(m))) => assert!(m.contains("RemoteAccess"), "{m}"),
+        other => panic!("the failed write's request: {other:?}"),
+    }
+    // A transfer that could not start is counted as ended, and leaves no request.
+    let aborted = e.rma_remote_begin(1, RawBufMut::EMPTY);
+    e.rma_remote_abort(1, aborted);
+    assert_eq!(e.rma_remote_counts(1), (4, 4));
+    assert!(e.reqs.get(aborted).is_none());
+}

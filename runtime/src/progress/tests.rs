@@ -15,7 +15,7 @@ use crate::buf::{RawBuf, RawBufMut};
 use crate::comm::Comm;
 use crate::engine::wire::Frame;
 use crate::engine::PeerLimits;
-use crate::transport::{Caps, FrameSink};
+use crate::transport::{Caps, FrameSink, RemoteOp};
 
 /// Eager limit of every path in these tests.
 const EAGER: usize = 64;
@@ -42,6 +42,13 @@ struct Wire {
     reads: Vec<(usize, u64, usize)>,
     /// The peers answer nothing before this time.
     quiet_until: Option<Instant>,
+    /// One-sided transfers started so far; the one that fails to start, and the one whose
+    /// completion is an error (1-based).
+    remote_calls: usize,
+    remote_refused_at: usize,
+    remote_fails_at: usize,
+    /// Ends of one-sided transfers, delivered at the next poll: (peer, token, error).
+    remote_ends: Vec<(usize, u64, Option<Error>)>,
 }
 
 impl Wire {
@@ -54,6 +61,8 @@ impl Wire {
             stuck_from: vec![usize::MAX; n],
             fail_from: vec![usize::MAX; n],
             poll_fails_at: usize::MAX,
+            remote_refused_at: usize::MAX,
+            remote_fails_at: usize::MAX,
             ..Wire::default()
         }
     }
@@ -119,9 +128,43 @@ impl Transport for Scripted {
             bulk_read: true,
             expose: false,
             bulk_write: false,
-            remote_write: false,
-            remote_read: false,
+            remote_write: true,
+            remote_read: true,
         }
+    }
+
+    unsafe fn start_remote(
+        &mut self,
+        peer: usize,
+        op: RemoteOp,
+        addr: u64,
+        _key: u64,
+        token: u64,
+    ) -> Result<bool, Error> {
+        let mut w = self.wire.borrow_mut();
+        w.remote_calls += 1;
+        let call = w.remote_calls;
+        if call == w.remote_refused_at {
+            return Err(Error::Transport("link down".into()));
+        }
+        if call == w.remote_fails_at {
+            w.remote_ends.push((peer, token, Some(Error::Transport("RDMA WRITE failed (RemoteAccess)".into()))));
+            return Ok(false);
+        }
+        // SAFETY: `addr` is a buffer of the test's, of at least the transfer's length, and
+        // the caller keeps the local buffer valid until the end is reported.
+        unsafe {
+            match op {
+                RemoteOp::Write(src) => {
+                    std::ptr::copy_nonoverlapping(src.addr() as *const u8, addr as *mut u8, src.len())
+                }
+                RemoteOp::Read(dst) => {
+                    std::ptr::copy_nonoverlapping(addr as *const u8, dst.addr_at(0) as *mut u8, dst.len())
+                }
+            }
+        }
+        w.remote_ends.push((peer, token, None));
+        Ok(false)
     }
 
     fn try_send(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
@@ -146,6 +189,9 @@ impl Transport for Scripted {
         w.polls += 1;
         if w.quiet_until.is_some_and(|t| Instant::now() < t) {
             return Ok(0);
+        }
+        for (p, token, err) in std::mem::take(&mut w.remote_ends) {
+            sink.remote_done(p, token, err.map_or(Ok(None), Err));
         }
         let frames = w.step_peers();
         let n = frames.len();
@@ -398,4 +444,48 @@ fn a_collective_that_times_out_leaves_no_request_behind() {
     assert_eq!(all[16..], theirs);
     assert_eq!(wire.borrow().frames_to(1).len(), 2, "both blocks went to rank 1");
     assert!(wire.borrow_mut().peer(2).take(s2).expect("done").is_ok());
+}
+
+/// One-sided transfers through the transport (RDMA WRITE and READ): one that completes moves
+/// the bytes and is counted; one whose completion is an error fails its request with it;
+/// one the transport refuses to start fails at once and breaks the peer; none leaves a
+/// request behind.
+#[test]
+fn remote_transfers_complete_fail_and_break_their_peer() {
+    let (_world, rt, wire) = job(3);
+    let target = data(9, 256);
+    let mut window = vec![0u8; 256];
+    let src = data(3, 256);
+    let mut r = rt.borrow_mut();
+    // SAFETY: `src` and `window` outlive the transfers, which end before the next step.
+    let (id, copied) = unsafe { r.rma_remote(1, RemoteOp::Write(rb(&src)), window.as_mut_ptr() as u64, 7) }.unwrap();
+    assert!(!copied);
+    r.wait(id).unwrap();
+    assert_eq!(window, src, "the write's bytes are in the target's memory");
+    let mut got = vec![0u8; 256];
+    // SAFETY: as above, for `got` and `target`.
+    let (id, _) = unsafe { r.rma_remote(1, RemoteOp::Read(rbm(&mut got)), target.as_ptr() as u64, 7) }.unwrap();
+    assert_eq!(r.wait(id).unwrap().bytes, 256);
+    assert_eq!(got, target, "the read's bytes are in the buffer");
+    assert_eq!(r.engine.rma_remote_counts(1), (2, 2));
+
+    wire.borrow_mut().remote_fails_at = 3;
+    // SAFETY: as above.
+    let (id, _) = unsafe { r.rma_remote(1, RemoteOp::Write(rb(&src)), window.as_mut_ptr() as u64, 7) }.unwrap();
+    let e = r.wait(id).unwrap_err();
+    assert!(matches!(&e, Error::Transport(m) if m.contains("RemoteAccess")), "{e}");
+    assert_eq!(r.engine.rma_remote_counts(1), (3, 3), "the failed one is counted as ended");
+
+    wire.borrow_mut().remote_refused_at = 4;
+    // SAFETY: as above.
+    let e = unsafe { r.rma_remote(2, RemoteOp::Write(rb(&src)), window.as_mut_ptr() as u64, 7) }.unwrap_err();
+    assert!(is_link_down_to(&e, 2), "{e}");
+    assert_eq!(r.engine.rma_remote_counts(2), (1, 1));
+    // The peer is broken: the next transfer to it fails at once, without the transport.
+    // SAFETY: as above.
+    let again = unsafe { r.rma_remote(2, RemoteOp::Write(rb(&src)), window.as_mut_ptr() as u64, 7) };
+    assert!(again.is_err_and(|e| is_link_down_to(&e, 2)));
+    assert_eq!(wire.borrow().remote_calls, 4);
+    drop(r);
+    assert_idle(&rt);
 }

@@ -33,6 +33,7 @@ fn main() {
         "busy-target" => busy_target(&w),
         "shared" => shared(&w),
         "dynamic" => dynamic(&w),
+        "target-dies" => target_dies(&w),
         other => {
             eprintln!("unknown scenario {other:?}");
             std::process::exit(2)
@@ -672,4 +673,39 @@ fn dynamic(w: &Comm) -> R {
     win.unlock(next)?;
     w.barrier()?;
     win.free()
+}
+
+/// Rank 1 is killed (SIGKILL) while rank 0 writes 1 MiB into its window in lock epochs, by
+/// whatever path the window gives: rank 0's put, flush or unlock fails with an error that
+/// names rank 1, which it prints before leaving (mprun then ends the job).
+fn target_dies(w: &Comm) -> R {
+    let win = window::<u8>(w, 1 << 20)?;
+    w.barrier()?;
+    match w.rank() {
+        0 => {
+            // mprun stops the job when rank 1 dies: rank 0 stays to see its error.
+            // SAFETY: setting a signal's disposition to SIG_IGN installs no handler code.
+            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+            let data = vec![7u8; 1 << 20];
+            let t0 = std::time::Instant::now();
+            loop {
+                let r =
+                    win.lock(LockType::Exclusive, 1).and_then(|()| win.put(&data, 1, 0)).and_then(|()| win.unlock(1));
+                match r {
+                    Err(e) => {
+                        println!("rank 0 saw: {e}");
+                        std::process::exit(0);
+                    }
+                    Ok(()) if t0.elapsed().as_secs() > 30 => return Err(fail("rank 1 died unnoticed".into())),
+                    Ok(()) => {}
+                }
+            }
+        }
+        _ => {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let _ = std::process::Command::new("kill").args(["-9", &std::process::id().to_string()]).status();
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            Ok(())
+        }
+    }
 }
