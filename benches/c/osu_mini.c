@@ -15,7 +15,8 @@
  *   --one-buffer  bw: all window slots share one buffer, as OSU's osu_bw does
  *                 (the default, as in mpr-bench)
  *   --slots       bw: each message of the window gets its own region (mpr-bench --slots)
- *   --win allocate|create   one-sided tests: MPI_Win_allocate (default) or MPI_Win_create
+ *   --win allocate|create|dynamic   one-sided tests: MPI_Win_allocate (default), MPI_Win_create
+ *                           or MPI_Win_create_dynamic with the memory attached
  *   --sync flush|lock|fence|pscw  one-sided tests: how operations complete (default flush:
  *                 one shared lock around the test, MPI_Win_flush after each operation, or
  *                 after each window of --window operations for put_bw/get_bw)
@@ -404,8 +405,8 @@ static void run_rma(enum rma kind, const char *title)
     if (strcmp(g_sync, "flush") && strcmp(g_sync, "lock") && strcmp(g_sync, "fence") &&
         strcmp(g_sync, "pscw"))
         die("--sync takes flush, lock, fence or pscw");
-    if (strcmp(g_win, "allocate") && strcmp(g_win, "create"))
-        die("--win takes allocate or create");
+    if (strcmp(g_win, "allocate") && strcmp(g_win, "create") && strcmp(g_win, "dynamic"))
+        die("--win takes allocate, create or dynamic");
     int bw = kind == R_PUT_BW || kind == R_GET_BW;
     long elem = kind == R_ACC ? 4 : (kind == R_FOP || kind == R_CAS) ? 8 : 1;
     long win_bytes = (kind == R_FOP || kind == R_CAS) ? 8 : g_max;
@@ -415,12 +416,21 @@ static void run_rma(enum rma kind, const char *title)
     MPI_Group_incl(world, 1, &peer, &g_peer_group);
     void *base = NULL;
     MPI_Win win;
+    /* Where rank 1's memory starts, as a target displacement: 0, or its address in a
+       dynamic window (whose displacement unit is the byte). */
+    MPI_Aint tdisp = 0;
     if (!strcmp(g_win, "allocate")) {
         MPI_Win_allocate(win_bytes, (int)elem, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
         memset(base, 0, win_bytes);
-    } else {
+    } else if (!strcmp(g_win, "create")) {
         base = alloc_buf(win_bytes, 0);
         MPI_Win_create(base, win_bytes, (int)elem, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    } else {
+        base = alloc_buf(win_bytes, 0);
+        MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+        MPI_Win_attach(win, base, win_bytes);
+        MPI_Get_address(base, &tdisp);
+        MPI_Bcast(&tdisp, 1, MPI_AINT, 1, MPI_COMM_WORLD);
     }
     char *src = alloc_buf(g_max, 'a');
     long slots_bytes = 16L << 20;
@@ -456,25 +466,25 @@ static void run_rma(enum rma kind, const char *title)
                     switch (kind) {
                     case R_PUT:
                     case R_PUT_BW:
-                        MPI_Put(src, count, MPI_CHAR, 1, 0, count, MPI_CHAR, win);
+                        MPI_Put(src, count, MPI_CHAR, 1, tdisp, count, MPI_CHAR, win);
                         break;
                     case R_GET:
-                        MPI_Get(dst, count, MPI_CHAR, 1, 0, count, MPI_CHAR, win);
+                        MPI_Get(dst, count, MPI_CHAR, 1, tdisp, count, MPI_CHAR, win);
                         break;
                     case R_GET_BW:
-                        MPI_Get(dst + (k % batch) * size, count, MPI_CHAR, 1, 0, count, MPI_CHAR, win);
+                        MPI_Get(dst + (k % batch) * size, count, MPI_CHAR, 1, tdisp, count, MPI_CHAR, win);
                         if ((k + 1) % batch == 0 && k + 1 < n && strcmp(g_sync, "fence") &&
                             strcmp(g_sync, "pscw"))
                             MPI_Win_flush_local(1, win);
                         break;
                     case R_ACC:
-                        MPI_Accumulate(src, count, MPI_INT, 1, 0, count, MPI_INT, MPI_SUM, win);
+                        MPI_Accumulate(src, count, MPI_INT, 1, tdisp, count, MPI_INT, MPI_SUM, win);
                         break;
                     case R_FOP:
-                        MPI_Fetch_and_op(src, dst, MPI_INT64_T, 1, 0, MPI_SUM, win);
+                        MPI_Fetch_and_op(src, dst, MPI_INT64_T, 1, tdisp, MPI_SUM, win);
                         break;
                     case R_CAS:
-                        MPI_Compare_and_swap(src, dst + 8, dst, MPI_INT64_T, 1, 0, win);
+                        MPI_Compare_and_swap(src, dst + 8, dst, MPI_INT64_T, 1, tdisp, win);
                         break;
                     }
                 }
@@ -491,6 +501,8 @@ static void run_rma(enum rma kind, const char *title)
                 print_row(size, elapsed * 1e6 / (double)iters);
         }
     }
+    if (!strcmp(g_win, "dynamic"))
+        MPI_Win_detach(win, base);
     MPI_Win_free(&win);
     if (strcmp(g_win, "allocate"))
         free(base);
@@ -507,7 +519,7 @@ static void usage(void)
                         " [--min B] [--max B] [--iters N] [--warmup N] [--window N]"
                         " [--pairs N] [--one-buffer|--slots]\n"
                         "       osu_mini put_latency|get_latency|acc_latency|fop_latency|cas_latency|put_bw|get_bw"
-                        " [--win allocate|create] [--sync flush|lock|fence|pscw] [size and iteration options]\n");
+                        " [--win allocate|create|dynamic] [--sync flush|lock|fence|pscw] [size and iteration options]\n");
 }
 
 int main(int argc, char **argv)

@@ -70,6 +70,9 @@ enum WinKind {
     Allocate,
     /// `Window::create` over the benchmark's own buffer (`MPI_Win_create`).
     Create,
+    /// `Window::create_dynamic` with the benchmark's own buffer attached
+    /// (`MPI_Win_create_dynamic`, `MPI_Win_attach`).
+    Dynamic,
 }
 
 /// How a one-sided test completes its operations (OSU's `-s`).

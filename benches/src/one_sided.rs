@@ -35,28 +35,37 @@ pub(crate) fn run(w: &Comm, o: &Opts) -> R {
         }
     }
     match o.what {
-        Bench::AccLatency => with_window::<i32>(w, o, o.max / 4, |win| latency(w, o, win, 4)),
-        Bench::FopLatency | Bench::CasLatency => with_window::<u64>(w, o, 1, |win| latency(w, o, win, 8)),
-        _ => with_window::<u8>(w, o, o.max.max(1), |win| match o.what {
-            Bench::PutBw | Bench::GetBw => bandwidth(w, o, win),
-            _ => latency(w, o, win, 1),
+        Bench::AccLatency => with_window::<i32>(w, o, o.max / 4, |win, at| latency(w, o, win, at, 4)),
+        Bench::FopLatency | Bench::CasLatency => with_window::<u64>(w, o, 1, |win, at| latency(w, o, win, at, 8)),
+        _ => with_window::<u8>(w, o, o.max.max(1), |win, at| match o.what {
+            Bench::PutBw | Bench::GetBw => bandwidth(w, o, win, at),
+            _ => latency(w, o, win, at, 1),
         }),
     }
 }
 
-/// Makes the window `o.win` asks for, of `len` elements at each rank, runs `f` on it and
-/// frees it.
-fn with_window<T: Pod>(w: &Comm, o: &Opts, len: usize, f: impl FnOnce(&Window<'_, T>) -> R) -> R {
+/// Makes the window `o.win` asks for, of `len` elements at each rank, runs `f` on it with
+/// the displacement of rank 1's memory (0, or its address in a dynamic window), and frees
+/// it.
+fn with_window<T: Pod>(w: &Comm, o: &Opts, len: usize, f: impl FnOnce(&Window<'_, T>, usize) -> R) -> R {
     match o.win {
         WinKind::Allocate => {
             let win = Window::<T>::allocate(w, len)?;
-            f(&win)?;
+            f(&win, 0)?;
             win.free()
         }
         WinKind::Create => {
             let mut store = Paged::new(len, T::zeroed());
             let win = Window::create(w, store.get())?;
-            f(&win)?;
+            f(&win, 0)?;
+            win.free()
+        }
+        WinKind::Dynamic => {
+            let mut store = Paged::new(len, T::zeroed());
+            let win = Window::create_dynamic(w)?;
+            let mut at = [win.attach(store.get())? as u64];
+            w.bcast(&mut at, 1)?;
+            f(&win, at[0] as usize)?;
             win.free()
         }
     }
@@ -125,7 +134,7 @@ fn timed<T: Pod>(
 
 /// Latency of one operation of `elem`-byte elements per step, for every size (one row of 8
 /// bytes for the atomics).
-fn latency<T: Elem + mpr::op::Number>(w: &Comm, o: &Opts, win: &Window<'_, T>, elem: usize) -> R {
+fn latency<T: Elem + mpr::op::Number>(w: &Comm, o: &Opts, win: &Window<'_, T>, at: usize, elem: usize) -> R {
     let list = match o.what {
         Bench::FopLatency | Bench::CasLatency => vec![8],
         _ => sizes(o.min.max(elem), o.max, false),
@@ -137,11 +146,11 @@ fn latency<T: Elem + mpr::op::Number>(w: &Comm, o: &Opts, win: &Window<'_, T>, e
         let n = size / elem;
         let it = schedule(size, &LATENCY, o);
         let t = timed(w, o, win, it, || match o.what {
-            Bench::PutLatency => win.put(&src[..n], 1, 0),
-            Bench::GetLatency => win.get(&mut dst[..n], 1, 0),
-            Bench::AccLatency => win.accumulate(&src[..n], 1, 0, Sum),
-            Bench::FopLatency => win.fetch_and_op(src[0], 1, 0, Sum).map(drop),
-            _ => win.compare_and_swap(src[0], dst[0], 1, 0).map(drop),
+            Bench::PutLatency => win.put(&src[..n], 1, at),
+            Bench::GetLatency => win.get(&mut dst[..n], 1, at),
+            Bench::AccLatency => win.accumulate(&src[..n], 1, at, Sum),
+            Bench::FopLatency => win.fetch_and_op(src[0], 1, at, Sum).map(drop),
+            _ => win.compare_and_swap(src[0], dst[0], 1, at).map(drop),
         })?;
         if w.rank() == 0 {
             println!("{size:<10}{:>18.2}", t * 1e6 / it.0 as f64);
@@ -151,7 +160,7 @@ fn latency<T: Elem + mpr::op::Number>(w: &Comm, o: &Opts, win: &Window<'_, T>, e
 }
 
 /// Bandwidth of `--window` puts or gets per step, for every size.
-fn bandwidth(w: &Comm, o: &Opts, win: &Window<'_, u8>) -> R {
+fn bandwidth(w: &Comm, o: &Opts, win: &Window<'_, u8>, at: usize) -> R {
     let n = o.window as usize;
     let src = Paged::new(o.max.max(1), b'a');
     let src = src.slice();
@@ -165,7 +174,7 @@ fn bandwidth(w: &Comm, o: &Opts, win: &Window<'_, u8>) -> R {
                 // `put` returns once its buffer may be reused, as MPI_Put may: the window of
                 // puts is in flight together until the flush.
                 for _ in 0..n {
-                    win.put(&src[..size], 1, 0)?;
+                    win.put(&src[..size], 1, at)?;
                 }
             }
             if o.what == Bench::GetBw {
@@ -174,7 +183,7 @@ fn bandwidth(w: &Comm, o: &Opts, win: &Window<'_, u8>) -> R {
                         let reqs = slots
                             .chunks_mut(size)
                             .take(batch.min(n - k))
-                            .map(|slot| win.rget(s, slot, 1, 0))
+                            .map(|slot| win.rget(s, slot, 1, at))
                             .collect::<R<Vec<_>>>()?;
                         mpr::wait_all(reqs).map(drop)
                     })?;

@@ -54,7 +54,7 @@ pub use error::{Error, ErrorClass, Result};
 pub use group::Group;
 pub use half;
 pub use request::{scope, test_all, wait_all, wait_any, Request, Scope};
-pub use rma::{Elem, LockType, NoOp, Replace, RmaOp, Window};
+pub use rma::{Assert, Elem, LockType, NoOp, Replace, RmaOp, Window};
 pub use status::Status;
 
 /// The README's example runs as a doctest (a job of one rank), so it cannot go stale.

@@ -50,6 +50,45 @@ pub enum LockType {
     Exclusive,
 }
 
+/// What the program promises about a synchronisation call (`MPI_MODE_*`), so that it may
+/// do less. Combine with `|`. A promise the program breaks makes its outcome undefined, as
+/// in MPI.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Assert(u32);
+
+impl Assert {
+    /// No promise.
+    pub const NONE: Assert = Assert(0);
+    /// `lock`/`lock_all`: no other origin holds or asks for a conflicting lock, so none is
+    /// taken at the target (no round trip). `start`/`post`: the matching posts are done
+    /// before the start; given to both sides, no message is exchanged.
+    pub const NOCHECK: Assert = Assert(1);
+    /// `post`, `fence`: the local window was not written by local stores since the last
+    /// synchronisation (accepted; nothing to skip here).
+    pub const NOSTORE: Assert = Assert(2);
+    /// `post`, `fence`: the local window will not be written by puts or accumulates until
+    /// the next synchronisation (accepted; nothing to skip here).
+    pub const NOPUT: Assert = Assert(4);
+    /// `fence`: no operation of this rank precedes it (nothing to complete). Every rank
+    /// must give it if one does.
+    pub const NOPRECEDE: Assert = Assert(8);
+    /// `fence`: no operation follows it (no epoch is opened: an operation before the next
+    /// fence is an error). Every rank must give it if one does.
+    pub const NOSUCCEED: Assert = Assert(16);
+
+    /// Whether every promise of `other` is made here.
+    pub fn contains(self, other: Assert) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Assert {
+    type Output = Assert;
+    fn bitor(self, rhs: Assert) -> Assert {
+        Assert(self.0 | rhs.0)
+    }
+}
+
 /// The paths an operation takes, as counted for `MPR_VERBOSE` (`Runtime::rma_ops`): a copy
 /// into a segment shared with the target, a single copy into its memory by the OS, a
 /// message its engine serves, an RDMA READ, an RDMA WRITE.
@@ -101,6 +140,9 @@ struct Epoch {
     locks: Vec<Option<LockType>>,
     /// `lock_all` holds a shared lock on every rank.
     all: bool,
+    /// Per rank: its lock (or `lock_all`'s) was taken with [`Assert::NOCHECK`], so the
+    /// target holds none to release.
+    nocheck: Vec<bool>,
     /// The group of an access epoch opened by `start`.
     access: Option<Vec<usize>>,
     /// The group of an exposure epoch opened by `post`.
@@ -208,6 +250,7 @@ impl<'a, T: Pod> Window<'a, T> {
         let n = comm.size();
         let epoch = Epoch {
             locks: vec![None; n],
+            nocheck: vec![false; n],
             dirty: vec![false; n],
             seen: vec![Counts::default(); n],
             ..Default::default()
@@ -814,15 +857,41 @@ impl<T: Elem> Window<'_, T> {
         disp: usize,
         op: O,
     ) -> Result<(), Error> {
-        if data.len() != result.len() {
-            return Err(Error::Other(format!(
-                "get_accumulate of {} elements into a result of {}",
-                data.len(),
-                result.len()
-            )));
-        }
-        let at = self.access("get_accumulate", target, disp, data.len())?;
+        let at = self.fetch_access("get_accumulate", target, disp, data.len(), result.len())?;
         self.fetch(target, at, data, result, op)
+    }
+
+    /// [`Window::access`] for an operation of `len` elements that returns `out` elements.
+    fn fetch_access(&self, what: &str, target: usize, disp: usize, len: usize, out: usize) -> Result<At, Error> {
+        if len != out {
+            return Err(Error::Other(format!("{what} of {len} elements into a result of {out}")));
+        }
+        self.access(what, target, disp, len)
+    }
+
+    /// Starts a get_accumulate (`MPI_Rget_accumulate`); the request completes when the old
+    /// elements are in `result`.
+    pub fn rget_accumulate<'s, O: RmaOp<T>>(
+        &self,
+        scope: &Scope<'s>,
+        data: &'s [T],
+        result: &'s mut [T],
+        target: usize,
+        disp: usize,
+        _op: O,
+    ) -> Result<Request<'s>, Error> {
+        let at = self.fetch_access("rget_accumulate", target, disp, data.len(), result.len())?;
+        let how = combine::<T, O>();
+        let bytes = size_of_val(data);
+        if self.direct(target, at, Direct::Acc(how, bytemuck::cast_slice(data), Some(bytemuck::cast_slice_mut(result))))
+        {
+            return Ok(self.done(scope, bytes));
+        }
+        // SAFETY: both are borrowed for 's, the lifetime of `scope`, which completes the
+        // request before 's ends.
+        let (src, dst) =
+            unsafe { (RawBuf::new(bytemuck::cast_slice(data)), RawBufMut::new(bytemuck::cast_slice_mut(result))) };
+        self.begin(scope, |e| e.rma_fetch(at, how, src, dst))
     }
 
     fn fetch<O: RmaOp<T>>(&self, target: usize, at: At, data: &[T], result: &mut [T], _op: O) -> Result<(), Error> {
@@ -937,15 +1006,23 @@ impl<T: Pod> Window<'_, T> {
     /// returns, every operation of the epoch is complete at its target, and every
     /// operation on this rank's window is applied.
     pub fn fence(&self) -> Result<(), Error> {
+        self.fence_with(Assert::NONE)
+    }
+
+    /// [`Window::fence`] with promises ([`Assert::NOPRECEDE`]: nothing to complete;
+    /// [`Assert::NOSUCCEED`]: no epoch follows).
+    pub fn fence_with(&self, assert: Assert) -> Result<(), Error> {
         {
             let e = self.epoch.borrow();
             if e.locks.iter().any(Option::is_some) || e.all || e.access.is_some() || e.exposure.is_some() {
                 return Err(sync_err("fence while a lock, start or post epoch is open".into()));
             }
         }
-        self.flush_dirty(|_| true)?;
+        if !assert.contains(Assert::NOPRECEDE) {
+            self.flush_dirty(|_| true)?;
+        }
         self.comm.barrier()?;
-        self.epoch.borrow_mut().fence = true;
+        self.epoch.borrow_mut().fence = !assert.contains(Assert::NOSUCCEED);
         Ok(())
     }
 
@@ -962,13 +1039,23 @@ impl<T: Pod> Window<'_, T> {
 
     /// Locks `target`'s window (`MPI_Win_lock`): returns once the lock is granted.
     pub fn lock(&self, kind: LockType, target: usize) -> Result<(), Error> {
+        self.lock_with(kind, target, Assert::NONE)
+    }
+
+    /// [`Window::lock`] with promises ([`Assert::NOCHECK`]: no lock is taken at the
+    /// target, only the epoch opened here).
+    pub fn lock_with(&self, kind: LockType, target: usize, assert: Assert) -> Result<(), Error> {
         self.check_range(target, 0, 0)?;
         self.check_no_epoch_to(target, "lock")?;
-        let what = if kind == LockType::Shared { ctl::LOCK_SHARED } else { ctl::LOCK_EXCLUSIVE };
-        self.send_ctl(&[target], what)?;
-        self.await_each(&[target], |c| &mut c.granted)?;
+        let nocheck = assert.contains(Assert::NOCHECK);
+        if !nocheck {
+            let what = if kind == LockType::Shared { ctl::LOCK_SHARED } else { ctl::LOCK_EXCLUSIVE };
+            self.send_ctl(&[target], what)?;
+            self.await_each(&[target], |c| &mut c.granted)?;
+        }
         let mut e = self.epoch.borrow_mut();
         e.locks[target] = Some(kind);
+        e.nocheck[target] = nocheck;
         e.fence = false;
         Ok(())
     }
@@ -980,10 +1067,15 @@ impl<T: Pod> Window<'_, T> {
         if self.epoch.borrow().locks[target].is_none() {
             return Err(sync_err(format!("unlock of rank {target}, which this rank has not locked")));
         }
-        // The lock is released only after the RDMA transfers of the epoch are placed.
-        self.land(|r| r == target)?;
-        self.send_ctl(&[target], ctl::UNLOCK)?;
-        self.await_each(&[target], |c| &mut c.acked)?;
+        if self.epoch.borrow().nocheck[target] {
+            // No lock at the target: complete the epoch's operations there.
+            self.flush_dirty(|r| r == target)?;
+        } else {
+            // The lock is released only after the RDMA transfers of the epoch are placed.
+            self.land(|r| r == target)?;
+            self.send_ctl(&[target], ctl::UNLOCK)?;
+            self.await_each(&[target], |c| &mut c.acked)?;
+        }
         {
             let mut e = self.epoch.borrow_mut();
             e.locks[target] = None;
@@ -994,14 +1086,24 @@ impl<T: Pod> Window<'_, T> {
 
     /// Takes a shared lock on every rank's window (`MPI_Win_lock_all`).
     pub fn lock_all(&self) -> Result<(), Error> {
+        self.lock_all_with(Assert::NONE)
+    }
+
+    /// [`Window::lock_all`] with promises ([`Assert::NOCHECK`]: no lock is taken at the
+    /// targets).
+    pub fn lock_all_with(&self, assert: Assert) -> Result<(), Error> {
         let all: Vec<usize> = (0..self.comm.size()).collect();
         if let Some(t) = all.iter().find(|&&t| self.check_no_epoch_to(t, "lock_all").is_err()) {
             return self.check_no_epoch_to(*t, "lock_all");
         }
-        self.send_ctl(&all, ctl::LOCK_SHARED)?;
-        self.await_each(&all, |c| &mut c.granted)?;
+        let nocheck = assert.contains(Assert::NOCHECK);
+        if !nocheck {
+            self.send_ctl(&all, ctl::LOCK_SHARED)?;
+            self.await_each(&all, |c| &mut c.granted)?;
+        }
         let mut e = self.epoch.borrow_mut();
         e.all = true;
+        e.nocheck.iter_mut().for_each(|n| *n = nocheck);
         e.fence = false;
         Ok(())
     }
@@ -1013,9 +1115,13 @@ impl<T: Pod> Window<'_, T> {
             return Err(sync_err("unlock_all without lock_all".into()));
         }
         let all: Vec<usize> = (0..self.comm.size()).collect();
-        self.land(|_| true)?;
-        self.send_ctl(&all, ctl::UNLOCK)?;
-        self.await_each(&all, |c| &mut c.acked)?;
+        if self.epoch.borrow().nocheck.iter().all(|&n| n) {
+            self.flush_dirty(|_| true)?;
+        } else {
+            self.land(|_| true)?;
+            self.send_ctl(&all, ctl::UNLOCK)?;
+            self.await_each(&all, |c| &mut c.acked)?;
+        }
         {
             let mut e = self.epoch.borrow_mut();
             e.all = false;
@@ -1088,11 +1194,19 @@ impl<T: Pod> Window<'_, T> {
     /// Exposes this rank's window to the ranks of `group` (`MPI_Win_post`), until
     /// [`Window::wait`].
     pub fn post(&self, group: &[usize]) -> Result<(), Error> {
+        self.post_with(group, Assert::NONE)
+    }
+
+    /// [`Window::post`] with promises ([`Assert::NOCHECK`], given to the matching starts
+    /// too: they are known to come after this post, which sends nothing).
+    pub fn post_with(&self, group: &[usize], assert: Assert) -> Result<(), Error> {
         self.check_group(group)?;
         if self.epoch.borrow().exposure.is_some() {
             return Err(sync_err("post while an exposure epoch is open".into()));
         }
-        self.send_ctl(group, ctl::POST)?;
+        if !assert.contains(Assert::NOCHECK) {
+            self.send_ctl(group, ctl::POST)?;
+        }
         self.epoch.borrow_mut().exposure = Some(group.to_vec());
         Ok(())
     }
@@ -1100,6 +1214,12 @@ impl<T: Pod> Window<'_, T> {
     /// Opens an access epoch on the ranks of `group` (`MPI_Win_start`): returns once each
     /// has posted.
     pub fn start(&self, group: &[usize]) -> Result<(), Error> {
+        self.start_with(group, Assert::NONE)
+    }
+
+    /// [`Window::start`] with promises ([`Assert::NOCHECK`], given to the matching posts
+    /// too: this start waits for none).
+    pub fn start_with(&self, group: &[usize], assert: Assert) -> Result<(), Error> {
         self.check_group(group)?;
         {
             let e = self.epoch.borrow();
@@ -1107,7 +1227,9 @@ impl<T: Pod> Window<'_, T> {
                 return Err(sync_err("start while an access epoch is open".into()));
             }
         }
-        self.await_each(group, |c| &mut c.posts)?;
+        if !assert.contains(Assert::NOCHECK) {
+            self.await_each(group, |c| &mut c.posts)?;
+        }
         let mut e = self.epoch.borrow_mut();
         e.access = Some(group.to_vec());
         e.fence = false;

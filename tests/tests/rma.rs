@@ -21,6 +21,7 @@ const ALL: &[&str] = &[
     "errors",
     "shared",
     "dynamic",
+    "asserts",
 ];
 
 /// Runs `scenario` on `np` ranks with `env`; checks that every rank passed. Returns stdout.

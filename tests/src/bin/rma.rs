@@ -2,7 +2,7 @@
 //! Each scenario checks the windows' contents (against a sequential model where traffic is
 //! random) and exits non-zero with a message on any mismatch.
 
-use mpr::{BitXor, Comm, Error, ErrorClass, Loc, LockType, Max, MinLoc, NoOp, Replace, Sum, Window};
+use mpr::{Assert, BitXor, Comm, Error, ErrorClass, Loc, LockType, Max, MinLoc, NoOp, Replace, Sum, Window};
 use rand::{Rng, SeedableRng};
 
 type R = mpr::Result<()>;
@@ -34,6 +34,7 @@ fn main() {
         "shared" => shared(&w),
         "dynamic" => dynamic(&w),
         "target-dies" => target_dies(&w),
+        "asserts" => asserts(&w),
         other => {
             eprintln!("unknown scenario {other:?}");
             std::process::exit(2)
@@ -708,4 +709,68 @@ fn target_dies(w: &Comm) -> R {
             Ok(())
         }
     }
+}
+
+/// Synchronisation with promises (`MPI_MODE_*`), each checked by the data it must deliver:
+/// fences that complete nothing or open nothing (an operation after a NOSUCCEED fence is an
+/// error), locks without a lock at the target, post/start without their handshake; and
+/// rget_accumulate.
+fn asserts(w: &Comm) -> R {
+    let (me, n) = (w.rank(), w.size());
+    let next = (me + 1) % n;
+    let win = window::<u64>(w, 3 * n + 3)?;
+    let check = |what: &str, at: usize, want: u64| -> R {
+        let mut got = [0u64];
+        win.read_local(at, &mut got)?;
+        match got[0] == want {
+            true => Ok(()),
+            false => Err(fail(format!("{what}: element {at} is {}, want {want}", got[0]))),
+        }
+    };
+    // Fence epochs: the first completes nothing, the last opens nothing.
+    win.fence_with(Assert::NOPRECEDE)?;
+    win.put(&[10 + me as u64], next, me)?;
+    win.fence_with(Assert::NOSUCCEED | Assert::NOSTORE)?;
+    let prev = (me + n - 1) % n;
+    check("put between fences", prev, 10 + prev as u64)?;
+    match win.put(&[1], next, me) {
+        Err(e) if e.class() == ErrorClass::RmaSync => {}
+        other => return Err(fail(format!("put after a NOSUCCEED fence: {other:?}"))),
+    }
+    // Locks without a lock at the target: each origin writes its own element.
+    w.barrier()?;
+    win.lock_with(LockType::Shared, next, Assert::NOCHECK)?;
+    win.put(&[20 + me as u64], next, n + me)?;
+    win.accumulate(&[5], next, 3 * n, Sum)?;
+    win.unlock(next)?;
+    win.lock_all_with(Assert::NOCHECK)?;
+    for t in 0..n {
+        win.accumulate(&[1], t, 3 * n + 1, Sum)?;
+    }
+    win.unlock_all()?;
+    w.barrier()?;
+    check("put under a NOCHECK lock", n + prev, 20 + prev as u64)?;
+    check("accumulate under a NOCHECK lock", 3 * n, 5)?;
+    check("accumulates under a NOCHECK lock_all", 3 * n + 1, n as u64)?;
+    // Post/start without the handshake: the barrier orders every post before every start.
+    let everyone: Vec<usize> = (0..n).collect();
+    win.post_with(&everyone, Assert::NOCHECK | Assert::NOPUT)?;
+    w.barrier()?;
+    win.start_with(&everyone, Assert::NOCHECK)?;
+    win.put(&[30 + me as u64], next, 2 * n + me)?;
+    let mut old = [0u64; 1];
+    mpr::scope(|s| -> R {
+        let r = win.rget_accumulate(s, &[7], &mut old, next, 3 * n + 2, Sum)?;
+        r.wait()?;
+        Ok(())
+    })?;
+    win.complete()?;
+    win.wait()?;
+    check("put under a NOCHECK start", 2 * n + prev, 30 + prev as u64)?;
+    check("rget_accumulate", 3 * n + 2, 7)?;
+    if old[0] != 0 {
+        return Err(fail(format!("rget_accumulate returned {}, want 0", old[0])));
+    }
+    w.barrier()?;
+    win.free()
 }
