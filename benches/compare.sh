@@ -30,7 +30,7 @@
 #                    e.g. "--max 65536" or "--iters 100"; osu_mini and mpr-bench both take
 #                    --min B, --max B, --iters N, --warmup N, --window N, and run the same
 #                    iteration schedule (OSU's style: fewer iterations for larger sizes);
-#                    the one-sided tests also --win allocate|create and
+#                    the one-sided tests also --win allocate|create|dynamic and
 #                    --sync flush|lock|fence|pscw (default: allocate, flush)
 #   MPR_BUILD=1      0 skips `cargo build --release` of mprun and mpr-bench
 #   RAW_DIR=         keep raw outputs in this directory (default: temporary, deleted)

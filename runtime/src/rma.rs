@@ -105,7 +105,9 @@ enum Reach {
     /// Messages only (or the shared segment, which `Window::direct` tells).
     Message,
     /// Single copy by the OS into the target's memory, its part starting at this address
-    /// (a window over user memory on the same host).
+    /// (a window over user memory on the same host), for operations of at least
+    /// `MPR_RMA_COPY_MIN` bytes (64 KiB by default): below, a system call costs more than
+    /// the two copies through the shared-memory rings.
     Copy(u64),
     /// RDMA WRITE and READ into the target's part, registered once at this address under
     /// this key.
@@ -180,6 +182,8 @@ pub struct Window<'a, T: Pod> {
     reach: Vec<Cell<Reach>>,
     /// This rank's part registered for RDMA: (world rank of the peer, key).
     keys: Vec<(usize, u64)>,
+    /// Smallest put or get that goes by single copy (see [`Reach::Copy`]).
+    copy_min: usize,
     _borrow: PhantomData<&'a mut [T]>,
 }
 
@@ -266,6 +270,7 @@ impl<'a, T: Pod> Window<'a, T> {
             epoch: RefCell::new(epoch),
             ops: Default::default(),
             reach: vec![Cell::new(Reach::Message); n],
+            copy_min: crate::env::parsed("MPR_RMA_COPY_MIN").unwrap_or(64 << 10),
             keys: Vec::new(),
             _borrow: PhantomData,
         }
@@ -396,6 +401,7 @@ impl<'a, T: Pod> Window<'a, T> {
         let mut rt = self.comm.rt().borrow_mut();
         match self.reach[target].get() {
             Reach::Message => Ok(Moved::No),
+            Reach::Copy(_) if len < self.copy_min => Ok(Moved::No),
             Reach::Copy(base) => match rt.rma_copy(at.peer, base + at.disp, op) {
                 Ok(()) => {
                     self.count(COPY);

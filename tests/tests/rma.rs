@@ -45,8 +45,10 @@ fn every_scenario(np: usize, env: &[(&str, &str)]) {
 #[test]
 fn one_sided_over_shared_memory() {
     every_scenario(3, &[]);
-    // Windows over the program's memory: messages through the shared-memory transport.
+    // Windows over the program's memory: messages through the shared-memory transport,
+    // and single copy from 64 KiB; then single copy for every put and get.
     every_scenario(3, &[("RMA_WIN", "create")]);
+    every_scenario(3, &[("RMA_WIN", "create"), ("MPR_RMA_COPY_MIN", "1")]);
     // A single rank: every operation targets itself.
     for s in ["model-fence", "counter", "tickets", "caslock", "large"] {
         ok(1, s, &[]);
@@ -107,8 +109,8 @@ fn paths(np: usize, scenario: &str, env: &[(&str, &str)]) -> Vec<[u64; 5]> {
 
 /// Within a host, a window from `allocate` is shared memory that origins reach directly: no
 /// operation is a message. A window over the program's memory is reached by single copy
-/// for puts and gets, with accumulates as messages (one agent per window keeps them
-/// atomic). Ranks that may not share memory send every operation as a message. Over RC
+/// for puts and gets of 64 KiB and more (`MPR_RMA_COPY_MIN`), with smaller ones and
+/// accumulates as messages (one agent per window keeps accumulates atomic). Ranks that may not share memory send every operation as a message. Over RC
 /// verbs, puts and gets are RDMA WRITEs and READs into the target's part, registered once
 /// per window (`MPR_RMA_NATIVE=0` turns them into messages); over UC (Thunderbolt), which
 /// has neither, they are messages.
@@ -123,7 +125,10 @@ fn one_sided_operations_take_the_path_the_window_allows() {
         assert!(c[D] > 0 && c[C] + c[M] + c[R] + c[W] == 0, "allocate on one host: {c:?}");
     }
     for c in paths(3, "model-lock", &[("RMA_WIN", "create")]) {
-        assert!(c[D] == 0 && c[C] > 0 && c[M] > 0 && c[R] + c[W] == 0, "create on one host: {c:?}");
+        assert!(c[M] > 0 && c[D] + c[C] + c[R] + c[W] == 0, "create on one host, small operations: {c:?}");
+    }
+    for c in paths(3, "model-lock", &[("RMA_WIN", "create"), ("MPR_RMA_COPY_MIN", "1")]) {
+        assert!(c[D] == 0 && c[C] > 0 && c[M] > 0 && c[R] + c[W] == 0, "create on one host, MPR_RMA_COPY_MIN=1: {c:?}");
     }
     for c in paths(3, "large", &[("RMA_WIN", "create")]) {
         // Two puts and two gets to the other ranks; the one to itself and the
