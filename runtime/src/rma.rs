@@ -425,14 +425,17 @@ impl<'a, T: Pod> Window<'a, T> {
         }
     }
 
-    /// Waits until the RDMA transfers this rank started to the ranks `pick` selects are
-    /// complete at their targets (RC acknowledges a WRITE once its bytes are placed).
+    /// Waits until the operations this rank started to the ranks `pick` selects that end
+    /// here have ended: RDMA transfers (complete at the target: RC acknowledges a WRITE
+    /// once its bytes are placed), and gets and other operations awaiting an answer, which a
+    /// flush, unlock, fence or complete must finish too (a request form may not have been
+    /// waited for yet).
     fn land(&self, pick: impl Fn(usize) -> bool) -> Result<(), Error> {
         let marks: Vec<(usize, u64)> = {
             let rt = self.comm.rt().borrow();
             (0..self.reach.len())
-                .filter(|&r| pick(r) && matches!(self.reach[r].get(), Reach::Rdma(..)))
-                .map(|r| (self.world(r), rt.engine.rma_remote_counts(self.world(r))))
+                .filter(|&r| pick(r) && r != self.comm.rank())
+                .map(|r| (self.world(r), rt.engine.rma_awaited(self.world(r))))
                 .filter(|(_, (started, ended))| ended < started)
                 .map(|(p, (started, _))| (p, started))
                 .collect()
@@ -444,7 +447,7 @@ impl<'a, T: Pod> Window<'a, T> {
         self.comm
             .rt()
             .borrow_mut()
-            .wait_on_peer(target, |rt| marks.iter().all(|&(p, m)| rt.engine.rma_remote_counts(p).1 >= m))
+            .wait_on_peer(target, |rt| marks.iter().all(|&(p, m)| rt.engine.rma_awaited(p).1 >= m))
     }
 
     fn fixed(&self, what: &str) -> Result<(), Error> {

@@ -666,6 +666,10 @@ impl Engine {
             self.reqs.take_done(id);
             return None;
         }
+        if let Some(&State::RmaAnswer { peer, .. }) = self.reqs.get(id) {
+            // Its answer will not come: the origin awaits it no more.
+            self.awaited(peer).1 += 1;
+        }
         match self.reqs.get(id) {
             Some(State::SendRndv { .. } | State::RecvRndv { .. } | State::RmaAnswer { .. }) => {
                 self.failed.insert(id.to_wire());

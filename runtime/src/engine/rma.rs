@@ -180,10 +180,12 @@ impl Win {
 #[derive(Debug, Default)]
 pub(crate) struct Windows {
     list: Vec<Win>,
-    /// Per world rank: one-sided transfers started by the transport (RDMA WRITE and READ,
-    /// which the target's engine never sees) and ended, both only growing. A flush waits
-    /// until the second reaches what the first was when it started.
-    remote: Vec<(u64, u64)>,
+    /// Per world rank: one-sided operations of this origin whose end it awaits (transfers
+    /// the transport does, RDMA WRITE and READ, which the target's engine never sees; and
+    /// operations awaiting their answer, such as gets), started and ended, both only
+    /// growing. A flush, unlock, fence or complete waits until the second reaches what the
+    /// first was when it started.
+    awaited: Vec<(u64, u64)>,
 }
 
 impl Windows {
@@ -310,7 +312,7 @@ impl Engine {
             return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(len)))));
         }
         let len = dst.len() as u64;
-        let rid = self.reqs.insert(State::RmaAnswer { peer, buf: dst, got: 0 });
+        let rid = self.answer_awaited(peer, dst);
         self.push_owned(peer, Frame::Get { win: id, disp, len, oreq: rid.to_wire() }, RawBuf::EMPTY, rid, false);
         Ok(rid)
     }
@@ -331,7 +333,7 @@ impl Engine {
             result.write_at(0, &old);
             return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(old.len())))));
         }
-        let rid = self.reqs.insert(State::RmaAnswer { peer, buf: result, got: 0 });
+        let rid = self.answer_awaited(peer, result);
         let chunk = self.rma_chunk(peer, elem);
         let mut at = 0;
         loop {
@@ -362,7 +364,7 @@ impl Engine {
             result.write_at(0, &old);
             return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(old.len())))));
         }
-        let rid = self.reqs.insert(State::RmaAnswer { peer, buf: result, got: 0 });
+        let rid = self.answer_awaited(peer, result);
         self.push_owned(peer, Frame::Cas { win: id, disp, dtype, oreq: rid.to_wire() }, pair, rid, false);
         Ok(rid)
     }
@@ -370,15 +372,21 @@ impl Engine {
     /// A request for a one-sided transfer the transport does to `peer` (a read lands in
     /// `buf`), counted as started.
     pub(crate) fn rma_remote_begin(&mut self, peer: usize, buf: RawBufMut) -> ReqId {
-        self.remote_count(peer).0 += 1;
+        self.awaited(peer).0 += 1;
         self.reqs.insert(State::RmaRemote { peer, buf, detached: false })
     }
 
     /// The transfer of `id` could not start: counted as ended, and its request dropped.
     pub(crate) fn rma_remote_abort(&mut self, peer: usize, id: ReqId) {
-        self.remote_count(peer).1 += 1;
+        self.awaited(peer).1 += 1;
         self.reqs.complete(id, Ok(self.rma_status(0)));
         self.reqs.take_done(id);
+    }
+
+    /// A request awaiting `peer`'s answer into `buf`, counted as started.
+    fn answer_awaited(&mut self, peer: usize, buf: RawBufMut) -> ReqId {
+        self.awaited(peer).0 += 1;
+        self.reqs.insert(State::RmaAnswer { peer, buf, got: 0 })
     }
 
     /// Nobody will wait for the transfer of `id`: dropped when it ends.
@@ -391,21 +399,21 @@ impl Engine {
         }
     }
 
-    /// One-sided transfers to `peer` started and ended so far.
-    pub(crate) fn rma_remote_counts(&self, peer: usize) -> (u64, u64) {
-        self.rma.remote.get(peer).copied().unwrap_or_default()
+    /// One-sided operations to `peer` whose end this rank awaits, started and ended so far.
+    pub(crate) fn rma_awaited(&self, peer: usize) -> (u64, u64) {
+        self.rma.awaited.get(peer).copied().unwrap_or_default()
     }
 
-    fn remote_count(&mut self, peer: usize) -> &mut (u64, u64) {
-        if self.rma.remote.len() <= peer {
-            self.rma.remote.resize(self.limits.len().max(peer + 1), (0, 0));
+    pub(super) fn awaited(&mut self, peer: usize) -> &mut (u64, u64) {
+        if self.rma.awaited.len() <= peer {
+            self.rma.awaited.resize(self.limits.len().max(peer + 1), (0, 0));
         }
-        &mut self.rma.remote[peer]
+        &mut self.rma.awaited[peer]
     }
 
     /// The transport ended transfer `token` to `peer` (see `Sink::remote_done`).
     pub(super) fn on_remote_done(&mut self, peer: usize, token: u64, result: Result<Option<&[u8]>, Error>) {
-        self.remote_count(peer).1 += 1;
+        self.awaited(peer).1 += 1;
         let id = ReqId::from_wire(token);
         let Some(State::RmaRemote { buf, detached, .. }) = self.reqs.get_mut(id) else {
             // Failed already (its peer was declared gone): nothing waits for it.
@@ -540,6 +548,7 @@ impl Engine {
                 if flags & REPLY_REFUSED != 0 {
                     let e = Error::Other(format!("rank {peer} refused the one-sided operation (outside its window)"));
                     self.reqs.complete(rid, Err(e));
+                    self.awaited(peer).1 += 1;
                     return Ok(());
                 }
                 let off = usize::try_from(off).unwrap_or(usize::MAX);
@@ -551,6 +560,7 @@ impl Engine {
                     let bytes = buf.len();
                     let st = self.rma_status(bytes);
                     self.reqs.complete(rid, Ok(st));
+                    self.awaited(peer).1 += 1;
                 }
             }
             Frame::Ctl { win, what } => self.on_ctl(peer, win, what)?,

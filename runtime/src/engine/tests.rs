@@ -686,12 +686,12 @@ fn remote_transfers_complete_fail_and_count() {
     let write = e.rma_remote_begin(1, RawBufMut::EMPTY);
     let detached = e.rma_remote_begin(1, RawBufMut::EMPTY);
     e.rma_remote_detach(detached);
-    assert_eq!(e.rma_remote_counts(1), (3, 0));
+    assert_eq!(e.rma_awaited(1), (3, 0));
     let live = e.live_requests();
     e.remote_done(1, read.to_wire(), Ok(Some(&[1, 2, 3, 4])));
     e.remote_done(1, write.to_wire(), Err(Error::Transport("RDMA WRITE failed (RemoteAccess)".into())));
     e.remote_done(1, detached.to_wire(), Ok(None));
-    assert_eq!(e.rma_remote_counts(1), (3, 3), "every end is counted");
+    assert_eq!(e.rma_awaited(1), (3, 3), "every end is counted");
     assert_eq!(e.live_requests(), live - 1, "the detached write is gone");
     assert_eq!(e.reqs.take_done(read).unwrap().unwrap().bytes, 4);
     assert_eq!(dst, [1, 2, 3, 4], "the staged bytes were copied into the buffer");
@@ -702,6 +702,35 @@ fn remote_transfers_complete_fail_and_count() {
     // A transfer that could not start is counted as ended, and leaves no request.
     let aborted = e.rma_remote_begin(1, RawBufMut::EMPTY);
     e.rma_remote_abort(1, aborted);
-    assert_eq!(e.rma_remote_counts(1), (4, 4));
+    assert_eq!(e.rma_awaited(1), (4, 4));
     assert!(e.reqs.get(aborted).is_none());
+}
+
+/// A get that travels as a message is awaited from its start to its answer (what a flush or
+/// fence waits for, even before its request is waited), as is one the target refuses.
+#[test]
+fn gets_by_message_are_awaited_until_answered() {
+    let mut net = Net::new(2, 64, 256, 4);
+    let mut window = vec![0u8; 1000];
+    window.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+    // SAFETY: `window` outlives the engines' use of it (the net is dropped first).
+    net.engines[1].win_add(7, unsafe { RawBufMut::new(&mut window) }, None);
+    net.engines[0].win_add(7, RawBufMut::EMPTY, None);
+    let mut dst = vec![0u8; 700];
+    // SAFETY: `dst` outlives the request, which completes below.
+    let buf = unsafe { RawBufMut::new(&mut dst) };
+    let id = net.engines[0].rma_get(rma::At { win: 7, peer: 1, disp: 100 }, buf).unwrap();
+    assert_eq!(net.engines[0].rma_awaited(1), (1, 0));
+    net.run_until(|n| n.engines[0].is_done(id));
+    assert_eq!(net.engines[0].rma_awaited(1), (1, 1), "answered");
+    assert!(net.engines[0].reqs.take_done(id).unwrap().is_ok());
+    assert!(dst.iter().enumerate().all(|(i, &b)| b == (i + 100) as u8), "the window's bytes");
+    let mut small = [0u8; 8];
+    // SAFETY: as above.
+    let buf = unsafe { RawBufMut::new(&mut small) };
+    let id = net.engines[0].rma_get(rma::At { win: 7, peer: 1, disp: 996 }, buf).unwrap();
+    net.run_until(|n| n.engines[0].is_done(id));
+    assert_eq!(net.engines[0].rma_awaited(1), (2, 2), "refused, and no longer awaited");
+    assert!(net.engines[0].reqs.take_done(id).unwrap().is_err());
+    drop(net);
 }

@@ -467,20 +467,20 @@ fn remote_transfers_complete_fail_and_break_their_peer() {
     let (id, _) = unsafe { r.rma_remote(1, RemoteOp::Read(rbm(&mut got)), target.as_ptr() as u64, 7) }.unwrap();
     assert_eq!(r.wait(id).unwrap().bytes, 256);
     assert_eq!(got, target, "the read's bytes are in the buffer");
-    assert_eq!(r.engine.rma_remote_counts(1), (2, 2));
+    assert_eq!(r.engine.rma_awaited(1), (2, 2));
 
     wire.borrow_mut().remote_fails_at = 3;
     // SAFETY: as above.
     let (id, _) = unsafe { r.rma_remote(1, RemoteOp::Write(rb(&src)), window.as_mut_ptr() as u64, 7) }.unwrap();
     let e = r.wait(id).unwrap_err();
     assert!(matches!(&e, Error::Transport(m) if m.contains("RemoteAccess")), "{e}");
-    assert_eq!(r.engine.rma_remote_counts(1), (3, 3), "the failed one is counted as ended");
+    assert_eq!(r.engine.rma_awaited(1), (3, 3), "the failed one is counted as ended");
 
     wire.borrow_mut().remote_refused_at = 4;
     // SAFETY: as above.
     let e = unsafe { r.rma_remote(2, RemoteOp::Write(rb(&src)), window.as_mut_ptr() as u64, 7) }.unwrap_err();
     assert!(is_link_down_to(&e, 2), "{e}");
-    assert_eq!(r.engine.rma_remote_counts(2), (1, 1));
+    assert_eq!(r.engine.rma_awaited(2), (1, 1));
     // The peer is broken: the next transfer to it fails at once, without the transport.
     // SAFETY: as above.
     let again = unsafe { r.rma_remote(2, RemoteOp::Write(rb(&src)), window.as_mut_ptr() as u64, 7) };
