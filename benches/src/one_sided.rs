@@ -180,11 +180,10 @@ fn bandwidth(w: &Comm, o: &Opts, win: &Window<'_, u8>, at: usize) -> R {
             if o.what == Bench::GetBw {
                 for k in (0..n).step_by(batch) {
                     mpr::scope(|s| -> R {
-                        let reqs = slots
-                            .chunks_mut(size)
-                            .take(batch.min(n - k))
-                            .map(|slot| win.rget(s, slot, 1, at))
-                            .collect::<R<Vec<_>>>()?;
+                        let mut reqs = Vec::with_capacity(batch);
+                        for slot in slots.chunks_mut(size).take(batch.min(n - k)) {
+                            reqs.push(win.rget(s, slot, 1, at)?);
+                        }
                         mpr::wait_all(reqs).map(drop)
                     })?;
                 }

@@ -304,6 +304,15 @@ impl Runtime {
         }
     }
 
+    /// One-sided: stops serving window `id` (see [`Engine::win_remove`]); the answers from
+    /// its memory still queued here take copies first.
+    pub(crate) fn win_remove(&mut self, id: u64) {
+        self.engine.win_remove(id);
+        for t in self.pending.iter_mut().flatten() {
+            t.own_payload(id);
+        }
+    }
+
     /// One-sided: registers `len` bytes at `addr` for `peer` to read for as long as a window
     /// lives (see [`Transport::register_region`]).
     ///

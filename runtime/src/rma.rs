@@ -206,7 +206,7 @@ fn register(comm: &Comm, id: u64, mem: RawBufMut, acc: Option<AccLock>) {
 
 /// Undoes [`register`].
 fn unregister(comm: &Comm, id: u64) {
-    comm.rt().borrow_mut().engine.win_remove(id);
+    comm.rt().borrow_mut().win_remove(id);
     comm.rt().unserve();
 }
 
@@ -1297,9 +1297,10 @@ impl<T: Pod> Window<'_, T> {
 
 impl<T: Pod> Drop for Window<'_, T> {
     fn drop(&mut self) {
-        // From here on the engine never touches the memory (answers it queued are copies).
+        // From here on the engine never touches the memory (answers still queued from it
+        // take copies).
         let mut rt = self.comm.rt().borrow_mut();
-        rt.engine.win_remove(self.id);
+        rt.win_remove(self.id);
         // No peer reads the memory with RDMA READ from here on.
         for &(peer, key) in &self.keys {
             rt.rma_unregister(peer, key);

@@ -97,12 +97,26 @@ pub(crate) struct Transmit {
     pub(crate) any_order: bool,
     /// Bytes the frame owns (an answer copied out of a window), which `payload` views.
     copy: Vec<u8>,
+    /// The window whose memory `payload` views (a get's answer, sent from the window in
+    /// place): if the window goes before the frame leaves, the bytes are copied first
+    /// ([`Transmit::own_payload`]).
+    pub(crate) window: Option<u64>,
 }
 
 impl Transmit {
     fn new(peer: usize, f: Frame, payload: RawBuf, on_sent: Option<ReqId>, owner: Option<ReqId>) -> Transmit {
         let any_order = matches!(f, Frame::Data { .. });
-        Transmit { peer, hdr: f.encode(), payload, on_sent, owner, expose: false, any_order, copy: Vec::new() }
+        Transmit {
+            peer,
+            hdr: f.encode(),
+            payload,
+            on_sent,
+            owner,
+            expose: false,
+            any_order,
+            copy: Vec::new(),
+            window: None,
+        }
     }
 
     /// A frame whose payload is `bytes`, owned by the frame.
@@ -114,6 +128,17 @@ impl Transmit {
         let mut t = Transmit::new(peer, f, payload, None, None);
         t.copy = bytes;
         t
+    }
+
+    /// Copies the payload into the frame, if it views window `id`'s memory, which is about
+    /// to go.
+    pub(crate) fn own_payload(&mut self, id: u64) {
+        if self.window == Some(id) {
+            self.copy = self.payload.bytes().to_vec();
+            // SAFETY: as in `with_copy`.
+            self.payload = unsafe { RawBuf::new(&self.copy) };
+            self.window = None;
+        }
     }
 
     /// Whether this is the `Rts` of a rendezvous send: while it is queued, the peer knows

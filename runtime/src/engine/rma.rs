@@ -249,9 +249,13 @@ impl Engine {
     }
 
     /// Stops serving window `id`: a later frame for it is a protocol error, and no byte of
-    /// its memory is touched again (queued answers carry copies).
+    /// its memory is touched again (the answers still queued here take copies; the driver
+    /// does the same for those it holds).
     pub(crate) fn win_remove(&mut self, id: u64) {
         self.rma.list.retain(|w| w.id != id);
+        for t in self.outbox.iter_mut() {
+            t.own_payload(id);
+        }
     }
 
     /// What this rank has seen from `peer` on window `id`.
@@ -490,13 +494,21 @@ impl Engine {
         }))
     }
 
-    /// Queues `bytes` (a copy: the window may change or go before the frame leaves) as the
-    /// answer to request `oreq` of `peer`, from byte `off` on, in frames it takes.
-    fn answer(&mut self, peer: usize, oreq: u64, off: u64, bytes: &[u8]) {
+    /// Queues the bytes of window `win` at `src` as the answer to get `oreq` of `peer`, in
+    /// frames that send them from the window in place. MPI makes that safe: the origin's
+    /// flush, unlock, fence or complete waits for this answer, so the window cannot be
+    /// written legally before it has left; and if the window goes first, the frames still
+    /// queued take copies ([`Engine::win_remove`]).
+    fn answer_from(&mut self, peer: usize, oreq: u64, win: u64, src: RawBuf) {
         let chunk = self.limits[peer].max_payload.clamp(1, 1 << 30);
-        for (i, part) in bytes.chunks(chunk).enumerate() {
-            let f = Frame::Reply { oreq, off: off + (i * chunk) as u64, flags: 0 };
-            self.outbox.push_back(Transmit::with_copy(peer, f, self.pool.copy_of(part)));
+        let mut off = 0;
+        while off < src.len() {
+            let k = chunk.min(src.len() - off);
+            let f = Frame::Reply { oreq, off: off as u64, flags: 0 };
+            let mut t = Transmit::new(peer, f, src.slice(off, k), None, None);
+            t.window = Some(win);
+            self.outbox.push_back(t);
+            off += k;
         }
     }
 
@@ -522,7 +534,7 @@ impl Engine {
                     self.refuse(peer, oreq);
                     return Ok(());
                 };
-                self.answer(peer, oreq, 0, src.as_read().bytes());
+                self.answer_from(peer, oreq, win, src.as_read());
             }
             Frame::Fetch { win, disp, op, dtype, oreq, roff } => {
                 self.win_mut(win, peer)?;

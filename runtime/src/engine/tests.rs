@@ -734,3 +734,26 @@ fn gets_by_message_are_awaited_until_answered() {
     assert!(net.engines[0].reqs.take_done(id).unwrap().is_err());
     drop(net);
 }
+
+/// A get's answer leaves from the window in place; if the window goes while the answer is
+/// still queued, the answer takes a copy first, and the memory may be reused at once.
+#[test]
+fn a_queued_answer_takes_a_copy_when_its_window_goes() {
+    let mut net = Net::new(2, 64, 256, 4);
+    let mut window: Vec<u8> = (0..1000).map(|i| i as u8).collect();
+    // SAFETY: `window` outlives the engine's use of it (until `win_remove` below).
+    net.engines[1].win_add(7, unsafe { RawBufMut::new(&mut window) }, None);
+    net.engines[0].win_add(7, RawBufMut::EMPTY, None);
+    let mut dst = vec![0u8; 900];
+    // SAFETY: `dst` outlives the request, which completes below.
+    let buf = unsafe { RawBufMut::new(&mut dst) };
+    let id = net.engines[0].rma_get(rma::At { win: 7, peer: 1, disp: 50 }, buf).unwrap();
+    net.run_until(|n| !n.engines[1].outbox.is_empty());
+    assert!(net.engines[1].outbox.iter().all(|t| t.window == Some(7)), "the answer views the window");
+    net.engines[1].win_remove(7);
+    assert!(net.engines[1].outbox.iter().all(|t| t.window.is_none()), "copied");
+    window.fill(0xee);
+    net.run_until(|n| n.engines[0].is_done(id));
+    assert!(net.engines[0].reqs.take_done(id).unwrap().is_ok());
+    assert!(dst.iter().enumerate().all(|(i, &b)| b == (i + 50) as u8), "the bytes as they were at the get");
+}
