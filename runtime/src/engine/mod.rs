@@ -778,6 +778,9 @@ impl crate::transport::Sink for Engine {
                 let len = usize::try_from(len).ok()?;
                 return self.place_head(peer, env, len, n, Some(sreq)).map(|(token, dst)| (hlen, token, dst));
             }
+            Frame::Reply { oreq, off, flags: 0 } => {
+                return self.place_answer(oreq, off, n).map(|dst| (hlen, oreq, dst))
+            }
             _ => return None,
         };
         let Some(State::RecvRndv { buf, status, .. }) = self.reqs.get(ReqId::from_wire(rreq)) else { return None };
@@ -791,14 +794,16 @@ impl crate::transport::Sink for Engine {
     }
 
     fn placement_live(&self, token: u64) -> bool {
-        matches!(self.reqs.get(ReqId::from_wire(token)), Some(State::RecvRndv { .. }))
+        matches!(self.reqs.get(ReqId::from_wire(token)), Some(State::RecvRndv { .. } | State::RmaAnswer { .. }))
     }
 
     fn placed(&mut self, peer: usize, token: u64, n: usize) -> Result<(), Error> {
-        if !self.placement_live(token) {
-            return Err(proto_err(peer, "data placed for no pending receive"));
+        let id = ReqId::from_wire(token);
+        match self.reqs.get(id) {
+            Some(State::RecvRndv { .. }) => self.add_received(id, n),
+            Some(State::RmaAnswer { .. }) => self.answer_landed(peer, id, n),
+            _ => return Err(proto_err(peer, "data placed for no pending receive")),
         }
-        self.add_received(ReqId::from_wire(token), n);
         Ok(())
     }
 

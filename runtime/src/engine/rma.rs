@@ -554,7 +554,7 @@ impl Engine {
             },
             Frame::Reply { oreq, off, flags } => {
                 let rid = ReqId::from_wire(oreq);
-                let Some(State::RmaAnswer { buf, got, .. }) = self.reqs.get_mut(rid) else {
+                let Some(State::RmaAnswer { buf, .. }) = self.reqs.get_mut(rid) else {
                     return Err(proto_err(peer, "answer for no pending one-sided request"));
                 };
                 if flags & REPLY_REFUSED != 0 {
@@ -567,18 +567,31 @@ impl Engine {
                 if !buf.write_at(off, payload) {
                     return Err(proto_err(peer, "answer outside its request"));
                 }
-                *got += payload.len();
-                if *got >= buf.len() {
-                    let bytes = buf.len();
-                    let st = self.rma_status(bytes);
-                    self.reqs.complete(rid, Ok(st));
-                    self.awaited(peer).1 += 1;
-                }
+                self.answer_landed(peer, rid, payload.len());
             }
             Frame::Ctl { win, what } => self.on_ctl(peer, win, what)?,
             _ => unreachable!("only one-sided frames come here"),
         }
         Ok(())
+    }
+
+    /// Where the `n` bytes of an answer to `oreq` from byte `off` on should land, if the
+    /// request awaits them there (a stream transport then reads them in place).
+    pub(super) fn place_answer(&self, oreq: u64, off: u64, n: usize) -> Option<RawBufMut> {
+        let Some(State::RmaAnswer { buf, .. }) = self.reqs.get(ReqId::from_wire(oreq)) else { return None };
+        let off = usize::try_from(off).ok()?;
+        (off.checked_add(n)? <= buf.len()).then(|| buf.window(off, n))
+    }
+
+    /// `n` more bytes of the answer to `rid` from `peer` are in its buffer.
+    pub(super) fn answer_landed(&mut self, peer: usize, rid: ReqId, n: usize) {
+        let Some(State::RmaAnswer { buf, got, .. }) = self.reqs.get_mut(rid) else { return };
+        *got += n;
+        if *got >= buf.len() {
+            let st = Status { source: self.me, tag: 0, bytes: buf.len() };
+            self.reqs.complete(rid, Ok(st));
+            self.awaited(peer).1 += 1;
+        }
     }
 
     /// Synchronisation `what` of window `id` from `peer` (or from this rank itself).

@@ -757,3 +757,33 @@ fn a_queued_answer_takes_a_copy_when_its_window_goes() {
     assert!(net.engines[0].reqs.take_done(id).unwrap().is_ok());
     assert!(dst.iter().enumerate().all(|(i, &b)| b == (i + 50) as u8), "the bytes as they were at the get");
 }
+
+/// A stream transport reads the payload of a get's answer straight into the request's
+/// buffer (`Sink::place`): the engine names the spot, and the placed bytes complete it.
+#[test]
+fn a_get_answer_is_placed_in_its_buffer() {
+    use crate::transport::Sink;
+    let mut e = Net::new(2, 64, 4096, 4).engines.remove(0);
+    e.win_add(7, RawBufMut::EMPTY, None);
+    let mut dst = vec![0u8; 3000];
+    // SAFETY: `dst` outlives the request, which completes below.
+    let buf = unsafe { RawBufMut::new(&mut dst) };
+    let id = e.rma_get(rma::At { win: 7, peer: 1, disp: 0 }, buf).unwrap();
+    let head = Frame::Reply { oreq: id.to_wire(), off: 1000, flags: 0 }.encode();
+    let hlen = head.as_slice().len();
+    let (h, token, mut spot) = e.place(1, head.as_slice(), hlen + 2000).expect("placed");
+    assert_eq!((h, token, spot.len()), (hlen, id.to_wire(), 2000));
+    assert_eq!(spot.addr_at(0), dst.as_ptr() as u64 + 1000, "at its offset in the buffer");
+    spot.write_at(0, &[5u8; 2000]);
+    e.placed(1, token, 2000).unwrap();
+    assert!(!e.is_done(id), "1000 bytes still to come");
+    let too_long = Frame::Reply { oreq: id.to_wire(), off: 1000, flags: 0 }.encode();
+    assert!(e.place(1, too_long.as_slice(), hlen + 2001).is_none(), "past the buffer's end: not placed");
+    let rest = Frame::Reply { oreq: id.to_wire(), off: 0, flags: 0 }.encode();
+    let (_, token, mut spot) = e.place(1, rest.as_slice(), hlen + 1000).expect("placed");
+    spot.write_at(0, &[6u8; 1000]);
+    e.placed(1, token, 1000).unwrap();
+    assert!(e.reqs.take_done(id).unwrap().is_ok());
+    assert_eq!(e.rma_awaited(1), (1, 1));
+    assert!(dst[..1000].iter().all(|&b| b == 6) && dst[1000..].iter().all(|&b| b == 5));
+}
