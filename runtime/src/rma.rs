@@ -431,10 +431,17 @@ impl<'a, T: Pod> Window<'a, T> {
     /// flush, unlock, fence or complete must finish too (a request form may not have been
     /// waited for yet).
     fn land(&self, pick: impl Fn(usize) -> bool) -> Result<(), Error> {
+        // Operations on a part in the host's shared segment are done when they return.
+        let direct = |r: usize| self.seg.as_ref().is_some_and(|s| s.part(r).is_some());
+        let targets: Vec<usize> =
+            (0..self.reach.len()).filter(|&r| pick(r) && r != self.comm.rank() && !direct(r)).collect();
+        if targets.is_empty() {
+            return Ok(());
+        }
         let marks: Vec<(usize, u64)> = {
             let rt = self.comm.rt().borrow();
-            (0..self.reach.len())
-                .filter(|&r| pick(r) && r != self.comm.rank())
+            targets
+                .into_iter()
                 .map(|r| (self.world(r), rt.engine.rma_awaited(self.world(r))))
                 .filter(|(_, (started, ended))| ended < started)
                 .map(|(p, (started, _))| (p, started))
