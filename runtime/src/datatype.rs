@@ -39,7 +39,7 @@ mod sealed {
 }
 
 /// An element type that one-sided accumulates (and the C ABI) can name at run time: the
-/// integers, `f32`, `f64`, `f16`, `bf16`, and [`Loc`] pairs of `i32`, `i64`, `f32`, `f64`.
+/// integers, `f32`, `f64`, `f16`, `bf16`, and [`Loc`] pairs of each of them.
 pub trait Elem: Pod + sealed::Sealed {
     /// The type's code.
     #[doc(hidden)]
@@ -82,6 +82,17 @@ elems! {
     i8 => 1, i16 => 2, i32 => 3, i64 => 4, u8 => 5, u16 => 6, u32 => 7, u64 => 8,
     f32 => 9, f64 => 10, half::f16 => 11, half::bf16 => 12,
     Loc<i32> => 13, Loc<i64> => 14, Loc<f32> => 15, Loc<f64> => 16,
+    Loc<i8> => 17, Loc<i16> => 18, Loc<u8> => 19, Loc<u16> => 20, Loc<u32> => 21, Loc<u64> => 22,
+    Loc<half::f16> => 23, Loc<half::bf16> => 24,
+}
+
+impl sealed::Sealed for Loc<isize> {}
+impl Elem for Loc<isize> {
+    const DTYPE: Dtype = if std::mem::size_of::<isize>() == 8 { 14 } else { 13 };
+}
+impl sealed::Sealed for Loc<usize> {}
+impl Elem for Loc<usize> {
+    const DTYPE: Dtype = if std::mem::size_of::<usize>() == 8 { 22 } else { 21 };
 }
 
 impl sealed::Sealed for isize {}
@@ -120,10 +131,10 @@ impl<T: Number> RmaOp<Loc<T>> for MaxLoc {
 pub(crate) fn size_of(dt: Dtype) -> Option<usize> {
     Some(match dt {
         1 | 5 => 1,
-        2 | 6 | 11 | 12 => 2,
-        3 | 7 | 9 => 4,
-        4 | 8 | 10 | 13 | 15 => 8,
-        14 | 16 => 16,
+        2 | 6 | 11 | 12 | 17 | 19 => 2,
+        3 | 7 | 9 | 18 | 20 | 23 | 24 => 4,
+        4 | 8 | 10 | 13 | 15 | 21 => 8,
+        14 | 16 | 22 => 16,
         _ => return None,
     })
 }
@@ -244,6 +255,14 @@ fn apply_any(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
         14 => loc::<i64>(op, dst, src),
         15 => loc::<f32>(op, dst, src),
         16 => loc::<f64>(op, dst, src),
+        17 => loc::<i8>(op, dst, src),
+        18 => loc::<i16>(op, dst, src),
+        19 => loc::<u8>(op, dst, src),
+        20 => loc::<u16>(op, dst, src),
+        21 => loc::<u32>(op, dst, src),
+        22 => loc::<u64>(op, dst, src),
+        23 => loc::<half::f16>(op, dst, src),
+        24 => loc::<half::bf16>(op, dst, src),
         _ => false,
     }
 }
@@ -298,6 +317,26 @@ mod tests {
         let m: Vec<Loc<f64>> = g.iter().enumerate().map(|(i, &v)| Loc { value: v, index: -(i as f64) }).collect();
         same_as_typed(MinLoc, &l, &m);
         same_as_typed(MaxLoc, &l, &m);
+        // Every pair type of MINLOC/MAXLOC: ties keep the smaller index.
+        fn locs<T: Number + Elem + std::fmt::Debug>(v: impl Fn(usize) -> T)
+        where
+            Loc<T>: Elem,
+        {
+            let a: Vec<Loc<T>> = (0..60).map(|i| Loc { value: v(i % 7), index: v(i % 5) }).collect();
+            let x: Vec<Loc<T>> = (0..60).map(|i| Loc { value: v(i % 3 + 2), index: v(i % 4) }).collect();
+            same_as_typed(MinLoc, &a, &x);
+            same_as_typed(MaxLoc, &a, &x);
+        }
+        locs(|i| i as i8);
+        locs(|i| i as i16 * 300);
+        locs(|i| i as u8);
+        locs(|i| i as u16 * 1000);
+        locs(|i| i as u32 * 70_000);
+        locs(|i| (i as u64) << 40);
+        locs(|i| i as isize - 3);
+        locs(|i| i);
+        locs(|i| half::f16::from_f32(i as f32 * 0.5));
+        locs(|i| half::bf16::from_f32(i as f32 * -0.25));
         same_as_typed(Sum, &[1isize, -2], &[3, 4]);
         same_as_typed(Max, &[1usize, 9], &[3, 4]);
     }

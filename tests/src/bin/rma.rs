@@ -369,6 +369,24 @@ fn types(w: &Comm) -> R {
     if old != [9.5; 8] {
         return Err(fail("get_accumulate did not replace".into()));
     }
+    // MINLOC on (i16, i16) pairs from every rank: the smallest value, the smallest index
+    // among ties.
+    let l = window::<Loc<i16>>(w, 4)?;
+    l.write_local(0, &[Loc { value: i16::MAX, index: -1 }; 4])?;
+    l.fence()?;
+    for t in 0..n {
+        let v: Vec<Loc<i16>> = (0..4).map(|k| Loc { value: ((me + k) % 2) as i16 - 300, index: me as i16 }).collect();
+        l.accumulate(&v, t, 0, MinLoc)?;
+    }
+    l.fence()?;
+    let mut got = [Loc { value: 0, index: 0 }; 4];
+    l.read_local(0, &mut got)?;
+    // Value -300 comes from the ranks with (me + k) even; the smallest such rank is k % 2.
+    let want: Vec<Loc<i16>> = (0..4).map(|k| Loc { value: -300, index: (k % 2) as i16 }).collect();
+    if got[..] != want[..] && n > 1 {
+        return Err(fail(format!("Loc<i16> minloc accumulate gave {got:?}, want {want:?}")));
+    }
+    l.free()?;
     f.free()?;
     x.free()?;
     h.free()
