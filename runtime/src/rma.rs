@@ -395,33 +395,33 @@ impl<'a, T: Pod> Window<'a, T> {
             RemoteOp::Write(b) => (b.len(), WRITE),
             RemoteOp::Read(b) => (b.len(), READ),
         };
-        if len == 0 {
-            return Ok(Moved::No);
-        }
-        let mut rt = self.comm.rt().borrow_mut();
+        // The message path takes the runtime's lock once, in the engine's call that follows.
         match self.reach[target].get() {
-            Reach::Message => Ok(Moved::No),
-            Reach::Copy(_) if len < self.copy_min => Ok(Moved::No),
-            Reach::Copy(base) => match rt.rma_copy(at.peer, base + at.disp, op) {
-                Ok(()) => {
-                    self.count(COPY);
-                    Ok(Moved::Done)
-                }
-                Err(e) => {
-                    // The OS refused (it allowed it at start-up): messages from now on.
-                    if crate::env::verbose() {
-                        eprintln!("mpr: one-sided single copy to rank {target} refused ({e}); messages from now on");
+            Reach::Copy(base) if len >= self.copy_min.max(1) => {
+                match self.comm.rt().borrow_mut().rma_copy(at.peer, base + at.disp, op) {
+                    Ok(()) => {
+                        self.count(COPY);
+                        Ok(Moved::Done)
                     }
-                    self.reach[target].set(Reach::Message);
-                    Ok(Moved::No)
+                    Err(e) => {
+                        // The OS refused (it allowed it at start-up): messages from now on.
+                        if crate::env::verbose() {
+                            eprintln!(
+                                "mpr: one-sided single copy to rank {target} refused ({e}); messages from now on"
+                            );
+                        }
+                        self.reach[target].set(Reach::Message);
+                        Ok(Moved::No)
+                    }
                 }
-            },
-            Reach::Rdma(base, key) => {
+            }
+            Reach::Rdma(base, key) if len > 0 => {
                 // SAFETY: the caller's contract.
-                let (id, copied) = unsafe { rt.rma_remote(at.peer, op, base + at.disp, key)? };
+                let (id, copied) = unsafe { self.comm.rt().borrow_mut().rma_remote(at.peer, op, base + at.disp, key)? };
                 self.count(path);
                 Ok(if copied { Moved::Done } else { Moved::Pending(id) })
             }
+            _ => Ok(Moved::No),
         }
     }
 

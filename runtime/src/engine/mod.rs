@@ -685,18 +685,19 @@ impl Engine {
             }
             _ => None,
         };
-        if let Some(State::RmaRemote { detached: true, .. }) = self.reqs.get(id) {
-            // Nobody waits for it.
-            self.reqs.complete(id, Err(err));
-            self.reqs.take_done(id);
-            return None;
-        }
-        if let Some(&State::RmaAnswer { peer, .. }) = self.reqs.get(id) {
-            // Its answer will not come: the origin awaits it no more.
-            self.awaited(peer).1 += 1;
-        }
         match self.reqs.get(id) {
-            Some(State::SendRndv { .. } | State::RecvRndv { .. } | State::RmaAnswer { .. }) => {
+            Some(State::RmaRemote { detached: true, .. }) => {
+                // Nobody waits for it.
+                self.reqs.complete(id, Err(err));
+                self.reqs.take_done(id);
+                return None;
+            }
+            Some(&State::RmaAnswer { peer, .. }) => {
+                // Its answer will not come: the origin awaits it no more.
+                self.awaited(peer).1 += 1;
+                self.failed.insert(id.to_wire());
+            }
+            Some(State::SendRndv { .. } | State::RecvRndv { .. }) => {
                 self.failed.insert(id.to_wire());
             }
             Some(State::SendSelf { .. }) => {

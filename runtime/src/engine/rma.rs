@@ -587,11 +587,12 @@ impl Engine {
     pub(super) fn answer_landed(&mut self, peer: usize, rid: ReqId, n: usize) {
         let Some(State::RmaAnswer { buf, got, .. }) = self.reqs.get_mut(rid) else { return };
         *got += n;
-        if *got >= buf.len() {
-            let st = Status { source: self.me, tag: 0, bytes: buf.len() };
-            self.reqs.complete(rid, Ok(st));
-            self.awaited(peer).1 += 1;
+        if *got < buf.len() {
+            return;
         }
+        let len = buf.len();
+        self.reqs.complete(rid, Ok(self.rma_status(len)));
+        self.awaited(peer).1 += 1;
     }
 
     /// Synchronisation `what` of window `id` from `peer` (or from this rank itself).

@@ -825,6 +825,25 @@ impl VerbsTransport {
         Ok(())
     }
 
+    /// Registers `len` bytes at `addr` on `link`'s device for its peer's remote access,
+    /// within the regions left to expose; the key to announce.
+    ///
+    /// # Safety
+    /// The memory must stay valid until `conceal` of the key, which deregisters it.
+    unsafe fn register_at(&mut self, link: usize, addr: u64, len: usize) -> Option<u64> {
+        let budget = self.caps.max_mr.saturating_sub(OWN_REGIONS);
+        if len == 0 || self.exposed.len() >= budget || self.links[link].dead.is_some() {
+            return None;
+        }
+        let (start, n) = self.span(addr, len);
+        let d = self.links[link].dev;
+        // SAFETY: the caller keeps the memory valid until `conceal`, which deregisters it.
+        let mr = unsafe { self.devs[d].register(start as *mut u8, n) }.ok()?;
+        let key = (u64::from(mr.id) << 32) | u64::from(mr.rkey);
+        self.exposed.insert((d, key), mr);
+        Some(key)
+    }
+
     /// The first link (queue pair) to `peer`, which carries its ordered frames, if it has one.
     fn link_of(&self, peer: usize) -> Option<usize> {
         self.lanes.get(peer).and_then(|l| l.first()).copied()
@@ -956,26 +975,17 @@ impl Transport for VerbsTransport {
     }
 
     unsafe fn expose(&mut self, peer: usize, addr: u64, len: usize) -> Option<u64> {
-        if len < self.tune.read_min {
-            return None;
-        }
-        // SAFETY: the caller's contract is `register_region`'s.
-        unsafe { self.register_region(peer, addr, len) }
+        // Point-to-point: the peer READs the message (RC with READ, `MPR_RDMA_READ`).
+        let link = self.link_of(peer).filter(|_| self.reads() && len >= self.tune.read_min)?;
+        // SAFETY: the caller's contract is `register_at`'s.
+        unsafe { self.register_at(link, addr, len) }
     }
 
     unsafe fn register_region(&mut self, peer: usize, addr: u64, len: usize) -> Option<u64> {
+        // One-sided: the peer WRITEs and READs the window (RC with both).
         let link = self.remote_link(peer)?;
-        let budget = self.caps.max_mr.saturating_sub(OWN_REGIONS);
-        if len == 0 || self.exposed.len() >= budget || self.links[link].dead.is_some() {
-            return None;
-        }
-        let (start, n) = self.span(addr, len);
-        let d = self.links[link].dev;
-        // SAFETY: the caller keeps the memory valid until `conceal`, which deregisters it.
-        let mr = unsafe { self.devs[d].register(start as *mut u8, n) }.ok()?;
-        let key = (u64::from(mr.id) << 32) | u64::from(mr.rkey);
-        self.exposed.insert((d, key), mr);
-        Some(key)
+        // SAFETY: the caller's contract is `register_at`'s.
+        unsafe { self.register_at(link, addr, len) }
     }
 
     unsafe fn start_remote(
@@ -1078,11 +1088,11 @@ impl Drop for VerbsTransport {
 /// A sink that keeps every frame and the ends of one-sided transfers (for later delivery,
 /// and for tests).
 #[derive(Debug, Default)]
-#[allow(clippy::type_complexity)]
-pub(crate) struct Frames(
-    pub(crate) Vec<(usize, Vec<u8>)>,
-    pub(crate) Vec<(usize, u64, Result<Option<Vec<u8>>, Error>)>,
-);
+pub(crate) struct Frames(pub(crate) Vec<(usize, Vec<u8>)>, pub(crate) Vec<RemoteEnd>);
+
+/// The end of a one-sided transfer as `Sink::remote_done` reports it: peer, token, and the
+/// result with a staged read's bytes.
+pub(crate) type RemoteEnd = (usize, u64, Result<Option<Vec<u8>>, Error>);
 
 impl Sink for Frames {
     fn frame(&mut self, peer: usize, frame: &[u8]) -> Result<(), Error> {

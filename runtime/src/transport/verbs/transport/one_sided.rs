@@ -41,6 +41,16 @@ struct Stage {
     free: Vec<usize>,
 }
 
+/// A device's staging region, made at its first transfer.
+#[derive(Debug, Default)]
+enum Staging {
+    #[default]
+    NotYet,
+    /// The device refused the registration: transfers register their own buffers.
+    Refused,
+    Ready(Stage),
+}
+
 /// Where a transfer's local bytes are, as the device sees them.
 #[derive(Debug)]
 enum Local {
@@ -74,8 +84,11 @@ pub(super) struct OneSided {
     xfers: Slab<Xfer>,
     /// Transfers with bytes not yet posted, oldest first.
     queue: VecDeque<usize>,
-    /// Per device: its staging region, once made (`None` inside: it could not be).
-    stage: Vec<Option<Option<Stage>>>,
+    /// Transfers that are over (every piece completed, or failed with none in flight), to
+    /// report at the next poll.
+    over: Vec<usize>,
+    /// Per device: its staging region.
+    stage: Vec<Staging>,
     /// Writes and reads finished, and their bytes (for the verbose end line).
     pub(super) done: (u64, u64, u64),
 }
@@ -143,16 +156,18 @@ impl VerbsTransport {
             return None;
         }
         if self.os.stage.len() <= d {
-            self.os.stage.resize_with(d + 1, || None);
+            self.os.stage.resize_with(d + 1, Staging::default);
         }
-        if self.os.stage[d].is_none() {
+        if let Staging::NotYet = self.os.stage[d] {
             let mem = Pinned::new(SLOT * SLOTS, self.caps.align.max(4096));
             // SAFETY: `mem` lives in the stage until the transport's drop, which deregisters
             // the region first.
-            let mr = unsafe { self.devs[d].register(mem.ptr.as_ptr(), mem.layout.size()) }.ok();
-            self.os.stage[d] = Some(mr.map(|mr| Stage { mem, mr, free: (0..SLOTS).rev().collect() }));
+            self.os.stage[d] = match unsafe { self.devs[d].register(mem.ptr.as_ptr(), mem.layout.size()) } {
+                Ok(mr) => Staging::Ready(Stage { mem, mr, free: (0..SLOTS).rev().collect() }),
+                Err(_) => Staging::Refused,
+            };
         }
-        let s = self.os.stage[d].as_mut()?.as_mut()?;
+        let Staging::Ready(s) = &mut self.os.stage[d] else { return None };
         let slot = s.free.pop()?;
         Some((slot, s.mem.addr() + (slot * SLOT) as u64, s.mr.lkey))
     }
@@ -191,6 +206,10 @@ impl VerbsTransport {
             }
             if x.posted == x.len || x.failed.is_some() {
                 self.os.queue.remove(i);
+                if x.out == 0 {
+                    // Empty, or failed before any piece went out: nothing will complete.
+                    self.os.over.push(k);
+                }
             } else {
                 i += 1;
             }
@@ -200,16 +219,11 @@ impl VerbsTransport {
     /// Reports the transfers that are over: every piece completed, or failed with none left
     /// in flight (an empty transfer is over at once).
     pub(super) fn remote_finish(&mut self, sink: &mut FrameSink<'_>) {
-        let over: Vec<usize> = self
-            .os
-            .xfers
-            .iter()
-            .filter(|(_, x)| x.out == 0 && (x.failed.is_some() || x.posted == x.len))
-            .map(|(k, _)| k)
-            .collect();
-        for k in over {
+        while let Some(k) = self.os.over.pop() {
+            // A transfer that failed on completion with pieces unposted is listed twice: by
+            // its completion and by the pump that drops it from the queue.
+            let Some(x) = self.os.xfers.try_remove(k) else { continue };
             self.os.queue.retain(|&q| q != k);
-            let x = self.os.xfers.remove(k);
             let d = self.links[x.link].dev;
             let result = match &x.failed {
                 Some(why) => Err(Error::Transport(format!("one-sided transfer with rank {}: {why}", x.peer))),
@@ -226,7 +240,7 @@ impl VerbsTransport {
                     // the slot is not reused before it is freed below.
                     let bytes = staged.then(|| unsafe { std::slice::from_raw_parts(x.addr as *const u8, x.len) });
                     sink.remote_done(x.peer, x.token, result.map(|()| bytes));
-                    if let Some(Some(Some(s))) = self.os.stage.get_mut(d) {
+                    if let Some(Staging::Ready(s)) = self.os.stage.get_mut(d) {
                         s.free.push(slot);
                     }
                 }
@@ -251,6 +265,9 @@ impl VerbsTransport {
             // The queue pair is in the error state: nothing more passes on this link.
             l.dead.get_or_insert(why);
         }
+        if x.out == 0 && (x.posted == x.len || x.failed.is_some()) {
+            self.os.over.push(k);
+        }
     }
 
     /// Whether one-sided transfers are still in flight or waiting.
@@ -266,7 +283,7 @@ impl VerbsTransport {
             }
         }
         for (d, s) in self.os.stage.iter_mut().enumerate() {
-            if let Some(Some(s)) = s.take() {
+            if let Staging::Ready(s) = std::mem::take(s) {
                 let _ = self.devs[d].deregister(s.mr);
                 drop(s.mem);
             }
