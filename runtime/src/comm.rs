@@ -8,7 +8,7 @@ use bytemuck::Pod;
 use crate::buf::{RawBuf, RawBufMut};
 use crate::engine::ReqId;
 use crate::error::Error;
-use crate::progress::{Runtime, Shared};
+use crate::progress::{Runtime, Shared, Started};
 use crate::request::{Request, Scope};
 use crate::status::Status;
 
@@ -260,18 +260,14 @@ impl Comm {
     /// Starts a send. Errors only on bad arguments, before the engine takes the send; once
     /// taken, the send's request is returned whatever happens to its frames, and its wait
     /// reports a transport error (which is what lets the caller's scope complete it).
-    fn start_send(&self, bytes: RawBuf, dest: usize, tag: i32) -> Result<ReqId, Error> {
+    fn start_send(&self, bytes: RawBuf, dest: usize, tag: i32) -> Result<Started, Error> {
         let peer = self.check_dest(dest, tag)?;
-        let mut rt = self.inner.rt.borrow_mut();
-        let id = rt.engine.isend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes);
-        rt.flush();
-        Ok(id)
+        self.inner.rt.borrow_mut().isend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes)
     }
 
-    fn start_recv(&self, bytes: RawBufMut, src: usize, tag: i32) -> Result<ReqId, Error> {
+    fn start_recv(&self, bytes: RawBufMut, src: usize, tag: i32) -> Result<Started, Error> {
         let (s, peer, t) = self.check_src(src, tag)?;
-        let mut rt = self.inner.rt.borrow_mut();
-        Ok(rt.engine.irecv(self.inner.ctx, s, t, peer, bytes))
+        Ok(self.inner.rt.borrow_mut().irecv(self.inner.ctx, s, t, peer, bytes))
     }
 
     /// Sends `buf` to rank `dest` with `tag`; returns when `buf` may be reused (`MPI_Send`).
@@ -282,16 +278,20 @@ impl Comm {
             return Ok(());
         }
         // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
-        let id = self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)?;
-        self.inner.rt.borrow_mut().wait(id).map(|_| ())
+        match self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)? {
+            Started::Done(_) => Ok(()),
+            Started::Req(id) => self.inner.rt.borrow_mut().wait(id).map(|_| ()),
+        }
     }
 
     /// Receives into `buf` from `src` (or [`ANY_SOURCE`]) with `tag` (or [`ANY_TAG`])
     /// (`MPI_Recv`). A message larger than `buf` is an [`Error::Truncate`].
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: usize, tag: i32) -> Result<Status, Error> {
         // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
-        let id = self.start_recv(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }, src, tag)?;
-        self.inner.rt.borrow_mut().wait(id)
+        match self.start_recv(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }, src, tag)? {
+            Started::Done(st) => Ok(st),
+            Started::Req(id) => self.inner.rt.borrow_mut().wait(id),
+        }
     }
 
     /// Receives a message of any size from `src` with `tag` into a new vector.
@@ -335,8 +335,8 @@ impl Comm {
     ) -> Result<Request<'a>, Error> {
         // SAFETY: `buf` is borrowed for 'a, the lifetime of `scope`, which completes the request
         // before 'a ends (see request.rs).
-        let id = self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)?;
-        Ok(Request::new(&self.inner.rt, scope, id))
+        let started = self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)?;
+        Ok(Request::started(&self.inner.rt, Some(scope), started))
     }
 
     /// Starts receiving into `buf` (`MPI_Irecv`); `buf` stays borrowed until the scope ends.
@@ -349,8 +349,8 @@ impl Comm {
     ) -> Result<Request<'a>, Error> {
         // SAFETY: `buf` is borrowed for 'a, the lifetime of `scope`, which completes the request
         // before 'a ends (see request.rs).
-        let id = self.start_recv(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }, src, tag)?;
-        Ok(Request::new(&self.inner.rt, scope, id))
+        let started = self.start_recv(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }, src, tag)?;
+        Ok(Request::started(&self.inner.rt, Some(scope), started))
     }
 
     /// Starts sending `count` elements at `buf` without a scope (the form a C binding or an
@@ -369,8 +369,8 @@ impl Comm {
         // SAFETY: the caller guarantees validity until completion (this function's contract).
         let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, count * std::mem::size_of::<T>()) };
         // SAFETY: as above.
-        let id = self.start_send(unsafe { RawBuf::new(bytes) }, dest, tag)?;
-        Ok(Request::unscoped(&self.inner.rt, id))
+        let started = self.start_send(unsafe { RawBuf::new(bytes) }, dest, tag)?;
+        Ok(Request::started(&self.inner.rt, None, started))
     }
 
     /// Starts receiving into `count` elements at `buf` without a scope. Several such receives
@@ -390,8 +390,8 @@ impl Comm {
         // SAFETY: the caller guarantees validity and exclusivity until completion.
         let bytes = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count * std::mem::size_of::<T>()) };
         // SAFETY: as above.
-        let id = self.start_recv(unsafe { RawBufMut::new(bytes) }, src, tag)?;
-        Ok(Request::unscoped(&self.inner.rt, id))
+        let started = self.start_recv(unsafe { RawBufMut::new(bytes) }, src, tag)?;
+        Ok(Request::started(&self.inner.rt, None, started))
     }
 
     /// Returns the status of a matching message without receiving it, if one has arrived

@@ -25,8 +25,8 @@ const MAX_SECONDS: f64 = 1e9;
 
 /// Every numeric setting of the runtime (the README's tuning table).
 const NUMERIC: &[(&str, Kind)] = &[
-    ("MPR_SHM_CELL_SIZE", Kind::Count),
-    ("MPR_SHM_CELLS", Kind::Count),
+    ("MPR_SHM_FRAME", Kind::Count),
+    ("MPR_SHM_RING", Kind::Count),
     ("MPR_SHM_EAGER", Kind::Count),
     ("MPR_SHM_CMA", Kind::Switch),
     ("MPR_PTRACER", Kind::Count),

@@ -21,8 +21,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::Bootstrap;
-use crate::buf::RawBufMut;
+use crate::buf::{RawBuf, RawBufMut};
 use crate::coll::sched::Sched;
+pub(crate) use crate::engine::Started;
 use crate::engine::{Action, Engine, Exposure, ReqId, Transmit};
 use crate::error::Error;
 use crate::status::Status;
@@ -404,8 +405,24 @@ impl Runtime {
     }
 
     /// Blocking-send fast path: if the message can go eagerly and nothing is queued ahead of
-    /// it for `peer`, hands it to the transport now, without a request. Returns whether it did.
+    /// it for `peer`, hands it to the transport now, without a request, and has the transport
+    /// write it out. Returns whether it did.
     pub(crate) fn send_now(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, bytes: &[u8]) -> Result<bool, Error> {
+        self.offer_now(ctx, src, tag, peer, bytes, true)
+    }
+
+    /// Hands an eager message to `peer`'s transport now if nothing is queued ahead of it;
+    /// `flush`: have the transport write it out at once (a blocking send), rather than with
+    /// the next frames or at the next progress (a burst of nonblocking sends).
+    fn offer_now(
+        &mut self,
+        ctx: u32,
+        src: u32,
+        tag: i32,
+        peer: usize,
+        bytes: &[u8],
+        flush: bool,
+    ) -> Result<bool, Error> {
         let route = self.route[peer];
         if route == SELF_ROUTE
             || !self.pending[peer].is_empty()
@@ -416,10 +433,37 @@ impl Runtime {
         }
         let Some(hdr) = self.engine.eager_header(ctx, src, tag, peer, bytes.len()) else { return Ok(false) };
         let tr = &mut self.transports[route];
-        let sent = tr.try_send(peer, hdr.as_slice(), bytes);
-        tr.flush();
+        let sent = tr.try_send(peer, &hdr, bytes);
+        if flush {
+            tr.flush();
+        }
         // Nothing was accepted: the error leaves nothing in flight, and breaks the peer.
         sent.map_err(|e| self.break_peer(peer, e, None))
+    }
+
+    /// Starts a send (`MPI_Isend`). A message that goes eagerly with nothing queued ahead of
+    /// it is handed to the transport at once and is done: no request, nothing to wait for
+    /// (the common case of a stream of small messages costs no request at all).
+    pub(crate) fn isend(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, buf: RawBuf) -> Result<Started, Error> {
+        if self.offer_now(ctx, src, tag, peer, buf.bytes(), false)? {
+            return Ok(Started::Done(self.engine.sent_status()));
+        }
+        let id = self.engine.isend(ctx, src, tag, peer, buf);
+        self.flush();
+        Ok(Started::Req(id))
+    }
+
+    /// Starts a receive (`MPI_Irecv`). A message already here whole is received at once,
+    /// with no request.
+    pub(crate) fn irecv(
+        &mut self,
+        ctx: u32,
+        src: Option<u32>,
+        tag: Option<i32>,
+        peer: Option<usize>,
+        buf: RawBufMut,
+    ) -> Started {
+        self.engine.start_recv(ctx, src, tag, peer, buf, true)
     }
 
     /// One round of progress made by the progress thread: an error is kept for the

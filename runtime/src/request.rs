@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::engine::ReqId;
 use crate::error::Error;
-use crate::progress::{Runtime, SchedId, Shared};
+use crate::progress::{Runtime, SchedId, Shared, Started};
 use crate::status::Status;
 
 /// The region within which nonblocking operations may borrow buffers for `'a`.
@@ -125,8 +125,14 @@ impl<'a> Request<'a> {
         Request { state: Live::InFlight { rt: rt.clone(), id }, _marker: PhantomData }
     }
 
-    pub(crate) fn unscoped(rt: &Arc<Shared>, id: ReqId) -> Request<'static> {
-        Request { state: Live::InFlight { rt: rt.clone(), id }, _marker: PhantomData }
+    /// The request of an operation as it started: one in flight is handed to `scope` (if
+    /// any) to be completed before the scope ends; one that is done touches nothing shared.
+    pub(crate) fn started(rt: &Arc<Shared>, scope: Option<&Scope<'a>>, started: Started) -> Request<'a> {
+        match (started, scope) {
+            (Started::Done(st), _) => Request::done(st),
+            (Started::Req(id), Some(scope)) => Request::new(rt, scope, id),
+            (Started::Req(id), None) => Request { state: Live::InFlight { rt: rt.clone(), id }, _marker: PhantomData },
+        }
     }
 
     /// A request for an operation that completed as it started, with `status`.
@@ -171,18 +177,29 @@ impl<'a> Request<'a> {
 }
 
 /// Waits for all requests (`MPI_Waitall`); every request is completed even if one fails, and
-/// the first error is returned.
+/// the first error is returned. The runtime's lock is taken once for all the requests of
+/// one runtime, not once per request (a window of small messages waits in one call).
 pub fn wait_all(reqs: Vec<Request<'_>>) -> Result<Vec<Status>, Error> {
     let mut out = Vec::with_capacity(reqs.len());
     let mut first_err = None;
+    let shared = reqs.iter().find_map(|r| r.in_flight().map(|(rt, _)| rt.clone()));
+    let mut guard = shared.as_ref().map(|rt| rt.borrow_mut());
     for r in reqs {
-        match r.wait() {
+        let res = match r.state {
+            Live::Done(st) => Ok(st),
+            Live::InFlight { rt, id } => match (&mut guard, &shared) {
+                (Some(g), Some(s)) if Arc::ptr_eq(s, &rt) => g.wait(id),
+                _ => rt.borrow_mut().wait(id),
+            },
+        };
+        match res {
             Ok(s) => out.push(s),
             Err(e) => {
                 first_err.get_or_insert(e);
             }
         }
     }
+    drop(guard);
     match first_err {
         Some(e) => Err(e),
         None => Ok(out),

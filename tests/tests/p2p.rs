@@ -48,7 +48,7 @@ fn copies(se: &str, np: usize) -> Vec<[u64; 5]> {
 const VERBOSE: (&str, &str) = ("MPR_VERBOSE", "1");
 
 const NO_CMA: &[(&str, &str)] = &[("MPR_SHM_CMA", "0")];
-const TINY_RINGS: &[(&str, &str)] = &[("MPR_SHM_CELLS", "4"), ("MPR_SHM_CELL_SIZE", "512"), ("MPR_SHM_CMA", "0")];
+const TINY_RINGS: &[(&str, &str)] = &[("MPR_SHM_RING", "2048"), ("MPR_SHM_FRAME", "512"), ("MPR_SHM_CMA", "0")];
 
 #[test]
 fn ring_pass() {
@@ -65,7 +65,7 @@ fn pairs_random_sizes_up_to_16mib() {
         assert!(c[0] > 0 && c[1] >= 16 << 20 && c[4] == 0, "rank {r} read by single copy: {c:?}\n{se}");
     }
     assert!(
-        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 8200 B, large messages by single-copy reads)"),
+        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 8192 B, large messages by single-copy reads)"),
         "{se}"
     );
 }
@@ -76,7 +76,7 @@ fn pairs_without_single_copy() {
     for (r, c) in copies(&se, 2).iter().enumerate() {
         assert_eq!(*c, [0; 5], "rank {r} streamed everything:\n{se}");
         let line = format!(
-            "-> rank {}: shm (eager up to 8200 B, large messages by pipelined frames, no single copy: MPR_SHM_CMA=0)",
+            "-> rank {}: shm (eager up to 8192 B, large messages by pipelined frames, no single copy: MPR_SHM_CMA=0)",
             1 - r
         );
         assert!(se.contains(&format!("mpr: rank {r} {line}")), "{se}");
@@ -133,11 +133,11 @@ fn a_peer_the_kernel_will_not_let_us_read_is_streamed_and_said_why() {
     };
     let Some(se) = job("before") else { return };
     assert!(
-        se.contains("mpr: rank 1 -> rank 0: shm (eager up to 8200 B, large messages by pipelined frames, no single copy: the kernel refused"),
+        se.contains("mpr: rank 1 -> rank 0: shm (eager up to 8192 B, large messages by pipelined frames, no single copy: the kernel refused"),
         "{se}"
     );
     assert!(
-        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 8200 B, large messages by single-copy reads)"),
+        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 8192 B, large messages by single-copy reads)"),
         "{se}"
     );
     // Rank 0 may read rank 1, but rank 1's sends offer no address it could not take itself,

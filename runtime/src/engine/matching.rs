@@ -45,11 +45,13 @@ impl<T> Queues<T> {
         self.len
     }
 
+    #[inline]
     fn ctx_index(&self, ctx: u32) -> Result<usize, usize> {
         self.ctxs.binary_search_by_key(&ctx, |c| c.0)
     }
 
     /// Appends `item` for `(ctx, src)` (`None`: any source).
+    #[inline]
     pub(super) fn push(&mut self, ctx: u32, src: Option<u32>, item: T) {
         let c = match self.ctx_index(ctx) {
             Ok(c) => c,
@@ -78,6 +80,7 @@ impl<T> Queues<T> {
     /// The oldest entry of context `ctx` that `fits`, looking in the queue of source `src`
     /// (if given) and, where `wild` is set, in the wildcard-source queue; with `src` `None`,
     /// in every source's queue.
+    #[inline]
     pub(super) fn find(&self, ctx: u32, src: Option<u32>, wild: bool, fits: impl Fn(&T) -> bool) -> Option<Slot> {
         let c = self.ctx_index(ctx).ok()?;
         let by = &self.ctxs[c].1;
@@ -108,6 +111,7 @@ impl<T> Queues<T> {
         best.map(|b| b.1)
     }
 
+    #[inline]
     pub(super) fn get(&self, s: Slot) -> &T {
         let by = &self.ctxs[s.ctx].1;
         let q = match s.src {
@@ -118,6 +122,7 @@ impl<T> Queues<T> {
     }
 
     /// Removes the entry at `s` (from [`Queues::find`], with no change in between).
+    #[inline]
     pub(super) fn take(&mut self, s: Slot) -> T {
         let by = &mut self.ctxs[s.ctx].1;
         let q = match s.src {

@@ -42,6 +42,14 @@ pub(crate) use request::ReqId;
 use request::{Requests, State};
 use wire::{Envelope, Frame, HeaderBytes, FLAG_TRUNCATED};
 
+/// How an operation started: done at once (nothing in flight, no request), or as a request
+/// in the engine.
+#[derive(Debug)]
+pub(crate) enum Started {
+    Done(Status),
+    Req(ReqId),
+}
+
 /// What the engine needs to know about the path to one peer (from its transport's caps).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PeerLimits {
@@ -284,7 +292,12 @@ impl Engine {
 
     /// The result of a send that is done.
     fn sent(&self) -> Result<Status, Error> {
-        Ok(Status { source: self.me, tag: 0, bytes: 0 })
+        Ok(self.sent_status())
+    }
+
+    /// The status of a send that is done.
+    pub(crate) fn sent_status(&self) -> Status {
+        Status { source: self.me, tag: 0, bytes: 0 }
     }
 
     /// Completes rendezvous send `id` to `peer`, concealing its buffer if it was exposed
@@ -324,10 +337,17 @@ impl Engine {
 
     /// The header of an eager message to `peer`, if a message of `len` bytes goes eagerly
     /// (for the driver's send-now path, which needs no request).
-    pub(crate) fn eager_header(&self, ctx: u32, src: u32, tag: i32, peer: usize, len: usize) -> Option<HeaderBytes> {
+    pub(crate) fn eager_header(
+        &self,
+        ctx: u32,
+        src: u32,
+        tag: i32,
+        peer: usize,
+        len: usize,
+    ) -> Option<[u8; wire::EAGER_LEN]> {
         let lim = &self.limits[peer];
         (peer != self.me && len <= lim.eager.min(lim.max_payload))
-            .then(|| Frame::Eager(Envelope { ctx, src, tag }).encode())
+            .then(|| wire::eager_header(&Envelope { ctx, src, tag }))
     }
 
     fn send_self(&mut self, env: Envelope, buf: RawBuf) -> ReqId {
@@ -359,11 +379,39 @@ impl Engine {
         peer: Option<usize>,
         buf: RawBufMut,
     ) -> ReqId {
-        let id = self.reqs.insert(State::RecvPosted { buf, peer });
+        match self.start_recv(ctx, src, tag, peer, buf, false) {
+            Started::Req(id) => id,
+            Started::Done(_) => unreachable!("a receive started with a request"),
+        }
+    }
+
+    /// As [`Engine::irecv`]; with `now`, a message already here whole (an eager one) that
+    /// fits `buf` is received at once, with no request ([`Started::Done`]).
+    pub(crate) fn start_recv(
+        &mut self,
+        ctx: u32,
+        src: Option<u32>,
+        tag: Option<i32>,
+        peer: Option<usize>,
+        buf: RawBufMut,
+        now: bool,
+    ) -> Started {
         let Some(i) = self.unexpected.find(ctx, src, false, |u| fits(&u.env, ctx, src, tag)) else {
+            let id = self.reqs.insert(State::RecvPosted { buf, peer });
             self.posted.push(ctx, src, Posted { ctx, src, tag, req: id });
-            return id;
+            return Started::Req(id);
         };
+        let u = self.unexpected.get(i);
+        if now && matches!(&u.body, Body::Eager(data) if data.len() <= buf.len()) {
+            let Unexpected { env, len, body: Body::Eager(data) } = self.unexpected.take(i) else {
+                unreachable!("checked")
+            };
+            let mut buf = buf;
+            buf.write_at(0, &data);
+            self.pool.give_back(data);
+            return Started::Done(Status { source: env.src as usize, tag: env.tag, bytes: len });
+        }
+        let id = self.reqs.insert(State::RecvPosted { buf, peer });
         let u = self.unexpected.take(i);
         let status = Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len };
         match u.body {
@@ -383,7 +431,7 @@ impl Engine {
                 self.reqs.complete(sid, Ok(status));
             }
         }
-        id
+        Started::Req(id)
     }
 
     /// The status of the oldest unexpected message that fits the selector (`MPI_Iprobe`).

@@ -83,6 +83,7 @@ pub(crate) struct Requests {
 }
 
 impl Requests {
+    #[inline]
     pub(crate) fn insert(&mut self, state: State) -> ReqId {
         self.next_gen = self.next_gen.wrapping_add(1);
         let gen = self.next_gen;
@@ -90,6 +91,7 @@ impl Requests {
         ReqId { key, gen }
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, id: ReqId) -> Option<&mut State> {
         match self.slots.get_mut(id.key as usize) {
             Some(s) if s.gen == id.gen => Some(&mut s.state),
@@ -97,6 +99,7 @@ impl Requests {
         }
     }
 
+    #[inline]
     pub(crate) fn get(&self, id: ReqId) -> Option<&State> {
         match self.slots.get(id.key as usize) {
             Some(s) if s.gen == id.gen => Some(&s.state),
@@ -105,6 +108,7 @@ impl Requests {
     }
 
     /// Moves the request to `Done(result)`.
+    #[inline]
     pub(crate) fn complete(&mut self, id: ReqId, result: Result<Status, Error>) {
         if let Some(s) = self.get_mut(id) {
             *s = State::Done(result);
@@ -112,6 +116,7 @@ impl Requests {
     }
 
     /// Takes the result of a finished request and frees its slot.
+    #[inline]
     pub(crate) fn take_done(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
         if !matches!(self.get(id), Some(State::Done(_))) {
             return None;

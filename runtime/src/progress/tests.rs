@@ -283,10 +283,11 @@ fn is_link_down_to(e: &Error, peer: usize) -> bool {
 #[test]
 fn a_broken_peer_fails_its_operations_and_the_others_complete() {
     let (world, rt, wire) = job(3);
-    // Rank 2 takes nothing (its frames stay queued), then its link fails.
+    // Rank 2 takes nothing (its frames stay queued), then its link fails: at the fifth
+    // offer (the eager send's at once, then its queued frame's, then twice the queue's).
     {
         let mut w = wire.borrow_mut();
-        (w.stuck_from[2], w.fail_from[2]) = (1, 4);
+        (w.stuck_from[2], w.fail_from[2]) = (1, 5);
     }
     let (small, large, to_one) = (data(1, 10), data(2, 5000), data(3, 20_000));
     let mut got = vec![0u8; to_one.len()];

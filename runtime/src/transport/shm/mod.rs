@@ -6,10 +6,10 @@
 //! OS allows it (cma.rs: Linux `process_vm_readv`), and otherwise stream through the rings
 //! in cell-sized frames (the engine's pipelined fallback).
 //!
-//! Tunables (environment): `MPR_SHM_CELL_SIZE` (bytes per cell, default 8 KiB of payload
-//! and the headers, rounded up to a cache line: 8256),
-//! `MPR_SHM_CELLS` (cells per ring, default 64), `MPR_SHM_EAGER` (largest eager message,
-//! default: what one cell holds), `MPR_SHM_CMA=0` (disable single-copy reads).
+//! Tunables (environment): `MPR_SHM_FRAME` (largest frame, default 8 KiB of payload and the
+//! engine's header), `MPR_SHM_RING` (bytes of frames per ring, default room for 64 of the
+//! largest: 528 KiB, less with many ranks), `MPR_SHM_EAGER` (largest eager message,
+//! default: what one frame holds), `MPR_SHM_CMA=0` (disable single-copy reads).
 
 mod cma;
 pub(crate) use cma::admit_siblings;
@@ -27,30 +27,36 @@ use crate::error::Error;
 use ring::Ring;
 use segment::{Geometry, Segment, SLOT_ALIVE, SLOT_FINALIZED};
 
-/// Default cell: 8 KiB of payload and the headers, so an 8 KiB message still goes eagerly
-/// (a rendezvous costs more than the two copies up to about that size).
-const DEFAULT_CELL: usize = 8192 + ring::CELL_HDR + MAX_HEADER;
+/// Default largest frame: 8 KiB of payload and the engine's header, so an 8 KiB message
+/// still goes eagerly (a rendezvous costs more than the two copies up to about that size).
+const DEFAULT_FRAME: usize = 8192 + MAX_HEADER;
+
+/// Default ring: room for this many of the largest frames (thousands of small ones).
+const DEFAULT_RING_FRAMES: usize = 64;
 
 /// Ring shape and protocol thresholds, from the environment.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ShmConfig {
-    pub(crate) cells: usize,
-    pub(crate) cell_size: usize,
+    /// Bytes of frames per ring.
+    pub(crate) ring: usize,
+    /// Largest frame (engine header and payload).
+    pub(crate) frame: usize,
     pub(crate) eager: Option<usize>,
     pub(crate) cma: bool,
 }
 
 impl ShmConfig {
     pub(crate) fn from_env(nlocal: usize) -> ShmConfig {
-        let cell_size = crate::env::parsed::<usize>("MPR_SHM_CELL_SIZE").unwrap_or(DEFAULT_CELL).clamp(256, 1 << 22);
-        let cell_size = cell_size.div_ceil(segment::LINE) * segment::LINE;
+        let frame =
+            crate::env::parsed::<usize>("MPR_SHM_FRAME").unwrap_or(DEFAULT_FRAME).clamp(2 * MAX_HEADER, 1 << 22);
+        let least = ring::min_size(frame);
         // Keep the whole segment within ~256 MiB however many ranks share the host.
-        let budget = 256usize << 20;
-        let fit = budget / (nlocal * nlocal * cell_size).max(1);
-        let cells = crate::env::parsed::<usize>("MPR_SHM_CELLS").unwrap_or_else(|| fit.clamp(4, 64)).clamp(2, 1 << 16);
+        let fit = (256usize << 20) / (nlocal * nlocal).max(1);
+        let default = (DEFAULT_RING_FRAMES * (frame + ring::FRAME_HDR)).min(fit);
+        let ring = crate::env::parsed::<usize>("MPR_SHM_RING").unwrap_or(default).clamp(least, 1 << 30);
         ShmConfig {
-            cells,
-            cell_size,
+            ring: ring.next_multiple_of(segment::LINE),
+            frame,
             eager: crate::env::parsed::<usize>("MPR_SHM_EAGER"),
             cma: cma::AVAILABLE && std::env::var("MPR_SHM_CMA").map(|v| v != "0").unwrap_or(true),
         }
@@ -69,7 +75,7 @@ impl ShmConfig {
     }
 
     pub(crate) fn geometry(&self, nlocal: usize) -> Geometry {
-        Geometry { nlocal, cells: self.cells, cell_size: self.cell_size }
+        Geometry { nlocal, ring: self.ring, frame: self.frame }
     }
 }
 
@@ -103,14 +109,15 @@ impl ShmTransport {
         state.store(SLOT_ALIVE, Ordering::Release);
         let mk = |from: usize, to: usize| {
             // SAFETY: ring (from -> to) lies inside the segment, which `self.seg` keeps mapped
-            // for as long as the rings live; this rank is the only producer of its outgoing
-            // rings and the only consumer of its incoming ones.
-            (from != to).then(|| unsafe { Ring::new(seg.ring(from, to), geo.cells, geo.cell_size) })
+            // for as long as the rings live, zeroed at creation; its geometry was checked by
+            // `Segment::open` or made by `ShmConfig`; this rank is the only producer of its
+            // outgoing rings and the only consumer of its incoming ones.
+            (from != to).then(|| unsafe { Ring::new(seg.ring(from, to), geo.ring, geo.frame) })
         };
         seg.populate(me_local);
         let tx = (0..geo.nlocal).map(|j| mk(me_local, j)).collect();
         let rx = (0..geo.nlocal).map(|i| mk(i, me_local)).collect();
-        let max_frame = geo.cell_size - ring::CELL_HDR;
+        let max_frame = geo.frame;
         let eager = cfg.eager.unwrap_or(max_frame - MAX_HEADER).min(max_frame - MAX_HEADER);
         ShmTransport {
             seg,
@@ -165,15 +172,19 @@ impl Transport for ShmTransport {
                 continue;
             };
             let peer = self.world_of[i];
-            for _ in 0..32 {
+            let mut res = Ok(());
+            for _ in 0..64 {
                 match r.pop(|f| sink.frame(peer, f)) {
-                    Some(res) => {
-                        res?;
-                        got += 1;
+                    Some(Ok(())) => got += 1,
+                    Some(Err(e)) => {
+                        res = Err(e);
+                        break;
                     }
                     None => break,
                 }
             }
+            r.release();
+            res?;
         }
         self.next_poll = (self.next_poll + 1) % n.max(1);
         Ok(got)

@@ -1,87 +1,172 @@
-//! Single-producer/single-consumer rings of fixed-size cells in shared memory.
+//! Single-producer/single-consumer rings of variable-length frames in shared memory.
 //!
-//! A cell is `[flag: u32][len: u32][frame bytes ...]`; `cell_size` is a multiple of the
-//! cache line, so a small frame shares the line of its flag and one line moves per message.
-//! The producer owns a cell while its flag is 0, fills it, then publishes it with a release
-//! store of 1; the consumer reads it after an acquire load of 1 and hands it back with a
-//! release store of 0. Head and tail counters are private to each side: only the flags are
-//! shared, so no counter line bounces between cores.
+//! A ring is one control line, then `size` bytes of frames:
+//!
+//! ```text
+//! 0      tail: u64 (bytes the consumer has handed back; written by the consumer alone)
+//! LINE   frames, each [word: u32][pad: u32][frame bytes ...] rounded up to a cache line
+//! ```
+//!
+//! A frame takes what it needs, so small messages are packed a line each and a ring holds
+//! thousands of them. Positions are byte counts that only grow; a frame at position `p`
+//! lies at offset `p % size` and never wraps: a frame that does not fit before the end of
+//! the ring is preceded by a `SKIP` word that sends the consumer to the start.
+//!
+//! The word of a frame says whether it is there: `0` not yet, `READY | len` a frame of `len`
+//! bytes, `SKIP` the rest of the lap is unused. The producer writes the frame, then stores
+//! `0` into the word after it (the place of the next frame), then publishes the frame with a
+//! release store of its word. So when the consumer reaches a position, its word is `0` or a
+//! frame published since: the consumer never writes the frame lines, and never mistakes old
+//! bytes for a frame. (UCX's mm FIFO avoids the consumer's writes the same way, with an
+//! owner bit per fixed-size element.)
+//!
+//! Space comes back in batches: the consumer publishes its position in `tail` once per poll
+//! of the ring ([`Ring::release`]), not per frame; the producer reads `tail` only when its
+//! last reading says the ring is full. So a message moves its own lines from producer to
+//! consumer and nothing else: no flag line bounces back per message, no counter per frame.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Bytes before the frame in every cell.
-pub(crate) const CELL_HDR: usize = 8;
+use super::segment::LINE;
+
+/// Bytes before the frame in every slot.
+pub(crate) const FRAME_HDR: usize = 8;
+
+const READY: u32 = 1 << 31;
+const SKIP: u32 = u32::MAX;
+
+/// Bytes a ring of `size` bytes of frames takes in the segment (its control line too).
+pub(crate) fn ring_bytes(size: usize) -> usize {
+    LINE + size
+}
+
+/// Bytes a frame of `n` bytes takes in the ring.
+fn slot_len(n: usize) -> usize {
+    (FRAME_HDR + n).next_multiple_of(LINE)
+}
+
+/// The smallest ring for frames of up to `max_frame` bytes: room for two of the largest
+/// (one may follow a skip of almost its size) and the next frame's word.
+pub(crate) fn min_size(max_frame: usize) -> usize {
+    2 * slot_len(max_frame) + LINE
+}
 
 /// One side's view of a ring.
 #[derive(Debug)]
 pub(crate) struct Ring {
+    /// The control line; the frames start one line after it.
     base: NonNull<u8>,
-    cells: usize,
-    cell_size: usize,
-    /// Next cell to fill (producer) or to read (consumer).
-    pos: usize,
+    size: usize,
+    max_frame: usize,
+    /// Next position to fill (producer) or to read (consumer).
+    pos: u64,
+    /// Producer: the consumer's `tail` as last read. Consumer: the position last published.
+    tail: u64,
 }
 
 impl Ring {
     /// # Safety
-    /// `base` must point to `cells * cell_size` bytes of shared memory that stay mapped for
-    /// the life of this `Ring`, laid out as above, 8-byte aligned, with exactly one producer
-    /// `Ring` and one consumer `Ring` using it across all processes.
-    pub(crate) unsafe fn new(base: NonNull<u8>, cells: usize, cell_size: usize) -> Ring {
-        Ring { base, cells, cell_size, pos: 0 }
+    /// `base` must point to [`ring_bytes`]`(size)` bytes of shared memory that stay mapped for
+    /// the life of this `Ring`, cache-line aligned, zeroed before either side first used it,
+    /// with exactly one producer `Ring` and one consumer `Ring` using it across all
+    /// processes. `size` must be a multiple of [`LINE`] and at least [`min_size`]`(max_frame)`.
+    pub(crate) unsafe fn new(base: NonNull<u8>, size: usize, max_frame: usize) -> Ring {
+        debug_assert!(size % LINE == 0 && size >= min_size(max_frame));
+        Ring { base, size, max_frame, pos: 0, tail: 0 }
     }
 
-    /// Largest frame a cell holds.
-    pub(crate) fn max_frame(&self) -> usize {
-        self.cell_size - CELL_HDR
+    fn tail_word(&self) -> &AtomicU64 {
+        // SAFETY: the control line starts the ring (constructor contract), is aligned, and its
+        // first 8 bytes are only accessed atomically.
+        unsafe { &*(self.base.as_ptr() as *const AtomicU64) }
     }
 
-    fn cell(&self) -> (*mut u8, &AtomicU32) {
-        // SAFETY: `pos % cells < cells`, so the cell lies inside the ring (constructor
-        // contract); its first 4 bytes are the flag, 8-byte aligned, only accessed atomically.
-        unsafe {
-            let c = self.base.as_ptr().add((self.pos % self.cells) * self.cell_size);
-            (c, &*(c as *const AtomicU32))
+    /// The frame slot at offset `off` (< size) of the frames.
+    fn at(&self, off: usize) -> *mut u8 {
+        debug_assert!(off < self.size);
+        // SAFETY: the frames are the `size` bytes after the control line (constructor contract).
+        unsafe { self.base.as_ptr().add(LINE + off) }
+    }
+
+    fn word(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: `off` is a multiple of LINE inside the frames, so the slot's first 4 bytes
+        // are aligned, inside the ring, and only accessed atomically.
+        unsafe { &*(self.at(off) as *const AtomicU32) }
+    }
+
+    /// Producer: whether `need` more bytes (and the next frame's word) fit, reading the
+    /// consumer's tail again only if the last reading says they do not.
+    fn room(&mut self, need: usize) -> bool {
+        let fits = |tail: u64| self.pos + (need + LINE) as u64 <= tail + self.size as u64;
+        if fits(self.tail) {
+            return true;
         }
+        self.tail = self.tail_word().load(Ordering::Acquire);
+        fits(self.tail)
     }
 
     /// Producer: writes `hdr ++ payload` as one frame; false if the ring is full.
     pub(crate) fn push(&mut self, hdr: &[u8], payload: &[u8]) -> bool {
         let n = hdr.len() + payload.len();
-        assert!(n <= self.max_frame(), "frame of {n} bytes exceeds the cell");
-        let (c, flag) = self.cell();
-        if flag.load(Ordering::Acquire) != 0 {
+        assert!(n <= self.max_frame, "frame of {n} bytes exceeds the ring's {}", self.max_frame);
+        let need = slot_len(n);
+        let off = (self.pos % self.size as u64) as usize;
+        let skip = if off + need > self.size { self.size - off } else { 0 };
+        if !self.room(skip + need) {
             return false;
         }
-        // SAFETY: flag 0 means the consumer has released this cell and will not read it until
-        // the release store below; `n` fits in the cell (asserted above).
-        unsafe {
-            std::ptr::copy_nonoverlapping(hdr.as_ptr(), c.add(CELL_HDR), hdr.len());
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), c.add(CELL_HDR + hdr.len()), payload.len());
-            (c.add(4) as *mut u32).write(n as u32);
+        if skip > 0 {
+            // The consumer goes on at offset 0: clear its word first.
+            self.word(0).store(0, Ordering::Relaxed);
+            self.word(off).store(SKIP, Ordering::Release);
+            self.pos += skip as u64;
         }
-        flag.store(1, Ordering::Release);
-        self.pos = self.pos.wrapping_add(1);
+        let off = (self.pos % self.size as u64) as usize;
+        let c = self.at(off);
+        // SAFETY: the slot `off..off + need` lies inside the frames (no wrap, checked above) and
+        // in the free part of the ring (`room`): the consumer handed it back and reads it again
+        // only after the release store below. `n` fits (asserted).
+        unsafe {
+            std::ptr::copy_nonoverlapping(hdr.as_ptr(), c.add(FRAME_HDR), hdr.len());
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), c.add(FRAME_HDR + hdr.len()), payload.len());
+        }
+        // The next frame's word, in the free part too (`room` kept a line for it).
+        self.word((off + need) % self.size).store(0, Ordering::Relaxed);
+        self.word(off).store(READY | n as u32, Ordering::Release);
+        self.pos += need as u64;
         true
     }
 
-    /// Consumer: if a frame is ready, passes it to `f` and releases the cell.
+    /// Consumer: if a frame is ready, passes it to `f` and moves past it. Its space goes back
+    /// to the producer at the next [`Ring::release`].
     pub(crate) fn pop<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let (c, flag) = self.cell();
-        if flag.load(Ordering::Acquire) == 0 {
+        let mut off = (self.pos % self.size as u64) as usize;
+        let mut w = self.word(off).load(Ordering::Acquire);
+        if w == SKIP {
+            self.pos += (self.size - off) as u64;
+            off = 0;
+            w = self.word(0).load(Ordering::Acquire);
+        }
+        if w & READY == 0 {
             return None;
         }
-        // SAFETY: flag 1 (acquired) means the producer finished writing the cell and will not
-        // touch it until we store 0. The length comes from the peer, so it is clamped to the cell.
-        let frame = unsafe {
-            let n = ((c.add(4) as *const u32).read() as usize).min(self.max_frame());
-            std::slice::from_raw_parts(c.add(CELL_HDR), n)
-        };
+        // The length comes from the peer, so it is clamped to the ring.
+        let n = ((w & !READY) as usize).min(self.size - off - FRAME_HDR);
+        // SAFETY: the word's acquire load saw the producer's release store, made after it wrote
+        // the frame; the producer does not touch the slot again until we hand it back.
+        let frame = unsafe { std::slice::from_raw_parts(self.at(off).add(FRAME_HDR), n) };
         let r = f(frame);
-        flag.store(0, Ordering::Release);
-        self.pos = self.pos.wrapping_add(1);
+        self.pos += slot_len(n) as u64;
         Some(r)
+    }
+
+    /// Consumer: hands back to the producer the space of every frame read so far.
+    pub(crate) fn release(&mut self) {
+        if self.tail != self.pos {
+            self.tail = self.pos;
+            self.tail_word().store(self.pos, Ordering::Release);
+        }
     }
 }
 
@@ -89,24 +174,103 @@ impl Ring {
 mod tests {
     use super::*;
 
+    /// A zeroed, line-aligned ring of `size` bytes of frames.
+    fn mem(size: usize) -> Vec<[u8; LINE]> {
+        vec![[0u8; LINE]; ring_bytes(size) / LINE]
+    }
+
+    fn pair(m: &mut [[u8; LINE]], size: usize, max: usize) -> (Ring, Ring) {
+        let base = NonNull::new(m.as_mut_ptr() as *mut u8).unwrap();
+        // SAFETY: `m` outlives both rings in every test; one producer and one consumer.
+        unsafe { (Ring::new(base, size, max), Ring::new(base, size, max)) }
+    }
+
     #[test]
-    fn fifo_and_backpressure() {
-        let mut mem = vec![0u64; 4 * 128 / 8];
-        let base = NonNull::new(mem.as_mut_ptr() as *mut u8).unwrap();
-        // SAFETY: `mem` outlives both rings; one producer and one consumer.
-        let (mut tx, mut rx) = unsafe { (Ring::new(base, 4, 128), Ring::new(base, 4, 128)) };
+    fn fifo_backpressure_and_batched_release() {
+        let size = min_size(100);
+        let mut m = mem(size);
+        let (mut tx, mut rx) = pair(&mut m, size, 100);
         assert!(rx.pop(|_| ()).is_none());
-        for i in 0..4u8 {
-            assert!(tx.push(&[i], &[i; 10]));
+        // Small frames take a line each.
+        let mut sent = 0u8;
+        while tx.push(&[sent], &[sent; 10]) {
+            sent += 1;
         }
-        assert!(!tx.push(&[9], &[]), "full ring refuses");
-        for i in 0..4u8 {
-            let f = rx.pop(|f| f.to_vec()).unwrap();
-            assert_eq!(f.len(), 11);
-            assert_eq!(f[0], i);
+        assert_eq!(sent as usize, size / LINE - 1, "a line per frame, one kept for the next word");
+        for i in 0..sent {
+            assert_eq!(rx.pop(|f| f.to_vec()).unwrap(), [&[i][..], &[i; 10]].concat());
         }
+        assert!(rx.pop(|_| ()).is_none());
+        // Nothing comes back until the consumer releases.
+        assert!(!tx.push(&[1], &[]));
+        rx.release();
         assert!(tx.push(&[7], &[1, 2]));
         assert_eq!(rx.pop(|f| f.to_vec()).unwrap(), vec![7, 1, 2]);
         assert!(rx.pop(|_| ()).is_none());
+    }
+
+    #[test]
+    fn frames_of_every_size_wrap_in_order() {
+        // Many laps of frames of mixed sizes, with skips at the end of each lap, and the
+        // consumer draining at varying paces: every frame arrives whole and in order.
+        let max = 300;
+        let size = min_size(max) + 3 * LINE;
+        let mut m = mem(size);
+        let (mut tx, mut rx) = pair(&mut m, size, max);
+        let frame = |k: u32| -> Vec<u8> {
+            let n = (k as usize * 37) % (max + 1);
+            (0..n).map(|i| (k as usize + i) as u8).collect()
+        };
+        let (mut next_tx, mut next_rx) = (0u32, 0u32);
+        let mut skips = 0;
+        while next_rx < 5000 {
+            for _ in 0..(next_tx % 5) + 1 {
+                let f = frame(next_tx);
+                let before = tx.pos;
+                if !tx.push(&f[..f.len().min(3)], &f[f.len().min(3)..]) {
+                    break;
+                }
+                skips += usize::from(tx.pos - before > slot_len(f.len()) as u64);
+                next_tx += 1;
+            }
+            for _ in 0..(next_rx % 3) + 1 {
+                match rx.pop(|f| f.to_vec()) {
+                    Some(got) => {
+                        assert_eq!(got, frame(next_rx), "frame {next_rx}");
+                        next_rx += 1;
+                    }
+                    None => break,
+                }
+            }
+            rx.release();
+        }
+        assert!(skips > 10, "laps ended in skips ({skips})");
+    }
+
+    #[test]
+    fn old_bytes_are_never_read_as_a_frame() {
+        // Frames whose bytes look like ready words: after the producer moves on, the
+        // consumer waiting at the next position still sees nothing.
+        let size = min_size(200);
+        let mut m = mem(size);
+        let (mut tx, mut rx) = pair(&mut m, size, 200);
+        let fake = (READY | 8).to_le_bytes().repeat(50);
+        for lap in 0..20 {
+            while tx.push(&[], &fake) {}
+            while let Some(f) = rx.pop(|f| f.to_vec()) {
+                assert_eq!(f, fake, "lap {lap}");
+            }
+            assert!(rx.pop(|_| ()).is_none());
+            rx.release();
+        }
+    }
+
+    #[test]
+    fn a_length_beyond_the_ring_is_clamped() {
+        let size = min_size(64);
+        let mut m = mem(size);
+        let (_, mut rx) = pair(&mut m, size, 64);
+        rx.word(0).store(READY | 0x7fff_fff0, Ordering::Release);
+        assert_eq!(rx.pop(|f| f.len()), Some(size - FRAME_HDR));
     }
 }

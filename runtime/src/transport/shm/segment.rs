@@ -27,7 +27,7 @@ use crate::error::Error;
 
 const MAGIC: u64 = 0x6d70_725f_7368_6d31; // "mpr_shm1"
 const PAGE: usize = 4096;
-/// Bytes of a cache line; slots and cell headers are aligned to it.
+/// Bytes of a cache line; slots and frames are aligned to it.
 pub(crate) const LINE: usize = 64;
 
 /// Rank slot states.
@@ -38,8 +38,8 @@ pub(crate) const SLOT_FINALIZED: u32 = 2;
 struct SegHeader {
     magic: AtomicU64,
     nlocal: AtomicU32,
-    cells: AtomicU32,
-    cell_size: AtomicU32,
+    ring: AtomicU32,
+    frame: AtomicU32,
     attached: AtomicU32,
 }
 
@@ -47,8 +47,10 @@ struct SegHeader {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
     pub(crate) nlocal: usize,
-    pub(crate) cells: usize,
-    pub(crate) cell_size: usize,
+    /// Bytes of frames per ring.
+    pub(crate) ring: usize,
+    /// Largest frame.
+    pub(crate) frame: usize,
 }
 
 impl Geometry {
@@ -57,7 +59,12 @@ impl Geometry {
     }
 
     pub(crate) fn ring_bytes(&self) -> usize {
-        self.cells * self.cell_size
+        super::ring::ring_bytes(self.ring)
+    }
+
+    /// Whether the rings can work: aligned, and room for two of the largest frames.
+    fn valid(&self) -> bool {
+        self.ring % LINE == 0 && self.frame > 0 && self.ring >= super::ring::min_size(self.frame)
     }
 
     fn total(&self) -> usize {
@@ -85,8 +92,8 @@ impl Segment {
         let seg = Self::map(fd.as_fd(), size, geo).inspect_err(|_| Self::unlink(name))?;
         let h = seg.header();
         h.nlocal.store(geo.nlocal as u32, Ordering::Relaxed);
-        h.cells.store(geo.cells as u32, Ordering::Relaxed);
-        h.cell_size.store(geo.cell_size as u32, Ordering::Relaxed);
+        h.ring.store(geo.ring as u32, Ordering::Relaxed);
+        h.frame.store(geo.frame as u32, Ordering::Relaxed);
         h.attached.store(0, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(seg)
@@ -102,18 +109,18 @@ impl Segment {
             return Err(Error::Bootstrap(format!("{name} is too small to be an mpr segment ({size} bytes)")));
         }
         // Map the header first to learn the geometry, then the whole segment.
-        let probe = Self::map(fd.as_fd(), PAGE.min(size.max(1)), Geometry { nlocal: 0, cells: 0, cell_size: 0 })?;
+        let probe = Self::map(fd.as_fd(), PAGE.min(size.max(1)), Geometry { nlocal: 0, ring: 0, frame: 0 })?;
         let h = probe.header();
         if h.magic.load(Ordering::Acquire) != MAGIC {
             return Err(Error::Bootstrap(format!("{name} is not an mpr segment")));
         }
         let geo = Geometry {
             nlocal: h.nlocal.load(Ordering::Relaxed) as usize,
-            cells: h.cells.load(Ordering::Relaxed) as usize,
-            cell_size: h.cell_size.load(Ordering::Relaxed) as usize,
+            ring: h.ring.load(Ordering::Relaxed) as usize,
+            frame: h.frame.load(Ordering::Relaxed) as usize,
         };
         drop(probe);
-        if geo.cells < 2 || geo.cell_size < 256 || geo.cell_size % LINE != 0 {
+        if !geo.valid() {
             return Err(Error::Bootstrap(format!("{name} has an invalid ring geometry {geo:?}")));
         }
         if geo.nlocal != nlocal || geo.total() != size {
