@@ -37,7 +37,17 @@ fn point_to_point_over_soft_uc() {
         e.push(("PTP_MAX", "4000000"));
         ok(np, "ptp", scenario, &e);
     }
-    ok(2, "ptp", "many", &env);
+    // 4000 messages of up to 3000 B in flight: a burst of frames shares each SEND.
+    let mut e = env.clone();
+    e.push(("MPR_VERBOSE", "1"));
+    let se = ok(2, "ptp", "many", &e);
+    for (r, (t, _)) in rdma_counts(&se, 2).iter().enumerate() {
+        let (frames, messages) = (t[4], t[5]);
+        assert!(
+            frames >= 4000 && frames >= 4 * messages,
+            "rank {r} packed {frames} frames in {messages} messages:\n{se}"
+        );
+    }
 }
 
 #[test]
@@ -60,10 +70,11 @@ fn collectives_over_soft_uc_and_rc() {
 }
 
 /// Each rank's RDMA counters from the transport's verbose end line ("mpr: rank K: rdma (UC):
-/// N messages (B B) pulled with RDMA READ, R sent again, O received out of order; device
-/// NAME: M messages sent, L frames lost (injected), S frames sent again after T timeouts, D messages dropped
-/// ..."), by rank: [N, B, R, O] of the transport, [L, S, T, D] of the device.
-fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 4], [u64; 4])> {
+/// N messages (B B) pulled with RDMA READ, R sent again, O received out of order, F frames
+/// packed in P messages; device NAME: M messages sent, L frames lost (injected), S frames sent
+/// again after T timeouts, D messages dropped ..."), by rank: [N, B, R, O, F, P] of the
+/// transport, [L, S, T, D] of the device.
+fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 6], [u64; 4])> {
     let numbers = |s: &str| -> Vec<u64> {
         s.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect()
     };
@@ -76,8 +87,8 @@ fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 4], [u64; 4])> {
         by_rank[rank] = Some({
             let (ours, device) = l.split_once("; device ").unwrap_or_else(|| panic!("no device counts: {l}"));
             let (t, d) = (numbers(ours), numbers(device.split_once(": ").expect("device name").1));
-            assert!(t.len() == 4 && d.len() == 5, "{l}");
-            ([t[0], t[1], t[2], t[3]], [d[1], d[2], d[3], d[4]])
+            assert!(t.len() == 6 && d.len() == 5, "{l}");
+            ([t[0], t[1], t[2], t[3], t[4], t[5]], [d[1], d[2], d[3], d[4]])
         });
     }
     by_rank

@@ -15,8 +15,10 @@ use crate::engine::wire::MAX_HEADER;
 use crate::error::Error;
 use crate::transport::Sink;
 
-/// Frames up to this size are gathered in the send buffer and written together at the next
-/// flush; larger ones are written at once.
+/// Frames with payloads up to this size are gathered in the send buffer and written
+/// together at the next flush; larger ones are written at once. (Counted without the
+/// headers, so a window of 16 KiB messages is gathered too: one write per message made
+/// them 0.9x MPICH's and Open MPI's bandwidth, against 4x at 8 KiB.)
 const BATCH: usize = 16 << 10;
 
 /// Payloads larger than this are read straight into their destination when the engine can
@@ -134,7 +136,7 @@ impl Conn {
         if self.link == Link::Broken {
             return Err(Error::Transport(self.error.clone().unwrap_or_else(|| "connection lost".into())));
         }
-        if total <= BATCH {
+        if payload.len() <= BATCH {
             if self.pending_out() + total > self.wcap && !self.flush() {
                 return Ok(false);
             }

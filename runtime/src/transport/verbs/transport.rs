@@ -4,12 +4,19 @@
 //! Every peer gets one queue pair per cable that reaches it (a link; one cable is the
 //! usual case), on the device at this end of that cable, and per link, in two page-aligned
 //! regions registered once per device (two of its ~100), `window + ACK_BUFS` send buffers
-//! and as many receive buffers of `chunk` bytes each. One engine frame travels as one SEND
-//! with a 16-byte header:
+//! and as many receive buffers of `chunk` bytes each. A SEND carries a 16-byte header and
+//! one or more engine frames, each after its length:
 //!
 //! ```text
-//! kind u8 | 0 u8 | 0 u16 | seq u32 | ack u32 | len u32 | frame (len bytes)
+//! kind u8 | 0 u8 | 0 u16 | seq u32 | ack u32 | len u32 | (flen u32 | frame)+  (len bytes)
 //! ```
+//!
+//! - Packing: frames handed over in one burst (a window of small sends, a collective's
+//!   steps) share a send buffer, which goes out when the next frame does not fit, at the
+//!   next poll, or at a flush: one SEND, one credit, one completion and one sequence number
+//!   for many messages (a window of 64 small messages takes one or two SENDs instead of 64,
+//!   each of which the software provider pays a system call for and Thunderbolt a work
+//!   request).
 //!
 //! - Credits: a peer's receive buffers are always posted (each is posted again as soon as
 //!   its message is handed to the engine), and a sender has at most `window` unacknowledged
@@ -70,6 +77,8 @@ use crate::error::Error;
 use crate::transport::{Caps, FrameSink, PeerState, RemoteOp, Sink, Transport};
 
 const THDR: usize = 16;
+/// Bytes before each frame in a message: its length.
+const FHDR: usize = 4;
 const DATA: u8 = 1;
 const ACK: u8 = 2;
 const FIN: u8 = 3;
@@ -195,6 +204,9 @@ struct Link {
     qp: QpId,
     next_seq: u32,
     unacked: VecDeque<Out>,
+    /// The send buffer being filled with frames, not yet posted, and the bytes in it after
+    /// the header.
+    open: Option<(usize, usize)>,
     free: Vec<usize>,
     free_ack: Vec<usize>,
     /// Send work requests posted and not completed.
@@ -275,6 +287,8 @@ pub(crate) struct VerbsTransport {
     /// Sequenced messages each device sent (not counting retransmissions), reported by
     /// `finalize` under `MPR_VERBOSE`: how the cables shared the traffic.
     carried: Vec<u64>,
+    /// Engine frames sent, packed into the `carried` messages.
+    frames: u64,
     /// One-sided transfers of windows (RDMA WRITE and READ, `one_sided`).
     os: one_sided::OneSided,
     finalizing: bool,
@@ -361,6 +375,7 @@ impl VerbsTransport {
                     qp: p.qp,
                     next_seq: 0,
                     unacked: VecDeque::new(),
+                    open: None,
                     free: (0..tune.window).rev().collect(),
                     in_flight: vec![0; per],
                     retired: vec![false; per],
@@ -418,6 +433,7 @@ impl VerbsTransport {
             resent: 0,
             out_of_order: 0,
             carried: vec![0; n_devs],
+            frames: 0,
             os: Default::default(),
             finalizing: false,
             said_goodbye: false,
@@ -501,24 +517,68 @@ impl VerbsTransport {
         Ok(())
     }
 
-    /// Queues a sequenced message (a frame or a FIN); false if there is no room now.
-    fn send_seq(&mut self, link: usize, kind: u8, parts: &[&[u8]]) -> Result<bool, Error> {
+    /// Whether `link` can take another sequenced message now (a free buffer, a work request).
+    fn room(&self, link: usize) -> bool {
         let l = &self.links[link];
-        if l.free.is_empty() || l.send_wr >= self.caps.max_wr {
+        !l.free.is_empty() && l.send_wr < self.caps.max_wr
+    }
+
+    /// Queues a sequenced message (a FIN: no frame) after the frames packed so far; false if
+    /// there is no room now.
+    fn send_seq(&mut self, link: usize, kind: u8) -> Result<bool, Error> {
+        if !self.seal(link)? || !self.room(link) {
             return Ok(false);
         }
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        debug_assert!(THDR + len <= self.tune.chunk);
-        let buf = self.links[link].free.pop().expect("checked");
+        let buf = self.links[link].free.pop().expect("room checked");
+        self.post_seq(link, buf, kind, 0)?;
+        Ok(true)
+    }
+
+    /// Packs frame `hdr ++ payload` into `link`'s open send buffer, posting the buffer first
+    /// if the frame does not fit in it; false if there is no room now.
+    fn pack(&mut self, link: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
+        let n = hdr.len() + payload.len();
+        debug_assert!(THDR + FHDR + n <= self.tune.chunk);
+        let at = match self.links[link].open {
+            Some((buf, used)) if THDR + used + FHDR + n <= self.tune.chunk => (buf, used),
+            _ => {
+                if !self.seal(link)? || !self.room(link) {
+                    return Ok(false);
+                }
+                (self.links[link].free.pop().expect("room checked"), 0)
+            }
+        };
+        let (buf, used) = at;
+        let dst = THDR + used;
+        for (off, part) in [(0, &(n as u32).to_le_bytes()[..]), (FHDR, hdr), (FHDR + hdr.len(), payload)] {
+            // SAFETY: the frame fits the buffer after what it holds (checked above); the buffer
+            // is ours (taken from `free`) and not posted until `seal`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), self.send_ptr(link, buf).add(dst + off), part.len())
+            };
+        }
+        self.links[link].open = Some((buf, used + FHDR + n));
+        self.frames += 1;
+        Ok(true)
+    }
+
+    /// Posts `link`'s open send buffer, if any; false if it could not go now (no work request
+    /// free: it stays open, and the next poll tries again).
+    fn seal(&mut self, link: usize) -> Result<bool, Error> {
+        let Some((buf, used)) = self.links[link].open else { return Ok(true) };
+        if self.links[link].send_wr >= self.caps.max_wr {
+            return Ok(false);
+        }
+        self.links[link].open = None;
+        self.post_seq(link, buf, DATA, used)?;
+        Ok(true)
+    }
+
+    /// Posts send buffer `buf` of `link`, holding `len` bytes after the header, as the next
+    /// sequenced message, kept until acknowledged.
+    fn post_seq(&mut self, link: usize, buf: usize, kind: u8, len: usize) -> Result<(), Error> {
         let seq = self.links[link].next_seq;
         self.header(link, buf, kind, seq, len);
-        let mut at = THDR;
-        for p in parts {
-            // SAFETY: THDR + len fits the buffer (max_frame), which the device does not read
-            // until the post below.
-            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.send_ptr(link, buf).add(at), p.len()) };
-            at += p.len();
-        }
         self.post_send(link, buf, len)?;
         let l = &mut self.links[link];
         if l.unacked.is_empty() {
@@ -527,7 +587,17 @@ impl VerbsTransport {
         l.unacked.push_back(Out { seq, buf, len, sent: Instant::now(), again: false });
         l.next_seq = seq.wrapping_add(1);
         self.carried[l.dev] += 1;
-        Ok(true)
+        Ok(())
+    }
+
+    /// Posts every open send buffer that can go now.
+    fn seal_all(&mut self) -> Result<(), Error> {
+        for link in 0..self.links.len() {
+            if self.links[link].open.is_some() && self.links[link].dead.is_none() {
+                self.seal(link)?;
+            }
+        }
+        Ok(())
     }
 
     fn send_ack(&mut self, link: usize) -> Result<(), Error> {
@@ -617,8 +687,7 @@ impl VerbsTransport {
                 if kind == FIN {
                     l.fin_got = true;
                 } else {
-                    sink.frame(peer, &msg[THDR..THDR + len])?;
-                    n = 1;
+                    n = unpack(peer, &msg[THDR..THDR + len], sink)?;
                 }
             } else if before(seq, l.expect) {
                 // A copy of a message we have: our acknowledgement was lost, so it is always
@@ -862,18 +931,37 @@ impl VerbsTransport {
     /// Every message of ours is acknowledged and every peer said FIN (or is gone: left, or
     /// one of its cables died, which ends the pair).
     fn quiet(&self) -> bool {
-        self.links
-            .iter()
-            .all(|l| self.peer_state(l.rank) != PeerState::Alive || (l.fin_sent && l.unacked.is_empty() && l.fin_got))
+        self.links.iter().all(|l| {
+            self.peer_state(l.rank) != PeerState::Alive
+                || (l.fin_sent && l.open.is_none() && l.unacked.is_empty() && l.fin_got)
+        })
     }
+}
+
+/// Hands every frame of a message's body (`(flen u32 | frame)+`) to `sink`; returns how many.
+fn unpack(peer: usize, mut body: &[u8], sink: &mut FrameSink<'_>) -> Result<usize, Error> {
+    let mut n = 0;
+    while !body.is_empty() {
+        let flen = body.get(..FHDR).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize);
+        let Some(frame) = flen.and_then(|f| body.get(FHDR..FHDR + f)) else {
+            return Err(Error::Transport(format!(
+                "RDMA: malformed message from rank {peer} (a frame runs past its {} bytes)",
+                body.len()
+            )));
+        };
+        sink.frame(peer, frame)?;
+        body = &body[FHDR + frame.len()..];
+        n += 1;
+    }
+    Ok(n)
 }
 
 impl Transport for VerbsTransport {
     fn caps(&self) -> Caps {
         Caps {
             name: self.name,
-            max_frame: self.tune.chunk - THDR,
-            eager_limit: (self.tune.chunk - THDR - crate::engine::wire::MAX_HEADER).min(32 << 10),
+            max_frame: self.tune.chunk - THDR - FHDR,
+            eager_limit: (self.tune.chunk - THDR - FHDR - crate::engine::wire::MAX_HEADER).min(32 << 10),
             bulk_read: self.reads(),
             expose: true,
             bulk_write: false,
@@ -889,7 +977,7 @@ impl Transport for VerbsTransport {
         if let Some(why) = self.dead_lane(peer) {
             return Err(Error::PeerGone { rank: peer, detail: why.clone() });
         }
-        self.send_seq(link, DATA, &[hdr, payload])
+        self.pack(link, hdr, payload)
     }
 
     fn try_send_any_order(&mut self, peer: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
@@ -903,7 +991,7 @@ impl Transport for VerbsTransport {
         // Round robin over the cables, skipping the full ones.
         for k in 0..n {
             let lane = (self.turn[peer] + k) % n;
-            if self.send_seq(self.lanes[peer][lane], DATA, &[hdr, payload])? {
+            if self.pack(self.lanes[peer][lane], hdr, payload)? {
                 self.turn[peer] = (lane + 1) % n;
                 return Ok(true);
             }
@@ -912,6 +1000,8 @@ impl Transport for VerbsTransport {
     }
 
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
+        // What was packed since the last poll goes out now.
+        self.seal_all()?;
         let mut comps = std::mem::take(&mut self.comps);
         comps.clear();
         let mut n = self.stash.0.len() + self.stash.1.len();
@@ -1039,23 +1129,31 @@ impl Transport for VerbsTransport {
                 })
                 .collect();
             eprintln!(
-                "mpr: rank {}: {}: {n} messages ({bytes} B) pulled with RDMA READ, {} sent again, {} received out of order{device}",
-                self.me, self.name, self.resent, self.out_of_order
+                "mpr: rank {}: {}: {n} messages ({bytes} B) pulled with RDMA READ, {} sent again, {} received out of order, \
+                 {} frames packed in {} messages{device}",
+                self.me,
+                self.name,
+                self.resent,
+                self.out_of_order,
+                self.frames,
+                self.carried.iter().sum::<u64>()
             );
         }
         for link in 0..self.links.len() {
             if self.links[link].dead.is_none() && !self.links[link].fin_sent {
                 // A full queue: the FIN goes out from `flush` once there is room.
-                self.links[link].fin_sent = self.send_seq(link, FIN, &[]).unwrap_or(true);
+                self.links[link].fin_sent = self.send_seq(link, FIN).unwrap_or(true);
             }
         }
     }
 
     fn flush(&mut self) {
+        // An error here is the link's: the next poll reports it.
+        let _ = self.seal_all();
         if self.finalizing {
             for link in 0..self.links.len() {
                 if !self.links[link].fin_sent && self.links[link].dead.is_none() {
-                    self.links[link].fin_sent = self.send_seq(link, FIN, &[]).unwrap_or(true);
+                    self.links[link].fin_sent = self.send_seq(link, FIN).unwrap_or(true);
                 }
             }
         }
