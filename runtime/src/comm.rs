@@ -274,8 +274,12 @@ impl Comm {
     pub fn send<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<(), Error> {
         let peer = self.check_dest(dest, tag)?;
         let bytes: &[u8] = bytemuck::cast_slice(buf);
-        if self.inner.rt.borrow_mut().send_now(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes)? {
-            return Ok(());
+        {
+            let mut rt = self.inner.rt.borrow_mut();
+            if rt.send_now(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes)? {
+                rt.sent_at_once();
+                return Ok(());
+            }
         }
         // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
         match self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)? {

@@ -101,6 +101,9 @@ pub(crate) struct Runtime {
     /// single copy, sent as messages, by RDMA READ, by RDMA WRITE (for the verbose end line
     /// and the tests that claim a path).
     pub(crate) rma_ops: [u64; 5],
+    /// Point-to-point operations of the application: sends and receives done as they
+    /// started (no request), and sends and receives that took a request (`MPR_VERBOSE`).
+    p2p: [u64; 4],
 }
 
 // SAFETY: the runtime holds raw views of buffers the application lent to requests in flight
@@ -184,6 +187,7 @@ impl Runtime {
             aside_err: None,
             aside_rounds: 0,
             rma_ops: [0; 5],
+            p2p: [0; 4],
         }
     }
 
@@ -411,6 +415,11 @@ impl Runtime {
         self.offer_now(ctx, src, tag, peer, bytes, true)
     }
 
+    /// Counts an application's send that [`Runtime::send_now`] completed.
+    pub(crate) fn sent_at_once(&mut self) {
+        self.p2p[0] += 1;
+    }
+
     /// Hands an eager message to `peer`'s transport now if nothing is queued ahead of it;
     /// `flush`: have the transport write it out at once (a blocking send), rather than with
     /// the next frames or at the next progress (a burst of nonblocking sends).
@@ -446,8 +455,10 @@ impl Runtime {
     /// (the common case of a stream of small messages costs no request at all).
     pub(crate) fn isend(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, buf: RawBuf) -> Result<Started, Error> {
         if self.offer_now(ctx, src, tag, peer, buf.bytes(), false)? {
+            self.p2p[0] += 1;
             return Ok(Started::Done(self.engine.sent_status()));
         }
+        self.p2p[2] += 1;
         let id = self.engine.isend(ctx, src, tag, peer, buf);
         self.flush();
         Ok(Started::Req(id))
@@ -463,7 +474,12 @@ impl Runtime {
         peer: Option<usize>,
         buf: RawBufMut,
     ) -> Started {
-        self.engine.start_recv(ctx, src, tag, peer, buf, true)
+        let started = self.engine.start_recv(ctx, src, tag, peer, buf, true);
+        match started {
+            Started::Done(_) => self.p2p[1] += 1,
+            Started::Req(_) => self.p2p[3] += 1,
+        }
+        started
     }
 
     /// One round of progress made by the progress thread: an error is kept for the
@@ -846,6 +862,12 @@ impl Runtime {
             eprintln!(
                 "mpr: rank {}: single copy: {} reads ({} B), {} writes ({} B), {} refused",
                 self.boot.rank, c.reads, c.read_bytes, c.writes, c.write_bytes, c.failed
+            );
+            let [sn, rn, sr, rr] = self.p2p;
+            eprintln!(
+                "mpr: rank {}: point-to-point: {sn} sends and {rn} receives done as they started, {sr} sends and {rr} \
+                 receives by request",
+                self.boot.rank
             );
             if self.rma_ops != [0; 5] {
                 let [direct, copy, sent, read, write] = self.rma_ops;

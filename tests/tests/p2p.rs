@@ -65,7 +65,7 @@ fn pairs_random_sizes_up_to_16mib() {
         assert!(c[0] > 0 && c[1] >= 16 << 20 && c[4] == 0, "rank {r} read by single copy: {c:?}\n{se}");
     }
     assert!(
-        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 8192 B, large messages by single-copy reads)"),
+        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 65536 B, large messages by single-copy reads)"),
         "{se}"
     );
 }
@@ -76,7 +76,7 @@ fn pairs_without_single_copy() {
     for (r, c) in copies(&se, 2).iter().enumerate() {
         assert_eq!(*c, [0; 5], "rank {r} streamed everything:\n{se}");
         let line = format!(
-            "-> rank {}: shm (eager up to 8192 B, large messages by pipelined frames, no single copy: MPR_SHM_CMA=0)",
+            "-> rank {}: shm (eager up to 65536 B, large messages by pipelined frames, no single copy: MPR_SHM_CMA=0)",
             1 - r
         );
         assert!(se.contains(&format!("mpr: rank {r} {line}")), "{se}");
@@ -133,11 +133,11 @@ fn a_peer_the_kernel_will_not_let_us_read_is_streamed_and_said_why() {
     };
     let Some(se) = job("before") else { return };
     assert!(
-        se.contains("mpr: rank 1 -> rank 0: shm (eager up to 8192 B, large messages by pipelined frames, no single copy: the kernel refused"),
+        se.contains("mpr: rank 1 -> rank 0: shm (eager up to 65536 B, large messages by pipelined frames, no single copy: the kernel refused"),
         "{se}"
     );
     assert!(
-        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 8192 B, large messages by single-copy reads)"),
+        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 65536 B, large messages by single-copy reads)"),
         "{se}"
     );
     // Rank 0 may read rank 1, but rank 1's sends offer no address it could not take itself,
@@ -190,9 +190,36 @@ fn truncation_is_an_error_naming_both_sizes() {
     run(2, "truncate", NO_CMA);
 }
 
+/// Each rank's point-to-point counters from its verbose end line ("mpr: rank R:
+/// point-to-point: A sends and B receives done as they started, C sends and D receives by
+/// request"), by rank: [A, B, C, D].
+fn p2p_counts(se: &str, np: usize) -> Vec<[u64; 4]> {
+    let mut by_rank = vec![None; np];
+    for l in se.lines() {
+        let Some((rank, rest)) = l.strip_prefix("mpr: rank ").and_then(|l| l.split_once(": point-to-point: ")) else {
+            continue;
+        };
+        let n: Vec<u64> =
+            rest.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect();
+        assert_eq!(n.len(), 4, "{l}");
+        by_rank[rank.parse::<usize>().unwrap()] = Some([n[0], n[1], n[2], n[3]]);
+    }
+    by_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, c)| c.unwrap_or_else(|| panic!("no counters of rank {r}:\n{se}")))
+        .collect()
+}
+
 #[test]
 fn thousands_of_outstanding_requests() {
-    run(3, "many", &[]);
+    // 4000 sends of up to 3000 B per rank into rings that hold hundreds of them: most are
+    // handed over as they start, with no request; the rest queue behind a full ring.
+    let se = run(3, "many", &[VERBOSE]);
+    for (r, [sn, rn, sr, rr]) in p2p_counts(&se, 3).into_iter().enumerate() {
+        assert!(sn + sr >= 4000 && rn + rr >= 4000, "rank {r}: every operation counted:\n{se}");
+        assert!(sn >= 400, "rank {r}: {sn} of {} sends done as they started:\n{se}", sn + sr);
+    }
     run(2, "many", TINY_RINGS);
 }
 

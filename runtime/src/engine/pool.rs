@@ -7,8 +7,13 @@
 //! TCP, all-reduce of 2 MiB (ring steps of 512 KiB eager messages), ~125 page faults and 3
 //! `brk` calls per rank and call.
 
-/// Buffers smaller than this are left to the allocator (cheap, never trimmed one by one).
+/// Buffers smaller than this are kept by size class (powers of two from `SMALL_MIN`), so a
+/// stream of small messages arriving before their receives allocates nothing per message.
 const MIN_KEPT: usize = 4 << 10;
+const SMALL_MIN: usize = 64;
+/// Size classes below `MIN_KEPT`, and idle buffers kept per class.
+const CLASSES: usize = (MIN_KEPT / SMALL_MIN).trailing_zeros() as usize + 1;
+const SMALL_COUNT: usize = 256;
 
 /// At most this many bytes of capacity are kept idle, in at most `MAX_COUNT` buffers.
 const MAX_BYTES: usize = 32 << 20;
@@ -19,11 +24,25 @@ const MAX_COUNT: usize = 64;
 pub(crate) struct Pool {
     free: Vec<Vec<u8>>,
     bytes: usize,
+    /// Idle small buffers, by class: capacity `SMALL_MIN << class`.
+    small: [Vec<Vec<u8>>; CLASSES],
+}
+
+/// The class of a small buffer of `len` bytes (its capacity is the power of two above).
+fn class_of(len: usize) -> usize {
+    (len.max(SMALL_MIN).next_power_of_two() / SMALL_MIN).trailing_zeros() as usize
 }
 
 impl Pool {
     /// A buffer holding a copy of `data`: the smallest idle one it fits in, else a new one.
     pub(crate) fn copy_of(&mut self, data: &[u8]) -> Vec<u8> {
+        if data.len() < MIN_KEPT {
+            let c = class_of(data.len());
+            let mut buf = self.small[c].pop().unwrap_or_else(|| Vec::with_capacity(SMALL_MIN << c));
+            buf.clear();
+            buf.extend_from_slice(data);
+            return buf;
+        }
         let best = (data.len() >= MIN_KEPT)
             .then(|| {
                 let fits = self.free.iter().enumerate().filter(|(_, b)| b.capacity() >= data.len());
@@ -42,7 +61,17 @@ impl Pool {
     /// buffers make room (large messages are the ones worth keeping memory for).
     pub(crate) fn give_back(&mut self, buf: Vec<u8>) {
         let cap = buf.capacity();
-        if !(MIN_KEPT..=MAX_BYTES).contains(&cap) {
+        if cap <= MIN_KEPT && cap == SMALL_MIN << class_of(cap) {
+            let c = class_of(cap);
+            if self.small[c].len() < SMALL_COUNT {
+                self.small[c].push(buf);
+            }
+            return;
+        }
+        if cap < MIN_KEPT {
+            return;
+        }
+        if cap > MAX_BYTES {
             return;
         }
         while self.free.len() >= MAX_COUNT || self.bytes + cap > MAX_BYTES {
@@ -59,7 +88,7 @@ impl Pool {
 
 #[cfg(test)]
 mod tests {
-    use super::{Pool, MAX_BYTES, MAX_COUNT, MIN_KEPT};
+    use super::{class_of, Pool, CLASSES, MAX_BYTES, MAX_COUNT, MIN_KEPT, SMALL_COUNT};
 
     #[test]
     fn buffers_are_reused_best_fit_and_bounded() {
@@ -80,12 +109,23 @@ mod tests {
         let c = pool.copy_of(&[3u8; 1 << 20]);
         assert_eq!(c.len(), 1 << 20);
         assert!(pool.free.is_empty() && pool.bytes == 0);
-        // Small buffers are not kept.
+        // Small buffers are kept by class, up to a count, and reused.
         pool.give_back(vec![0u8; MIN_KEPT - 1]);
-        assert!(pool.free.is_empty());
+        assert!(pool.free.is_empty() && pool.small.iter().all(Vec::is_empty), "not a class's capacity");
+        let small = pool.copy_of(&[5u8; 100]);
+        assert_eq!(small.capacity(), 128);
+        let small_ptr = small.as_ptr();
+        pool.give_back(small);
+        let again = pool.copy_of(&[6u8; 65]);
+        assert_eq!((again.as_ptr(), &again[..]), (small_ptr, &[6u8; 65][..]), "the idle buffer of the class");
+        for _ in 0..SMALL_COUNT + 5 {
+            pool.give_back(Vec::with_capacity(64));
+        }
+        assert_eq!(pool.small[0].len(), SMALL_COUNT, "at most SMALL_COUNT idle per class");
+        assert_eq!(class_of(MIN_KEPT - 1), CLASSES - 1);
         // The bounds hold, and the largest buffers stay.
         for _ in 0..MAX_COUNT + 8 {
-            pool.give_back(Vec::with_capacity(MIN_KEPT));
+            pool.give_back(Vec::with_capacity(MIN_KEPT + 1));
         }
         assert_eq!(pool.free.len(), MAX_COUNT);
         for _ in 0..(MAX_BYTES >> 20) + 4 {

@@ -133,8 +133,9 @@ fn pairs(w: &mpr::Comm) -> R {
     let max: usize = std::env::var("PTP_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(16 << 20);
     let sizes = |a: usize, b: usize| -> Vec<usize> {
         let mut rng = rand::rngs::SmallRng::seed_from_u64((a * 1000 + b) as u64);
-        // Around the eager limits: shared memory (8 KiB), RDMA (32 KiB) and TCP (256 KiB).
-        let mut v = vec![0, 1, 8, 8192, 8193, 8200, 8201, 32768, 32769, 65536, 262144, 262145, max];
+        // Around the eager limits: shared memory (64 KiB; 8 KiB with many ranks), RDMA (32 KiB)
+        // and TCP (256 KiB).
+        let mut v = vec![0, 1, 8, 8192, 8193, 8200, 8201, 32768, 32769, 65536, 65537, 262144, 262145, max];
         v.extend((0..6).map(|_| rng.gen_range(0..=max)));
         v.extend((0..6).map(|_| 1usize << rng.gen_range(0..=max.ilog2())));
         v.into_iter().map(|s| s.min(max)).collect()
