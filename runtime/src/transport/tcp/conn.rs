@@ -64,6 +64,8 @@ pub(crate) struct Conn {
     max_frame: usize,
     pub(crate) link: Link,
     pub(crate) error: Option<String>,
+    /// A write failed: nothing more can go to the peer (see [`Conn::write_failed`]).
+    wfail: Option<String>,
     direct: Option<Direct>,
     /// Bytes of a payload to skip (its receive was cancelled while it arrived).
     discard: usize,
@@ -86,6 +88,7 @@ impl Conn {
             max_frame,
             link: Link::Open,
             error: None,
+            wfail: None,
             direct: None,
             discard: 0,
             after_placed: false,
@@ -104,19 +107,27 @@ impl Conn {
         }
     }
 
+    /// A write failed: the peer closed its end. What was still to go is dropped, and later
+    /// sends fail. Whether the peer left cleanly or died is for the reads to tell: a peer that
+    /// finalized said goodbye before it closed, and its goodbye may still sit unread in our
+    /// receive buffer (marking the link broken here made a clean exit look like a death).
+    fn write_failed(&mut self, e: impl std::fmt::Display) {
+        self.wfail.get_or_insert_with(|| e.to_string());
+    }
+
     /// Writes buffered bytes; returns whether the buffer is now empty.
     pub(crate) fn flush(&mut self) -> bool {
         while self.pending_out() > 0 {
             match self.sock.write(&self.wbuf[self.wpos..]) {
                 Ok(0) => {
-                    self.broken("connection closed while sending");
+                    self.write_failed("connection closed while sending");
                     break;
                 }
                 Ok(n) => self.wpos += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.broken(e);
+                    self.write_failed(e);
                     break;
                 }
             }
@@ -135,6 +146,9 @@ impl Conn {
         let total = 4 + flen;
         if self.link == Link::Broken {
             return Err(Error::Transport(self.error.clone().unwrap_or_else(|| "connection lost".into())));
+        }
+        if let Some(e) = &self.wfail {
+            return Err(Error::Transport(format!("TCP send: {e}")));
         }
         if payload.len() <= BATCH {
             if self.pending_out() + total > self.wcap && !self.flush() {
@@ -157,7 +171,7 @@ impl Conn {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break 0,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.broken(&e);
+                    self.write_failed(&e);
                     return Err(Error::Transport(format!("TCP send: {e}")));
                 }
             }
@@ -353,5 +367,70 @@ impl Conn {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keeps the frames it is given.
+    #[derive(Default)]
+    struct Frames(Vec<Vec<u8>>);
+
+    impl Sink for Frames {
+        fn frame(&mut self, _peer: usize, frame: &[u8]) -> Result<(), Error> {
+            self.0.push(frame.to_vec());
+            Ok(())
+        }
+        fn place(&mut self, _: usize, _: &[u8], _: usize) -> Option<(usize, u64, RawBufMut)> {
+            None
+        }
+        fn placement_live(&self, _: u64) -> bool {
+            false
+        }
+        fn placed(&mut self, _: usize, _: u64, _: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn remote_done(&mut self, _: usize, _: u64, _: Result<Option<&[u8]>, Error>) {}
+    }
+
+    /// A peer that says goodbye and closes while our frames are still arriving (its kernel
+    /// then resets the connection): our writes fail, but the goodbye in our receive buffer
+    /// still says it left cleanly, and sends after the failure are errors.
+    #[test]
+    fn a_write_failing_after_the_peers_goodbye_is_a_clean_exit() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut theirs, _) = listener.accept().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let mut conn = Conn::new(TcpStream::from_std(ours), 1 << 16);
+        // A frame of theirs, then their goodbye; they close without reading what we sent.
+        theirs.write_all(&[3, 0, 0, 0, 7, 8, 9, 0, 0, 0, 0]).unwrap();
+        assert!(conn.send(&[1; 16], &[2; 1000]).unwrap());
+        assert!(conn.flush());
+        drop(theirs);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Write until the reset is seen.
+        let mut failed = None;
+        for _ in 0..1000 {
+            match conn.send(&[1; 16], &[2; 1000]) {
+                Ok(_) => {
+                    conn.flush();
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(failed.is_some_and(|e| e.to_string().contains("TCP send")), "writes to a closed peer fail");
+        assert_eq!(conn.link, Link::Open, "a failed write alone says nothing of how the peer left");
+        let mut got = Frames::default();
+        conn.receive(1, &mut got).unwrap();
+        assert_eq!(got.0, vec![vec![7, 8, 9]]);
+        assert_eq!(conn.link, Link::Bye, "its goodbye was read: {:?}", conn.error);
+        assert!(conn.send(&[1; 16], &[]).is_err(), "nothing more goes");
     }
 }
