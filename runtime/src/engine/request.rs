@@ -108,7 +108,7 @@ impl Requests {
     }
 
     /// Moves the request to `Done(result)`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn complete(&mut self, id: ReqId, result: Result<Status, Error>) {
         if let Some(s) = self.get_mut(id) {
             *s = State::Done(result);

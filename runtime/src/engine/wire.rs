@@ -243,7 +243,21 @@ impl Frame {
     }
 
     /// Splits a frame into its header and payload.
+    #[inline]
     pub(crate) fn decode(frame: &[u8]) -> Result<(Frame, &[u8]), WireError> {
+        // The frame of every small message, read in one load (the general path below reads
+        // the envelope piece by piece).
+        if let Some(h) = frame.first_chunk::<EAGER_LEN>() {
+            let v = u128::from_le_bytes(*h);
+            if v as u16 == u16::from_le_bytes([EAGER, WIRE_VERSION]) {
+                let env = Envelope { ctx: (v >> 32) as u32, src: (v >> 64) as u32, tag: (v >> 96) as u32 as i32 };
+                return Ok((Frame::Eager(env), &frame[EAGER_LEN..]));
+            }
+        }
+        Frame::decode_any(frame)
+    }
+
+    fn decode_any(frame: &[u8]) -> Result<(Frame, &[u8]), WireError> {
         let kind = *frame.first().ok_or(WireError::Short { kind: 0, len: 0 })?;
         let need = header_len(kind).ok_or(WireError::Kind(kind))?;
         if frame.len() < need {
