@@ -14,9 +14,10 @@
 //! the ring is preceded by a `SKIP` word that sends the consumer to the start.
 //!
 //! The word of a frame says whether it is there: `0` not yet, `READY | len` a frame of `len`
-//! bytes, `SKIP` the rest of the lap is unused. The producer writes the frame, then stores
-//! `0` into the word after it (the place of the next frame), then publishes the frame with a
-//! release store of its word. So when the consumer reaches a position, its word is `0` or a
+//! bytes, `SKIP` the rest of the lap is unused. Before the producer publishes a frame with a
+//! release store of its word, the word after the frame (the place of the next one) reads
+//! `0`: the producer clears the words of the places ahead of it, a few lines at a time and
+//! after a publication, not on its path. So when the consumer reaches a position, its word is `0` or a
 //! frame published since: the consumer never writes the frame lines, and never mistakes old
 //! bytes for a frame. (UCX's mm FIFO avoids the consumer's writes the same way, with an
 //! owner bit per fixed-size element.)
@@ -46,6 +47,9 @@ pub(crate) fn ring_bytes(size: usize) -> usize {
 /// bytes of payload after the engine's 16-byte header) share a line.
 const ALIGN: usize = LINE / 2;
 
+/// Bytes ahead of the producer whose frame words it keeps cleared.
+const ZERO_AHEAD: usize = 2048;
+
 /// Bytes a frame of `n` bytes takes in the ring.
 fn slot_len(n: usize) -> usize {
     (FRAME_HDR + n).next_multiple_of(ALIGN)
@@ -68,6 +72,8 @@ pub(crate) struct Ring {
     pos: u64,
     /// Producer: the consumer's `tail` as last read. Consumer: the position last published.
     tail: u64,
+    /// Producer: the word of every frame place from `pos` up to here is 0.
+    zeroed: u64,
 }
 
 impl Ring {
@@ -78,7 +84,8 @@ impl Ring {
     /// processes. `size` must be a multiple of [`LINE`] and at least [`min_size`]`(max_frame)`.
     pub(crate) unsafe fn new(base: NonNull<u8>, size: usize, max_frame: usize) -> Ring {
         debug_assert!(size % LINE == 0 && size >= min_size(max_frame));
-        Ring { base, size, max_frame, pos: 0, tail: 0 }
+        // The ring starts zeroed: every place's word is 0 for a whole lap.
+        Ring { base, size, max_frame, pos: 0, tail: 0, zeroed: size as u64 }
     }
 
     fn tail_word(&self) -> &AtomicU64 {
@@ -121,9 +128,20 @@ impl Ring {
         if !self.room(skip + need) {
             return false;
         }
+        // The word after the frame must read 0 before the frame is published (normally
+        // cleared ahead already, off the publishing path: see below).
+        let end = self.pos + (skip + need) as u64;
+        if self.zeroed < end + ALIGN as u64 {
+            // Only the words that will be read: after a skip, the one at the lap's start,
+            // and the one after the frame (those in between lie inside the frame).
+            if skip > 0 && self.zeroed <= self.pos + skip as u64 {
+                self.word(0).store(0, Ordering::Relaxed);
+            }
+            self.word((end % self.size as u64) as usize).store(0, Ordering::Relaxed);
+            self.zeroed = end + ALIGN as u64;
+        }
         if skip > 0 {
-            // The consumer goes on at offset 0: clear its word first.
-            self.word(0).store(0, Ordering::Relaxed);
+            // The consumer goes on at offset 0, whose word is cleared (above).
             self.word(off).store(SKIP, Ordering::Release);
             self.pos += skip as u64;
         }
@@ -136,11 +154,26 @@ impl Ring {
             std::ptr::copy_nonoverlapping(hdr.as_ptr(), c.add(FRAME_HDR), hdr.len());
             std::ptr::copy_nonoverlapping(payload.as_ptr(), c.add(FRAME_HDR + hdr.len()), payload.len());
         }
-        // The next frame's word, in the free part too (`room` kept a line for it).
-        self.word((off + need) % self.size).store(0, Ordering::Relaxed);
         self.word(off).store(READY | n as u32, Ordering::Release);
         self.pos += need as u64;
+        // Clear the words of the places ahead in one go, after the frame is out: stores to
+        // lines the consumer last read wait for the other core, and on the publishing path
+        // they held up every message (ping-pong of 16-64 B: 0.50 us against 0.41).
+        // (For small frames: a large one pays for one word beside its copy.)
+        if need <= ZERO_AHEAD / 8 && self.zeroed < self.pos + ZERO_AHEAD as u64 / 2 {
+            let free = self.tail + self.size as u64;
+            self.zero_to((self.pos + ZERO_AHEAD as u64).min(free));
+        }
         true
+    }
+
+    /// Producer: clears the word of every frame place up to `to` (all in the free part of
+    /// the ring: the consumer reads none of them until a frame there is published).
+    fn zero_to(&mut self, to: u64) {
+        while self.zeroed < to {
+            self.word((self.zeroed % self.size as u64) as usize).store(0, Ordering::Relaxed);
+            self.zeroed += ALIGN as u64;
+        }
     }
 
     /// Consumer: if a frame is ready, passes it to `f` and moves past it. Its space goes back
