@@ -17,9 +17,9 @@
 //! bytes, `SKIP` the rest of the lap is unused. Before the producer publishes a frame with a
 //! release store of its word, the word after the frame (the place of the next one) reads
 //! `0`: the producer clears the words of the places ahead of it, a few lines at a time and
-//! after a publication, not on its path. So when the consumer reaches a position, its word is `0` or a
-//! frame published since: the consumer never writes the frame lines, and never mistakes old
-//! bytes for a frame. (UCX's mm FIFO avoids the consumer's writes the same way, with an
+//! after a publication, not on its path. So when the consumer reaches a position, its word
+//! is `0` or a frame published since: the consumer never writes the frame lines, and never
+//! mistakes old bytes for a frame. (UCX's mm FIFO avoids the consumer's writes the same way, with an
 //! owner bit per fixed-size element.)
 //!
 //! Space comes back in batches: the consumer publishes its position in `tail` once per poll
