@@ -260,9 +260,11 @@ impl Comm {
     /// Starts a send. Errors only on bad arguments, before the engine takes the send; once
     /// taken, the send's request is returned whatever happens to its frames, and its wait
     /// reports a transport error (which is what lets the caller's scope complete it).
-    fn start_send(&self, bytes: RawBuf, dest: usize, tag: i32) -> Result<Started, Error> {
+    /// `blocking`: the caller waits for the send (`MPI_Send`), so a message handed over at
+    /// once is also written out at once.
+    fn start_send(&self, bytes: RawBuf, dest: usize, tag: i32, blocking: bool) -> Result<Started, Error> {
         let peer = self.check_dest(dest, tag)?;
-        self.inner.rt.borrow_mut().isend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes)
+        self.inner.rt.borrow_mut().isend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes, blocking)
     }
 
     fn start_recv(&self, bytes: RawBufMut, src: usize, tag: i32) -> Result<Started, Error> {
@@ -272,17 +274,8 @@ impl Comm {
 
     /// Sends `buf` to rank `dest` with `tag`; returns when `buf` may be reused (`MPI_Send`).
     pub fn send<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<(), Error> {
-        let peer = self.check_dest(dest, tag)?;
-        let bytes: &[u8] = bytemuck::cast_slice(buf);
-        {
-            let mut rt = self.inner.rt.borrow_mut();
-            if rt.send_now(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes)? {
-                rt.sent_at_once();
-                return Ok(());
-            }
-        }
         // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
-        match self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)? {
+        match self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag, true)? {
             Started::Done(_) => Ok(()),
             Started::Req(id) => self.inner.rt.borrow_mut().wait(id).map(|_| ()),
         }
@@ -339,7 +332,7 @@ impl Comm {
     ) -> Result<Request<'a>, Error> {
         // SAFETY: `buf` is borrowed for 'a, the lifetime of `scope`, which completes the request
         // before 'a ends (see request.rs).
-        let started = self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)?;
+        let started = self.start_send(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag, false)?;
         Ok(Request::started(&self.inner.rt, Some(scope), started))
     }
 
@@ -373,7 +366,7 @@ impl Comm {
         // SAFETY: the caller guarantees validity until completion (this function's contract).
         let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, count * std::mem::size_of::<T>()) };
         // SAFETY: as above.
-        let started = self.start_send(unsafe { RawBuf::new(bytes) }, dest, tag)?;
+        let started = self.start_send(unsafe { RawBuf::new(bytes) }, dest, tag, false)?;
         Ok(Request::started(&self.inner.rt, None, started))
     }
 

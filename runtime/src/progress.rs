@@ -415,11 +415,6 @@ impl Runtime {
         self.offer_now(ctx, src, tag, peer, bytes, true)
     }
 
-    /// Counts an application's send that [`Runtime::send_now`] completed.
-    pub(crate) fn sent_at_once(&mut self) {
-        self.p2p[0] += 1;
-    }
-
     /// Hands an eager message to `peer`'s transport now if nothing is queued ahead of it;
     /// `flush`: have the transport write it out at once (a blocking send), rather than with
     /// the next frames or at the next progress (a burst of nonblocking sends).
@@ -450,11 +445,20 @@ impl Runtime {
         sent.map_err(|e| self.break_peer(peer, e, None))
     }
 
-    /// Starts a send (`MPI_Isend`). A message that goes eagerly with nothing queued ahead of
-    /// it is handed to the transport at once and is done: no request, nothing to wait for
-    /// (the common case of a stream of small messages costs no request at all).
-    pub(crate) fn isend(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, buf: RawBuf) -> Result<Started, Error> {
-        if self.offer_now(ctx, src, tag, peer, buf.bytes(), false)? {
+    /// Starts a send (`MPI_Isend`, or with `flush` `MPI_Send`, whose message is then also
+    /// written out at once). A message that goes eagerly with nothing queued ahead of it is
+    /// handed to the transport at once and is done: no request, nothing to wait for (the
+    /// common case of a stream of small messages costs no request at all).
+    pub(crate) fn isend(
+        &mut self,
+        ctx: u32,
+        src: u32,
+        tag: i32,
+        peer: usize,
+        buf: RawBuf,
+        flush: bool,
+    ) -> Result<Started, Error> {
+        if self.offer_now(ctx, src, tag, peer, buf.bytes(), flush)? {
             self.p2p[0] += 1;
             return Ok(Started::Done(self.engine.sent_status()));
         }
@@ -475,10 +479,7 @@ impl Runtime {
         buf: RawBufMut,
     ) -> Started {
         let started = self.engine.start_recv(ctx, src, tag, peer, buf, true);
-        match started {
-            Started::Done(_) => self.p2p[1] += 1,
-            Started::Req(_) => self.p2p[3] += 1,
-        }
+        self.p2p[if matches!(started, Started::Done(_)) { 1 } else { 3 }] += 1;
         started
     }
 

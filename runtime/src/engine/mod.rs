@@ -401,20 +401,19 @@ impl Engine {
             self.posted.push(ctx, src, Posted { ctx, src, tag, req: id });
             return Started::Req(id);
         };
-        let u = self.unexpected.get(i);
-        if now && matches!(&u.body, Body::Eager(data) if data.len() <= buf.len()) {
-            let Unexpected { env, len, body: Body::Eager(data) } = self.unexpected.take(i) else {
-                unreachable!("checked")
-            };
-            let mut buf = buf;
-            buf.write_at(0, &data);
-            self.pool.give_back(data);
-            return Started::Done(Status { source: env.src as usize, tag: env.tag, bytes: len });
-        }
+        let Unexpected { env, len, body } = self.unexpected.take(i);
+        let status = Status { source: env.src as usize, tag: env.tag, bytes: len };
+        let body = match body {
+            Body::Eager(data) if now && data.len() <= buf.len() => {
+                let mut buf = buf;
+                buf.write_at(0, &data);
+                self.pool.give_back(data);
+                return Started::Done(status);
+            }
+            body => body,
+        };
         let id = self.reqs.insert(State::RecvPosted { buf, peer });
-        let u = self.unexpected.take(i);
-        let status = Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len };
-        match u.body {
+        match body {
             Body::Eager(data) => {
                 self.deliver(id, status, &data);
                 self.pool.give_back(data);

@@ -43,12 +43,8 @@ impl Pool {
             buf.extend_from_slice(data);
             return buf;
         }
-        let best = (data.len() >= MIN_KEPT)
-            .then(|| {
-                let fits = self.free.iter().enumerate().filter(|(_, b)| b.capacity() >= data.len());
-                fits.min_by_key(|(_, b)| b.capacity()).map(|(i, _)| i)
-            })
-            .flatten();
+        let fits = self.free.iter().enumerate().filter(|(_, b)| b.capacity() >= data.len());
+        let best = fits.min_by_key(|(_, b)| b.capacity()).map(|(i, _)| i);
         let Some(i) = best else { return data.to_vec() };
         let mut buf = self.free.swap_remove(i);
         self.bytes -= buf.capacity();
@@ -61,17 +57,14 @@ impl Pool {
     /// buffers make room (large messages are the ones worth keeping memory for).
     pub(crate) fn give_back(&mut self, buf: Vec<u8>) {
         let cap = buf.capacity();
-        if cap <= MIN_KEPT && cap == SMALL_MIN << class_of(cap) {
-            let c = class_of(cap);
+        let c = class_of(cap);
+        if c < CLASSES && cap == SMALL_MIN << c {
             if self.small[c].len() < SMALL_COUNT {
                 self.small[c].push(buf);
             }
             return;
         }
-        if cap < MIN_KEPT {
-            return;
-        }
-        if cap > MAX_BYTES {
+        if !(MIN_KEPT..=MAX_BYTES).contains(&cap) {
             return;
         }
         while self.free.len() >= MAX_COUNT || self.bytes + cap > MAX_BYTES {

@@ -245,7 +245,7 @@ mod tests {
         let two = ShmConfig::from_env(2);
         assert_eq!(
             (two.frame, two.ring),
-            (DEFAULT_FRAME, (DEFAULT_RING_FRAMES * (DEFAULT_FRAME + 8)).next_multiple_of(64))
+            (DEFAULT_FRAME, (DEFAULT_RING_FRAMES * (DEFAULT_FRAME + ring::FRAME_HDR)).next_multiple_of(segment::LINE))
         );
         assert_eq!(ShmConfig::from_env(16).frame, DEFAULT_FRAME);
         assert!(ShmConfig::from_env(32).frame < DEFAULT_FRAME);
@@ -255,7 +255,10 @@ mod tests {
             assert!(c.ring >= ring::min_size(c.frame) && c.ring % segment::LINE == 0, "{n} ranks: {c:?}");
             assert!(c.frame - MAX_HEADER >= 8 << 10, "{n} ranks: 8 KiB messages stay eager");
             let rings = n * n * ring::ring_bytes(c.ring);
-            assert!(rings <= (256 << 20) + n * n * (ring::min_size(c.frame) + 64), "{n} ranks: {rings} bytes of rings");
+            assert!(
+                rings <= (256 << 20) + n * n * (ring::min_size(c.frame) + segment::LINE),
+                "{n} ranks: {rings} bytes of rings"
+            );
         }
     }
 }

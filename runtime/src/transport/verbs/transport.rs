@@ -539,7 +539,7 @@ impl VerbsTransport {
     fn pack(&mut self, link: usize, hdr: &[u8], payload: &[u8]) -> Result<bool, Error> {
         let n = hdr.len() + payload.len();
         debug_assert!(THDR + FHDR + n <= self.tune.chunk);
-        let at = match self.links[link].open {
+        let (buf, used) = match self.links[link].open {
             Some((buf, used)) if THDR + used + FHDR + n <= self.tune.chunk => (buf, used),
             _ => {
                 if !self.seal(link)? || !self.room(link) {
@@ -548,7 +548,6 @@ impl VerbsTransport {
                 (self.links[link].free.pop().expect("room checked"), 0)
             }
         };
-        let (buf, used) = at;
         let dst = THDR + used;
         for (off, part) in [(0, &(n as u32).to_le_bytes()[..]), (FHDR, hdr), (FHDR + hdr.len(), payload)] {
             // SAFETY: the frame fits the buffer after what it holds (checked above); the buffer
