@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::{ArgAction, ColorChoice, CommandFactory, FromArgMatches, Parser};
 
 use crate::addr;
+use crate::alloc::{Allocation, System};
 use crate::bind::{self, BindTo, MapBy};
 use crate::control::start::Launcher;
 use crate::hosts::{self, HostSpec};
@@ -106,8 +107,9 @@ struct Args {
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     ppn: Option<String>,
 
-    /// How remote hosts' proxies are started: ssh (default) or fork (all on this machine)
-    #[arg(long, value_name = "ssh|fork")]
+    /// How remote hosts' proxies are started: ssh (default; srun inside a Slurm allocation),
+    /// srun, or fork (all on this machine)
+    #[arg(long, value_name = "ssh|srun|fork")]
     launcher: Option<String>,
 
     /// Start remote proxies as `CMD HOST PROXY-COMMAND...` (CMD is split at spaces)
@@ -223,6 +225,14 @@ impl UsageError {
 
 /// Parses mprun's command line (`argv[0]` included) and the environment it depends on.
 pub(crate) fn parse(argv: Vec<OsString>) -> Result<Parsed, UsageError> {
+    parse_in(argv, crate::alloc::from_env)
+}
+
+/// [`parse`], with the batch allocation (if any) from `allocation`.
+fn parse_in(
+    argv: Vec<OsString>,
+    allocation: impl FnOnce() -> Result<Option<Allocation>, String>,
+) -> Result<Parsed, UsageError> {
     let (options, program) = split_argv(argv.into_iter().skip(1).collect());
     let mut words: Vec<OsString> = vec!["mprun".into()];
     words.extend(options);
@@ -237,7 +247,13 @@ pub(crate) fn parse(argv: Vec<OsString>) -> Result<Parsed, UsageError> {
     };
     let args = Args::from_arg_matches(&matches).map_err(|e| UsageError::usage(first_line(&e)))?;
     let kill_grace = kill_grace(std::env::var_os(GRACE_VAR).as_deref())?;
-    check(args, kill_grace).map(|o| Parsed::Run(Box::new(o)))
+    // The batch allocation matters only when no host is named (and a broken one only then).
+    let allocation = if args.host.is_empty() && args.hostfile.is_none() {
+        allocation().map_err(|e| UsageError::usage(format!("the batch allocation: {e}")))?
+    } else {
+        None
+    };
+    check(args, kill_grace, allocation).map(|o| Parsed::Run(Box::new(o)))
 }
 
 /// Splits the words after `argv[0]` into mprun's options and the program with its
@@ -287,7 +303,7 @@ fn first_line(e: &clap::Error) -> String {
 }
 
 /// Checks the values clap could not check, and builds [`Options`].
-fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
+fn check(args: Args, kill_grace: Duration, allocation: Option<Allocation>) -> Result<Options, UsageError> {
     let Some(program) = args.program else {
         return Err(UsageError::usage(
             "missing PROGRAM to run (usage: mprun -np N [OPTIONS] PROGRAM [ARGS]...)".into(),
@@ -313,6 +329,14 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
     for list in &args.host {
         hosts.extend(hosts::parse_host_list(list).map_err(UsageError::usage)?);
     }
+    // No host named: a batch allocation's hosts, with its task counts as slots.
+    let system = match allocation {
+        Some(a) if hosts.is_empty() => {
+            hosts = a.hosts;
+            Some(a.system)
+        }
+        _ => None,
+    };
     let mut hosts =
         hosts::merge(hosts, |a, b| a == b || (addr::is_local(a) && addr::is_local(b))).map_err(UsageError::usage)?;
     if let Some(file) = &args.hostfile {
@@ -331,10 +355,13 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
         None => DEFAULT_HOST_TIMEOUT,
     };
     let launcher = match (args.launcher.as_deref(), args.launcher_exec.as_deref()) {
+        // Inside a Slurm allocation, srun reaches its nodes (ssh may not be allowed there).
+        (None, None) if system == Some(System::Slurm) => Launcher::Srun,
         (None | Some("ssh"), None) => Launcher::Ssh,
+        (Some("srun"), None) => Launcher::Srun,
         (Some("fork"), None) => Launcher::Fork,
         (Some(other), None) => {
-            return Err(UsageError::usage(format!("--launcher: expected ssh or fork, got '{other}'")));
+            return Err(UsageError::usage(format!("--launcher: expected ssh, srun or fork, got '{other}'")));
         }
         (None | Some("ssh"), Some(cmd)) => {
             let words: Vec<OsString> = cmd.split_whitespace().map(OsString::from).collect();
@@ -344,7 +371,7 @@ fn check(args: Args, kill_grace: Duration) -> Result<Options, UsageError> {
             Launcher::Exec(words)
         }
         (Some(_), Some(_)) => {
-            return Err(UsageError::usage("--launcher-exec cannot be combined with --launcher fork".into()));
+            return Err(UsageError::usage("--launcher-exec cannot be combined with --launcher fork or srun".into()));
         }
     };
     let control_addr = match args.control_addr.as_deref() {
@@ -496,7 +523,7 @@ mod tests {
     }
 
     fn job(words: &[&str]) -> Options {
-        match parse(os(words)).unwrap() {
+        match parse_in(os(words), || Ok(None)).unwrap() {
             Parsed::Run(o) => *o,
             Parsed::Exit(_) => panic!("expected a job"),
         }
@@ -524,6 +551,36 @@ mod tests {
         assert_eq!((o.np, o.hosts.len()), (4, 1), "names of this machine are one host");
         assert_eq!(job(&["mprun", "-ppn", "3", "true"]).np, 3);
         assert_eq!(job(&["mprun", "true"]).np, 1);
+    }
+
+    #[test]
+    fn a_slurm_allocation_gives_hosts_and_srun() {
+        let slurm = || {
+            let hosts = vec![HostSpec::new("n01", 2), HostSpec::new("n02", 2), HostSpec::new("n03", 1)];
+            Ok(Some(Allocation { system: System::Slurm, hosts }))
+        };
+        let run = |words: &[&str]| match parse_in(os(words), slurm).unwrap() {
+            Parsed::Run(o) => *o,
+            Parsed::Exit(_) => panic!("expected a job"),
+        };
+        let o = run(&["mprun", "true"]);
+        assert_eq!((o.np, o.launcher.clone()), (5, Launcher::Srun));
+        assert_eq!(
+            o.hosts.iter().map(|h| (h.name.as_str(), h.slots)).collect::<Vec<_>>(),
+            [("n01", 2), ("n02", 2), ("n03", 1)]
+        );
+        assert_eq!(run(&["mprun", "-np", "3", "true"]).np, 3);
+        assert_eq!(run(&["mprun", "--launcher", "ssh", "true"]).launcher, Launcher::Ssh);
+        // Hosts named on the command line beat the allocation's.
+        let o = run(&["mprun", "-H", "a:2", "true"]);
+        assert_eq!((o.np, o.launcher), (2, Launcher::Ssh));
+        let pbs = || Ok(Some(Allocation { system: System::Pbs, hosts: vec![HostSpec::new("p1", 3)] }));
+        let Parsed::Run(o) = parse_in(os(&["mprun", "true"]), pbs).unwrap() else { panic!() };
+        assert_eq!((o.np, o.launcher), (3, Launcher::Ssh));
+        let broken = || Err("SLURM_TASKS_PER_NODE=2(x: '2(x' is not N or N(xR)".to_string());
+        let e = parse_in(os(&["mprun", "true"]), broken).unwrap_err();
+        assert!(e.message.contains("the batch allocation: SLURM_TASKS_PER_NODE"), "{}", e.message);
+        assert!(parse_in(os(&["mprun", "-H", "a", "true"]), broken).is_ok(), "named hosts need no allocation");
     }
 
     #[test]

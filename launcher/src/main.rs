@@ -21,6 +21,7 @@
 //! cannot be run, 1 for a host whose proxy cannot be started or is lost.
 
 mod addr;
+mod alloc;
 mod bind;
 mod cause;
 mod cli;

@@ -6,6 +6,11 @@
 //!
 //! - `ssh` (default): `ssh -o BatchMode=yes -T -x HOST 'quoted proxy command'` (ssh hands the
 //!   command to the remote shell, so every word is quoted);
+//! - `srun` (the default inside a Slurm allocation): `srun --nodes=1 --ntasks=1
+//!   --nodelist=HOST --overlap --whole --mpi=none --kill-on-bad-exit=1 proxy-words...`, a job
+//!   step of one task on that node that may use all of the allocation's CPUs there (the
+//!   ranks the proxy starts share its step) and overlaps other steps (two mprun jobs in one
+//!   allocation);
 //! - `--launcher-exec CMD`: `CMD HOST proxy-words...` (hydra's way; `ip netns exec` is one);
 //! - `--launcher fork`: the proxy words alone, on this machine.
 //!
@@ -29,6 +34,8 @@ use nix::unistd::{getpid, setpgid, Pid};
 pub(crate) enum Launcher {
     /// `ssh -o BatchMode=yes HOST ...`.
     Ssh,
+    /// A one-task Slurm job step on the host, inside mprun's allocation.
+    Srun,
     /// On this machine, directly (hosts are only names; useful for tests).
     Fork,
     /// `CMD... HOST proxy-words...`.
@@ -95,6 +102,16 @@ pub(crate) fn command_line(launcher: &Launcher, host: &str, proxy: Vec<OsString>
         Launcher::Exec(cmd) => {
             let mut words = cmd.clone();
             words.push(host.into());
+            words.extend(proxy);
+            words
+        }
+        Launcher::Srun => {
+            let mut words: Vec<OsString> =
+                ["srun", "--nodes=1", "--ntasks=1", &format!("--nodelist={host}"), "--overlap", "--whole"]
+                    .iter()
+                    .chain(&["--mpi=none", "--kill-on-bad-exit=1", "--job-name=mprun-proxy"])
+                    .map(OsString::from)
+                    .collect();
             words.extend(proxy);
             words
         }

@@ -81,6 +81,8 @@ impl Job<'_> {
         match (&self.opts.launcher, name.parse::<IpAddr>()) {
             (_, Ok(ip)) => Some(ip),
             (Launcher::Fork, Err(_)) => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            // Slurm's node names need not resolve: it knows each node's address.
+            (Launcher::Srun, Err(_)) => addr::resolve(name).or_else(|| crate::alloc::slurm_node_addr(name)),
             _ => addr::resolve(name),
         }
     }

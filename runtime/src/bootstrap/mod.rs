@@ -8,6 +8,7 @@
 pub mod cpus;
 pub mod machine;
 pub(crate) mod pmi;
+pub(crate) mod pmi2;
 pub mod wire;
 
 /// The IPv4 address of this host on interface `name`, or inside subnet `name`
@@ -140,9 +141,12 @@ pub(crate) struct Bootstrap {
     pub(crate) jobid: String,
     pub(crate) host: String,
     /// Per-job secret shared by all ranks: the key that authenticates TCP connections.
+    /// Empty until the card exchange where the launcher gives none (rank 0 draws one then).
     pub(crate) secret: Vec<u8>,
     /// Whether the launcher says every rank runs on this host.
     pub(crate) one_host: bool,
+    /// The node of every rank, where the launcher says (PMI-2's `PMI_process_mapping`).
+    nodes: Option<Vec<usize>>,
     pmi: Option<Pmi>,
 }
 
@@ -164,10 +168,25 @@ fn hostname() -> String {
 impl Bootstrap {
     /// Reads the launcher's environment and connects to its PMI service.
     pub(crate) fn from_env() -> Result<Bootstrap, Error> {
-        let pmi = Pmi::from_env()?;
-        let rank = env_num("MPR_RANK")?.or(env_num("PMI_RANK")?);
-        let size = env_num("MPR_SIZE")?.or(env_num("PMI_SIZE")?);
-        let host = std::env::var("MPR_HOST").ok().filter(|h| !h.is_empty()).unwrap_or_else(hostname);
+        let env_rank = env_num("MPR_RANK")?.or(env_num("PMI_RANK")?);
+        let env_size = env_num("MPR_SIZE")?.or(env_num("PMI_SIZE")?);
+        let mut pmi = Pmi::from_env(env_rank)?;
+        // PMI-2 says rank and size itself; they must agree with the environment's.
+        let (rank, size) = match pmi.as_ref().and_then(Pmi::rank_size) {
+            Some((r, s)) if env_size.is_some_and(|e| e != s) => {
+                return Err(Error::Bootstrap(format!(
+                    "the launcher's PMI says rank {r} of {s} but the environment says {} ranks",
+                    env_size.unwrap_or(0)
+                )))
+            }
+            Some((r, s)) => (Some(r), Some(s)),
+            None => (env_rank, env_size),
+        };
+        // The host's name: mprun's, else Slurm's name for the node, else the machine's.
+        let host = ["MPR_HOST", "SLURMD_NODENAME"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|h| !h.is_empty()))
+            .unwrap_or_else(hostname);
         let host: String =
             host.chars().map(|c| if c.is_ascii_graphic() && c != ';' && c != '=' { c } else { '_' }).collect();
         let (rank, size) = match (pmi.is_some(), rank, size) {
@@ -193,26 +212,19 @@ impl Bootstrap {
             },
         };
         let jobid: String = jobid.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        // Without MPR_SECRET (another PMI launcher), the job id is the only key every rank
-        // shares: it keeps one job's connections from another's, but anyone who can guess
-        // the job's name can make one. That is no security, and is said so.
-        let secret = match std::env::var("MPR_SECRET").ok().filter(|s| !s.is_empty()) {
-            Some(s) => s,
-            None => {
-                if pmi.is_some() && rank == 0 && crate::env::verbose() {
-                    eprintln!(
-                        "mpr: no MPR_SECRET from the launcher: TCP connections between ranks are keyed with the \
-                         job's name ({jobid}), which anyone can guess; pass a secret, e.g. \
-                         mpiexec -genv MPR_SECRET \"$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')\" ..."
-                    );
-                }
-                jobid.clone()
-            }
+        // Without MPR_SECRET (a foreign launcher), rank 0 draws one at the card exchange.
+        let secret = std::env::var("MPR_SECRET").ok().filter(|s| !s.is_empty()).unwrap_or_default();
+        // Which ranks share this host: mprun says MPR_LOCAL_SIZE, MPICH's hydra
+        // MPI_LOCALNRANKS, a PMI-2 launcher (Slurm) its process mapping.
+        let nodes = match pmi.as_mut() {
+            Some(p) if size > 1 => p.nodes(size)?,
+            _ => None,
         };
-        // mprun says MPR_LOCAL_SIZE; MPICH's hydra says MPI_LOCALNRANKS.
-        let local = env_num("MPR_LOCAL_SIZE")?.or(env_num("MPI_LOCALNRANKS").ok().flatten());
+        let local = env_num("MPR_LOCAL_SIZE")?
+            .or(env_num("MPI_LOCALNRANKS").ok().flatten())
+            .or(nodes.as_ref().map(|n| n.iter().filter(|&&x| x == n[rank]).count()));
         let one_host = size == 1 || local == Some(size);
-        Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, pmi })
+        Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, nodes, pmi })
     }
 
     /// Publishes `card`, fences, and returns every rank's card (index = rank).
@@ -221,10 +233,46 @@ impl Bootstrap {
             return Ok(vec![card.clone()]);
         };
         pmi.put(&format!("mpr-card-{}", self.rank), &card.encode())?;
+        // No secret from the launcher: rank 0 draws 128 bits and shares them through the
+        // launcher's key-value service, which only the job's ranks reach.
+        let draw = self.secret.is_empty();
+        if draw && self.rank == 0 {
+            let mut key = [0u8; 16];
+            getrandom::getrandom(&mut key).map_err(|e| Error::Bootstrap(format!("no random job secret: {e}")))?;
+            self.secret = hex(&key).into_bytes();
+            pmi.put("mpr-secret", &hex(&key))?;
+            if crate::env::verbose() {
+                eprintln!(
+                    "mpr: no MPR_SECRET from the launcher: rank 0 drew a 128-bit job secret and shared it through \
+                     the launcher's key-value service (see docs/launchers.md)"
+                );
+            }
+        }
         pmi.barrier()?;
-        (0..self.size)
+        if draw && self.rank != 0 {
+            let s = pmi.get("mpr-secret")?;
+            if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(Error::Bootstrap(format!("rank 0 published a malformed job secret ({} bytes)", s.len())));
+            }
+            self.secret = s.into_bytes();
+        }
+        let cards = (0..self.size)
             .map(|r| if r == self.rank { Ok(card.clone()) } else { Card::decode(&pmi.get(&format!("mpr-card-{r}"))?) })
-            .collect()
+            .collect::<Result<Vec<Card>, Error>>()?;
+        if let Some(nodes) = &self.nodes {
+            // The launcher's placement and the hosts' names should tell the same story.
+            let differ = (0..self.size)
+                .filter(|&r| (nodes[r] == nodes[self.rank]) != (cards[r].host == card.host))
+                .collect::<Vec<_>>();
+            if !differ.is_empty() && crate::env::verbose() {
+                eprintln!(
+                    "mpr: rank {}: the launcher's process mapping and the host names disagree about ranks {differ:?}; \
+                     the host names decide which ranks share memory (MPR_HOST names a host)",
+                    self.rank
+                );
+            }
+        }
+        Ok(cards)
     }
 
     /// Publishes `key = value` in the job's key-value space (visible after the next fence).
@@ -262,6 +310,11 @@ impl Bootstrap {
             p.abort(code, msg);
         }
     }
+}
+
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

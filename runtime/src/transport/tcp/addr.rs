@@ -3,7 +3,9 @@
 //! In order: `MPR_IFACE=NAME` (that interface's IPv4 address; or `MPR_IFACE=A.B.C.D/N`: the
 //! address of this host inside that subnet), `MPR_HOST_ADDR=IP` (set by the
 //! launcher: the address it reached the host at), loopback when the whole job is on this
-//! host, else the first non-loopback IPv4 address of this host's name.
+//! host, else the first non-loopback IPv4 address of this host's name, else (under Slurm,
+//! whose nodes may be named apart from their host names) the address this host reaches the
+//! job's `srun` at (`SLURM_LAUNCH_NODE_IPADDR`).
 
 use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
 
@@ -69,12 +71,24 @@ pub(crate) fn listen_addr(one_host: bool) -> Result<IpAddr, Error> {
         .flatten()
         .map(|s| s.ip())
         .find(|ip| ip.is_ipv4() && !ip.is_loopback());
-    found.ok_or_else(|| {
+    let toward_srun = || {
+        let srun: IpAddr = std::env::var("SLURM_LAUNCH_NODE_IPADDR").ok()?.trim().parse().ok()?;
+        route_source(srun)
+    };
+    found.or_else(toward_srun).ok_or_else(|| {
         Error::Bootstrap(format!(
             "cannot tell which address to listen on: host name {host:?} does not resolve to a non-loopback IPv4 \
              address; set MPR_IFACE (mprun --iface) or MPR_HOST_ADDR"
         ))
     })
+}
+
+/// The local address the kernel would send from to reach `dest` (a UDP `connect` picks the
+/// route; no packet is sent).
+fn route_source(dest: IpAddr) -> Option<IpAddr> {
+    let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    socket.connect((dest, 9)).ok()?;
+    Some(socket.local_addr().ok()?.ip())
 }
 
 #[cfg(test)]
@@ -98,5 +112,10 @@ mod tests {
         let e = iface_addr("no-such-interface0").unwrap_err().to_string();
         assert!(e.contains("no-such-interface0 has no IPv4 address"), "{e}");
         assert!(iface_addr("0.0.0.0/32").is_err(), "no interface has the address 0.0.0.0");
+    }
+
+    #[test]
+    fn route_toward_loopback() {
+        assert_eq!(route_source(IpAddr::V4(Ipv4Addr::LOCALHOST)), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     }
 }
