@@ -56,6 +56,26 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Processes still running (not zombies) whose command line mentions `marker`.
+pub fn processes_with(marker: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let zombie = stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'));
+            if cmd.contains(marker) && !zombie {
+                v.push(format!("{name}: {cmd}"));
+            }
+        }
+    }
+    v
+}
+
 /// A test that cannot run its scenario here: under CI (`CI` set), where `.ci/run` installs
 /// everything the tests need, that is a failure; elsewhere the test says it skipped.
 pub fn cannot_run(why: &str) {

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use mpr_tests::{bin_dir, mprun, text};
+use mpr_tests::{bin_dir, mprun, processes_with, text};
 
 fn ptp() -> String {
     bin_dir().join("ptp").to_str().unwrap().to_string()
@@ -18,26 +18,6 @@ fn shm_files(jobid: &str) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Processes still running whose command line mentions `marker`.
-fn processes_with(marker: &str) -> Vec<String> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.chars().all(|c| c.is_ascii_digit()) {
-            continue;
-        }
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            let zombie = stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'));
-            if cmd.contains(marker) && !zombie {
-                v.push(format!("{name}: {cmd}"));
-            }
-        }
-    }
-    v
 }
 
 #[test]

@@ -224,6 +224,17 @@ impl Bootstrap {
             .or(env_num("MPI_LOCALNRANKS").ok().flatten())
             .or(nodes.as_ref().map(|n| n.iter().filter(|&&x| x == n[rank]).count()));
         let one_host = size == 1 || local == Some(size);
+        if let (Some(p), 0, true) = (&pmi, rank, crate::env::verbose()) {
+            let mapping = match &nodes {
+                Some(n) => format!(", {} node(s) by its process mapping", n.iter().max().map_or(0, |m| m + 1)),
+                None => String::new(),
+            };
+            eprintln!(
+                "mpr: rank 0: started through the launcher's PMI-{} service, job {}{mapping}",
+                p.version(),
+                p.kvsname()
+            );
+        }
         Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, nodes, pmi })
     }
 

@@ -112,6 +112,14 @@ impl Pmi {
         }
     }
 
+    /// The PMI version spoken.
+    pub(crate) fn version(&self) -> u32 {
+        match self {
+            Pmi::V1(_) => 1,
+            Pmi::V2(_) => 2,
+        }
+    }
+
     /// The job's key-value space name (the job id of a foreign launcher).
     pub(crate) fn kvsname(&self) -> &str {
         match self {
