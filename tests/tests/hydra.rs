@@ -39,7 +39,7 @@ fn hydra_launches_mpr_ranks_over_tcp() {
 }
 
 #[test]
-fn without_a_secret_from_hydra_the_weak_key_is_said_once() {
+fn without_a_secret_from_hydra_rank_0_draws_one_and_says_so_once() {
     let Some(h) = hydra() else { return };
     let ptp = bin_dir().join("ptp");
     let job = |genv: &[&str]| {
@@ -48,13 +48,16 @@ fn without_a_secret_from_hydra_the_weak_key_is_said_once() {
         c.env("MPR_TRANSPORTS", "tcp").env("MPR_VERBOSE", "1").env_remove("MPR_SECRET");
         let out = c.output().unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).matches("ring ok").count(), 3, "{}", text(&out.stdout));
         text(&out.stderr)
     };
-    let warning = "mpr: no MPR_SECRET from the launcher: TCP connections between ranks are keyed with the job's name";
+    // The TCP connections are keyed with a secret rank 0 drew and shared through hydra's
+    // key-value service, never with the job's name (which anyone may guess).
+    let drawn = "mpr: no MPR_SECRET from the launcher: rank 0 drew a 128-bit job secret";
     let err = job(&[]);
-    assert_eq!(err.matches(warning).count(), 1, "{err}");
-    assert!(err.contains("mpiexec -genv MPR_SECRET"), "{err}");
-    // A secret passed as the warning says: the ranks connect with it, and nothing is said.
+    assert_eq!(err.matches(drawn).count(), 1, "{err}");
+    assert!(err.contains("started through the launcher's PMI-1 service"), "{err}");
+    // A secret passed by the user is used as it is: nothing is drawn.
     let err = job(&["-genv", "MPR_SECRET", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"]);
-    assert!(!err.contains(warning), "{err}");
+    assert!(!err.contains(drawn), "{err}");
 }

@@ -35,7 +35,7 @@ impl Cluster {
     /// where Slurm is not installed.
     fn start() -> Option<Cluster> {
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let missing: Vec<&str> = ["munged", "slurmctld", "slurmd", "srun", "salloc", "sinfo", "scancel"]
+        let missing: Vec<&str> = ["munged", "slurmctld", "slurmd", "srun", "salloc", "sinfo", "scancel", "scontrol"]
             .into_iter()
             .filter(|t| !have(t))
             .collect();
@@ -332,6 +332,14 @@ fn a_dead_rank_ends_the_job_with_the_cause_in_slurm_and_mprun() {
     assert!(err.contains("task 1: Killed"), "srun names the killed rank: {err}");
     let rec = record_named(&c, &marker);
     assert!(rec.contains("JobState=FAILED") && rec.contains("ExitCode=0:9"), "{rec}");
+    assert!(processes_with(&marker).is_empty(), "left running: {:?}", processes_with(&marker));
+    // A rank's abort (PMI-2 `abort`, isworld) makes Slurm end the whole step at once.
+    let name = format!("{marker}-abort");
+    let t0 = Instant::now();
+    let out = c.srun(&["--mpi=pmi2", "-J", &name, "-N", "2", "-n", "4", &ptp, "abort", &marker], &[]);
+    assert!(!out.status.success(), "{}", text(&out.stderr));
+    assert!(t0.elapsed() < Duration::from_secs(20), "the others did not wait out their 30 s: {}", text(&out.stderr));
+    assert!(record_named(&c, &name).contains("JobState=FAILED"), "{}", record_named(&c, &name));
     assert!(processes_with(&marker).is_empty(), "left running: {:?}", processes_with(&marker));
     // Under mprun in an allocation: mprun names the rank and its signal, and fails.
     let mut cmd = c.cmd("timeout");

@@ -61,6 +61,7 @@ fn main() {
         "badargs" => badargs(&w),
         "peer-dies" => peer_dies(&w),
         "exit" => exit_code(&w),
+        "abort" => abort(&w),
         "timeout" => wait_timeout(&w),
         "self-timeout" => self_timeout(&w),
         "idle" => idle(&w),
@@ -516,6 +517,17 @@ fn idle(w: &mpr::Comm) -> R {
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// Rank 1 ends the job with `abort(7)` (MPI_Abort) after a barrier; the others wait 30 s,
+/// unless the launcher ends them first.
+fn abort(w: &mpr::Comm) -> R {
+    w.barrier()?;
+    if w.rank() == 1 {
+        w.abort(7);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(30));
     Ok(())
 }
 
