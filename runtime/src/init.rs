@@ -137,9 +137,11 @@ pub(crate) fn start() -> Result<Runtime, Error> {
             Some(r) => r?,
             None => {
                 fenced?;
-                Segment::open(&name, nlocal).map_err(|e| match boot.get(&fail_key).ok().and_then(|h| unhex(&h)) {
-                    Some(why) => Error::Bootstrap(format!("rank {} could not make this host's {why}", locals[0])),
-                    None => e,
+                Segment::open(&name, nlocal).map_err(|e| {
+                    match boot.get(locals[0], &fail_key).ok().and_then(|h| unhex(&h)) {
+                        Some(why) => Error::Bootstrap(format!("rank {} could not make this host's {why}", locals[0])),
+                        None => e,
+                    }
                 })?
             }
         };
@@ -311,7 +313,7 @@ fn connect_rdma(
     let mut addrs = Vec::new();
     for p in &prepared {
         let key = format!("mpr-qp-{}-{me}-{}", p.peer, p.lane);
-        let v = boot.get(&key)?;
+        let v = boot.get(p.peer, &key)?;
         addrs.push(QpAddr::decode(&v).ok_or_else(|| Error::Bootstrap(format!("bad queue-pair address {key}={v}")))?);
     }
     let opened = std::mem::replace(rdma, Err("in use".into())).map_err(Error::Bootstrap)?;

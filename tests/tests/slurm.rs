@@ -1,6 +1,6 @@
-//! Jobs started by a real Slurm (Debian `slurm-wlm`, `munge`): `srun --mpi=pmi2` starts mpr
-//! ranks itself, and `mprun` inside a `salloc` allocation uses its hosts and starts its
-//! proxies with `srun`.
+//! Jobs started by a real Slurm (Debian `slurm-wlm`, `munge`): `srun --mpi=pmi2` (and
+//! `--mpi=pmix`) starts mpr ranks itself, and `mprun` inside a `salloc` allocation uses its
+//! hosts and starts its proxies with `srun`.
 //!
 //! Each test brings up a one-machine cluster of its own: munged, slurmctld and two slurmd
 //! daemons for nodes `n1` and `n2` (both on this machine, each with 4 CPUs), configured in a
@@ -45,7 +45,8 @@ impl Cluster {
         }
         let dir = std::env::temp_dir().join(format!("mpr-slurm-{}-{}", std::process::id(), free_port()));
         let _ = std::fs::remove_dir_all(&dir);
-        for sub in ["munge", "state", "spool", "log"] {
+        // (Slurm's PMIx plugin keeps its sockets in the node's spool directory.)
+        for sub in ["munge", "state", "spool/n1", "spool/n2", "log"] {
             std::fs::create_dir_all(dir.join(sub)).unwrap();
         }
         let cluster = Cluster { dir, _turn: turn };
@@ -292,6 +293,27 @@ fn srun_pmi2_runs_the_point_to_point_and_collective_suites() {
     );
     assert_all_ok(&out, "ring ok", 2);
     assert!(!text(&out.stderr).contains("drew a"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn srun_pmix_starts_mpr_ranks_through_libpmix() {
+    let Some(c) = Cluster::start() else { return };
+    let (ptp, coll) = (bin("ptp"), bin("coll"));
+    // One node: Slurm's PMIx plugin gives every node of a machine the same scratch
+    // directory, so two slurmd nodes of one machine cannot both serve PMIx.
+    let shape = ["--mpi=pmix", "-N", "1", "-n", "3"];
+    for scenario in ["ring", "pairs", "anysource", "probe"] {
+        let out = c.srun(&[&shape[..], &[&ptp, scenario]].concat(), &[("PTP_MAX", "300000")]);
+        assert_all_ok(&out, &format!("{scenario} ok"), 3);
+    }
+    let out = c.srun(&[&shape[..], &[&coll, "all"]].concat(), &[("MPR_TRANSPORTS", "tcp")]);
+    assert_all_ok(&out, "of 3: coll ok", 3);
+    let out = c.srun(&[&shape[..], &[&ptp, "ring"]].concat(), &[("MPR_VERBOSE", "1")]);
+    assert_all_ok(&out, "ring ok", 3);
+    let err = text(&out.stderr);
+    assert!(err.contains("started through the launcher's PMIx service, job slurm.pmix."), "{err}");
+    assert!(err.contains(", 3 rank(s) on this node") && err.contains("rank 0 -> rank 2: shm"), "{err}");
+    assert_eq!(err.matches("rank 0 drew a 128-bit job secret").count(), 1, "{err}");
 }
 
 #[test]

@@ -9,6 +9,7 @@ pub mod cpus;
 pub mod machine;
 pub(crate) mod pmi;
 pub(crate) mod pmi2;
+pub(crate) mod pmix;
 pub mod wire;
 
 /// The IPv4 address of this host on interface `name`, or inside subnet `name`
@@ -18,7 +19,7 @@ pub fn interface_address(name: &str) -> Result<std::net::IpAddr, Error> {
 }
 
 use crate::error::Error;
-use pmi::Pmi;
+use pmi::{Placement, Pmi};
 
 /// What one rank tells the others about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,8 +146,8 @@ pub(crate) struct Bootstrap {
     pub(crate) secret: Vec<u8>,
     /// Whether the launcher says every rank runs on this host.
     pub(crate) one_host: bool,
-    /// The node of every rank, where the launcher says (PMI-2's `PMI_process_mapping`).
-    nodes: Option<Vec<usize>>,
+    /// Which ranks share this one's node, where the launcher says.
+    placement: Option<Placement>,
     pmi: Option<Pmi>,
 }
 
@@ -182,10 +183,12 @@ impl Bootstrap {
             Some((r, s)) => (Some(r), Some(s)),
             None => (env_rank, env_size),
         };
-        // The host's name: mprun's, else Slurm's name for the node, else the machine's.
+        // The host's name: mprun's, else Slurm's name for the node, else the PMIx
+        // launcher's, else the machine's.
         let host = ["MPR_HOST", "SLURMD_NODENAME"]
             .iter()
             .find_map(|v| std::env::var(v).ok().filter(|h| !h.is_empty()))
+            .or_else(|| pmi.as_mut().and_then(Pmi::hostname))
             .unwrap_or_else(hostname);
         let host: String =
             host.chars().map(|c| if c.is_ascii_graphic() && c != ';' && c != '=' { c } else { '_' }).collect();
@@ -215,27 +218,24 @@ impl Bootstrap {
         // Without MPR_SECRET (a foreign launcher), rank 0 draws one at the card exchange.
         let secret = std::env::var("MPR_SECRET").ok().filter(|s| !s.is_empty()).unwrap_or_default();
         // Which ranks share this host: mprun says MPR_LOCAL_SIZE, MPICH's hydra
-        // MPI_LOCALNRANKS, a PMI-2 launcher (Slurm) its process mapping.
-        let nodes = match pmi.as_mut() {
-            Some(p) if size > 1 => p.nodes(size)?,
+        // MPI_LOCALNRANKS, a PMI-2 launcher (Slurm) its process mapping, PMIx local peers.
+        let placement = match pmi.as_mut() {
+            Some(p) if size > 1 => p.placement(rank, size)?,
             _ => None,
         };
         let local = env_num("MPR_LOCAL_SIZE")?
             .or(env_num("MPI_LOCALNRANKS").ok().flatten())
-            .or(nodes.as_ref().map(|n| n.iter().filter(|&&x| x == n[rank]).count()));
+            .or(placement.as_ref().map(|p| p.local.len()));
         let one_host = size == 1 || local == Some(size);
         if let (Some(p), 0, true) = (&pmi, rank, crate::env::verbose()) {
-            let mapping = match &nodes {
-                Some(n) => format!(", {} node(s) by its process mapping", n.iter().max().map_or(0, |m| m + 1)),
+            let mapping = match &placement {
+                Some(Placement { nodes: Some(n), .. }) => format!(", {n} node(s) by its process mapping"),
+                Some(Placement { local, .. }) => format!(", {} rank(s) on this node", local.len()),
                 None => String::new(),
             };
-            eprintln!(
-                "mpr: rank 0: started through the launcher's PMI-{} service, job {}{mapping}",
-                p.version(),
-                p.kvsname()
-            );
+            eprintln!("mpr: rank 0: started through the launcher's {} service, job {}{mapping}", p.name(), p.kvsname());
         }
-        Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, nodes, pmi })
+        Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, placement, pmi })
     }
 
     /// Publishes `card`, fences, and returns every rank's card (index = rank).
@@ -261,19 +261,26 @@ impl Bootstrap {
         }
         pmi.barrier()?;
         if draw && self.rank != 0 {
-            let s = pmi.get("mpr-secret")?;
+            let s = pmi.get(0, "mpr-secret")?;
             if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(Error::Bootstrap(format!("rank 0 published a malformed job secret ({} bytes)", s.len())));
             }
             self.secret = s.into_bytes();
         }
-        let cards = (0..self.size)
-            .map(|r| if r == self.rank { Ok(card.clone()) } else { Card::decode(&pmi.get(&format!("mpr-card-{r}"))?) })
-            .collect::<Result<Vec<Card>, Error>>()?;
-        if let Some(nodes) = &self.nodes {
+        let cards =
+            (0..self.size)
+                .map(|r| {
+                    if r == self.rank {
+                        Ok(card.clone())
+                    } else {
+                        Card::decode(&pmi.get(r, &format!("mpr-card-{r}"))?)
+                    }
+                })
+                .collect::<Result<Vec<Card>, Error>>()?;
+        if let Some(placement) = &self.placement {
             // The launcher's placement and the hosts' names should tell the same story.
             let differ = (0..self.size)
-                .filter(|&r| (nodes[r] == nodes[self.rank]) != (cards[r].host == card.host))
+                .filter(|&r| placement.local.contains(&r) != (cards[r].host == card.host))
                 .collect::<Vec<_>>();
             if !differ.is_empty() && crate::env::verbose() {
                 eprintln!(
@@ -294,10 +301,10 @@ impl Bootstrap {
         }
     }
 
-    /// The value another rank published under `key` before the last fence.
-    pub(crate) fn get(&mut self, key: &str) -> Result<String, Error> {
+    /// The value rank `owner` published under `key` before the last fence.
+    pub(crate) fn get(&mut self, owner: usize, key: &str) -> Result<String, Error> {
         match self.pmi.as_mut() {
-            Some(p) => p.get(key),
+            Some(p) => p.get(owner, key),
             None => Err(Error::Bootstrap(format!("no key-value service to look up {key}"))),
         }
     }

@@ -1,11 +1,12 @@
-//! The rank's side of its launcher's key-value service: PMI-1 or PMI-2, as agreed.
+//! The rank's side of its launcher's key-value service: PMI-1 or PMI-2, as agreed, or PMIx.
 //!
 //! The launcher (mprun, MPICH's hydra, Slurm's `srun --mpi=pmi2`) passes a connected socket
 //! as `PMI_FD`. The first line is PMI-1's `init`, which also agrees the version: mpr asks for
 //! PMI-2 where Slurm's plugin started it (`PMI_JOBID` is set, `MPR_RANK` is not), else
 //! PMI-1, unless `MPR_PMI=1|2` says; it speaks what the launcher answers. Hydra also serves
 //! PMI-2, but its `kvs-fence` returns at once (its `kvs-get` waits instead), which is no
-//! barrier; so under hydra mpr speaks PMI-1. PMI-1 commands and replies are lines (wire.rs); PMI-2
+//! barrier; so under hydra mpr speaks PMI-1. Without `PMI_FD`, a launcher that sets
+//! `PMIX_NAMESPACE` and `PMIX_RANK` is a PMIx server, reached through its library (pmix.rs). PMI-1 commands and replies are lines (wire.rs); PMI-2
 //! messages are length-prefixed (pmi2.rs).
 
 use std::io::{BufRead, BufReader, Write};
@@ -13,6 +14,7 @@ use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use super::pmi2::Pmi2;
+use super::pmix::Pmix;
 use super::wire::Command;
 use crate::error::Error;
 
@@ -21,6 +23,17 @@ use crate::error::Error;
 pub(crate) enum Pmi {
     V1(Pmi1),
     V2(Pmi2),
+    /// PMIx, through the launcher's library (no `PMI_FD`).
+    X(Pmix),
+}
+
+/// Which ranks share this rank's node, as the launcher says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// The ranks on this node, this one included.
+    pub(crate) local: Vec<usize>,
+    /// How many nodes the job spans, where the launcher says.
+    pub(crate) nodes: Option<usize>,
 }
 
 /// A connection to a PMI-1 server.
@@ -80,7 +93,7 @@ impl Pmi {
     /// started by a launcher). `env_rank` is the rank the environment gives, if any.
     pub(crate) fn from_env(env_rank: Option<usize>) -> Result<Option<Pmi>, Error> {
         let Some(stream) = launcher_socket()? else {
-            return Ok(None);
+            return if Pmix::launched() { Pmix::start().map(|p| Some(Pmi::X(p))) } else { Ok(None) };
         };
         let want = wanted_version()?;
         let mut reader = BufReader::new(stream.try_clone().map_err(|e| err(format!("PMI socket: {e}")))?);
@@ -112,11 +125,12 @@ impl Pmi {
         }
     }
 
-    /// The PMI version spoken.
-    pub(crate) fn version(&self) -> u32 {
+    /// The service's name: `PMI-1`, `PMI-2` or `PMIx`.
+    pub(crate) fn name(&self) -> &'static str {
         match self {
-            Pmi::V1(_) => 1,
-            Pmi::V2(_) => 2,
+            Pmi::V1(_) => "PMI-1",
+            Pmi::V2(_) => "PMI-2",
+            Pmi::X(_) => "PMIx",
         }
     }
 
@@ -125,26 +139,45 @@ impl Pmi {
         match self {
             Pmi::V1(p) => &p.kvsname,
             Pmi::V2(p) => p.jobid(),
+            Pmi::X(p) => p.nspace(),
         }
     }
 
-    /// The rank and size the launcher's PMI-2 `fullinit` gave (PMI-1 gives them in the
-    /// environment alone).
+    /// The rank and size the launcher's PMI-2 `fullinit` or PMIx gave (PMI-1 gives them in
+    /// the environment alone).
     pub(crate) fn rank_size(&self) -> Option<(usize, usize)> {
         match self {
             Pmi::V1(_) => None,
             Pmi::V2(p) => Some((p.rank(), p.size())),
+            Pmi::X(p) => Some((p.rank(), p.size())),
         }
     }
 
-    /// The node of every rank, if the launcher says (`PMI_process_mapping`).
-    pub(crate) fn nodes(&mut self, size: usize) -> Result<Option<Vec<usize>>, Error> {
+    /// The host's name, where the launcher says (PMIx's `pmix.hname`).
+    pub(crate) fn hostname(&mut self) -> Option<String> {
+        match self {
+            Pmi::X(p) => p.hostname(),
+            _ => None,
+        }
+    }
+
+    /// Which ranks share rank `rank`'s node, if the launcher says (PMI-2's
+    /// `PMI_process_mapping`, PMIx's `pmix.lpeers`).
+    pub(crate) fn placement(&mut self, rank: usize, size: usize) -> Result<Option<Placement>, Error> {
         match self {
             Pmi::V1(_) => Ok(None),
             Pmi::V2(p) => match p.job_attr("PMI_process_mapping")? {
-                Some(v) => super::pmi2::process_mapping(&v, size).map(Some),
+                Some(v) => {
+                    let node = super::pmi2::process_mapping(&v, size)?;
+                    let local = (0..size).filter(|&r| node[r] == node[rank]).collect();
+                    Ok(Some(Placement { local, nodes: node.iter().max().map(|m| m + 1) }))
+                }
                 None => Ok(None),
             },
+            Pmi::X(p) => Ok(p
+                .local_peers()?
+                .filter(|l| l.contains(&rank) && l.iter().all(|&r| r < size))
+                .map(|local| Placement { local, nodes: None })),
         }
     }
 
@@ -153,14 +186,16 @@ impl Pmi {
         match self {
             Pmi::V1(p) => p.put(key, value),
             Pmi::V2(p) => p.put(key, value),
+            Pmi::X(p) => p.put(key, value),
         }
     }
 
-    /// Reads a key published by any rank before the last fence.
-    pub(crate) fn get(&mut self, key: &str) -> Result<String, Error> {
+    /// Reads the key rank `owner` published before the last fence.
+    pub(crate) fn get(&mut self, owner: usize, key: &str) -> Result<String, Error> {
         match self {
             Pmi::V1(p) => p.get(key),
-            Pmi::V2(p) => p.get(key),
+            Pmi::V2(p) => p.get(owner, key),
+            Pmi::X(p) => p.get(owner, key),
         }
     }
 
@@ -169,6 +204,7 @@ impl Pmi {
         match self {
             Pmi::V1(p) => p.barrier(),
             Pmi::V2(p) => p.fence(),
+            Pmi::X(p) => p.fence(),
         }
     }
 
@@ -176,6 +212,7 @@ impl Pmi {
         match self {
             Pmi::V1(p) => p.finalize(),
             Pmi::V2(p) => p.finalize(),
+            Pmi::X(p) => p.finalize(),
         }
     }
 
@@ -184,6 +221,7 @@ impl Pmi {
         match self {
             Pmi::V1(p) => p.abort(code, msg),
             Pmi::V2(p) => p.abort(msg),
+            Pmi::X(p) => p.abort(code, msg),
         }
     }
 }

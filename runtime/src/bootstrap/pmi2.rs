@@ -183,9 +183,9 @@ impl Pmi2 {
         self.check(&r, &format!("put of {key}"))
     }
 
-    /// Reads a key published by any rank before the last fence.
-    pub(crate) fn get(&mut self, key: &str) -> Result<String, Error> {
-        let m = Msg::new("kvs-get").with("jobid", self.jobid.clone()).with("srcid", -1).with("key", key);
+    /// Reads the key rank `owner` published before the last fence.
+    pub(crate) fn get(&mut self, owner: usize, key: &str) -> Result<String, Error> {
+        let m = Msg::new("kvs-get").with("jobid", self.jobid.clone()).with("srcid", owner).with("key", key);
         let r = self.call(m, "kvs-get-response")?;
         self.check(&r, &format!("get of {key}"))?;
         match (r.get("found"), r.get("value")) {
