@@ -93,6 +93,10 @@ impl Cluster {
         let host = nix_hostname();
         let d = self.dir.to_str().unwrap();
         let (ctld, slurmd, p1, p2) = (free_port(), free_port(), free_port(), free_port());
+        // The epilog the docs recommend: it removes what a killed job left in /dev/shm.
+        let epilog = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/slurm-epilog.sh");
+        let epilog = epilog.canonicalize().unwrap();
+        let epilog = epilog.display();
         let conf = format!(
             "ClusterName=mprtest\n\
              SlurmctldHost={host}(127.0.0.1)\n\
@@ -119,6 +123,7 @@ impl Cluster {
              SlurmdParameters=config_overrides\n\
              JobCompType=jobcomp/filetxt\n\
              JobCompLoc={d}/jobcomp.txt\n\
+             Epilog={epilog}\n\
              NodeName=n1 NodeHostname={host} NodeAddr=127.0.0.1 Port={p1} CPUs=4 State=UNKNOWN\n\
              NodeName=n2 NodeHostname={host} NodeAddr=127.0.0.1 Port={p2} CPUs=4 State=UNKNOWN\n\
              PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n"
@@ -221,6 +226,12 @@ fn nix_hostname() -> String {
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     let name = String::from_utf8_lossy(&buf[..end]).into_owned();
     name.split('.').next().unwrap_or_default().to_string()
+}
+
+/// mpr's files in /dev/shm.
+fn shm_files() -> Vec<String> {
+    let names = std::fs::read_dir("/dev/shm").into_iter().flatten().flatten();
+    names.map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("mpr-")).collect()
 }
 
 fn bin(name: &str) -> String {
@@ -343,6 +354,7 @@ fn a_dead_rank_ends_the_job_with_the_cause_in_slurm_and_mprun() {
     let Some(c) = Cluster::start() else { return };
     let ptp = bin("ptp");
     let marker = format!("slurm-dies-{}", std::process::id());
+    let shm_before = shm_files();
     // Under srun: rank 1 SIGKILLs itself while the others wait for it in an allreduce.
     let out = c.srun(
         &["--mpi=pmi2", "-J", &marker, "-N", "2", "-n", "4", &ptp, "peer-dies", &marker],
@@ -355,6 +367,13 @@ fn a_dead_rank_ends_the_job_with_the_cause_in_slurm_and_mprun() {
     let rec = record_named(&c, &marker);
     assert!(rec.contains("JobState=FAILED") && rec.contains("ExitCode=0:9"), "{rec}");
     assert!(processes_with(&marker).is_empty(), "left running: {:?}", processes_with(&marker));
+    // Slurm kills the others mid-job; what they could not remove, the epilog does.
+    let t0 = Instant::now();
+    let left = || shm_files().into_iter().filter(|f| !shm_before.contains(f)).collect::<Vec<String>>();
+    while !left().is_empty() && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(left().is_empty(), "shared-memory files left by the failed job: {:?}", left());
     // A rank's abort (PMI-2 `abort`, isworld) makes Slurm end the whole step at once.
     let name = format!("{marker}-abort");
     let t0 = Instant::now();

@@ -138,7 +138,8 @@ impl Card {
 pub(crate) struct Bootstrap {
     pub(crate) rank: usize,
     pub(crate) size: usize,
-    /// Job id: names shared resources (`/dev/shm/mpr-<jobid>-*`).
+    /// Job id: names shared resources (`/dev/shm/mpr-<jobid>-*`). Under a foreign launcher,
+    /// its job name and (after the card exchange) a random tag.
     pub(crate) jobid: String,
     pub(crate) host: String,
     /// Per-job secret shared by all ranks: the key that authenticates TCP connections.
@@ -148,6 +149,9 @@ pub(crate) struct Bootstrap {
     pub(crate) one_host: bool,
     /// Which ranks share this one's node, where the launcher says.
     placement: Option<Placement>,
+    /// Started by a launcher other than mprun (no `MPR_JOBID`): the job id gets a tag rank 0
+    /// draws at the card exchange.
+    foreign: bool,
     pmi: Option<Pmi>,
 }
 
@@ -207,6 +211,7 @@ impl Bootstrap {
             }
             (false, _, _) => (0, 1),
         };
+        let foreign = pmi.is_some() && std::env::var("MPR_JOBID").map_or(true, |j| j.is_empty());
         let jobid = match std::env::var("MPR_JOBID") {
             Ok(j) if !j.is_empty() => j,
             _ => match &pmi {
@@ -235,7 +240,7 @@ impl Bootstrap {
             };
             eprintln!("mpr: rank 0: started through the launcher's {} service, job {}{mapping}", p.name(), p.kvsname());
         }
-        Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, placement, pmi })
+        Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, placement, foreign, pmi })
     }
 
     /// Publishes `card`, fences, and returns every rank's card (index = rank).
@@ -244,28 +249,49 @@ impl Bootstrap {
             return Ok(vec![card.clone()]);
         };
         pmi.put(&format!("mpr-card-{}", self.rank), &card.encode())?;
-        // No secret from the launcher: rank 0 draws 128 bits and shares them through the
-        // launcher's key-value service, which only the job's ranks reach.
-        let draw = self.secret.is_empty();
+        // Under a foreign launcher rank 0 draws, and shares through the launcher's key-value
+        // service (which only the job's ranks reach): a tag that makes the job id unique
+        // (a launcher's job ids repeat: Slurm's restart at 1 on a new cluster, and files a
+        // killed job left in /dev/shm must not collide with a later one), and, without
+        // MPR_SECRET, the job's 128-bit secret.
+        let draw_secret = self.secret.is_empty();
+        let draw = draw_secret || self.foreign;
+        let mut job = String::new();
         if draw && self.rank == 0 {
-            let mut key = [0u8; 16];
-            getrandom::getrandom(&mut key).map_err(|e| Error::Bootstrap(format!("no random job secret: {e}")))?;
-            self.secret = hex(&key).into_bytes();
-            pmi.put("mpr-secret", &hex(&key))?;
-            if crate::env::verbose() {
-                eprintln!(
-                    "mpr: no MPR_SECRET from the launcher: rank 0 drew a 128-bit job secret and shared it through \
-                     the launcher's key-value service (see docs/launchers.md)"
-                );
+            let mut bytes = [0u8; 20];
+            getrandom::getrandom(&mut bytes).map_err(|e| Error::Bootstrap(format!("no random job secret: {e}")))?;
+            job = hex(&bytes[..4]);
+            if draw_secret {
+                job += &format!(":{}", hex(&bytes[4..]));
+                if crate::env::verbose() {
+                    eprintln!(
+                        "mpr: no MPR_SECRET from the launcher: rank 0 drew a 128-bit job secret and shared it \
+                         through the launcher's key-value service (see docs/launchers.md)"
+                    );
+                }
             }
+            pmi.put("mpr-job", &job)?;
         }
         pmi.barrier()?;
         if draw && self.rank != 0 {
-            let s = pmi.get(0, "mpr-secret")?;
-            if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(Error::Bootstrap(format!("rank 0 published a malformed job secret ({} bytes)", s.len())));
+            job = pmi.get(0, "mpr-job")?;
+        }
+        if draw {
+            let (tag, secret) = job.split_once(':').map_or((job.as_str(), None), |(t, s)| (t, Some(s)));
+            let hex_of = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+            if !hex_of(tag, 8) || secret.is_some_and(|s| !hex_of(s, 32)) || (draw_secret && secret.is_none()) {
+                return Err(Error::Bootstrap(format!(
+                    "rank 0 published a malformed job tag and secret ({} bytes{})",
+                    job.len(),
+                    if draw_secret && secret.is_none() { "; no secret, yet this rank has no MPR_SECRET" } else { "" }
+                )));
             }
-            self.secret = s.into_bytes();
+            if self.foreign {
+                self.jobid = format!("{}_{tag}", self.jobid);
+            }
+            if draw_secret {
+                self.secret = secret.unwrap_or_default().as_bytes().to_vec();
+            }
         }
         let cards =
             (0..self.size)

@@ -187,7 +187,13 @@ impl Plan {
                 msg.extend(why.bytes().take(WHY_MAX));
             }
             for &r in &self.local[1..] {
-                c.coll_xchg(tag, Some((&msg, r)), None)?;
+                if let Err(e) = c.coll_xchg(tag, Some((&msg, r)), None) {
+                    // A member is gone: nobody else may come to unlink the segment.
+                    if made.is_ok() {
+                        shmfile::unlink(&name);
+                    }
+                    return Err(e);
+                }
             }
             let mut made = made?;
             made.crowded = crowded;
