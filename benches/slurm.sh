@@ -21,7 +21,8 @@
 #
 # Environment: NP=2, RUNS=20, MPR_BUILD=1 (0 skips the cargo build).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+SELF=$(realpath "$0")
+cd "$(dirname "$SELF")/.."
 ROOT=$PWD
 NP=${NP:-2}
 RUNS=${RUNS:-20}
@@ -32,19 +33,23 @@ if [[ ${1:-} == __inside ]]; then
     out=$2
     names=("mpr srun --mpi=pmi2" "mpr srun --mpi=pmix" "mpr mprun (srun)" "mpr mprun (local)"
         "MPICH srun --mpi=pmi2" "MPICH mpiexec (srun)" "OMPI srun --mpi=pmix")
-    cmds=("srun --mpi=pmi2 -n $NP $BIN/init-finalize"
-        "srun --mpi=pmix -n $NP $BIN/init-finalize"
-        "$BIN/mprun -np $NP $BIN/init-finalize"
-        "$BIN/mprun -np $NP -H localhost $BIN/init-finalize"
-        "srun --mpi=pmi2 -n $NP $BUILD/init_finalize.mpich"
-        "mpiexec.mpich -n $NP $BUILD/init_finalize.mpich"
-        "srun --mpi=pmix -n $NP $BUILD/init_finalize.openmpi")
-    n=${#cmds[@]}
+    launch() {
+        case $1 in
+        0) timeout 60 srun --mpi=pmi2 -n "$NP" "$BIN/init-finalize" ;;
+        1) timeout 60 srun --mpi=pmix -n "$NP" "$BIN/init-finalize" ;;
+        2) timeout 60 "$BIN/mprun" -np "$NP" "$BIN/init-finalize" ;;
+        3) timeout 60 "$BIN/mprun" -np "$NP" -H localhost "$BIN/init-finalize" ;;
+        4) timeout 60 srun --mpi=pmi2 -n "$NP" "$BUILD/init_finalize.mpich" ;;
+        5) timeout 60 mpiexec.mpich -n "$NP" "$BUILD/init_finalize.mpich" ;;
+        6) timeout 60 srun --mpi=pmix -n "$NP" "$BUILD/init_finalize.openmpi" ;;
+        esac
+    }
+    n=${#names[@]}
     for ((r = 0; r < RUNS; r++)); do
         for ((k = 0; k < n; k++)); do
             i=$(((k + r) % n))
             t0=$(date +%s%N)
-            if timeout 60 ${cmds[$i]} >/dev/null 2>"$out.err" </dev/null; then
+            if launch "$i" >/dev/null 2>"$out.err" </dev/null; then
                 echo "$i $((($(date +%s%N) - t0) / 1000))" >>"$out"
             else
                 log "slurm.sh: ${names[$i]} failed: $(head -c 300 "$out.err")"
@@ -56,7 +61,10 @@ if [[ ${1:-} == __inside ]]; then
 fi
 
 for tool in munged slurmctld slurmd srun salloc mpicc.mpich mpicc.openmpi mpiexec.mpich; do
-    command -v "$tool" >/dev/null || { log "slurm.sh: $tool not found (apt-get install slurm-wlm munge mpich libmpich-dev openmpi-bin libopenmpi-dev)"; exit 1; }
+    command -v "$tool" >/dev/null || {
+        log "slurm.sh: $tool not found (apt-get install slurmctld slurmd slurm-client munge libmpich-dev libopenmpi-dev)"
+        exit 1
+    }
 done
 if [[ ${MPR_BUILD:-1} != 0 ]]; then
     log "slurm.sh: cargo build --release (mprun, init-finalize)"
@@ -65,9 +73,6 @@ fi
 export BIN=$ROOT/target/release
 DIR=$(mktemp -d /tmp/mpr-slurm-bench.XXXXXX)
 export BUILD=$DIR/build
-mkdir -p "$BUILD" "$DIR/munge" "$DIR/state" "$DIR/spool/n1" "$DIR/log"
-mpicc.mpich -O2 -o "$BUILD/init_finalize.mpich" benches/c/init_finalize.c
-mpicc.openmpi -O2 -o "$BUILD/init_finalize.openmpi" benches/c/init_finalize.c
 
 stop() {
     SLURM_CONF=$DIR/slurm.conf scancel --quiet --user="$(id -un)" 2>/dev/null || true
@@ -78,6 +83,9 @@ stop() {
     rm -rf "$DIR"
 }
 trap stop EXIT
+mkdir -p "$BUILD" "$DIR/munge" "$DIR/state" "$DIR/spool/n1" "$DIR/log"
+mpicc.mpich -O2 -o "$BUILD/init_finalize.mpich" benches/c/init_finalize.c
+mpicc.openmpi -O2 -o "$BUILD/init_finalize.openmpi" benches/c/init_finalize.c
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 head -c 1024 /dev/urandom >"$DIR/munge/key"
@@ -123,7 +131,7 @@ done
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NP RUNS
 log "slurm.sh: $RUNS rounds of 7 launches of -n $NP init/barrier/finalize, in one allocation"
-salloc -Q -N 1 -n "$NP" bash "$0" __inside "$DIR/times"
+salloc -Q -N 1 -n "$NP" bash "$SELF" __inside "$DIR/times"
 
 python3 - "$DIR/times" <<'EOF'
 import statistics, sys

@@ -30,11 +30,19 @@ pub(crate) struct Allocation {
 pub(crate) fn from_env() -> Result<Option<Allocation>, String> {
     let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
     if var("SLURM_JOB_ID").is_some() {
-        if let Some(list) = var("SLURM_JOB_NODELIST").or_else(|| var("SLURM_NODELIST")) {
-            let names = expand_nodelist(&list).map_err(|e| format!("SLURM_JOB_NODELIST={list}: {e}"))?;
+        // Inside a job step (mprun run by srun) the step's nodes and tasks, else the job's;
+        // a list and its counts always come from the same scope.
+        let (list_var, per_var) = if var("SLURM_STEP_NODELIST").is_some() && var("SLURM_STEP_TASKS_PER_NODE").is_some()
+        {
+            ("SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
+        } else {
+            ("SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE")
+        };
+        if let Some(list) = var(list_var) {
+            let names = expand_nodelist(&list).map_err(|e| format!("{list_var}={list}: {e}"))?;
             // Tasks per node; an allocation made without -n says CPUs per node instead.
-            let (name, per) = match var("SLURM_TASKS_PER_NODE") {
-                Some(t) => ("SLURM_TASKS_PER_NODE", t),
+            let (name, per) = match var(per_var) {
+                Some(t) => (per_var, t),
                 None => ("SLURM_JOB_CPUS_PER_NODE", var("SLURM_JOB_CPUS_PER_NODE").unwrap_or_default()),
             };
             let counts = if per.is_empty() {
@@ -44,7 +52,7 @@ pub(crate) fn from_env() -> Result<Option<Allocation>, String> {
             };
             if counts.len() != names.len() {
                 return Err(format!(
-                    "{name}={per} gives {} counts for the {} nodes of SLURM_JOB_NODELIST={list}",
+                    "{name}={per} gives {} counts for the {} nodes of {list_var}={list}",
                     counts.len(),
                     names.len()
                 ));
@@ -54,12 +62,13 @@ pub(crate) fn from_env() -> Result<Option<Allocation>, String> {
         }
     }
     if let Some(file) = var("PBS_NODEFILE") {
-        let parsed =
-            crate::hosts::read_hostfile(std::path::Path::new(&file)).map_err(|e| format!("PBS_NODEFILE: {e}"))?;
-        if parsed.hosts.is_empty() {
+        let text = std::fs::read_to_string(&file).map_err(|e| format!("PBS_NODEFILE={file}: cannot read it: {e}"))?;
+        // One host per line and slot: the hostfile parser adds up a host named again.
+        let hosts = crate::hosts::parse_hostfile(&format!("PBS_NODEFILE {file}"), &text)?;
+        if hosts.is_empty() {
             return Err(format!("PBS_NODEFILE={file} names no host"));
         }
-        return Ok(Some(Allocation { system: System::Pbs, hosts: parsed.hosts }));
+        return Ok(Some(Allocation { system: System::Pbs, hosts }));
     }
     Ok(None)
 }

@@ -53,7 +53,22 @@ fn segment_name(jobid: &str, host: &str) -> String {
 /// Builds this rank's runtime.
 pub(crate) fn start() -> Result<Runtime, Error> {
     crate::env::check()?;
-    let mut boot = Bootstrap::from_env()?;
+    let mut slot = Some(Bootstrap::from_env()?);
+    let started = start_with(&mut slot);
+    if let (Err(e), Some(boot)) = (&started, slot.as_mut()) {
+        // Under mprun the rank's exit ends the job; a foreign launcher (srun without -K, a
+        // PMIx server) may leave the others waiting for it in a fence: end the job.
+        if boot.foreign() && boot.size > 1 {
+            eprintln!("mpr: rank {}: start-up failed: {e}; asking the launcher to end the job", boot.rank);
+            boot.abort(1, &format!("rank {} start-up failed: {e}", boot.rank));
+        }
+    }
+    started
+}
+
+/// Builds the runtime on the bootstrap in `slot`, which it takes once all went well.
+fn start_with(slot: &mut Option<Bootstrap>) -> Result<Runtime, Error> {
+    let boot = slot.as_mut().expect("a bootstrap to start on");
     let allowed = Allowed::from_env()?;
     let me = boot.rank;
     // Listen before the exchange, so peers can connect as soon as they read our card.
@@ -224,7 +239,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
                 let sep = if via[p].is_empty() { " via " } else { " + " };
                 via[p] += &format!("{sep}{}", devices[d]);
             }
-            tcp = connect_rdma(&mut boot, &mut rdma, &rdma_peers, tcp)?;
+            tcp = connect_rdma(boot, &mut rdma, &rdma_peers, tcp)?;
             let caps = tcp.caps();
             for &(p, _) in &rdma_peers {
                 names[p] = caps.name;
@@ -267,6 +282,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         eprintln!("mpr: rank {me}: CPUs {cpus}, {here} rank(s) on this host, {machine} on this machine, {waits}");
     }
     let engine = Engine::new(me, limits);
+    let boot = slot.take().expect("the bootstrap is still here");
     let mut rt = Runtime::new(engine, boot, transports, route, WaitPolicy::from_env(outnumbered));
     let mut names: Vec<&str> = Vec::new();
     let of: Vec<u32> = cards

@@ -7,14 +7,18 @@ use std::time::{Duration, Instant};
 use mpr_tests::{bin_dir, text};
 
 fn mpirun(np: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Output> {
-    let found = Command::new("mpirun").arg("--version").output().is_ok_and(|o| text(&o.stdout).contains("Open MPI"));
+    // Open MPI's own name for it: `mpirun` may be MPICH's where both are installed.
+    let found = Command::new("mpirun.openmpi")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| ["Open MPI", "OpenRTE"].iter().any(|n| text(&o.stdout).contains(n)));
     if !found {
         mpr_tests::cannot_run("Open MPI's mpirun not installed (apt-get install openmpi-bin)");
         return None;
     }
     let mut c = Command::new("timeout");
     // Root runs (CI) need Open MPI's consent; more ranks than cores need --oversubscribe.
-    c.args(["120", "mpirun", "--oversubscribe", "-n", np]).args(args);
+    c.args(["120", "mpirun.openmpi", "--oversubscribe", "-n", np]).args(args);
     c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     for (k, _) in std::env::vars() {
         if k.starts_with("MPR_") || k.starts_with("PMI") || k.starts_with("SLURM_") {

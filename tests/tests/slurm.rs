@@ -303,7 +303,61 @@ fn srun_pmi2_runs_the_point_to_point_and_collective_suites() {
         &[("MPR_VERBOSE", "1")],
     );
     assert_all_ok(&out, "ring ok", 2);
-    assert!(!text(&out.stderr).contains("drew a"), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(!err.contains("drew a") && err.contains("started through the launcher's PMI-2 service"), "{err}");
+    // A rank that fails during start-up (here: an interface that does not exist) asks
+    // Slurm to end the step: the other one does not wait out its fences and connections.
+    let script = format!("if [ \"$SLURM_PROCID\" = 1 ]; then export MPR_IFACE=no-such-if0; fi; exec {ptp} ring");
+    let t0 = Instant::now();
+    let out = c.srun(&["--mpi=pmi2", "-N", "2", "-n", "2", "sh", "-c", &script], &[]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("mpr: rank 1: start-up failed") && err.contains("no-such-if0"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(20), "the job ended at once: {err}");
+}
+
+#[test]
+fn mprun_takes_the_hosts_of_a_batch_allocation_from_its_environment() {
+    let ptp = bin("ptp");
+    let run = |env: &[(&str, &str)]| {
+        let mut c = Command::new(bin("mprun"));
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SLURM_") || k.starts_with("PBS_")) {
+            c.env_remove(k);
+        }
+        c.args([&ptp, "ring"]).envs(env.iter().copied()).output().unwrap()
+    };
+    // A PBS job: one line per slot.
+    let dir = std::env::temp_dir().join(format!("mpr-pbs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nodes = dir.join("nodes");
+    std::fs::write(&nodes, "localhost\nlocalhost\nlocalhost\n").unwrap();
+    let out = run(&[("PBS_NODEFILE", nodes.to_str().unwrap())]);
+    assert_all_ok(&out, "ring ok", 3);
+    // A Slurm job's variables (this machine's name as the node: no srun is needed).
+    let slurm = [("SLURM_JOB_ID", "7"), ("SLURM_JOB_NODELIST", "localhost"), ("SLURM_TASKS_PER_NODE", "2(x1)")];
+    assert_all_ok(&run(&slurm), "ring ok", 2);
+    // Broken ones: a clear error before anything starts.
+    let bad = [("SLURM_JOB_ID", "7"), ("SLURM_JOB_NODELIST", "n[1-2]"), ("SLURM_TASKS_PER_NODE", "2")];
+    let out = run(&bad);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("SLURM_TASKS_PER_NODE=2 gives 1 counts for the 2 nodes of SLURM_JOB_NODELIST=n[1-2]"),
+        "{err}"
+    );
+    let out = run(&[("SLURM_JOB_ID", "7"), ("SLURM_JOB_NODELIST", "n[2-1]"), ("SLURM_TASKS_PER_NODE", "1")]);
+    assert!(
+        text(&out.stderr).contains("SLURM_JOB_NODELIST=n[2-1]: range 2-1 in [2-1] runs backwards"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&[("PBS_NODEFILE", dir.join("missing").to_str().unwrap())]);
+    assert!(
+        text(&out.stderr).contains("PBS_NODEFILE=") && text(&out.stderr).contains("cannot read it"),
+        "{}",
+        text(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -187,11 +187,14 @@ impl Bootstrap {
             Some((r, s)) => (Some(r), Some(s)),
             None => (env_rank, env_size),
         };
-        // The host's name: mprun's, else Slurm's name for the node, else the PMIx
-        // launcher's, else the machine's.
-        let host = ["MPR_HOST", "SLURMD_NODENAME"]
-            .iter()
-            .find_map(|v| std::env::var(v).ok().filter(|h| !h.is_empty()))
+        // The host's name: mprun's, else Slurm's name for the node (only where Slurm's own
+        // service started the rank: another launcher inside a Slurm job may pass every rank
+        // the environment of the node it runs on), else the PMIx launcher's, else the
+        // machine's.
+        let var = |v: &str| std::env::var(v).ok().filter(|h| !h.is_empty());
+        let slurm = pmi.as_ref().is_some_and(Pmi::is_slurms);
+        let host = var("MPR_HOST")
+            .or_else(|| var("SLURMD_NODENAME").filter(|_| slurm))
             .or_else(|| pmi.as_mut().and_then(Pmi::hostname))
             .unwrap_or_else(hostname);
         let host: String =
@@ -241,6 +244,11 @@ impl Bootstrap {
             eprintln!("mpr: rank 0: started through the launcher's {} service, job {}{mapping}", p.name(), p.kvsname());
         }
         Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, placement, foreign, pmi })
+    }
+
+    /// Whether a launcher other than mprun started this rank.
+    pub(crate) fn foreign(&self) -> bool {
+        self.foreign
     }
 
     /// Publishes `card`, fences, and returns every rank's card (index = rank).

@@ -134,6 +134,15 @@ impl Pmi {
         }
     }
 
+    /// Whether Slurm's own service (its PMI-2 or PMIx plugin) started this rank.
+    pub(crate) fn is_slurms(&self) -> bool {
+        match self {
+            Pmi::V1(_) => false,
+            Pmi::V2(_) => std::env::var_os("PMI_JOBID").is_some() && std::env::var_os("SLURM_STEP_ID").is_some(),
+            Pmi::X(p) => p.nspace().starts_with("slurm.pmix."),
+        }
+    }
+
     /// The job's key-value space name (the job id of a foreign launcher).
     pub(crate) fn kvsname(&self) -> &str {
         match self {

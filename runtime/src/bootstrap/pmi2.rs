@@ -47,7 +47,7 @@ impl Msg {
         let mut body = format!("cmd={};", self.cmd);
         for (k, v) in &self.fields {
             if k.contains([';', '=']) || v.contains(';') {
-                return Err(err(format!("PMI-2 field {k}={v} holds a ';' or a '=' in its key")));
+                return Err(err(format!("PMI-2 field {k}={v}: a key may hold no ';' or '=', a value no ';'")));
             }
             body += &format!("{k}={v};");
         }

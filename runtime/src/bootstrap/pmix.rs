@@ -28,6 +28,7 @@ const PMIX_MAX_KEYLEN: usize = 511;
 const PMIX_RANK_WILDCARD: u32 = u32::MAX - 1;
 const PMIX_SUCCESS: c_int = 0;
 const PMIX_BOOL: u16 = 1;
+const PMIX_INT: u16 = 6;
 const PMIX_STRING: u16 = 3;
 const PMIX_SIZE: u16 = 4;
 const PMIX_UINT32: u16 = 14;
@@ -74,7 +75,9 @@ struct Api {
     ) -> Status,
     /// `PMIx_Value_destruct` (OpenPMIx 4+): frees what a value points to.
     destruct: Option<unsafe extern "C" fn(*mut pmix_value_t)>,
-    _lib: Library,
+    /// Never unloaded: after `PMIx_Init` the library runs a thread of its own, which may
+    /// outlive a `PMIx_Finalize` that failed or never came.
+    _lib: std::mem::ManuallyDrop<Library>,
 }
 
 #[cfg(target_os = "macos")]
@@ -119,7 +122,7 @@ impl Api {
             get: sym!("PMIx_Get"),
             // SAFETY: as for the others: `void PMIx_Value_destruct(pmix_value_t *)`.
             destruct: unsafe { lib.get(b"PMIx_Value_destruct\0") }.ok().map(|s| *s),
-            _lib: lib,
+            _lib: std::mem::ManuallyDrop::new(lib),
         })
     }
 }
@@ -137,6 +140,27 @@ pub(crate) struct Pmix {
     nspace: String,
     rank: usize,
     size: usize,
+    /// The bound on a fence or a read, in seconds (`MPR_PMI_TIMEOUT`, as for PMI).
+    timeout: c_int,
+    finalized: bool,
+}
+
+impl Drop for Pmix {
+    fn drop(&mut self) {
+        if !self.finalized {
+            let _ = self.finalize();
+        }
+    }
+}
+
+/// One `pmix_info_t` directive: `key` with a boolean or an integer value.
+fn info(key: &str, ty: u16, value: u64) -> pmix_info_t {
+    let mut i =
+        pmix_info_t { key: [0; PMIX_MAX_KEYLEN + 1], flags: 0, value: pmix_value_t { ty, data: [value, 0, 0] } };
+    for (d, s) in i.key.iter_mut().zip(key.bytes().take(PMIX_MAX_KEYLEN)) {
+        *d = s as c_char;
+    }
+    i
 }
 
 impl std::fmt::Debug for Pmix {
@@ -184,7 +208,9 @@ impl Pmix {
         }
         // SAFETY: PMIx_Init wrote a NUL-terminated namespace into the 256-byte array.
         let nspace = unsafe { CStr::from_ptr(me.nspace.as_ptr()) }.to_string_lossy().into_owned();
-        let mut p = Pmix { api, nspace, rank: me.rank as usize, size: 0 };
+        let timeout =
+            crate::env::seconds("MPR_PMI_TIMEOUT").map_or(300, |t| t.as_secs().clamp(1, i32::MAX as u64)) as c_int;
+        let mut p = Pmix { api, nspace, rank: me.rank as usize, size: 0, timeout, finalized: false };
         p.size = match p.get_value(PMIX_RANK_WILDCARD, "pmix.job.size")? {
             Some(Value::Number(n)) if n > 0 => n as usize,
             _ => return Err(err("PMIx gave no job size (pmix.job.size)")),
@@ -228,9 +254,10 @@ impl Pmix {
         let who = proc_of(&self.nspace, rank);
         let k = CString::new(key).map_err(|_| err(format!("PMIx key {key:?} holds a NUL")))?;
         let mut out: *mut pmix_value_t = std::ptr::null_mut();
-        // SAFETY: `who` and `k` outlive the call; `out` receives a value the library
-        // allocated (or stays null on failure).
-        let rc = unsafe { (self.api.get)(&who, k.as_ptr(), std::ptr::null(), 0, &mut out) };
+        let bound = info("pmix.timeout", PMIX_INT, self.timeout as u64);
+        // SAFETY: `who`, `k` and the one directive (PMIX_TIMEOUT) outlive the call; `out`
+        // receives a value the library allocated (or stays null on failure).
+        let rc = unsafe { (self.api.get)(&who, k.as_ptr(), &bound, 1, &mut out) };
         if rc != PMIX_SUCCESS || out.is_null() {
             return Ok(None);
         }
@@ -296,17 +323,10 @@ impl Pmix {
         if rc != PMIX_SUCCESS {
             return Err(err(format!("PMIx_Commit failed (status {rc})")));
         }
-        let mut info = pmix_info_t {
-            key: [0; PMIX_MAX_KEYLEN + 1],
-            flags: 0,
-            value: pmix_value_t { ty: PMIX_BOOL, data: [1, 0, 0] },
-        };
-        for (d, s) in info.key.iter_mut().zip(b"pmix.collect") {
-            *d = *s as c_char;
-        }
-        // SAFETY: a null process array means the whole namespace; `info` is one valid
-        // pmix_info_t (PMIX_COLLECT_DATA = true) that outlives the call.
-        let rc = unsafe { (self.api.fence)(std::ptr::null(), 0, &info, 1) };
+        let directives = [info("pmix.collect", PMIX_BOOL, 1), info("pmix.timeout", PMIX_INT, self.timeout as u64)];
+        // SAFETY: a null process array means the whole namespace; the directives
+        // (PMIX_COLLECT_DATA, PMIX_TIMEOUT) are valid pmix_info_t that outlive the call.
+        let rc = unsafe { (self.api.fence)(std::ptr::null(), 0, directives.as_ptr(), directives.len()) };
         if rc != PMIX_SUCCESS {
             return Err(err(format!("PMIx_Fence failed (status {rc})")));
         }
@@ -314,6 +334,7 @@ impl Pmix {
     }
 
     pub(crate) fn finalize(&mut self) -> Result<(), Error> {
+        self.finalized = true;
         // SAFETY: no info array.
         let rc = unsafe { (self.api.finalize)(std::ptr::null(), 0) };
         if rc != PMIX_SUCCESS {

@@ -78,7 +78,7 @@ pub(crate) fn listen_addr(one_host: bool) -> Result<IpAddr, Error> {
     found.or_else(toward_srun).ok_or_else(|| {
         Error::Bootstrap(format!(
             "cannot tell which address to listen on: host name {host:?} does not resolve to a non-loopback IPv4 \
-             address; set MPR_IFACE (mprun --iface) or MPR_HOST_ADDR"
+             address (nor is there a Slurm srun to route to); set MPR_IFACE (mprun --iface) or MPR_HOST_ADDR"
         ))
     })
 }
