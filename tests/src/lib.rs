@@ -56,6 +56,14 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Asserts that a job succeeded and that `n` lines of its stdout end with `line` (one per
+/// rank).
+pub fn assert_all_ok(out: &Output, line: &str, n: usize) {
+    let so = text(&out.stdout);
+    assert!(out.status.success(), "{line}: exit {:?}\n{so}\n{}", out.status, text(&out.stderr));
+    assert_eq!(so.lines().filter(|l| l.ends_with(line)).count(), n, "{line} from every rank:\n{so}");
+}
+
 /// Processes still running (not zombies) whose command line mentions `marker`.
 pub fn processes_with(marker: &str) -> Vec<String> {
     let mut v = Vec::new();

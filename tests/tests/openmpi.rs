@@ -4,7 +4,7 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use mpr_tests::{bin_dir, text};
+use mpr_tests::{assert_all_ok, bin_dir, text};
 
 fn mpirun(np: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Output> {
     // Open MPI's own name for it: `mpirun` may be MPICH's where both are installed.
@@ -30,12 +30,6 @@ fn mpirun(np: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Output> {
 
 fn bin(name: &str) -> String {
     bin_dir().join(name).to_str().unwrap().to_string()
-}
-
-fn assert_all_ok(out: &Output, line: &str, n: usize) {
-    let so = text(&out.stdout);
-    assert!(out.status.success(), "{line}: exit {:?}\n{so}\n{}", out.status, text(&out.stderr));
-    assert_eq!(so.lines().filter(|l| l.ends_with(line)).count(), n, "{line} from every rank:\n{so}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use mpr_tests::{bin_dir, processes_with, text};
+use mpr_tests::{assert_all_ok, bin_dir, processes_with, text};
 
 /// One cluster at a time: they would share munge's and Slurm's defaults otherwise.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -165,13 +165,22 @@ impl Cluster {
 
     /// The record of job `id`, once Slurm has written it.
     fn record(&self, id: &str) -> String {
+        self.record_where(&format!("job {id}"), |l| l.starts_with(&format!("JobId={id} ")))
+    }
+
+    /// The completion record of the job named `name` (a name used once), once written.
+    fn record_named(&self, name: &str) -> String {
+        self.record_where(&format!("job {name}"), |l| l.contains(&format!(" Name={name} ")))
+    }
+
+    fn record_where(&self, what: &str, wanted: impl Fn(&str) -> bool) -> String {
         let t0 = Instant::now();
         loop {
             let all = self.jobcomp();
-            if let Some(l) = all.lines().find(|l| l.starts_with(&format!("JobId={id} "))) {
+            if let Some(l) = all.lines().find(|l| wanted(l)) {
                 return l.to_string();
             }
-            assert!(t0.elapsed() < Duration::from_secs(30), "no completion record for job {id}:\n{all}");
+            assert!(t0.elapsed() < Duration::from_secs(30), "no completion record for {what}:\n{all}");
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -238,31 +247,12 @@ fn bin(name: &str) -> String {
     bin_dir().join(name).to_str().unwrap().to_string()
 }
 
-/// The completion record of the job named `name` (a name used once), once Slurm wrote it.
-fn record_named(c: &Cluster, name: &str) -> String {
-    let t0 = Instant::now();
-    loop {
-        let all = c.jobcomp();
-        if let Some(l) = all.lines().find(|l| l.contains(&format!(" Name={name} "))) {
-            return l.to_string();
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no completion record for job {name}:\n{all}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// The command lines of running processes started as `program` whose line mentions `marker`.
 fn started_as(program: &str, marker: &str) -> usize {
     processes_with(marker)
         .iter()
         .filter(|p| p.split_once(": ").is_some_and(|(_, cmd)| cmd.starts_with(program)))
         .count()
-}
-
-fn assert_all_ok(out: &Output, line: &str, n: usize) {
-    let so = text(&out.stdout);
-    assert!(out.status.success(), "{line}: exit {:?}\n{so}\n{}", out.status, text(&out.stderr));
-    assert_eq!(so.lines().filter(|l| l.ends_with(line)).count(), n, "{line} from every rank:\n{so}");
 }
 
 #[test]
@@ -418,7 +408,7 @@ fn a_dead_rank_ends_the_job_with_the_cause_in_slurm_and_mprun() {
     assert!(!out.status.success(), "{err}");
     // (Whether a peer also says so races with Slurm ending the step on the kill.)
     assert!(err.contains("task 1: Killed"), "srun names the killed rank: {err}");
-    let rec = record_named(&c, &marker);
+    let rec = c.record_named(&marker);
     assert!(rec.contains("JobState=FAILED") && rec.contains("ExitCode=0:9"), "{rec}");
     assert!(processes_with(&marker).is_empty(), "left running: {:?}", processes_with(&marker));
     // Slurm kills the others mid-job; what they could not remove, the epilog does.
@@ -434,7 +424,7 @@ fn a_dead_rank_ends_the_job_with_the_cause_in_slurm_and_mprun() {
     let out = c.srun(&["--mpi=pmi2", "-J", &name, "-N", "2", "-n", "4", &ptp, "abort", &marker], &[]);
     assert!(!out.status.success(), "{}", text(&out.stderr));
     assert!(t0.elapsed() < Duration::from_secs(20), "the others did not wait out their 30 s: {}", text(&out.stderr));
-    assert!(record_named(&c, &name).contains("JobState=FAILED"), "{}", record_named(&c, &name));
+    assert!(c.record_named(&name).contains("JobState=FAILED"), "{}", c.record_named(&name));
     assert!(processes_with(&marker).is_empty(), "left running: {:?}", processes_with(&marker));
     // Under mprun in an allocation: mprun names the rank and its signal, and fails.
     let mut cmd = c.cmd("timeout");
@@ -474,7 +464,7 @@ fn scancel_ends_an_srun_job_and_an_mprun_job() {
         let err = text(&out.stderr);
         assert!(!out.status.success(), "{how}: {err}");
         assert!(t1.elapsed() < Duration::from_secs(20), "{how}: the job ended promptly: {err}");
-        let rec = record_named(&c, &marker);
+        let rec = c.record_named(&marker);
         assert!(rec.contains("JobState=CANCELLED"), "{how}: {rec}");
         let t2 = Instant::now();
         while !processes_with(&marker).is_empty() && t2.elapsed() < Duration::from_secs(10) {
