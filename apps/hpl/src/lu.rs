@@ -1,0 +1,344 @@
+//! The solve: [A|b] distributed 2D block-cyclic over a P x Q grid, right-looking blocked LU
+//! with partial row pivoting (HPL_pdgesv's structure), then the upper triangular solve, then
+//! HPL's residual check on a regenerated [A|b].
+//!
+//! Per panel of NB columns: the process column that holds it factors it column by column
+//! (the pivot found by a MAXLOC all-reduce down the process column, the pivot row swapped
+//! into place and broadcast down the column); the panel and its pivots go along each process
+//! row by an increasing ring; every process column applies the row swaps to its trailing
+//! columns; the process row that holds the panel's rows solves for U's block row and sends
+//! it down each process column by an increasing ring; everyone updates its trailing part.
+//! b rides along as column N, so the factorization leaves y = L^-1 P b there.
+
+use mpr::{Comm, Error, Loc, Max, MaxLoc, Sum};
+
+use crate::dist::{count, global, owner};
+use crate::gen;
+
+/// The P x Q process grid and its row and column communicators.
+#[derive(Debug)]
+pub(crate) struct Grid {
+    pub(crate) world: Comm,
+    /// The ranks of this process row (size Q, rank = my column).
+    pub(crate) row: Comm,
+    /// The ranks of this process column (size P, rank = my row).
+    pub(crate) col: Comm,
+    pub(crate) p: usize,
+    pub(crate) q: usize,
+    pub(crate) myrow: usize,
+    pub(crate) mycol: usize,
+    pub(crate) row_major: bool,
+}
+
+impl Grid {
+    /// The grid of the first P*Q ranks of `world` (row-major: rank = row*Q + col, or
+    /// column-major); `None` on the ranks left over.
+    pub(crate) fn new(world: &Comm, p: usize, q: usize, row_major: bool) -> Result<Option<Grid>, Error> {
+        let r = world.rank();
+        let inside = r < p * q;
+        let color = inside.then_some(0);
+        let Some(world) = world.split(color, r as i32)? else { return Ok(None) };
+        let (myrow, mycol) = if row_major { (r / q, r % q) } else { (r % p, r / p) };
+        let row = world.split(Some(myrow as u32), mycol as i32)?.expect("a row");
+        let col = world.split(Some(mycol as u32), myrow as i32)?.expect("a column");
+        Ok(Some(Grid { world, row, col, p, q, myrow, mycol, row_major }))
+    }
+}
+
+/// This rank's part of [A|b]: `mp` local rows by `nq` local columns, column-major.
+#[derive(Debug)]
+pub(crate) struct Local {
+    pub(crate) n: usize,
+    pub(crate) nb: usize,
+    pub(crate) mp: usize,
+    pub(crate) nq: usize,
+    pub(crate) ld: usize,
+    pub(crate) a: Vec<f64>,
+}
+
+impl Local {
+    /// Generates this rank's part of HPL's [A|b] for order `n`.
+    pub(crate) fn generate(g: &Grid, n: usize, nb: usize) -> Local {
+        let mp = count(n, nb, g.myrow, g.p);
+        let nq = count(n + 1, nb, g.mycol, g.q);
+        let ld = mp.max(1);
+        let mut a = vec![0.0; ld * nq];
+        for lc in 0..nq {
+            let j = global(lc, nb, g.mycol, g.q);
+            // Runs of consecutive global rows: one local block each.
+            let mut l = 0;
+            while l < mp {
+                let len = (nb - l % nb).min(mp - l);
+                let i = global(l, nb, g.myrow, g.p);
+                gen::column_run(n, j, i..i + len, &mut a[l + lc * ld..l + lc * ld + len]);
+                l += len;
+            }
+        }
+        Local { n, nb, mp, nq, ld, a }
+    }
+
+    fn at(&mut self, l: usize, c: usize) -> &mut f64 {
+        &mut self.a[l + c * self.ld]
+    }
+}
+
+const TAG_SWAP: i32 = 11;
+const TAG_PANEL: i32 = 12;
+const TAG_U: i32 = 13;
+
+/// Broadcast along `c` by an increasing ring from `root` (HPL's `1ring`).
+fn ring_bcast(c: &Comm, buf: &mut [f64], root: usize, tag: i32) -> Result<(), Error> {
+    let n = c.size();
+    if n == 1 {
+        return Ok(());
+    }
+    let me = c.rank();
+    if me != root {
+        c.recv(buf, (me + n - 1) % n, tag)?;
+    }
+    let next = (me + 1) % n;
+    if next != root {
+        c.send(buf, next, tag)?;
+    }
+    Ok(())
+}
+
+/// Swaps global rows `j` and `p` over local columns `cols`, between the process rows that
+/// hold them (down the process column).
+fn swap_rows(g: &Grid, m: &mut Local, j: usize, p: usize, cols: std::ops::Range<usize>) -> Result<(), Error> {
+    if j == p || cols.is_empty() {
+        return Ok(());
+    }
+    let (oj, op) = (owner(j, m.nb, g.p), owner(p, m.nb, g.p));
+    let (lj, lp) = (crate::dist::local(j, m.nb, g.p), crate::dist::local(p, m.nb, g.p));
+    if oj == g.myrow && op == g.myrow {
+        for c in cols {
+            m.a.swap(lj + c * m.ld, lp + c * m.ld);
+        }
+        return Ok(());
+    }
+    let (mine, peer) = match (oj == g.myrow, op == g.myrow) {
+        (true, _) => (lj, op),
+        (_, true) => (lp, oj),
+        _ => return Ok(()),
+    };
+    let out: Vec<f64> = cols.clone().map(|c| m.a[mine + c * m.ld]).collect();
+    let mut got = vec![0.0; out.len()];
+    g.col.sendrecv(&out, peer, TAG_SWAP, &mut got, peer, TAG_SWAP)?;
+    for (c, v) in cols.zip(got) {
+        *m.at(mine, c) = v;
+    }
+    Ok(())
+}
+
+/// Factors [A|b] in place: U (and y in column N) above the diagonal of the global matrix.
+pub(crate) fn factor(g: &Grid, m: &mut Local) -> Result<(), Error> {
+    let (n, nb) = (m.n, m.nb);
+    let mut k0 = 0;
+    while k0 < n {
+        let jb = nb.min(n - k0);
+        let pc = owner(k0, nb, g.q);
+        let pr = owner(k0, nb, g.p);
+        let lr0 = count(k0, nb, g.myrow, g.p);
+        let rows = m.mp - lr0;
+        // The panel (local rows from k0 on, jb columns) and its pivots, as the panel's
+        // process column leaves them.
+        let mut panel = vec![0.0; rows * jb + jb];
+        if g.mycol == pc {
+            let lc0 = count(k0, nb, g.mycol, g.q);
+            for i in 0..jb {
+                let (j, lc) = (k0 + i, lc0 + i);
+                let lrj = count(j, nb, g.myrow, g.p);
+                let mut best = Loc { value: -1.0, index: f64::MAX };
+                for l in lrj..m.mp {
+                    let v = m.a[l + lc * m.ld].abs();
+                    if v > best.value {
+                        best = Loc { value: v, index: global(l, nb, g.myrow, g.p) as f64 };
+                    }
+                }
+                let mut found = [best];
+                g.col.allreduce_in_place(&mut found, MaxLoc)?;
+                let piv = found[0].index as usize;
+                panel[rows * jb + i] = piv as f64;
+                swap_rows(g, m, j, piv, lc0..lc0 + jb)?;
+                // The pivot row, from this column on, down the process column.
+                let oj = owner(j, nb, g.p);
+                let mut prow = vec![0.0; jb - i];
+                if oj == g.myrow {
+                    let lj = crate::dist::local(j, nb, g.p);
+                    for (c, v) in prow.iter_mut().enumerate() {
+                        *v = m.a[lj + (lc + c) * m.ld];
+                    }
+                }
+                g.col.bcast(&mut prow, oj)?;
+                let below = count(j + 1, nb, g.myrow, g.p);
+                let pivot = prow[0];
+                if pivot != 0.0 {
+                    let inv = 1.0 / pivot;
+                    for l in below..m.mp {
+                        m.a[l + lc * m.ld] *= inv;
+                    }
+                }
+                for (c, &u) in prow.iter().enumerate().skip(1) {
+                    if u != 0.0 {
+                        let (left, right) = m.a.split_at_mut((lc + c) * m.ld);
+                        let lcol = &left[lc * m.ld..lc * m.ld + m.mp];
+                        for l in below..m.mp {
+                            right[l] -= lcol[l] * u;
+                        }
+                    }
+                }
+            }
+            for i in 0..jb {
+                panel[i * rows..(i + 1) * rows].copy_from_slice(&m.a[lr0 + (lc0 + i) * m.ld..m.mp + (lc0 + i) * m.ld]);
+            }
+        }
+        ring_bcast(&g.row, &mut panel, pc, TAG_PANEL)?;
+        let (lpanel, pivots) = panel.split_at(rows * jb);
+        // Row swaps on the trailing columns (b included).
+        let ct = count(k0 + jb, nb, g.mycol, g.q);
+        for (i, &p) in pivots.iter().enumerate() {
+            swap_rows(g, m, k0 + i, p as usize, ct..m.nq)?;
+        }
+        // U's block row: L11^-1 A12 on the panel's process row, then down the columns.
+        let width = m.nq - ct;
+        let mut u = vec![0.0; jb * width];
+        if g.myrow == pr {
+            for (k, c) in (ct..m.nq).enumerate() {
+                for i in 0..jb {
+                    let x = m.a[lr0 + i + c * m.ld];
+                    for r in i + 1..jb {
+                        m.a[lr0 + r + c * m.ld] -= lpanel[r + i * rows] * x;
+                    }
+                }
+                u[k * jb..(k + 1) * jb].copy_from_slice(&m.a[lr0 + c * m.ld..lr0 + jb + c * m.ld]);
+            }
+        }
+        ring_bcast(&g.col, &mut u, pr, TAG_U)?;
+        // The trailing update: A22 -= L21 U12.
+        let rs = count(k0 + jb, nb, g.myrow, g.p);
+        for (k, c) in (ct..m.nq).enumerate() {
+            let col = &mut m.a[c * m.ld..c * m.ld + m.mp];
+            for i in 0..jb {
+                let x = u[i + k * jb];
+                if x != 0.0 {
+                    let lcol = &lpanel[i * rows..(i + 1) * rows];
+                    for l in rs..m.mp {
+                        col[l] -= lcol[l - lr0] * x;
+                    }
+                }
+            }
+        }
+        k0 += jb;
+    }
+    Ok(())
+}
+
+/// Solves U x = y after [`factor`]; every rank gets all of x.
+pub(crate) fn solve(g: &Grid, m: &Local) -> Result<Vec<f64>, Error> {
+    let (n, nb) = (m.n, m.nb);
+    // y (column N) on every rank.
+    let mut y = vec![0.0; n];
+    let qb = owner(n, nb, g.q);
+    if g.mycol == qb {
+        let lb = count(n, nb, qb, g.q);
+        for l in 0..m.mp {
+            y[global(l, nb, g.myrow, g.p)] = m.a[l + lb * m.ld];
+        }
+    }
+    g.world.allreduce_in_place(&mut y, Sum)?;
+    // Back substitution, block by block from the last: the sums of U(i, solved) x over each
+    // rank's columns are added up along the block's process row at its diagonal owner.
+    let mut x = vec![0.0; n];
+    let mut acc = vec![0.0; m.mp];
+    let blocks = n.div_ceil(nb);
+    for kb in (0..blocks).rev() {
+        let k0 = kb * nb;
+        let jb = nb.min(n - k0);
+        let (pr, pc) = (kb % g.p, kb % g.q);
+        let mut xb = vec![0.0; jb];
+        if g.myrow == pr {
+            let lr0 = count(k0, nb, g.myrow, g.p);
+            let mut part = acc[lr0..lr0 + jb].to_vec();
+            g.row.allreduce_in_place(&mut part, Sum)?;
+            if g.mycol == pc {
+                let lc0 = count(k0, nb, g.mycol, g.q);
+                for i in (0..jb).rev() {
+                    let mut s = y[k0 + i] - part[i];
+                    for r in i + 1..jb {
+                        s -= m.a[lr0 + i + (lc0 + r) * m.ld] * xb[r];
+                    }
+                    xb[i] = s / m.a[lr0 + i + (lc0 + i) * m.ld];
+                }
+            }
+        }
+        let root = grid_rank(g, pr, pc);
+        g.world.bcast(&mut xb, root)?;
+        x[k0..k0 + jb].copy_from_slice(&xb);
+        if g.mycol == pc {
+            let lc0 = count(k0, nb, g.mycol, g.q);
+            let above = count(k0, nb, g.myrow, g.p);
+            for (i, &v) in xb.iter().enumerate() {
+                let col = &m.a[(lc0 + i) * m.ld..(lc0 + i) * m.ld + m.mp];
+                for l in 0..above {
+                    acc[l] += col[l] * v;
+                }
+            }
+        }
+    }
+    Ok(x)
+}
+
+/// The grid communicator's rank of grid position (r, c).
+fn grid_rank(g: &Grid, r: usize, c: usize) -> usize {
+    if g.row_major {
+        r * g.q + c
+    } else {
+        c * g.p + r
+    }
+}
+
+/// HPL's check on a regenerated [A|b]: the norms it prints.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Check {
+    pub(crate) resid: f64,
+    pub(crate) norm_a: f64,
+    pub(crate) norm_x: f64,
+    pub(crate) norm_b: f64,
+    /// ||Ax-b||_oo / (eps * (||A||_oo * ||x||_oo + ||b||_oo) * N).
+    pub(crate) scaled: f64,
+}
+
+pub(crate) fn check(g: &Grid, n: usize, nb: usize, x: &[f64]) -> Result<Check, Error> {
+    let m = Local::generate(g, n, nb);
+    let mut r = vec![0.0; m.mp];
+    let mut rowsum = vec![0.0; m.mp];
+    let mut norm_b: f64 = 0.0;
+    for c in 0..m.nq {
+        let j = global(c, nb, g.mycol, g.q);
+        let col = &m.a[c * m.ld..c * m.ld + m.mp];
+        if j == n {
+            for (l, &b) in col.iter().enumerate() {
+                r[l] -= b;
+                norm_b = norm_b.max(b.abs());
+            }
+        } else {
+            for (l, &v) in col.iter().enumerate() {
+                r[l] += v * x[j];
+                rowsum[l] += v.abs();
+            }
+        }
+    }
+    g.row.allreduce_in_place(&mut r, Sum)?;
+    g.row.allreduce_in_place(&mut rowsum, Sum)?;
+    let mut norms =
+        [r.iter().fold(0.0f64, |a, v| a.max(v.abs())), rowsum.iter().fold(0.0f64, |a, v| a.max(*v)), norm_b];
+    g.world.allreduce_in_place(&mut norms, Max)?;
+    let [resid, norm_a, norm_b] = norms;
+    let norm_x = x.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    let eps = f64::EPSILON / 2.0;
+    // (A solution with a NaN or an infinity fails, whatever the maxima above made of it.)
+    let finite = x.iter().all(|v| v.is_finite());
+    let scaled = if finite { resid / (eps * (norm_a * norm_x + norm_b) * n as f64) } else { f64::NAN };
+    Ok(Check { resid, norm_a, norm_x, norm_b, scaled })
+}

@@ -1,0 +1,422 @@
+//! `mprun -np P*Q mpr-hpl [HPL.dat]`: an HPL-style LINPACK on mpr. HPL's matrix and check,
+//! its HPL.dat and its output, a 2D block-cyclic LU with partial pivoting (lu.rs).
+//!
+//! What runs so far: the panel factored right-looking column by column (HPL's PFACT=Right
+//! with NBMIN >= NB: no recursion), panels broadcast along process rows by an increasing
+//! ring (BCAST=1rg), no lookahead (DEPTH=0), rows swapped pivot by pivot between the
+//! process rows that hold them. Combinations HPL.dat asks for beyond these are reported and
+//! counted as skipped, never run as something else.
+
+mod dat;
+mod dist;
+mod gen;
+mod lu;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(name = "mpr-hpl", about = "HPL-style LINPACK on mpr (run under mprun with P*Q ranks)")]
+struct Args {
+    /// HPL.dat to read (default: ./HPL.dat, unless -n is given)
+    dat: Option<PathBuf>,
+    /// Order of the matrix (a quick run instead of HPL.dat)
+    #[arg(short = 'n')]
+    n: Option<usize>,
+    /// Block size
+    #[arg(long, default_value_t = 128)]
+    nb: usize,
+    /// Process rows (default: the most square grid of the job's ranks)
+    #[arg(short = 'p')]
+    p: Option<usize>,
+    /// Process columns
+    #[arg(short = 'q')]
+    q: Option<usize>,
+    /// Residual threshold
+    #[arg(long, default_value_t = 16.0)]
+    threshold: f64,
+    /// Test only: perturb the factor before the solve, so that the check must fail
+    #[arg(long, hide = true)]
+    perturb_factor: bool,
+    /// Test only: write each test's solution x to FILE.N (one value a line, exact)
+    #[arg(long, hide = true, value_name = "FILE")]
+    write_x: Option<PathBuf>,
+}
+
+/// `x` as C's `%.{prec}e` prints it: `6.4684e+00`.
+fn sci(x: f64, prec: usize) -> String {
+    if !x.is_finite() {
+        return format!("{x}");
+    }
+    let s = format!("{x:.prec$e}");
+    let (mant, exp) = s.split_once('e').expect("an exponent");
+    let e: i32 = exp.parse().expect("a number");
+    format!("{mant}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+}
+
+/// One combination HPL.dat asks for.
+#[derive(Debug, Clone)]
+struct Test {
+    n: usize,
+    nb: usize,
+    p: usize,
+    q: usize,
+    row_major: bool,
+    depth: usize,
+    bcast: usize,
+    rfact: usize,
+    ndiv: usize,
+    pfact: usize,
+    nbmin: usize,
+}
+
+impl Test {
+    /// HPL's encoding of the variant, e.g. `WR00R2R4`.
+    fn code(&self) -> String {
+        let f = |x: usize| ['L', 'C', 'R'][x];
+        format!(
+            "W{}{}{}{}{}{}{}",
+            if self.row_major { 'R' } else { 'C' },
+            self.depth,
+            self.bcast,
+            f(self.rfact),
+            self.ndiv,
+            f(self.pfact),
+            self.nbmin
+        )
+    }
+
+    /// Why mpr-hpl cannot run this combination yet, if it cannot.
+    fn unsupported(&self) -> Option<String> {
+        let mut why = Vec::new();
+        if self.depth != 0 {
+            why.push(format!("lookahead depth {}", self.depth));
+        }
+        if self.bcast != 0 {
+            why.push(format!("broadcast {}", ["1rg", "1rM", "2rg", "2rM", "Lng", "LnM"][self.bcast]));
+        }
+        if self.pfact != 2 {
+            why.push(format!("panel factorization {}", ["left", "Crout", "right"][self.pfact]));
+        }
+        if self.nbmin < self.nb.min(self.n) {
+            why.push(format!("recursive panels (NBMIN {} < NB {})", self.nbmin, self.nb));
+        }
+        (!why.is_empty()).then(|| why.join(", "))
+    }
+}
+
+const RULE: &str = "================================================================================";
+const DASH: &str = "--------------------------------------------------------------------------------";
+
+/// Where the report goes: stdout, stderr or a file, as HPL.dat's device says (rank 0 only).
+struct Out {
+    file: Option<std::fs::File>,
+    stderr: bool,
+}
+
+impl Out {
+    fn line(&mut self, s: &str) {
+        if self.stderr {
+            eprintln!("{s}");
+        } else {
+            println!("{s}");
+        }
+        if let Some(f) = self.file.as_mut() {
+            let _ = writeln!(f, "{s}");
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let universe = match mpr::init() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("mpr-hpl: init failed: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let world = universe.world();
+    let me = world.rank();
+    let (tests, threshold, out) = match plan(&args, world.size()) {
+        Ok(t) => t,
+        Err(e) => {
+            if me == 0 {
+                eprintln!("mpr-hpl: {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let mut out = (me == 0).then(|| {
+        let file = out.0.and_then(|name| match std::fs::File::create(&name) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("mpr-hpl: cannot write {name}: {e}; the report goes to stdout only");
+                None
+            }
+        });
+        Out { file, stderr: out.1 }
+    });
+    let say = |out: &mut Option<Out>, s: &str| {
+        if let Some(o) = out.as_mut() {
+            o.line(s)
+        }
+    };
+    say(&mut out, RULE);
+    say(&mut out, "HPLinpack 2.3  --  High-Performance Linpack benchmark  --   mpr-hpl");
+    say(&mut out, RULE);
+    say(&mut out, "");
+    say(&mut out, "An explanation of the input/output parameters follows:");
+    say(&mut out, "T/V    : Wall time / encoded variant.");
+    say(&mut out, "N      : The order of the coefficient matrix A.");
+    say(&mut out, "NB     : The partitioning blocking factor.");
+    say(&mut out, "P      : The number of process rows.");
+    say(&mut out, "Q      : The number of process columns.");
+    say(&mut out, "Time   : Time in seconds to solve the linear system.");
+    say(&mut out, "Gflops : Rate of execution for solving the linear system.");
+    say(&mut out, "");
+    say(&mut out, "The following parameter values will be used:");
+    say(&mut out, "");
+    let list = |v: Vec<String>| v.join(" ");
+    let uniq = |f: &dyn Fn(&Test) -> String| {
+        let mut v: Vec<String> = Vec::new();
+        for t in &tests {
+            let s = f(t);
+            if !v.contains(&s) {
+                v.push(s);
+            }
+        }
+        list(v)
+    };
+    say(&mut out, &format!("N      : {}", uniq(&|t| format!("{:>8}", t.n))));
+    say(&mut out, &format!("NB     : {}", uniq(&|t| format!("{:>8}", t.nb))));
+    say(
+        &mut out,
+        &format!(
+            "PMAP   : {}",
+            uniq(&|t| (if t.row_major { "Row-major process mapping" } else { "Column-major process mapping" }).into())
+        ),
+    );
+    say(&mut out, &format!("P      : {}", uniq(&|t| format!("{:>8}", t.p))));
+    say(&mut out, &format!("Q      : {}", uniq(&|t| format!("{:>8}", t.q))));
+    say(
+        &mut out,
+        "SWAP   : pivot by pivot, between the two process rows (HPL's bin-exch/long/mix not implemented yet)",
+    );
+    say(&mut out, "EQUIL  : no (not implemented)");
+    say(&mut out, "");
+    say(&mut out, &format!("- The matrix A is randomly generated for each test."));
+    say(&mut out, "- The following scaled residual check will be computed:");
+    say(&mut out, "      ||Ax-b||_oo / ( eps * ( || x ||_oo * || A ||_oo + || b ||_oo ) * N )");
+    say(&mut out, &format!("- The relative machine precision (eps) is taken to be      {:e}", f64::EPSILON / 2.0));
+    say(&mut out, &format!("- Computational tests pass if scaled residuals are less than {threshold:>16.1}"));
+    say(&mut out, "");
+
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for t in &tests {
+        if let Some(why) = t.unsupported() {
+            say(&mut out, &format!("{}: not implemented yet ({why}); skipped", t.code()));
+            skipped += 1;
+            continue;
+        }
+        if t.p * t.q > world.size() {
+            say(
+                &mut out,
+                &format!(
+                    "{}: a {}x{} grid needs {} ranks, the job has {}; skipped",
+                    t.code(),
+                    t.p,
+                    t.q,
+                    t.p * t.q,
+                    world.size()
+                ),
+            );
+            skipped += 1;
+            continue;
+        }
+        match run(&world, t, args.perturb_factor) {
+            Ok(None) => {}
+            Ok(Some((secs, check, x))) => {
+                if let Some(base) = &args.write_x {
+                    let text: String = x.iter().map(|v| format!("{v:e}\n")).collect();
+                    let _ = std::fs::write(format!("{}.{}", base.display(), t.n), text);
+                }
+                let n = t.n as f64;
+                let gflops = (2.0 / 3.0 * n * n * n + 1.5 * n * n) / secs / 1e9;
+                say(&mut out, RULE);
+                say(&mut out, "T/V                N    NB     P     Q               Time                 Gflops");
+                say(&mut out, DASH);
+                say(
+                    &mut out,
+                    &format!(
+                        "{:<10}{:>12} {:>5} {:>5} {:>5} {:>18.2}     {:>18}",
+                        t.code(),
+                        t.n,
+                        t.nb,
+                        t.p,
+                        t.q,
+                        secs,
+                        sci(gflops, 4)
+                    ),
+                );
+                say(&mut out, DASH);
+                let ok = check.scaled < threshold;
+                say(
+                    &mut out,
+                    &format!(
+                        "||Ax-b||_oo/(eps*(||A||_oo*||x||_oo+||b||_oo)*N)= {:>15} ...... {}",
+                        sci(check.scaled, 8),
+                        if ok { "PASSED" } else { "FAILED" }
+                    ),
+                );
+                if !ok {
+                    say(
+                        &mut out,
+                        &format!("||Ax-b||_oo  . . . . . . . . . . . . . . . . . = {:>18}", sci(check.resid, 6)),
+                    );
+                    say(
+                        &mut out,
+                        &format!("||A||_oo . . . . . . . . . . . . . . . . . . . = {:>18}", sci(check.norm_a, 6)),
+                    );
+                    say(
+                        &mut out,
+                        &format!("||x||_oo . . . . . . . . . . . . . . . . . . . = {:>18}", sci(check.norm_x, 6)),
+                    );
+                    say(
+                        &mut out,
+                        &format!("||b||_oo . . . . . . . . . . . . . . . . . . . = {:>18}", sci(check.norm_b, 6)),
+                    );
+                }
+                if ok {
+                    passed += 1
+                } else {
+                    failed += 1
+                }
+            }
+            Err(e) => {
+                eprintln!("mpr-hpl: rank {me}: {}: {e}", t.code());
+                return ExitCode::from(1);
+            }
+        }
+    }
+    say(&mut out, RULE);
+    say(&mut out, "");
+    say(&mut out, &format!("Finished {:>6} tests with the following results:", passed + failed + skipped));
+    say(&mut out, &format!("         {passed:>6} tests completed and passed residual checks,"));
+    say(&mut out, &format!("         {failed:>6} tests completed and failed residual checks,"));
+    say(&mut out, &format!("         {skipped:>6} tests skipped because of illegal input values."));
+    say(&mut out, DASH);
+    say(&mut out, "");
+    say(&mut out, "End of Tests.");
+    say(&mut out, RULE);
+    if let Err(e) = universe.finalize() {
+        eprintln!("mpr-hpl: finalize failed: {e}");
+        return ExitCode::from(1);
+    }
+    if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The tests to run, the threshold, and where the report goes (file, to stderr).
+#[allow(clippy::type_complexity)]
+fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, bool)), String> {
+    if let Some(n) = args.n {
+        if args.dat.is_some() {
+            return Err("give HPL.dat or -n, not both".into());
+        }
+        if args.nb == 0 {
+            return Err("--nb must be at least 1".into());
+        }
+        let (p, q) = match (args.p, args.q) {
+            (Some(p), Some(q)) => (p, q),
+            (Some(p), None) => (p, ranks / p.max(1)),
+            (None, Some(q)) => (ranks / q.max(1), q),
+            (None, None) => {
+                let p = (1..=ranks).filter(|p| ranks % p == 0 && p * p <= ranks).max().unwrap_or(1);
+                (p, ranks / p)
+            }
+        };
+        if p == 0 || q == 0 {
+            return Err(format!("a {p}x{q} grid has no process"));
+        }
+        let t = Test {
+            n,
+            nb: args.nb,
+            p,
+            q,
+            row_major: true,
+            depth: 0,
+            bcast: 0,
+            rfact: 2,
+            ndiv: 2,
+            pfact: 2,
+            nbmin: args.nb,
+        };
+        return Ok((vec![t], args.threshold, (None, false)));
+    }
+    let path = args.dat.clone().unwrap_or_else(|| PathBuf::from("HPL.dat"));
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let d = dat::parse(&path.display().to_string(), &text)?;
+    let mut tests = Vec::new();
+    // HPL's order: grids, then N, NB, DEPTH, BCAST, RFACT, NDIV, NBMIN, PFACT innermost.
+    for &(p, q) in &d.grids {
+        for &n in &d.ns {
+            for &nb in &d.nbs {
+                for &depth in &d.depths {
+                    for &bcast in &d.bcasts {
+                        for &rfact in &d.rfacts {
+                            for &ndiv in &d.ndivs {
+                                for &nbmin in &d.nbmins {
+                                    for &pfact in &d.pfacts {
+                                        let row_major = d.row_major;
+                                        tests.push(Test {
+                                            n,
+                                            nb,
+                                            p,
+                                            q,
+                                            row_major,
+                                            depth,
+                                            bcast,
+                                            rfact,
+                                            ndiv,
+                                            pfact,
+                                            nbmin,
+                                        });
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let file = (d.device != 6 && d.device != 7).then(|| d.out_file.clone());
+    Ok((tests, d.threshold, (file, d.device == 7)))
+}
+
+/// Runs one test on its grid: the time of factor + solve, the check and x, on grid rank 0;
+/// `None` on the others.
+fn run(world: &mpr::Comm, t: &Test, perturb: bool) -> Result<Option<(f64, lu::Check, Vec<f64>)>, mpr::Error> {
+    let Some(g) = lu::Grid::new(world, t.p, t.q, t.row_major)? else {
+        return Ok(None);
+    };
+    let mut m = lu::Local::generate(&g, t.n, t.nb);
+    g.world.barrier()?;
+    let t0 = mpr::wtime();
+    lu::factor(&g, &mut m)?;
+    if perturb && g.myrow == 0 && g.mycol == 0 && m.mp > 0 && m.nq > 0 {
+        m.a[0] *= 1.0 + 1e-3;
+    }
+    let x = lu::solve(&g, &m)?;
+    let mut secs = [mpr::wtime() - t0];
+    g.world.allreduce_in_place(&mut secs, mpr::Max)?;
+    let check = lu::check(&g, t.n, t.nb, &x)?;
+    Ok((g.world.rank() == 0).then_some((secs[0], check, x)))
+}
