@@ -41,6 +41,10 @@ struct Args {
     /// Test only: perturb the factor before the solve, so that the check must fail
     #[arg(long, hide = true)]
     perturb_factor: bool,
+    /// Test only: print the entries of [A|b] that grid rank 0 holds in its first 4 local
+    /// rows and columns, as `A(i,j)= value`
+    #[arg(long, hide = true)]
+    dump_matrix: bool,
     /// Test only: write each test's solution x to FILE.N (one value a line, exact)
     #[arg(long, hide = true, value_name = "FILE")]
     write_x: Option<PathBuf>,
@@ -144,9 +148,12 @@ fn main() -> ExitCode {
     let (tests, threshold, out) = match plan(&args, world.size()) {
         Ok(t) => t,
         Err(e) => {
+            // Every rank finds the same fault; rank 0 says it, and nobody leaves before it
+            // has (a launcher may stop the job at the first rank that exits).
             if me == 0 {
                 eprintln!("mpr-hpl: {e}");
             }
+            let _ = world.barrier();
             return ExitCode::from(2);
         }
     };
@@ -236,6 +243,19 @@ fn main() -> ExitCode {
             );
             skipped += 1;
             continue;
+        }
+        if args.dump_matrix {
+            if let Some(g) = lu::Grid::new(&world, t.p, t.q, t.row_major).ok().flatten() {
+                let m = lu::Local::generate(&g, t.n, t.nb);
+                if g.world.rank() == 0 {
+                    for c in 0..m.nq.min(4) {
+                        for l in 0..m.mp.min(4) {
+                            let (i, j) = (dist::global(l, t.nb, 0, t.p), dist::global(c, t.nb, 0, t.q));
+                            println!("A({i},{j})= {:e}", m.a[l + c * m.ld]);
+                        }
+                    }
+                }
+            }
         }
         match run(&world, t, args.perturb_factor) {
             Ok(None) => {}

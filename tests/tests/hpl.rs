@@ -1,0 +1,194 @@
+//! `mpr-hpl` through mprun: HPL's matrix, the solve on every grid shape, HPL's check, its
+//! HPL.dat and its failures.
+
+use std::path::PathBuf;
+
+use mpr_tests::{bin_dir, mprun, text};
+
+fn hpl() -> String {
+    bin_dir().join("mpr-hpl").to_str().unwrap().to_string()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mpr-hpl-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The scaled residual and verdict of every test in a report.
+fn residuals(out: &str) -> Vec<(f64, String)> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("||Ax-b||_oo/(eps*(||A||_oo*||x||_oo+||b||_oo)*N)="))
+        .map(|r| {
+            let (v, verdict) = r.split_once("......").expect("a verdict");
+            (v.trim().parse().expect("a number"), verdict.trim().to_string())
+        })
+        .collect()
+}
+
+fn read_x(path: &std::path::Path) -> Vec<f64> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| l.parse().unwrap()).collect()
+}
+
+#[test]
+fn every_grid_passes_and_agrees_with_one_rank() {
+    let dir = scratch("grids");
+    // N = 1, N < NB, N not a multiple of NB, and a few blocks.
+    for (n, nb) in [(1, 4), (3, 8), (37, 8), (64, 5)] {
+        let base = dir.join("x");
+        let one = |np: &str, p: &str, q: &str, tag: &str| {
+            let x = format!("{}-{tag}", base.display());
+            let out = mprun(
+                &["-np", np, &hpl(), "-n", &n.to_string(), "--nb", &nb.to_string(), "-p", p, "-q", q, "--write-x", &x],
+                &[],
+            );
+            let so = text(&out.stdout);
+            assert!(out.status.success(), "{n}/{nb} {p}x{q}: {so}\n{}", text(&out.stderr));
+            let r = residuals(&so);
+            assert_eq!(r.len(), 1, "{so}");
+            assert!(r[0].0 < 1.0 && r[0].1 == "PASSED", "{n}/{nb} {p}x{q}: residual well under 16: {so}");
+            assert!(so.contains(&format!("WR00R2R{nb}")), "{so}");
+            read_x(&PathBuf::from(format!("{x}.{n}")))
+        };
+        let reference = one("1", "1", "1", "1x1");
+        assert_eq!(reference.len(), n);
+        for (np, p, q) in [("2", "1", "2"), ("2", "2", "1"), ("4", "2", "2"), ("3", "1", "3"), ("3", "3", "1")] {
+            let x = one(np, p, q, &format!("{p}x{q}"));
+            for (i, (a, b)) in x.iter().zip(&reference).enumerate() {
+                assert!((a - b).abs() <= 1e-10 * b.abs().max(1.0), "N={n} NB={nb} {p}x{q}: x[{i}] {a} vs {b}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_matrix_is_hpls_generator_whatever_the_grid() {
+    // Independently of mpr-hpl's jump-ahead: step the LCG from the seed, column-major over
+    // the N x (N+1) matrix [A|b].
+    let n = 10usize;
+    let mut want = std::collections::HashMap::new();
+    let mut x: u64 = 100;
+    for j in 0..=n {
+        for i in 0..n {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            want.insert((i, j), 0.5 - (x as f64) / 2f64.powi(64));
+        }
+    }
+    for (np, p, q, nb) in [("1", "1", "1", "4"), ("4", "2", "2", "2"), ("3", "1", "3", "3")] {
+        let out = mprun(&["-np", np, &hpl(), "-n", "10", "--nb", nb, "-p", p, "-q", q, "--dump-matrix"], &[]);
+        let so = text(&out.stdout);
+        assert!(out.status.success(), "{so}{}", text(&out.stderr));
+        let mut seen = 0;
+        for l in so.lines().filter_map(|l| l.strip_prefix("A(")) {
+            let (ij, v) = l.split_once(")= ").unwrap();
+            let (i, j) = ij.split_once(',').unwrap();
+            let key = (i.parse().unwrap(), j.parse().unwrap());
+            assert_eq!(v.parse::<f64>().unwrap(), want[&key], "A{key:?} on a {p}x{q} grid, NB {nb}");
+            seen += 1;
+        }
+        assert_eq!(seen, 16, "{so}");
+    }
+    // The first entries, as numbers.
+    assert_eq!(want[&(0, 0)], -5.159944193766641e-5);
+    assert_eq!(want[&(1, 0)], 0.38413122531282284);
+}
+
+#[test]
+fn a_perturbed_factor_fails_the_check_and_the_run() {
+    let out = mprun(&["-np", "2", &hpl(), "-n", "50", "--nb", "8", "-p", "1", "-q", "2", "--perturb-factor"], &[]);
+    let so = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{so}");
+    let r = residuals(&so);
+    assert!(r.len() == 1 && r[0].1 == "FAILED" && r[0].0 > 16.0, "{so}");
+    assert!(so.contains("||A||_oo . . .") && so.contains("1 tests completed and failed residual checks"), "{so}");
+}
+
+#[test]
+fn hpl_dat_runs_every_combination_and_says_what_it_skipped() {
+    let dir = scratch("dat");
+    let dat = dir.join("HPL.dat");
+    let report = dir.join("HPL.out");
+    // The reference file's layout; 2 Ns x 2 NBs x 2 grids x 2 PFACTs x 2 NBMINs x 2 BCASTs.
+    let text_dat = format!(
+        "HPLinpack benchmark input file
+Innovative Computing Laboratory, University of Tennessee
+{}      output file name (if any)
+8            device out (6=stdout,7=stderr,file)
+2            # of problems sizes (N)
+20 33        Ns
+2            # of NBs
+4 8          NBs
+1            PMAP process mapping (0=Row-,1=Column-major)
+2            # of process grids (P x Q)
+1 2          Ps
+2 1          Qs
+16.0         threshold
+2            # of panel fact
+2 1          PFACTs (0=left, 1=Crout, 2=Right)
+2            # of recursive stopping criterium
+8 2          NBMINs (>= 1)
+1            # of panels in recursion
+2            NDIVs
+1            # of recursive panel fact.
+2            RFACTs (0=left, 1=Crout, 2=Right)
+2            # of broadcast
+0 1          BCASTs (0=1rg,1=1rM,2=2rg,3=2rM,4=Lng,5=LnM)
+1            # of lookahead depth
+0            DEPTHs (>=0)
+2            SWAP (0=bin-exch,1=long,2=mix)
+64           swapping threshold
+0            L1 in (0=transposed,1=no-transposed) form
+0            U  in (0=transposed,1=no-transposed) form
+1            Equilibration (0=no,1=yes)
+8            memory alignment in double (> 0)
+",
+        report.display()
+    );
+    std::fs::write(&dat, text_dat).unwrap();
+    let out = mprun(&["-np", "2", &hpl(), dat.to_str().unwrap()], &[]);
+    let so = text(&out.stdout);
+    assert!(out.status.success(), "{so}{}", text(&out.stderr));
+    // 64 combinations; those with 1rM, Crout or NBMIN 2 < NB are skipped: 2 N x 2 NB x 2
+    // grids with PFACT 2, NBMIN 8, 1rg run (8), the other 56 are said and skipped.
+    let r = residuals(&so);
+    assert_eq!(r.len(), 8, "{so}");
+    assert!(r.iter().all(|(v, s)| *v < 1.0 && s == "PASSED"), "{so}");
+    assert!(so.contains("Finished     64 tests with the following results:"), "{so}");
+    assert!(so.contains("     8 tests completed and passed residual checks,"), "{so}");
+    assert!(so.contains("    56 tests skipped because of illegal input values."), "{so}");
+    assert!(so.contains("WC01R2R8: not implemented yet (broadcast 1rM); skipped"), "{so}");
+    assert!(so.contains("not implemented yet (panel factorization Crout"), "{so}");
+    assert!(so.contains("WC00R2R8") && so.contains("Column-major process mapping"), "{so}");
+    // Device 8: the report also goes to the file HPL.dat names.
+    assert_eq!(std::fs::read_to_string(&report).unwrap(), so);
+    // A malformed line: one error naming it, nothing run.
+    std::fs::write(&dat, std::fs::read_to_string(&dat).unwrap().replace("4 8          NBs", "4 x          NBs"))
+        .unwrap();
+    let out = mprun(&["-np", "2", &hpl(), dat.to_str().unwrap()], &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{}: line 8 (2 NBs): expected 2 NBs, got \"4 x          NBs\"", dat.display())),
+        "{err}"
+    );
+    assert!(residuals(&text(&out.stdout)).is_empty());
+    let out = mprun(&["-np", "1", &hpl(), dir.join("missing.dat").to_str().unwrap()], &[]);
+    assert!(out.status.code() == Some(2) && text(&out.stderr).contains("cannot read"), "{}", text(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn hpl_runs_over_tcp_and_soft_rdma() {
+    for env in [
+        vec![("MPR_TRANSPORTS", "tcp")],
+        vec![("MPR_TRANSPORTS", "rdma"), ("MPR_VERBS_PROVIDER", "soft")],
+        vec![("MPR_TRANSPORTS", "rdma"), ("MPR_VERBS_PROVIDER", "soft-rc")],
+    ] {
+        let out = mprun(&["-np", "4", &hpl(), "-n", "90", "--nb", "8", "-p", "2", "-q", "2"], &env);
+        let so = text(&out.stdout);
+        assert!(out.status.success(), "{env:?}: {so}{}", text(&out.stderr));
+        let r = residuals(&so);
+        assert!(r.len() == 1 && r[0].1 == "PASSED" && r[0].0 < 1.0, "{env:?}: {so}");
+    }
+}
