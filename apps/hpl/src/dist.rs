@@ -46,8 +46,8 @@ mod tests {
                 // Local indices below g on r: the count of the first g indices.
                 assert_eq!(count(g, nb, r, p), l);
             }
-            for r in 0..p {
-                assert_eq!(count(n, nb, r, p), seen[r], "n={n} nb={nb} p={p} r={r}");
+            for (r, &s) in seen.iter().enumerate() {
+                assert_eq!(count(n, nb, r, p), s, "n={n} nb={nb} p={p} r={r}");
             }
         }
     }

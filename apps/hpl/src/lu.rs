@@ -265,8 +265,8 @@ pub(crate) fn solve(g: &Grid, m: &Local) -> Result<Vec<f64>, Error> {
                 let lc0 = count(k0, nb, g.mycol, g.q);
                 for i in (0..jb).rev() {
                     let mut s = y[k0 + i] - part[i];
-                    for r in i + 1..jb {
-                        s -= m.a[lr0 + i + (lc0 + r) * m.ld] * xb[r];
+                    for (r, &v) in xb.iter().enumerate().skip(i + 1) {
+                        s -= m.a[lr0 + i + (lc0 + r) * m.ld] * v;
                     }
                     xb[i] = s / m.a[lr0 + i + (lc0 + i) * m.ld];
                 }

@@ -215,7 +215,7 @@ fn main() -> ExitCode {
     );
     say(&mut out, "EQUIL  : no (not implemented)");
     say(&mut out, "");
-    say(&mut out, &format!("- The matrix A is randomly generated for each test."));
+    say(&mut out, "- The matrix A is randomly generated for each test.");
     say(&mut out, "- The following scaled residual check will be computed:");
     say(&mut out, "      ||Ax-b||_oo / ( eps * ( || x ||_oo * || A ||_oo + || b ||_oo ) * N )");
     say(&mut out, &format!("- The relative machine precision (eps) is taken to be      {:e}", f64::EPSILON / 2.0));
@@ -358,7 +358,7 @@ fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, b
             (Some(p), None) => (p, ranks / p.max(1)),
             (None, Some(q)) => (ranks / q.max(1), q),
             (None, None) => {
-                let p = (1..=ranks).filter(|p| ranks % p == 0 && p * p <= ranks).max().unwrap_or(1);
+                let p = (1..=ranks).filter(|p| ranks.is_multiple_of(*p) && p * p <= ranks).max().unwrap_or(1);
                 (p, ranks / p)
             }
         };
