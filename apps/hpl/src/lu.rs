@@ -203,31 +203,29 @@ pub(crate) fn factor(g: &Grid, m: &mut Local) -> Result<(), Error> {
         // U's block row: L11^-1 A12 on the panel's process row, then down the columns.
         let width = m.nq - ct;
         let mut u = vec![0.0; jb * width];
-        if g.myrow == pr {
+        if g.myrow == pr && width > 0 {
+            let ld = m.ld;
+            crate::kernels::trsm_lower_unit(jb, width, lpanel, rows, &mut m.a[lr0 + ct * ld..], ld);
             for (k, c) in (ct..m.nq).enumerate() {
-                for i in 0..jb {
-                    let x = m.a[lr0 + i + c * m.ld];
-                    for r in i + 1..jb {
-                        m.a[lr0 + r + c * m.ld] -= lpanel[r + i * rows] * x;
-                    }
-                }
-                u[k * jb..(k + 1) * jb].copy_from_slice(&m.a[lr0 + c * m.ld..lr0 + jb + c * m.ld]);
+                u[k * jb..(k + 1) * jb].copy_from_slice(&m.a[lr0 + c * ld..lr0 + jb + c * ld]);
             }
         }
         ring_bcast(&g.col, &mut u, pr, TAG_U)?;
         // The trailing update: A22 -= L21 U12.
         let rs = count(k0 + jb, nb, g.myrow, g.p);
-        for (k, c) in (ct..m.nq).enumerate() {
-            let col = &mut m.a[c * m.ld..c * m.ld + m.mp];
-            for i in 0..jb {
-                let x = u[i + k * jb];
-                if x != 0.0 {
-                    let lcol = &lpanel[i * rows..(i + 1) * rows];
-                    for l in rs..m.mp {
-                        col[l] -= lcol[l - lr0] * x;
-                    }
-                }
-            }
+        if rs < m.mp && width > 0 {
+            let ld = m.ld;
+            crate::kernels::gemm_sub(
+                m.mp - rs,
+                width,
+                jb,
+                &lpanel[rs - lr0..],
+                rows,
+                &u,
+                jb,
+                &mut m.a[rs + ct * ld..],
+                ld,
+            );
         }
         k0 += jb;
     }

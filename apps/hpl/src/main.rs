@@ -10,6 +10,7 @@
 mod dat;
 mod dist;
 mod gen;
+mod kernels;
 mod lu;
 
 use std::io::Write;
