@@ -47,7 +47,7 @@ fn every_grid_passes_and_agrees_with_one_rank() {
             let r = residuals(&so);
             assert_eq!(r.len(), 1, "{so}");
             assert!(r[0].0 < 1.0 && r[0].1 == "PASSED", "{n}/{nb} {p}x{q}: residual well under 16: {so}");
-            assert!(so.contains(&format!("WR00R2R{nb}")), "{so}");
+            assert!(so.contains("WR00R2R16"), "{so}");
             read_x(&PathBuf::from(format!("{x}.{n}")))
         };
         let reference = one("1", "1", "1", "1x1");
@@ -149,14 +149,15 @@ Innovative Computing Laboratory, University of Tennessee
     let out = mprun(&["-np", "2", &hpl(), dat.to_str().unwrap()], &[]);
     let so = text(&out.stdout);
     assert!(out.status.success(), "{so}{}", text(&out.stderr));
-    // 64 combinations; those with 1rM, Crout or NBMIN 2 < NB are skipped: 2 N x 2 NB x 2
-    // grids with PFACT 2, NBMIN 8, 1rg run (8), the other 56 are said and skipped.
+    // 64 combinations; those with 1rM or Crout are skipped: 2 N x 2 NB x 2 grids x 2 NBMINs
+    // with PFACT 2 and 1rg run (16), the other 48 are said and skipped.
     let r = residuals(&so);
-    assert_eq!(r.len(), 8, "{so}");
+    assert_eq!(r.len(), 16, "{so}");
     assert!(r.iter().all(|(v, s)| *v < 1.0 && s == "PASSED"), "{so}");
     assert!(so.contains("Finished     64 tests with the following results:"), "{so}");
-    assert!(so.contains("     8 tests completed and passed residual checks,"), "{so}");
-    assert!(so.contains("    56 tests skipped because of illegal input values."), "{so}");
+    assert!(so.contains("    16 tests completed and passed residual checks,"), "{so}");
+    assert!(so.contains("    48 tests skipped because of illegal input values."), "{so}");
+    assert!(so.contains("WC00R2R2 ") && so.contains("WC00R2R8 "), "both NBMINs ran: {so}");
     assert!(so.contains("WC01R2R8: not implemented yet (broadcast 1rM); skipped"), "{so}");
     assert!(so.contains("not implemented yet (panel factorization Crout"), "{so}");
     assert!(so.contains("WC00R2R8") && so.contains("Column-major process mapping"), "{so}");

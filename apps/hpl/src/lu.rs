@@ -82,6 +82,133 @@ impl Local {
     }
 }
 
+/// How a panel is factored (HPL.dat's NBMIN and NDIV, with RFACT = PFACT = right).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PanelFact {
+    /// Columns at or below which a piece is factored column by column.
+    pub(crate) nbmin: usize,
+    /// Pieces a wider piece is cut into.
+    pub(crate) ndiv: usize,
+}
+
+/// The panel of global columns k0..k0+jb, held at local columns lc0.. by its process column.
+struct Panel {
+    k0: usize,
+    jb: usize,
+    lc0: usize,
+}
+
+impl Panel {
+    fn lc(&self, j: usize) -> usize {
+        self.lc0 + (j - self.k0)
+    }
+
+    /// Factors the panel's columns j0..j0+w, right-looking and recursive: a piece wider than
+    /// NBMIN is cut into NDIV pieces, each factored in turn and then used to update the
+    /// pieces to its right (their rows of U by a triangular solve on the process row that
+    /// holds them, sent down the column; the rows below by DGEMM). Pivots go in `piv`
+    /// (indexed from k0).
+    fn factor(
+        &self,
+        g: &Grid,
+        m: &mut Local,
+        j0: usize,
+        w: usize,
+        pf: PanelFact,
+        piv: &mut [f64],
+    ) -> Result<(), Error> {
+        if w <= pf.nbmin.max(1) {
+            return self.columns(g, m, j0, w, piv);
+        }
+        let step = w.div_ceil(pf.ndiv.max(2));
+        let mut j = j0;
+        while j < j0 + w {
+            let wj = step.min(j0 + w - j);
+            self.factor(g, m, j, wj, pf, piv)?;
+            let (c0, w2) = (j + wj, j0 + w - (j + wj));
+            if w2 > 0 {
+                self.update(g, m, j, wj, c0, w2)?;
+            }
+            j += wj;
+        }
+        Ok(())
+    }
+
+    /// Updates panel columns c0..c0+w2 with the factored columns j..j+w1.
+    fn update(&self, g: &Grid, m: &mut Local, j: usize, w1: usize, c0: usize, w2: usize) -> Result<(), Error> {
+        let (nb, ld) = (m.nb, m.ld);
+        let oj = owner(j, nb, g.p);
+        let (lcj, lcc) = (self.lc(j), self.lc(c0));
+        let mut u = vec![0.0; w1 * w2];
+        if oj == g.myrow {
+            let lj = crate::dist::local(j, nb, g.p);
+            let (left, right) = m.a.split_at_mut(lcc * ld);
+            crate::kernels::trsm_lower_unit(w1, w2, &left[lj + lcj * ld..], ld, &mut right[lj..], ld);
+            for k in 0..w2 {
+                u[k * w1..(k + 1) * w1].copy_from_slice(&right[lj + k * ld..lj + w1 + k * ld]);
+            }
+        }
+        g.col.bcast(&mut u, oj)?;
+        let rs = count(j + w1, nb, g.myrow, g.p);
+        if rs < m.mp {
+            let (left, right) = m.a.split_at_mut(lcc * ld);
+            crate::kernels::gemm_sub(m.mp - rs, w2, w1, &left[rs + lcj * ld..], ld, &u, w1, &mut right[rs..], ld);
+        }
+        Ok(())
+    }
+
+    /// Factors columns j0..j0+w one by one: the pivot by a MAXLOC down the process column,
+    /// its row swapped in across the whole panel and sent down the column, the column
+    /// scaled, the columns to its right (up to j0+w) updated.
+    fn columns(&self, g: &Grid, m: &mut Local, j0: usize, w: usize, piv: &mut [f64]) -> Result<(), Error> {
+        let nb = m.nb;
+        for j in j0..j0 + w {
+            let lc = self.lc(j);
+            let lrj = count(j, nb, g.myrow, g.p);
+            let mut best = Loc { value: -1.0, index: f64::MAX };
+            for l in lrj..m.mp {
+                let v = m.a[l + lc * m.ld].abs();
+                if v > best.value {
+                    best = Loc { value: v, index: global(l, nb, g.myrow, g.p) as f64 };
+                }
+            }
+            let mut found = [best];
+            g.col.allreduce_in_place(&mut found, MaxLoc)?;
+            let p = found[0].index as usize;
+            piv[j - self.k0] = p as f64;
+            swap_rows(g, m, j, p, self.lc0..self.lc0 + self.jb)?;
+            // The pivot row, from this column to the piece's end, down the process column.
+            let oj = owner(j, nb, g.p);
+            let mut prow = vec![0.0; j0 + w - j];
+            if oj == g.myrow {
+                let lj = crate::dist::local(j, nb, g.p);
+                for (c, v) in prow.iter_mut().enumerate() {
+                    *v = m.a[lj + (lc + c) * m.ld];
+                }
+            }
+            g.col.bcast(&mut prow, oj)?;
+            let below = count(j + 1, nb, g.myrow, g.p);
+            let pivot = prow[0];
+            if pivot != 0.0 {
+                let inv = 1.0 / pivot;
+                for l in below..m.mp {
+                    m.a[l + lc * m.ld] *= inv;
+                }
+            }
+            for (c, &u) in prow.iter().enumerate().skip(1) {
+                if u != 0.0 {
+                    let (left, right) = m.a.split_at_mut((lc + c) * m.ld);
+                    let lcol = &left[lc * m.ld..lc * m.ld + m.mp];
+                    for l in below..m.mp {
+                        right[l] -= lcol[l] * u;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 const TAG_SWAP: i32 = 11;
 const TAG_PANEL: i32 = 12;
 const TAG_U: i32 = 13;
@@ -132,7 +259,7 @@ fn swap_rows(g: &Grid, m: &mut Local, j: usize, p: usize, cols: std::ops::Range<
 }
 
 /// Factors [A|b] in place: U (and y in column N) above the diagonal of the global matrix.
-pub(crate) fn factor(g: &Grid, m: &mut Local) -> Result<(), Error> {
+pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error> {
     let (n, nb) = (m.n, m.nb);
     let mut k0 = 0;
     while k0 < n {
@@ -146,59 +273,29 @@ pub(crate) fn factor(g: &Grid, m: &mut Local) -> Result<(), Error> {
         let mut panel = vec![0.0; rows * jb + jb];
         if g.mycol == pc {
             let lc0 = count(k0, nb, g.mycol, g.q);
-            for i in 0..jb {
-                let (j, lc) = (k0 + i, lc0 + i);
-                let lrj = count(j, nb, g.myrow, g.p);
-                let mut best = Loc { value: -1.0, index: f64::MAX };
-                for l in lrj..m.mp {
-                    let v = m.a[l + lc * m.ld].abs();
-                    if v > best.value {
-                        best = Loc { value: v, index: global(l, nb, g.myrow, g.p) as f64 };
-                    }
-                }
-                let mut found = [best];
-                g.col.allreduce_in_place(&mut found, MaxLoc)?;
-                let piv = found[0].index as usize;
-                panel[rows * jb + i] = piv as f64;
-                swap_rows(g, m, j, piv, lc0..lc0 + jb)?;
-                // The pivot row, from this column on, down the process column.
-                let oj = owner(j, nb, g.p);
-                let mut prow = vec![0.0; jb - i];
-                if oj == g.myrow {
-                    let lj = crate::dist::local(j, nb, g.p);
-                    for (c, v) in prow.iter_mut().enumerate() {
-                        *v = m.a[lj + (lc + c) * m.ld];
-                    }
-                }
-                g.col.bcast(&mut prow, oj)?;
-                let below = count(j + 1, nb, g.myrow, g.p);
-                let pivot = prow[0];
-                if pivot != 0.0 {
-                    let inv = 1.0 / pivot;
-                    for l in below..m.mp {
-                        m.a[l + lc * m.ld] *= inv;
-                    }
-                }
-                for (c, &u) in prow.iter().enumerate().skip(1) {
-                    if u != 0.0 {
-                        let (left, right) = m.a.split_at_mut((lc + c) * m.ld);
-                        let lcol = &left[lc * m.ld..lc * m.ld + m.mp];
-                        for l in below..m.mp {
-                            right[l] -= lcol[l] * u;
-                        }
-                    }
-                }
-            }
+            let at = Panel { k0, jb, lc0 };
+            let (pivots, _) = panel[rows * jb..].split_at_mut(jb);
+            at.factor(g, m, k0, jb, pf, pivots)?;
             for i in 0..jb {
                 panel[i * rows..(i + 1) * rows].copy_from_slice(&m.a[lr0 + (lc0 + i) * m.ld..m.mp + (lc0 + i) * m.ld]);
             }
         }
         ring_bcast(&g.row, &mut panel, pc, TAG_PANEL)?;
         let (lpanel, pivots) = panel.split_at(rows * jb);
-        // Row swaps on the trailing columns (b included).
+        // Row swaps on the trailing columns (b included): on one process row, column by
+        // column in one pass (as LAPACK's dlaswp); across process rows, pivot by pivot.
         let ct = count(k0 + jb, nb, g.mycol, g.q);
-        for (i, &p) in pivots.iter().enumerate() {
-            swap_rows(g, m, k0 + i, p as usize, ct..m.nq)?;
+        if g.p == 1 {
+            let ld = m.ld;
+            for col in m.a[ct * ld..].chunks_mut(ld).take(m.nq - ct) {
+                for (i, &p) in pivots.iter().enumerate() {
+                    col.swap(k0 + i, p as usize);
+                }
+            }
+        } else {
+            for (i, &p) in pivots.iter().enumerate() {
+                swap_rows(g, m, k0 + i, p as usize, ct..m.nq)?;
+            }
         }
         // U's block row: L11^-1 A12 on the panel's process row, then down the columns.
         let width = m.nq - ct;

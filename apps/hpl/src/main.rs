@@ -1,8 +1,9 @@
 //! `mprun -np P*Q mpr-hpl [HPL.dat]`: an HPL-style LINPACK on mpr. HPL's matrix and check,
 //! its HPL.dat and its output, a 2D block-cyclic LU with partial pivoting (lu.rs).
 //!
-//! What runs so far: the panel factored right-looking column by column (HPL's PFACT=Right
-//! with NBMIN >= NB: no recursion), panels broadcast along process rows by an increasing
+//! What runs so far: panels factored right-looking and recursively (HPL's RFACT = PFACT =
+//! right, with its NDIV and NBMIN; any RFACT where NBMIN >= NB leaves nothing to recurse),
+//! panels broadcast along process rows by an increasing
 //! ring (BCAST=1rg), no lookahead (DEPTH=0), rows swapped pivot by pivot between the
 //! process rows that hold them. Combinations HPL.dat asks for beyond these are reported and
 //! counted as skipped, never run as something else.
@@ -36,6 +37,12 @@ struct Args {
     /// Process columns
     #[arg(short = 'q')]
     q: Option<usize>,
+    /// Panel widths at or below this are factored column by column (HPL's NBMIN)
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    nbmin: u64,
+    /// Pieces a wider panel is cut into (HPL's NDIV)
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
+    ndiv: u64,
     /// Residual threshold
     #[arg(long, default_value_t = 16.0)]
     threshold: f64,
@@ -106,8 +113,9 @@ impl Test {
         if self.pfact != 2 {
             why.push(format!("panel factorization {}", ["left", "Crout", "right"][self.pfact]));
         }
-        if self.nbmin < self.nb.min(self.n) {
-            why.push(format!("recursive panels (NBMIN {} < NB {})", self.nbmin, self.nb));
+        // Recursion happens only in panels wider than NBMIN.
+        if self.rfact != 2 && self.nbmin < self.nb.min(self.n) {
+            why.push(format!("recursive panel factorization {}", ["left", "Crout", "right"][self.rfact]));
         }
         (!why.is_empty()).then(|| why.join(", "))
     }
@@ -375,9 +383,9 @@ fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, b
             depth: 0,
             bcast: 0,
             rfact: 2,
-            ndiv: 2,
+            ndiv: args.ndiv as usize,
             pfact: 2,
-            nbmin: args.nb,
+            nbmin: args.nbmin as usize,
         };
         return Ok((vec![t], args.threshold, (None, false)));
     }
@@ -431,7 +439,7 @@ fn run(world: &mpr::Comm, t: &Test, perturb: bool) -> Result<Option<(f64, lu::Ch
     let mut m = lu::Local::generate(&g, t.n, t.nb);
     g.world.barrier()?;
     let t0 = mpr::wtime();
-    lu::factor(&g, &mut m)?;
+    lu::factor(&g, &mut m, lu::PanelFact { nbmin: t.nbmin, ndiv: t.ndiv })?;
     if perturb && g.myrow == 0 && g.mycol == 0 && m.mp > 0 && m.nq > 0 {
         m.a[0] *= 1.0 + 1e-3;
     }
