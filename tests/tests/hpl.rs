@@ -47,7 +47,7 @@ fn every_grid_passes_and_agrees_with_one_rank() {
             let r = residuals(&so);
             assert_eq!(r.len(), 1, "{so}");
             assert!(r[0].0 < 1.0 && r[0].1 == "PASSED", "{n}/{nb} {p}x{q}: residual well under 16: {so}");
-            assert!(so.contains("WR00R2R16"), "{so}");
+            assert!(so.contains("WR01R2R16"), "{so}");
             read_x(&PathBuf::from(format!("{x}.{n}")))
         };
         let reference = one("1", "1", "1", "1x1");
@@ -92,6 +92,28 @@ fn the_matrix_is_hpls_generator_whatever_the_grid() {
     // The first entries, as numbers.
     assert_eq!(want[&(0, 0)], -5.159944193766641e-5);
     assert_eq!(want[&(1, 0)], 0.38413122531282284);
+}
+
+#[test]
+fn every_broadcast_topology_gives_the_same_solution() {
+    // A broadcast copies: HPL's six topologies must give x bit for bit alike.
+    let dir = scratch("bcast");
+    for (np, q) in [("3", "3"), ("4", "4")] {
+        let mut first: Option<String> = None;
+        for top in 0..6 {
+            let x = dir.join(format!("x{q}-{top}"));
+            let args = ["-np", np, &hpl(), "-n", "203", "--nb", "16", "-p", "1", "-q", q, "--bcast", &top.to_string()];
+            let out = mprun(&[&args[..], &["--write-x", x.to_str().unwrap()]].concat(), &[]);
+            let so = text(&out.stdout);
+            assert!(out.status.success() && so.contains(&format!("WR0{top}R2R16")), "{so}{}", text(&out.stderr));
+            let got = std::fs::read_to_string(format!("{}.203", x.display())).unwrap();
+            match &first {
+                None => first = Some(got),
+                Some(f) => assert!(*f == got, "1x{q}: BCAST {top} gave another x than BCAST 0"),
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -149,17 +171,17 @@ Innovative Computing Laboratory, University of Tennessee
     let out = mprun(&["-np", "2", &hpl(), dat.to_str().unwrap()], &[]);
     let so = text(&out.stdout);
     assert!(out.status.success(), "{so}{}", text(&out.stderr));
-    // 64 combinations; those with 1rM or Crout are skipped: 2 N x 2 NB x 2 grids x 2 NBMINs
-    // with PFACT 2 and 1rg run (16), the other 48 are said and skipped.
+    // 64 combinations; those with the Crout panel are skipped: 2 N x 2 NB x 2 grids x 2
+    // NBMINs x 2 BCASTs with PFACT 2 run (32), the other 32 are said and skipped.
     let r = residuals(&so);
-    assert_eq!(r.len(), 16, "{so}");
+    assert_eq!(r.len(), 32, "{so}");
     assert!(r.iter().all(|(v, s)| *v < 1.0 && s == "PASSED"), "{so}");
     assert!(so.contains("Finished     64 tests with the following results:"), "{so}");
-    assert!(so.contains("    16 tests completed and passed residual checks,"), "{so}");
-    assert!(so.contains("    48 tests skipped because of illegal input values."), "{so}");
+    assert!(so.contains("    32 tests completed and passed residual checks,"), "{so}");
+    assert!(so.contains("    32 tests skipped because of illegal input values."), "{so}");
     assert!(so.contains("WC00R2R2 ") && so.contains("WC00R2R8 "), "both NBMINs ran: {so}");
-    assert!(so.contains("WC01R2R8: not implemented yet (broadcast 1rM); skipped"), "{so}");
-    assert!(so.contains("not implemented yet (panel factorization Crout"), "{so}");
+    assert!(so.contains("WC00R2C8: not implemented yet (panel factorization Crout); skipped"), "{so}");
+    assert!(so.contains("WC01R2R8 "), "the modified ring ran: {so}");
     assert!(so.contains("WC00R2R8") && so.contains("Column-major process mapping"), "{so}");
     // Device 8: the report also goes to the file HPL.dat names.
     assert_eq!(std::fs::read_to_string(&report).unwrap(), so);

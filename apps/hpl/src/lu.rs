@@ -89,6 +89,8 @@ pub(crate) struct PanelFact {
     pub(crate) nbmin: usize,
     /// Pieces a wider piece is cut into.
     pub(crate) ndiv: usize,
+    /// HPL's BCAST: the topology of the panel broadcast along process rows (0 to 5).
+    pub(crate) bcast: usize,
 }
 
 /// The panel of global columns k0..k0+jb, held at local columns lc0.. by its process column.
@@ -211,23 +213,86 @@ impl Panel {
 
 const TAG_SWAP: i32 = 11;
 const TAG_PANEL: i32 = 12;
-const TAG_U: i32 = 13;
+const TAG_U: i32 = 14;
+// (TAG_PANEL + 1 also: the second ring of the two-ring broadcasts.)
 
 /// Broadcast along `c` by an increasing ring from `root` (HPL's `1ring`).
 fn ring_bcast(c: &Comm, buf: &mut [f64], root: usize, tag: i32) -> Result<(), Error> {
     let n = c.size();
-    if n == 1 {
-        return Ok(());
+    let chain: Vec<usize> = (0..n).map(|i| (root + i) % n).collect();
+    relay(c, buf, &chain, tag)
+}
+
+/// Passes `buf` along `chain` (its first member has it).
+fn relay(c: &Comm, buf: &mut [f64], chain: &[usize], tag: i32) -> Result<(), Error> {
+    let Some(i) = chain.iter().position(|&r| r == c.rank()) else { return Ok(()) };
+    if i > 0 {
+        c.recv(buf, chain[i - 1], tag)?;
     }
-    let me = c.rank();
-    if me != root {
-        c.recv(buf, (me + n - 1) % n, tag)?;
-    }
-    let next = (me + 1) % n;
-    if next != root {
+    if let Some(&next) = chain.get(i + 1) {
         c.send(buf, next, tag)?;
     }
     Ok(())
+}
+
+/// Spread-roll among `members` (the first has `buf`): pieces scattered, then rolled around
+/// the ring until everyone has all (HPL's `long`).
+fn spread_roll(c: &Comm, buf: &mut [f64], members: &[usize], tag: i32) -> Result<(), Error> {
+    let m = members.len();
+    let Some(k) = members.iter().position(|&r| r == c.rank()) else { return Ok(()) };
+    if m < 2 {
+        return Ok(());
+    }
+    let len = buf.len();
+    let chunk = len.div_ceil(m).max(1);
+    let piece = |i: usize| (i * chunk).min(len)..((i + 1) * chunk).min(len);
+    if k == 0 {
+        for (i, &r) in members.iter().enumerate().skip(1) {
+            c.send(&buf[piece(i)], r, tag)?;
+        }
+    } else {
+        let range = piece(k);
+        c.recv(&mut buf[range], members[0], tag)?;
+    }
+    let (next, prev) = (members[(k + 1) % m], members[(k + m - 1) % m]);
+    for s in 0..m - 1 {
+        let out = piece((k + m - s) % m);
+        let inn = piece((k + 2 * m - s - 1) % m);
+        let send = buf[out].to_vec();
+        c.sendrecv(&send, next, tag, &mut buf[inn], prev, tag)?;
+    }
+    Ok(())
+}
+
+/// The panel broadcast along a process row, in HPL's topologies: 0 increasing ring, 1
+/// modified ring (the next process, which factors the next panel, first and apart), 2 two
+/// rings, 3 modified two rings, 4 spread-roll (long), 5 modified spread-roll.
+pub(crate) fn panel_bcast(c: &Comm, buf: &mut [f64], root: usize, top: usize, tag: i32) -> Result<(), Error> {
+    let n = c.size();
+    if n == 1 {
+        return Ok(());
+    }
+    let rel: Vec<usize> = (0..n).map(|i| (root + i) % n).collect();
+    // The modified forms: the next process gets it straight from the root, then the rest.
+    let rest = if top % 2 == 1 && n > 2 {
+        relay(c, buf, &rel[..2], tag)?;
+        std::iter::once(root).chain(rel[2..].iter().copied()).collect::<Vec<_>>()
+    } else {
+        rel
+    };
+    match top {
+        0 | 1 => relay(c, buf, &rest, tag),
+        2 | 3 => {
+            // Two rings: the root starts each half.
+            let others = &rest[1..];
+            let h = others.len().div_ceil(2);
+            let first: Vec<usize> = std::iter::once(root).chain(others[..h].iter().copied()).collect();
+            let second: Vec<usize> = std::iter::once(root).chain(others[h..].iter().copied()).collect();
+            relay(c, buf, &first, tag)?;
+            relay(c, buf, &second, tag + 1)
+        }
+        _ => spread_roll(c, buf, &rest, tag),
+    }
 }
 
 /// Swaps global rows `j` and `p` over local columns `cols`, between the process rows that
@@ -280,7 +345,7 @@ pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error
                 panel[i * rows..(i + 1) * rows].copy_from_slice(&m.a[lr0 + (lc0 + i) * m.ld..m.mp + (lc0 + i) * m.ld]);
             }
         }
-        ring_bcast(&g.row, &mut panel, pc, TAG_PANEL)?;
+        panel_bcast(&g.row, &mut panel, pc, pf.bcast, TAG_PANEL)?;
         let (lpanel, pivots) = panel.split_at(rows * jb);
         // Row swaps on the trailing columns (b included): on one process row, column by
         // column in one pass (as LAPACK's dlaswp); across process rows, pivot by pivot.

@@ -2,11 +2,12 @@
 //! its HPL.dat and its output, a 2D block-cyclic LU with partial pivoting (lu.rs).
 //!
 //! What runs so far: panels factored right-looking and recursively (HPL's RFACT = PFACT =
-//! right, with its NDIV and NBMIN; any RFACT where NBMIN >= NB leaves nothing to recurse),
-//! panels broadcast along process rows by an increasing
-//! ring (BCAST=1rg), no lookahead (DEPTH=0), rows swapped pivot by pivot between the
-//! process rows that hold them. Combinations HPL.dat asks for beyond these are reported and
-//! counted as skipped, never run as something else.
+//! right, with its NDIV and NBMIN; any RFACT where NBMIN >= NB leaves nothing to recurse);
+//! panels broadcast along process rows in HPL's six topologies (increasing ring, modified
+//! ring, two rings, modified two rings, spread-roll, modified spread-roll); no lookahead
+//! (DEPTH=0); rows swapped pivot by pivot between the process rows that hold them.
+//! Combinations HPL.dat asks for beyond these are reported and counted as skipped, never run
+//! as something else.
 
 mod dat;
 mod dist;
@@ -43,6 +44,9 @@ struct Args {
     /// Pieces a wider panel is cut into (HPL's NDIV)
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
     ndiv: u64,
+    /// Panel broadcast along process rows: 0=1rg, 1=1rM, 2=2rg, 3=2rM, 4=Lng, 5=LnM (HPL's BCAST)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=5))]
+    bcast: u64,
     /// Residual threshold
     #[arg(long, default_value_t = 16.0)]
     threshold: f64,
@@ -106,9 +110,6 @@ impl Test {
         let mut why = Vec::new();
         if self.depth != 0 {
             why.push(format!("lookahead depth {}", self.depth));
-        }
-        if self.bcast != 0 {
-            why.push(format!("broadcast {}", ["1rg", "1rM", "2rg", "2rM", "Lng", "LnM"][self.bcast]));
         }
         if self.pfact != 2 {
             why.push(format!("panel factorization {}", ["left", "Crout", "right"][self.pfact]));
@@ -381,7 +382,7 @@ fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, b
             q,
             row_major: true,
             depth: 0,
-            bcast: 0,
+            bcast: args.bcast as usize,
             rfact: 2,
             ndiv: args.ndiv as usize,
             pfact: 2,
@@ -439,7 +440,7 @@ fn run(world: &mpr::Comm, t: &Test, perturb: bool) -> Result<Option<(f64, lu::Ch
     let mut m = lu::Local::generate(&g, t.n, t.nb);
     g.world.barrier()?;
     let t0 = mpr::wtime();
-    lu::factor(&g, &mut m, lu::PanelFact { nbmin: t.nbmin, ndiv: t.ndiv })?;
+    lu::factor(&g, &mut m, lu::PanelFact { nbmin: t.nbmin, ndiv: t.ndiv, bcast: t.bcast })?;
     if perturb && g.myrow == 0 && g.mycol == 0 && m.mp > 0 && m.nq > 0 {
         m.a[0] *= 1.0 + 1e-3;
     }
