@@ -215,3 +215,33 @@ fn hpl_runs_over_tcp_and_soft_rdma() {
         assert!(r.len() == 1 && r[0].1 == "PASSED" && r[0].0 < 1.0, "{env:?}: {so}");
     }
 }
+
+#[test]
+fn mem_fraction_picks_n_from_the_machines_memory_counted_once() {
+    let kb: f64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    let want = ((0.0005 * kb * 1024.0 / 8.0).sqrt() as usize) / 32 * 32;
+    // Two ranks on this machine: its memory counts once.
+    for (np, q) in [("1", "1"), ("2", "2")] {
+        let out = mprun(&["-np", np, &hpl(), "--mem-fraction", "0.0005", "--nb", "32", "-p", "1", "-q", q], &[]);
+        let so = text(&out.stdout);
+        assert!(out.status.success(), "{so}{}", text(&out.stderr));
+        let line = so.lines().find(|l| l.starts_with("WR")).unwrap_or_else(|| panic!("{so}"));
+        assert_eq!(line.split_whitespace().nth(1), Some(want.to_string().as_str()), "{line}");
+    }
+    let out = mprun(&["-np", "2", &hpl(), "--mem-fraction", "1.5"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("mpr-hpl: --mem-fraction 1.5: expected a fraction between 0 and 1"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -27,8 +27,12 @@ struct Args {
     /// HPL.dat to read (default: ./HPL.dat, unless -n is given)
     dat: Option<PathBuf>,
     /// Order of the matrix (a quick run instead of HPL.dat)
-    #[arg(short = 'n')]
+    #[arg(short = 'n', conflicts_with = "mem_fraction")]
     n: Option<usize>,
+    /// A quick run with the largest N (a multiple of NB) whose matrix fills this share of
+    /// the memory of the job's machines, as the usual HPL calculators choose it
+    #[arg(long, value_name = "F")]
+    mem_fraction: Option<f64>,
     /// Block size
     #[arg(long, default_value_t = 128)]
     nb: usize,
@@ -155,6 +159,19 @@ fn main() -> ExitCode {
     };
     let world = universe.world();
     let me = world.rank();
+    let mut args = args;
+    if let Some(f) = args.mem_fraction {
+        match memory_n(&world, f, args.nb) {
+            Ok(n) => args.n = Some(n),
+            Err(e) => {
+                if me == 0 {
+                    eprintln!("mpr-hpl: --mem-fraction {f}: {e}");
+                }
+                let _ = world.barrier();
+                return ExitCode::from(2);
+            }
+        }
+    }
     let (tests, threshold, out) = match plan(&args, world.size()) {
         Ok(t) => t,
         Err(e) => {
@@ -351,6 +368,45 @@ fn main() -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// This machine's memory in bytes and an id for it (the kernel's boot id: network
+/// namespaces and containers of one machine share it, and its memory).
+fn machine_memory() -> Option<(u64, u64)> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 =
+        info.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let hash = id.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    Some((kb * 1024, hash))
+}
+
+/// The largest N, a multiple of NB, whose N x N doubles fill `fraction` of the memory of
+/// the job's machines (each counted once).
+fn memory_n(world: &mpr::Comm, fraction: f64, nb: usize) -> Result<usize, String> {
+    if !(fraction > 0.0 && fraction < 1.0) {
+        return Err("expected a fraction between 0 and 1".into());
+    }
+    let mine = machine_memory();
+    let mut all = vec![0u64; 2 * world.size()];
+    let (bytes, id) = mine.unwrap_or((0, 0));
+    world.allgather(&[bytes, id], &mut all).map_err(|e| e.to_string())?;
+    if all.chunks(2).any(|c| c[0] == 0) {
+        return Err("a rank cannot tell its machine's memory (/proc/meminfo)".into());
+    }
+    let mut seen = Vec::new();
+    let mut total = 0u64;
+    for c in all.chunks(2) {
+        if !seen.contains(&c[1]) {
+            seen.push(c[1]);
+            total += c[0];
+        }
+    }
+    let n = ((fraction * total as f64 / 8.0).sqrt() as usize) / nb.max(1) * nb.max(1);
+    if n == 0 {
+        return Err(format!("{total} bytes of memory hold no {nb}-wide block"));
+    }
+    Ok(n)
 }
 
 /// The tests to run, the threshold, and where the report goes (file, to stderr).
