@@ -91,6 +91,8 @@ pub(crate) struct PanelFact {
     pub(crate) ndiv: usize,
     /// HPL's BCAST: the topology of the panel broadcast along process rows (0 to 5).
     pub(crate) bcast: usize,
+    /// Lookahead depth (0 or 1).
+    pub(crate) depth: usize,
 }
 
 /// The panel of global columns k0..k0+jb, held at local columns lc0.. by its process column.
@@ -213,8 +215,9 @@ impl Panel {
 
 const TAG_SWAP: i32 = 11;
 const TAG_PANEL: i32 = 12;
-const TAG_U: i32 = 14;
-// (TAG_PANEL + 1 also: the second ring of the two-ring broadcasts.)
+const TAG_U: i32 = 16;
+// (TAG_PANEL + 1 also: the second ring of the two-ring broadcasts; + 2 and + 3 for the odd
+// panels, so that a panel sent ahead never meets the receive of the one before.)
 
 /// Broadcast along `c` by an increasing ring from `root` (HPL's `1ring`).
 fn ring_bcast(c: &Comm, buf: &mut [f64], root: usize, tag: i32) -> Result<(), Error> {
@@ -326,26 +329,33 @@ fn swap_rows(g: &Grid, m: &mut Local, j: usize, p: usize, cols: std::ops::Range<
 /// Factors [A|b] in place: U (and y in column N) above the diagonal of the global matrix.
 pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error> {
     let (n, nb) = (m.n, m.nb);
+    // With lookahead, the next panel's process column factors it, and its root starts
+    // sending it, before it updates the rest of its trailing columns.
+    let mut ready: Option<Vec<f64>> = None;
     let mut k0 = 0;
+    let mut k = 0usize;
     while k0 < n {
         let jb = nb.min(n - k0);
         let pc = owner(k0, nb, g.q);
         let pr = owner(k0, nb, g.p);
         let lr0 = count(k0, nb, g.myrow, g.p);
         let rows = m.mp - lr0;
-        // The panel (local rows from k0 on, jb columns) and its pivots, as the panel's
-        // process column leaves them.
-        let mut panel = vec![0.0; rows * jb + jb];
-        if g.mycol == pc {
-            let lc0 = count(k0, nb, g.mycol, g.q);
-            let at = Panel { k0, jb, lc0 };
-            let (pivots, _) = panel[rows * jb..].split_at_mut(jb);
-            at.factor(g, m, k0, jb, pf, pivots)?;
-            for i in 0..jb {
-                panel[i * rows..(i + 1) * rows].copy_from_slice(&m.a[lr0 + (lc0 + i) * m.ld..m.mp + (lc0 + i) * m.ld]);
+        let tag = TAG_PANEL + 2 * (k % 2) as i32;
+        let sent = ready.is_some();
+        let mut panel = match ready.take() {
+            Some(p) => p,
+            None => {
+                let mut panel = vec![0.0; rows * jb + jb];
+                if g.mycol == pc {
+                    factor_panel(g, m, k0, jb, pf, &mut panel)?;
+                }
+                panel
             }
+        };
+        // (A root that sent it during the last step has nothing more to do here.)
+        if !(sent && g.mycol == pc) {
+            panel_bcast(&g.row, &mut panel, pc, pf.bcast, tag)?;
         }
-        panel_bcast(&g.row, &mut panel, pc, pf.bcast, TAG_PANEL)?;
         let (lpanel, pivots) = panel.split_at(rows * jb);
         // Row swaps on the trailing columns (b included): on one process row, column by
         // column in one pass (as LAPACK's dlaswp); across process rows, pivot by pivot.
@@ -373,25 +383,100 @@ pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error
             }
         }
         ring_bcast(&g.col, &mut u, pr, TAG_U)?;
-        // The trailing update: A22 -= L21 U12.
+        // The trailing update, A22 -= L21 U12: with lookahead, the next panel's columns
+        // first, then that panel is factored and its broadcast started, then the rest.
         let rs = count(k0 + jb, nb, g.myrow, g.p);
-        if rs < m.mp && width > 0 {
-            let ld = m.ld;
-            crate::kernels::gemm_sub(
-                m.mp - rs,
-                width,
-                jb,
-                &lpanel[rs - lr0..],
-                rows,
-                &u,
-                jb,
-                &mut m.a[rs + ct * ld..],
-                ld,
-            );
+        let update = |m: &mut Local, cols: std::ops::Range<usize>| {
+            if rs < m.mp && !cols.is_empty() {
+                let ld = m.ld;
+                let (c0, w) = (cols.start, cols.len());
+                crate::kernels::gemm_sub(
+                    m.mp - rs,
+                    w,
+                    jb,
+                    &lpanel[rs - lr0..],
+                    rows,
+                    &u[(c0 - ct) * jb..],
+                    jb,
+                    &mut m.a[rs + c0 * ld..],
+                    ld,
+                );
+            }
+        };
+        let next = k0 + jb;
+        if pf.depth > 0 && next < n && g.mycol == owner(next, nb, g.q) {
+            let jbn = nb.min(n - next);
+            update(m, ct..ct + jbn);
+            let rows_n = m.mp - count(next, nb, g.myrow, g.p);
+            let mut np = vec![0.0; rows_n * jbn + jbn];
+            factor_panel(g, m, next, jbn, pf, &mut np)?;
+            let tag_n = TAG_PANEL + 2 * ((k + 1) % 2) as i32;
+            mpr::scope(|s| -> Result<(), Error> {
+                let mut started = Vec::new();
+                if pf.bcast <= 3 {
+                    for (dest, off) in root_sends(g.row.size(), g.mycol, pf.bcast) {
+                        started.push(g.row.isend(s, &np, dest, tag_n + off)?);
+                    }
+                }
+                update(m, ct + jbn..m.nq);
+                for r in started {
+                    r.wait()?;
+                }
+                Ok(())
+            })?;
+            if pf.bcast > 3 {
+                // The spread-roll's root takes part in the roll: no head start.
+                panel_bcast(&g.row, &mut np, g.mycol, pf.bcast, tag_n)?;
+            }
+            ready = Some(np);
+        } else {
+            update(m, ct..m.nq);
         }
         k0 += jb;
+        k += 1;
     }
     Ok(())
+}
+
+/// The panel's process column factors panel k0..k0+jb and packs it into `out`: its local
+/// rows from k0 on, column by column, then the pivots.
+fn factor_panel(g: &Grid, m: &mut Local, k0: usize, jb: usize, pf: PanelFact, out: &mut [f64]) -> Result<(), Error> {
+    let nb = m.nb;
+    let lr0 = count(k0, nb, g.myrow, g.p);
+    let rows = m.mp - lr0;
+    let lc0 = count(k0, nb, g.mycol, g.q);
+    let at = Panel { k0, jb, lc0 };
+    let (cols, pivots) = out.split_at_mut(rows * jb);
+    at.factor(g, m, k0, jb, pf, pivots)?;
+    for i in 0..jb {
+        cols[i * rows..(i + 1) * rows].copy_from_slice(&m.a[lr0 + (lc0 + i) * m.ld..m.mp + (lc0 + i) * m.ld]);
+    }
+    Ok(())
+}
+
+/// Where the root of a panel broadcast sends the whole panel, in the ring topologies (0 to
+/// 3), with the tag offset of each chain: the heads of the chains `panel_bcast` relays along.
+fn root_sends(n: usize, root: usize, top: usize) -> Vec<(usize, i32)> {
+    if n == 1 {
+        return Vec::new();
+    }
+    let rel: Vec<usize> = (0..n).map(|i| (root + i) % n).collect();
+    let mut out = Vec::new();
+    let rest: &[usize] = if top % 2 == 1 && n > 2 {
+        out.push((rel[1], 0));
+        &rel[2..]
+    } else {
+        &rel[1..]
+    };
+    match top {
+        0 | 1 => out.extend(rest.first().map(|&r| (r, 0))),
+        _ => {
+            let h = rest.len().div_ceil(2);
+            out.extend(rest.first().map(|&r| (r, 0)));
+            out.extend(rest.get(h).map(|&r| (r, 1)));
+        }
+    }
+    out
 }
 
 /// Solves U x = y after [`factor`]; every rank gets all of x.

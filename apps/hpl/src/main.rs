@@ -4,8 +4,8 @@
 //! What runs so far: panels factored right-looking and recursively (HPL's RFACT = PFACT =
 //! right, with its NDIV and NBMIN; any RFACT where NBMIN >= NB leaves nothing to recurse);
 //! panels broadcast along process rows in HPL's six topologies (increasing ring, modified
-//! ring, two rings, modified two rings, spread-roll, modified spread-roll); no lookahead
-//! (DEPTH=0); rows swapped pivot by pivot between the process rows that hold them.
+//! ring, two rings, modified two rings, spread-roll, modified spread-roll); lookahead depth
+//! 0 or 1; rows swapped pivot by pivot between the process rows that hold them.
 //! Combinations HPL.dat asks for beyond these are reported and counted as skipped, never run
 //! as something else.
 
@@ -51,6 +51,10 @@ struct Args {
     /// Panel broadcast along process rows: 0=1rg, 1=1rM, 2=2rg, 3=2rM, 4=Lng, 5=LnM (HPL's BCAST)
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=5))]
     bcast: u64,
+    /// Lookahead depth: 0, or 1 (the next panel factored and sent before the rest of the
+    /// update; HPL's DEPTH)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=1))]
+    depth: u64,
     /// Residual threshold
     #[arg(long, default_value_t = 16.0)]
     threshold: f64,
@@ -112,7 +116,7 @@ impl Test {
     /// Why mpr-hpl cannot run this combination yet, if it cannot.
     fn unsupported(&self) -> Option<String> {
         let mut why = Vec::new();
-        if self.depth != 0 {
+        if self.depth > 1 {
             why.push(format!("lookahead depth {}", self.depth));
         }
         if self.pfact != 2 {
@@ -437,7 +441,7 @@ fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, b
             p,
             q,
             row_major: true,
-            depth: 0,
+            depth: args.depth as usize,
             bcast: args.bcast as usize,
             rfact: 2,
             ndiv: args.ndiv as usize,
@@ -496,7 +500,7 @@ fn run(world: &mpr::Comm, t: &Test, perturb: bool) -> Result<Option<(f64, lu::Ch
     let mut m = lu::Local::generate(&g, t.n, t.nb);
     g.world.barrier()?;
     let t0 = mpr::wtime();
-    lu::factor(&g, &mut m, lu::PanelFact { nbmin: t.nbmin, ndiv: t.ndiv, bcast: t.bcast })?;
+    lu::factor(&g, &mut m, lu::PanelFact { nbmin: t.nbmin, ndiv: t.ndiv, bcast: t.bcast, depth: t.depth })?;
     if perturb && g.myrow == 0 && g.mycol == 0 && m.mp > 0 && m.nq > 0 {
         m.a[0] *= 1.0 + 1e-3;
     }
