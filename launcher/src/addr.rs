@@ -6,7 +6,7 @@
 //! address literal.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 
 /// This machine's host name (`localhost` if it has none).
 pub(crate) fn hostname() -> String {
@@ -42,16 +42,9 @@ pub(crate) fn resolve(name: &str) -> Option<IpAddr> {
     found.iter().find(|ip| ip.is_ipv4()).or(found.first()).copied()
 }
 
-/// The local address the kernel would send from to reach `dest`.
+/// The local address the kernel would send from to reach `dest` (the runtime's lookup).
 pub(crate) fn route_source(dest: IpAddr) -> io::Result<IpAddr> {
-    let any = match dest {
-        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-    };
-    let socket = UdpSocket::bind(SocketAddr::new(any, 0))?;
-    // A UDP connect only picks the route and the source address: no packet is sent.
-    socket.connect(SocketAddr::new(dest, 9))?;
-    Ok(socket.local_addr()?.ip())
+    mpr::bootstrap::route_source(dest)
 }
 
 /// The IPv4 address of interface `name`, or this machine's address inside subnet `name`

@@ -411,7 +411,7 @@ fn rndv_head(set: Option<usize>, eager: usize, max_payload: usize, outnumbered: 
 /// `text` (at most 240 bytes of it) as hexadecimal digits, a value the key-value service
 /// carries whatever the text holds.
 fn hex(text: &str) -> String {
-    text.bytes().take(240).map(|b| format!("{b:02x}")).collect()
+    crate::bootstrap::hex(&text.as_bytes()[..text.len().min(240)])
 }
 
 /// The text [`hex`] encoded, if `h` is such.

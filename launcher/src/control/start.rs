@@ -106,12 +106,13 @@ pub(crate) fn command_line(launcher: &Launcher, host: &str, proxy: Vec<OsString>
             words
         }
         Launcher::Srun => {
-            let mut words: Vec<OsString> =
-                ["srun", "--nodes=1", "--ntasks=1", &format!("--nodelist={host}"), "--overlap", "--whole"]
-                    .iter()
-                    .chain(&["--mpi=none", "--kill-on-bad-exit=1", "--job-name=mprun-proxy"])
-                    .map(OsString::from)
-                    .collect();
+            let nodelist = format!("--nodelist={host}");
+            let fixed = ["--nodes=1", "--ntasks=1", &nodelist, "--overlap", "--whole", "--mpi=none"];
+            let mut words: Vec<OsString> = std::iter::once("srun")
+                .chain(fixed)
+                .chain(["--kill-on-bad-exit=1", "--job-name=mprun-proxy"])
+                .map(OsString::from)
+                .collect();
             words.extend(proxy);
             words
         }

@@ -18,6 +18,12 @@ pub fn interface_address(name: &str) -> Result<std::net::IpAddr, Error> {
     crate::transport::tcp::addr::iface_addr(name)
 }
 
+/// The local address this host sends from to reach `dest` (no packet is sent): how the
+/// launcher picks the address its hosts reach it at, and ranks under Slurm theirs.
+pub fn route_source(dest: std::net::IpAddr) -> std::io::Result<std::net::IpAddr> {
+    crate::transport::tcp::addr::route_source(dest)
+}
+
 use crate::error::Error;
 use pmi::{Placement, Pmi};
 
@@ -365,7 +371,7 @@ impl Bootstrap {
 }
 
 /// Lower-case hex of `bytes`.
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

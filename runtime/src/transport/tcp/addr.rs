@@ -73,7 +73,7 @@ pub(crate) fn listen_addr(one_host: bool) -> Result<IpAddr, Error> {
         .find(|ip| ip.is_ipv4() && !ip.is_loopback());
     let toward_srun = || {
         let srun: IpAddr = std::env::var("SLURM_LAUNCH_NODE_IPADDR").ok()?.trim().parse().ok()?;
-        route_source(srun)
+        route_source(srun).ok()
     };
     found.or_else(toward_srun).ok_or_else(|| {
         Error::Bootstrap(format!(
@@ -83,12 +83,16 @@ pub(crate) fn listen_addr(one_host: bool) -> Result<IpAddr, Error> {
     })
 }
 
-/// The local address the kernel would send from to reach `dest` (a UDP `connect` picks the
-/// route; no packet is sent).
-fn route_source(dest: IpAddr) -> Option<IpAddr> {
-    let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
-    socket.connect((dest, 9)).ok()?;
-    Some(socket.local_addr().ok()?.ip())
+/// The local address the kernel would send from to reach `dest`: a UDP `connect` picks the
+/// route and the source address; no packet is sent.
+pub(crate) fn route_source(dest: IpAddr) -> std::io::Result<IpAddr> {
+    let any = match dest {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    let socket = std::net::UdpSocket::bind((any, 0))?;
+    socket.connect((dest, 9))?;
+    Ok(socket.local_addr()?.ip())
 }
 
 #[cfg(test)]
@@ -116,6 +120,6 @@ mod tests {
 
     #[test]
     fn route_toward_loopback() {
-        assert_eq!(route_source(IpAddr::V4(Ipv4Addr::LOCALHOST)), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        assert_eq!(route_source(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap(), IpAddr::V4(Ipv4Addr::LOCALHOST));
     }
 }
