@@ -3,10 +3,11 @@
 
 use std::path::PathBuf;
 
-use mpr_tests::{bin_dir, mprun, text};
+use mpr_tests::{mprun, text};
 
+/// The binary under test: cargo builds a package's binaries for its integration tests.
 fn hpl() -> String {
-    bin_dir().join("mpr-hpl").to_str().unwrap().to_string()
+    env!("CARGO_BIN_EXE_mpr-hpl").to_string()
 }
 
 fn scratch(name: &str) -> PathBuf {
