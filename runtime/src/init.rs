@@ -60,6 +60,10 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         // PMIx server) may leave the others waiting for it in a fence: end the job.
         if boot.foreign() && boot.size > 1 {
             eprintln!("mpr: rank {}: start-up failed: {e}; asking the launcher to end the job", boot.rank);
+            // The launcher forwards output apart from its PMI service (srun's I/O and its
+            // step daemons): an abort sent at once can end the step before this line reached
+            // the user. Give the forwarding a head start.
+            std::thread::sleep(std::time::Duration::from_millis(500));
             boot.abort(1, &format!("rank {} start-up failed: {e}", boot.rank));
         }
     }
