@@ -165,17 +165,20 @@ impl Panel {
     /// its row swapped in across the whole panel and sent down the column, the column
     /// scaled, the columns to its right (up to j0+w) updated.
     fn columns(&self, g: &Grid, m: &mut Local, j0: usize, w: usize, piv: &mut [f64]) -> Result<(), Error> {
-        let nb = m.nb;
+        crate::kernels::vectorized(|| self.columns_in(g, m, j0, w, piv))
+    }
+
+    #[inline(always)]
+    fn columns_in(&self, g: &Grid, m: &mut Local, j0: usize, w: usize, piv: &mut [f64]) -> Result<(), Error> {
+        let (nb, ld, mp) = (m.nb, m.ld, m.mp);
         for j in j0..j0 + w {
             let lc = self.lc(j);
             let lrj = count(j, nb, g.myrow, g.p);
-            let mut best = Loc { value: -1.0, index: f64::MAX };
-            for l in lrj..m.mp {
-                let v = m.a[l + lc * m.ld].abs();
-                if v > best.value {
-                    best = Loc { value: v, index: global(l, nb, g.myrow, g.p) as f64 };
-                }
-            }
+            let col = &m.a[lrj + lc * ld..mp + lc * ld];
+            let best = match crate::kernels::iamax(col) {
+                Some(i) => Loc { value: col[i].abs(), index: global(lrj + i, nb, g.myrow, g.p) as f64 },
+                None => Loc { value: -1.0, index: f64::MAX },
+            };
             let mut found = [best];
             g.col.allreduce_in_place(&mut found, MaxLoc)?;
             let p = found[0].index as usize;
@@ -187,25 +190,21 @@ impl Panel {
             if oj == g.myrow {
                 let lj = crate::dist::local(j, nb, g.p);
                 for (c, v) in prow.iter_mut().enumerate() {
-                    *v = m.a[lj + (lc + c) * m.ld];
+                    *v = m.a[lj + (lc + c) * ld];
                 }
             }
             g.col.bcast(&mut prow, oj)?;
             let below = count(j + 1, nb, g.myrow, g.p);
             let pivot = prow[0];
             if pivot != 0.0 {
-                let inv = 1.0 / pivot;
-                for l in below..m.mp {
-                    m.a[l + lc * m.ld] *= inv;
-                }
+                crate::kernels::scale(&mut m.a[below + lc * ld..mp + lc * ld], 1.0 / pivot);
             }
+            let (left, right) = m.a.split_at_mut((lc + 1) * ld);
+            let lcol = &left[below + lc * ld..mp + lc * ld];
             for (c, &u) in prow.iter().enumerate().skip(1) {
                 if u != 0.0 {
-                    let (left, right) = m.a.split_at_mut((lc + c) * m.ld);
-                    let lcol = &left[lc * m.ld..lc * m.ld + m.mp];
-                    for l in below..m.mp {
-                        right[l] -= lcol[l] * u;
-                    }
+                    let off = (c - 1) * ld;
+                    crate::kernels::axpy_sub(&mut right[below + off..mp + off], u, lcol);
                 }
             }
         }

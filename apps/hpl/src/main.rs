@@ -55,6 +55,10 @@ struct Args {
     /// update; HPL's DEPTH)
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=1))]
     depth: u64,
+    /// Threads each rank's DGEMM uses, up to 4 (one rank per core and 1 thread is HPL's
+    /// usual way)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=kernels::MAX_THREADS as u64))]
+    threads: u64,
     /// Residual threshold
     #[arg(long, default_value_t = 16.0)]
     threshold: f64,
@@ -154,6 +158,8 @@ impl Out {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // Before mpr starts its threads: the kernels may read the environment.
+    kernels::set_threads(args.threads as usize);
     let universe = match mpr::init() {
         Ok(u) => u,
         Err(e) => {
@@ -245,6 +251,7 @@ fn main() -> ExitCode {
         "SWAP   : pivot by pivot, between the two process rows (HPL's bin-exch/long/mix not implemented yet)",
     );
     say(&mut out, "EQUIL  : no (not implemented)");
+    say(&mut out, &format!("KERNELS: {}, {} thread(s) per rank", kernels::BACKEND, args.threads));
     say(&mut out, "");
     say(&mut out, "- The matrix A is randomly generated for each test.");
     say(&mut out, "- The following scaled residual check will be computed:");
