@@ -9,9 +9,12 @@
 # thread). hpcc also runs its other benchmarks after HPL; only its HPL figure is read
 # (`HPL_Tflops` in hpccoutf.txt). Its HPL runs with HPL's usual tuning: PFACT right,
 # NBMIN 4, NDIV 2, RFACT Crout, BCAST 1rM, DEPTH 1, SWAP mix (64). mpr-hpl runs its own
-# defaults (recursive right-looking panel, NBMIN 16, NDIV 2, BCAST 1rM, no lookahead).
+# defaults (recursive right-looking panel, NBMIN 16, NDIV 2, BCAST 1rM, DEPTH 1).
+# mpr-hpl runs twice per round: with its default pure-Rust kernels, and built with the
+# `openblas` feature (the same OpenBLAS as the reference; needs libopenblas-serial-dev,
+# skipped without it), which separates the algorithm from the kernels.
 # Each configuration runs REPEATS times per side, alternating; medians are printed with
-# the ratio mpr/reference.
+# the ratios to the reference.
 #
 # Environment: CONFIGS="10000 256 1 1; 10000 256 1 2", REPEATS=3, MPR_BUILD=1.
 set -euo pipefail
@@ -29,6 +32,16 @@ if [[ ${MPR_BUILD:-1} != 0 ]]; then
 fi
 DIR=$(mktemp -d /tmp/mpr-hpl-bench.XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
+# The OpenBLAS build, copied aside (the default build is what target/release holds after).
+BLAS_BIN=
+if [[ -e /usr/lib/x86_64-linux-gnu/libopenblas.so || -e /usr/lib/aarch64-linux-gnu/libopenblas.so ]]; then
+    log "hpl.sh: cargo build --release -p mpr-hpl --features openblas"
+    cargo build --release -q -p mpr-hpl --features openblas >&2
+    cp target/release/mpr-hpl "$DIR/mpr-hpl-openblas" && BLAS_BIN="$DIR/mpr-hpl-openblas"
+    cargo build --release -q -p mpr-hpl >&2
+else
+    log "hpl.sh: no libopenblas.so (apt-get install libopenblas-serial-dev): the OpenBLAS column is skipped"
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 
 reference() { # N NB P Q -> Gflops
@@ -76,27 +89,30 @@ EOF
     awk -F= '/^HPL_Tflops=/ { printf "%.2f\n", $2 * 1000 }' "$d/hpccoutf.txt" 2>/dev/null
 }
 
-mine() { # N NB P Q -> Gflops
-    local n=$1 nb=$2 p=$3 q=$4
-    "$ROOT/target/release/mprun" -np $((p * q)) "$ROOT/target/release/mpr-hpl" -n "$n" --nb "$nb" -p "$p" -q "$q" 2>/dev/null |
+mine() { # BINARY N NB P Q -> Gflops
+    local bin=$1 n=$2 nb=$3 p=$4 q=$5
+    "$ROOT/target/release/mprun" -np $((p * q)) "$bin" -n "$n" --nb "$nb" -p "$p" -q "$q" 2>/dev/null |
         awk '/^W[RC][0-9]/ { printf "%.2f\n", $7 }'
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-printf "%-24s %10s %10s %8s\n" "N NB P Q" "mpr Gflops" "ref Gflops" "mpr/ref"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+printf "%-20s %10s %12s %10s %8s %10s\n" "N NB P Q" "mpr Gflops" "mpr+OpenBLAS" "ref Gflops" "mpr/ref" "+BLAS/ref"
 IFS=';' read -ra LIST <<<"$CONFIGS"
 for cfg in "${LIST[@]}"; do
     read -r n nb p q <<<"$cfg"
-    : >"$DIR/mine" && : >"$DIR/ref.txt"
+    : >"$DIR/mine" && : >"$DIR/blas" && : >"$DIR/ref.txt"
     for ((r = 0; r < REPEATS; r++)); do
         log "hpl.sh: N=$n NB=$nb ${p}x$q, round $((r + 1)) of $REPEATS"
-        mine "$n" "$nb" "$p" "$q" >>"$DIR/mine"
+        mine "$ROOT/target/release/mpr-hpl" "$n" "$nb" "$p" "$q" >>"$DIR/mine"
+        [[ -n $BLAS_BIN ]] && mine "$BLAS_BIN" "$n" "$nb" "$p" "$q" >>"$DIR/blas"
         reference "$n" "$nb" "$p" "$q" >>"$DIR/ref.txt"
     done
     a=$(median <"$DIR/mine")
+    o=$(median <"$DIR/blas")
     b=$(median <"$DIR/ref.txt")
-    ratio=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "n/a" }')
-    printf "%-24s %10s %10s %8s\n" "$n $nb $p $q" "$a" "$b" "$ratio"
-    log "hpl.sh: mpr runs: $(tr '\n' ' ' <"$DIR/mine"); reference runs: $(tr '\n' ' ' <"$DIR/ref.txt")"
+    printf "%-20s %10s %12s %10s %8s %10s\n" "$n $nb $p $q" "$a" "$o" "$b" "$(ratio "$a" "$b")" "$(ratio "$o" "$b")"
+    log "hpl.sh: mpr runs: $(tr '\n' ' ' <"$DIR/mine"); mpr+OpenBLAS runs: $(tr '\n' ' ' <"$DIR/blas"); reference runs: $(tr '\n' ' ' <"$DIR/ref.txt")"
 done

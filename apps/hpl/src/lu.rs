@@ -93,6 +93,10 @@ pub(crate) struct PanelFact {
     pub(crate) bcast: usize,
     /// Lookahead depth (0 or 1).
     pub(crate) depth: usize,
+    /// HPL's SWAP: how rows are exchanged across process rows: 0 binary exchange, 1 long
+    /// (ring), 2 mix (binary exchange up to `swap_threshold` columns, long above).
+    pub(crate) swap: usize,
+    pub(crate) swap_threshold: usize,
 }
 
 /// The panel of global columns k0..k0+jb, held at local columns lc0.. by its process column.
@@ -214,16 +218,8 @@ impl Panel {
 
 const TAG_SWAP: i32 = 11;
 const TAG_PANEL: i32 = 12;
-const TAG_U: i32 = 16;
 // (TAG_PANEL + 1 also: the second ring of the two-ring broadcasts; + 2 and + 3 for the odd
 // panels, so that a panel sent ahead never meets the receive of the one before.)
-
-/// Broadcast along `c` by an increasing ring from `root` (HPL's `1ring`).
-fn ring_bcast(c: &Comm, buf: &mut [f64], root: usize, tag: i32) -> Result<(), Error> {
-    let n = c.size();
-    let chain: Vec<usize> = (0..n).map(|i| (root + i) % n).collect();
-    relay(c, buf, &chain, tag)
-}
 
 /// Passes `buf` along `chain` (its first member has it).
 fn relay(c: &Comm, buf: &mut [f64], chain: &[usize], tag: i32) -> Result<(), Error> {
@@ -336,7 +332,6 @@ pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error
     while k0 < n {
         let jb = nb.min(n - k0);
         let pc = owner(k0, nb, g.q);
-        let pr = owner(k0, nb, g.p);
         let lr0 = count(k0, nb, g.myrow, g.p);
         let rows = m.mp - lr0;
         let tag = TAG_PANEL + 2 * (k % 2) as i32;
@@ -344,7 +339,7 @@ pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error
         let mut panel = match ready.take() {
             Some(p) => p,
             None => {
-                let mut panel = vec![0.0; rows * jb + jb];
+                let mut panel = vec![0.0; rows * jb + jb * jb + jb];
                 if g.mycol == pc {
                     factor_panel(g, m, k0, jb, pf, &mut panel)?;
                 }
@@ -355,33 +350,32 @@ pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error
         if !(sent && g.mycol == pc) {
             panel_bcast(&g.row, &mut panel, pc, pf.bcast, tag)?;
         }
-        let (lpanel, pivots) = panel.split_at(rows * jb);
-        // Row swaps on the trailing columns (b included): on one process row, column by
-        // column in one pass (as LAPACK's dlaswp); across process rows, pivot by pivot.
+        let (lpanel, rest) = panel.split_at(rows * jb);
+        let (l11, pivots) = rest.split_at(jb * jb);
+        // The row swaps on the trailing columns (b included) and U's block row,
+        // L11^-1 A12, on every process row.
         let ct = count(k0 + jb, nb, g.mycol, g.q);
-        if g.p == 1 {
+        let width = m.nq - ct;
+        let u = if g.p == 1 {
+            // One process row: the swaps column by column in one pass (as LAPACK's dlaswp),
+            // the solve in place.
             let ld = m.ld;
-            for col in m.a[ct * ld..].chunks_mut(ld).take(m.nq - ct) {
+            for col in m.a[ct * ld..].chunks_mut(ld).take(width) {
                 for (i, &p) in pivots.iter().enumerate() {
                     col.swap(k0 + i, p as usize);
                 }
             }
+            let mut u = vec![0.0; jb * width];
+            if width > 0 {
+                crate::kernels::trsm_lower_unit(jb, width, l11, jb, &mut m.a[lr0 + ct * ld..], ld);
+                for (k, c) in (ct..m.nq).enumerate() {
+                    u[k * jb..(k + 1) * jb].copy_from_slice(&m.a[lr0 + c * ld..lr0 + jb + c * ld]);
+                }
+            }
+            u
         } else {
-            for (i, &p) in pivots.iter().enumerate() {
-                swap_rows(g, m, k0 + i, p as usize, ct..m.nq)?;
-            }
-        }
-        // U's block row: L11^-1 A12 on the panel's process row, then down the columns.
-        let width = m.nq - ct;
-        let mut u = vec![0.0; jb * width];
-        if g.myrow == pr && width > 0 {
-            let ld = m.ld;
-            crate::kernels::trsm_lower_unit(jb, width, lpanel, rows, &mut m.a[lr0 + ct * ld..], ld);
-            for (k, c) in (ct..m.nq).enumerate() {
-                u[k * jb..(k + 1) * jb].copy_from_slice(&m.a[lr0 + c * ld..lr0 + jb + c * ld]);
-            }
-        }
-        ring_bcast(&g.col, &mut u, pr, TAG_U)?;
+            swap_rows_and_u(g, m, k0, jb, pivots, l11, ct, pf)?
+        };
         // The trailing update, A22 -= L21 U12: with lookahead, the next panel's columns
         // first, then that panel is factored and its broadcast started, then the rest.
         let rs = count(k0 + jb, nb, g.myrow, g.p);
@@ -407,7 +401,7 @@ pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error
             let jbn = nb.min(n - next);
             update(m, ct..ct + jbn);
             let rows_n = m.mp - count(next, nb, g.myrow, g.p);
-            let mut np = vec![0.0; rows_n * jbn + jbn];
+            let mut np = vec![0.0; rows_n * jbn + jbn * jbn + jbn];
             factor_panel(g, m, next, jbn, pf, &mut np)?;
             let tag_n = TAG_PANEL + 2 * ((k + 1) % 2) as i32;
             mpr::scope(|s| -> Result<(), Error> {
@@ -437,19 +431,168 @@ pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error
     Ok(())
 }
 
+/// The row swaps of panel k0..k0+jb on the trailing columns ct.. across process rows, and
+/// U's block row on every process row (HPL_pdlaswp's job). Each process row contributes the
+/// pivot rows it holds, and the panel's process row also the rows k0..k0+jb they displace
+/// (W); everyone gathers all contributions along the process column (by binary exchange
+/// or a ring, as `pf.swap` says), then assembles U, writes the displaced rows it holds from
+/// W, and solves U := L11^-1 U. The sizes follow from the pivots, which everyone has.
+#[allow(clippy::too_many_arguments)]
+fn swap_rows_and_u(
+    g: &Grid,
+    m: &mut Local,
+    k0: usize,
+    jb: usize,
+    pivots: &[f64],
+    l11: &[f64],
+    ct: usize,
+    pf: PanelFact,
+) -> Result<Vec<f64>, Error> {
+    let (nb, ld) = (m.nb, m.ld);
+    let width = m.nq - ct;
+    let pr = owner(k0, nb, g.p);
+    // Where each row touched by the swaps takes its content from.
+    let mut origin = std::collections::HashMap::new();
+    for (i, &p) in pivots.iter().enumerate() {
+        let (a, p) = (k0 + i, p as usize);
+        if a != p {
+            let (oa, op) = (*origin.get(&a).unwrap_or(&a), *origin.get(&p).unwrap_or(&p));
+            origin.insert(a, op);
+            origin.insert(p, oa);
+        }
+    }
+    let src = |i: usize| *origin.get(&(k0 + i)).unwrap_or(&(k0 + i));
+    let end = k0 + jb;
+    // Each process row's slots of U (rows from below the block), then W on the panel's row.
+    let slots: Vec<Vec<usize>> =
+        (0..g.p).map(|r| (0..jb).filter(|&i| src(i) >= end && owner(src(i), nb, g.p) == r).collect()).collect();
+    let mut offs = vec![0];
+    for (r, s) in slots.iter().enumerate() {
+        offs.push(offs[r] + (s.len() + if r == pr { jb } else { 0 }) * width);
+    }
+    let mut buf = vec![0.0; offs[g.p]];
+    // Rows are packed row by row (each `width` long).
+    let pack = |buf: &mut [f64], at: usize, row: usize, a: &[f64]| {
+        for (c, v) in buf[at..at + width].iter_mut().enumerate() {
+            *v = a[row + (ct + c) * ld];
+        }
+    };
+    let mut at = offs[g.myrow];
+    for &i in &slots[g.myrow] {
+        pack(&mut buf, at, crate::dist::local(src(i), nb, g.p), &m.a);
+        at += width;
+    }
+    let w_at = offs[pr] + slots[pr].len() * width;
+    if g.myrow == pr {
+        for i in 0..jb {
+            pack(&mut buf, at, crate::dist::local(k0 + i, nb, g.p), &m.a);
+            at += width;
+        }
+    }
+    let binary = pf.swap == 0 || (pf.swap == 2 && width <= pf.swap_threshold);
+    allgather_pieces(&g.col, &mut buf, &offs, binary, TAG_SWAP)?;
+    // U, column-major (jb x width).
+    let mut u = vec![0.0; jb * width];
+    for i in 0..jb {
+        let s = src(i);
+        let from = if s >= end {
+            let r = owner(s, nb, g.p);
+            offs[r] + slots[r].iter().position(|&x| x == i).expect("a slot") * width
+        } else {
+            w_at + (s - k0) * width
+        };
+        for (c, &v) in buf[from..from + width].iter().enumerate() {
+            u[i + c * jb] = v;
+        }
+    }
+    // The displaced rows this process row holds, from W.
+    for (&b, &o) in &origin {
+        if b >= end && owner(b, nb, g.p) == g.myrow {
+            let (lb, from) = (crate::dist::local(b, nb, g.p), w_at + (o - k0) * width);
+            for (c, &v) in buf[from..from + width].iter().enumerate() {
+                m.a[lb + (ct + c) * ld] = v;
+            }
+        }
+    }
+    crate::kernels::trsm_lower_unit(jb, width, l11, jb, &mut u, jb);
+    if g.myrow == pr {
+        let lr0 = count(k0, nb, g.myrow, g.p);
+        for c in 0..width {
+            m.a[lr0 + (ct + c) * ld..lr0 + jb + (ct + c) * ld].copy_from_slice(&u[c * jb..(c + 1) * jb]);
+        }
+    }
+    Ok(u)
+}
+
+/// Every rank's piece to every rank along `c`: piece r is `buf[offs[r]..offs[r + 1]]`, filled
+/// on rank r. `binary`: recursive doubling (HPL's binary exchange; ranks beyond the largest
+/// power of two fold into a partner first and get the result last), else a ring (HPL's
+/// long: each piece rolled around).
+fn allgather_pieces(c: &Comm, buf: &mut [f64], offs: &[usize], binary: bool, tag: i32) -> Result<(), Error> {
+    let (n, me) = (c.size(), c.rank());
+    if n == 1 {
+        return Ok(());
+    }
+    let span = |a: usize, b: usize| offs[a.min(n)]..offs[b.min(n)];
+    if !binary {
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        for s in 0..n - 1 {
+            let (out, inn) = ((me + n - s) % n, (me + 2 * n - s - 1) % n);
+            let send = buf[span(out, out + 1)].to_vec();
+            c.sendrecv(&send, next, tag, &mut buf[span(inn, inn + 1)], prev, tag)?;
+        }
+        return Ok(());
+    }
+    let p2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
+    if me >= p2 {
+        c.send(&buf[span(me, me + 1)], me - p2, tag)?;
+        c.recv(buf, me - p2, tag)?;
+        return Ok(());
+    }
+    if me + p2 < n {
+        c.recv(&mut buf[span(me + p2, me + p2 + 1)], me + p2, tag)?;
+    }
+    // Rank r holds the pieces of r and r + p2; at step d it holds those of its group of d.
+    let mut d = 1;
+    while d < p2 {
+        let (base, peer) = (me & !(d - 1), me ^ d);
+        let pbase = peer & !(d - 1);
+        for shift in [0, p2] {
+            let send = buf[span(base + shift, base + shift + d)].to_vec();
+            let got = span(pbase + shift, pbase + shift + d);
+            c.sendrecv(&send, peer, tag, &mut buf[got], peer, tag)?;
+        }
+        d *= 2;
+    }
+    if me + p2 < n {
+        c.send(buf, me + p2, tag)?;
+    }
+    Ok(())
+}
+
 /// The panel's process column factors panel k0..k0+jb and packs it into `out`: its local
-/// rows from k0 on, column by column, then the pivots.
+/// rows from k0 on, column by column, then L11 (jb x jb), then the pivots.
 fn factor_panel(g: &Grid, m: &mut Local, k0: usize, jb: usize, pf: PanelFact, out: &mut [f64]) -> Result<(), Error> {
     let nb = m.nb;
     let lr0 = count(k0, nb, g.myrow, g.p);
     let rows = m.mp - lr0;
     let lc0 = count(k0, nb, g.mycol, g.q);
     let at = Panel { k0, jb, lc0 };
-    let (cols, pivots) = out.split_at_mut(rows * jb);
+    let (cols, rest) = out.split_at_mut(rows * jb);
+    let (l11, pivots) = rest.split_at_mut(jb * jb);
     at.factor(g, m, k0, jb, pf, pivots)?;
     for i in 0..jb {
         cols[i * rows..(i + 1) * rows].copy_from_slice(&m.a[lr0 + (lc0 + i) * m.ld..m.mp + (lc0 + i) * m.ld]);
     }
+    // L11 (the panel's top jb x jb, on the panel's process row) to the whole process column:
+    // every process row solves for U itself.
+    let pr = owner(k0, nb, g.p);
+    if g.myrow == pr {
+        for i in 0..jb {
+            l11[i * jb..(i + 1) * jb].copy_from_slice(&cols[i * rows..i * rows + jb]);
+        }
+    }
+    g.col.bcast(l11, pr)?;
     Ok(())
 }
 

@@ -55,6 +55,12 @@ struct Args {
     /// update; HPL's DEPTH)
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=1))]
     depth: u64,
+    /// Row swaps across process rows: 0=bin-exch, 1=long, 2=mix (HPL's SWAP)
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=2))]
+    swap: u64,
+    /// With --swap 2: binary exchange up to this many columns, long above
+    #[arg(long, default_value_t = 64)]
+    swap_threshold: usize,
     /// Threads each rank's DGEMM uses, up to 4 (one rank per core and 1 thread is HPL's
     /// usual way)
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=kernels::MAX_THREADS as u64))]
@@ -99,6 +105,8 @@ struct Test {
     ndiv: usize,
     pfact: usize,
     nbmin: usize,
+    swap: usize,
+    swap_threshold: usize,
 }
 
 impl Test {
@@ -246,10 +254,12 @@ fn main() -> ExitCode {
     );
     say(&mut out, &format!("P      : {}", uniq(&|t| format!("{:>8}", t.p))));
     say(&mut out, &format!("Q      : {}", uniq(&|t| format!("{:>8}", t.q))));
-    say(
-        &mut out,
-        "SWAP   : pivot by pivot, between the two process rows (HPL's bin-exch/long/mix not implemented yet)",
-    );
+    let swap = |t: &Test| match t.swap {
+        0 => "Binary-exchange".to_string(),
+        1 => "Spread-roll (long)".to_string(),
+        _ => format!("Mix (threshold = {})", t.swap_threshold),
+    };
+    say(&mut out, &format!("SWAP   : {}", uniq(&swap)));
     say(&mut out, "EQUIL  : no (not implemented)");
     say(&mut out, &format!("KERNELS: {}, {} thread(s) per rank", kernels::BACKEND, args.threads));
     say(&mut out, "");
@@ -454,6 +464,8 @@ fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, b
             ndiv: args.ndiv as usize,
             pfact: 2,
             nbmin: args.nbmin as usize,
+            swap: args.swap as usize,
+            swap_threshold: args.swap_threshold,
         };
         return Ok((vec![t], args.threshold, (None, false)));
     }
@@ -484,6 +496,8 @@ fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, b
                                             ndiv,
                                             pfact,
                                             nbmin,
+                                            swap: d.swap,
+                                            swap_threshold: d.swap_threshold,
                                         });
                                     }
                                 }
@@ -507,7 +521,18 @@ fn run(world: &mpr::Comm, t: &Test, perturb: bool) -> Result<Option<(f64, lu::Ch
     let mut m = lu::Local::generate(&g, t.n, t.nb);
     g.world.barrier()?;
     let t0 = mpr::wtime();
-    lu::factor(&g, &mut m, lu::PanelFact { nbmin: t.nbmin, ndiv: t.ndiv, bcast: t.bcast, depth: t.depth })?;
+    lu::factor(
+        &g,
+        &mut m,
+        lu::PanelFact {
+            nbmin: t.nbmin,
+            ndiv: t.ndiv,
+            bcast: t.bcast,
+            depth: t.depth,
+            swap: t.swap,
+            swap_threshold: t.swap_threshold,
+        },
+    )?;
     if perturb && g.myrow == 0 && g.mycol == 0 && m.mp > 0 && m.nq > 0 {
         m.a[0] *= 1.0 + 1e-3;
     }

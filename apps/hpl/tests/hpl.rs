@@ -129,6 +129,33 @@ fn every_broadcast_topology_gives_the_same_solution() {
 }
 
 #[test]
+fn every_swap_algorithm_gives_the_same_solution() {
+    // The swaps only move rows: binary exchange (with the ranks beyond a power of two folded
+    // in on 3 process rows), long (the ring) and mix (both, switching at 24 columns) must
+    // give x bit for bit alike.
+    let dir = scratch("swap");
+    for (np, p, q) in [("3", "3", "1"), ("4", "4", "1"), ("4", "2", "2")] {
+        let mut first: Option<String> = None;
+        for (swap, name) in [(0, "Binary-exchange"), (1, "Spread-roll (long)"), (2, "Mix (threshold = 24)")] {
+            let x = dir.join(format!("x{p}{q}-{swap}"));
+            let args = ["-np", np, &hpl(), "-n", "157", "--nb", "12", "-p", p, "-q", q, "--swap", &swap.to_string()];
+            let extra = ["--swap-threshold", "24", "--write-x", x.to_str().unwrap()];
+            let out = mprun(&[&args[..], &extra].concat(), &[]);
+            let so = text(&out.stdout);
+            assert!(out.status.success(), "{p}x{q} SWAP {swap}: {so}{}", text(&out.stderr));
+            assert!(so.contains(&format!("SWAP   : {name}")), "{so}");
+            assert!(residuals(&so)[0].1 == "PASSED", "{so}");
+            let got = std::fs::read_to_string(format!("{}.157", x.display())).unwrap();
+            match &first {
+                None => first = Some(got),
+                Some(f) => assert!(*f == got, "{p}x{q}: SWAP {swap} gave another x than SWAP 0"),
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_perturbed_factor_fails_the_check_and_the_run() {
     let out = mprun(&["-np", "2", &hpl(), "-n", "50", "--nb", "8", "-p", "1", "-q", "2", "--perturb-factor"], &[]);
     let so = text(&out.stdout);
