@@ -93,6 +93,9 @@ pub(crate) struct PanelFact {
     pub(crate) bcast: usize,
     /// Lookahead depth (0 or 1).
     pub(crate) depth: usize,
+    /// HPL's PFACT and RFACT: LEFT, CROUT or RIGHT.
+    pub(crate) pfact: usize,
+    pub(crate) rfact: usize,
     /// HPL's SWAP: how rows are exchanged across process rows: 0 binary exchange, 1 long
     /// (ring), 2 mix (binary exchange up to `swap_threshold` columns, long above).
     pub(crate) swap: usize,
@@ -111,11 +114,16 @@ impl Panel {
         self.lc0 + (j - self.k0)
     }
 
-    /// Factors the panel's columns j0..j0+w, right-looking and recursive: a piece wider than
-    /// NBMIN is cut into NDIV pieces, each factored in turn and then used to update the
-    /// pieces to its right (their rows of U by a triangular solve on the process row that
-    /// holds them, sent down the column; the rows below by DGEMM). Pivots go in `piv`
-    /// (indexed from k0).
+    /// Factors the panel's columns j0..j0+w, recursively: a piece wider than NBMIN is cut
+    /// into NDIV pieces factored in turn, in HPL's RFACT variant:
+    /// - right-looking: each piece, once factored, updates all the pieces to its right;
+    /// - left-looking: each piece is first updated by all the pieces to its left;
+    /// - Crout: each piece is first updated below its top by the pieces to its left (their
+    ///   U rows are final), and once factored computes its own U rows across the pieces to
+    ///   its right.
+    ///
+    /// On entry the columns hold every update from the panel's columns left of j0 (and U
+    /// above j0); on exit they are factored. Pivots go in `piv` (indexed from k0).
     fn factor(
         &self,
         g: &Grid,
@@ -126,24 +134,47 @@ impl Panel {
         piv: &mut [f64],
     ) -> Result<(), Error> {
         if w <= pf.nbmin.max(1) {
-            return self.columns(g, m, j0, w, piv);
+            return self.columns(g, m, j0, w, pf.pfact, piv);
         }
         let step = w.div_ceil(pf.ndiv.max(2));
+        let end = j0 + w;
         let mut j = j0;
-        while j < j0 + w {
-            let wj = step.min(j0 + w - j);
+        while j < end {
+            let wj = step.min(end - j);
+            if j > j0 {
+                match pf.rfact {
+                    LEFT => self.update(g, m, j0, j - j0, j, wj, true)?,
+                    CROUT => self.update(g, m, j0, j - j0, j, wj, false)?,
+                    _ => {}
+                }
+            }
             self.factor(g, m, j, wj, pf, piv)?;
-            let (c0, w2) = (j + wj, j0 + w - (j + wj));
-            if w2 > 0 {
-                self.update(g, m, j, wj, c0, w2)?;
+            if j + wj < end {
+                match pf.rfact {
+                    CROUT => self.crout_rows(g, m, j0, j, wj, j + wj, end - (j + wj)),
+                    LEFT => {}
+                    _ => self.update(g, m, j, wj, j + wj, end - (j + wj), true)?,
+                }
             }
             j += wj;
         }
         Ok(())
     }
 
-    /// Updates panel columns c0..c0+w2 with the factored columns j..j+w1.
-    fn update(&self, g: &Grid, m: &mut Local, j: usize, w1: usize, c0: usize, w2: usize) -> Result<(), Error> {
+    /// Updates panel columns c0..c0+w2 below row j+w1 with the factored columns j..j+w1:
+    /// their rows j..j+w1 (solved by L11 first if `solve`, else final already) are U, sent
+    /// down the process column from the process row that holds them; the rows below by DGEMM.
+    #[allow(clippy::too_many_arguments)]
+    fn update(
+        &self,
+        g: &Grid,
+        m: &mut Local,
+        j: usize,
+        w1: usize,
+        c0: usize,
+        w2: usize,
+        solve: bool,
+    ) -> Result<(), Error> {
         let (nb, ld) = (m.nb, m.ld);
         let oj = owner(j, nb, g.p);
         let (lcj, lcc) = (self.lc(j), self.lc(c0));
@@ -151,7 +182,9 @@ impl Panel {
         if oj == g.myrow {
             let lj = crate::dist::local(j, nb, g.p);
             let (left, right) = m.a.split_at_mut(lcc * ld);
-            crate::kernels::trsm_lower_unit(w1, w2, &left[lj + lcj * ld..], ld, &mut right[lj..], ld);
+            if solve {
+                crate::kernels::trsm_lower_unit(w1, w2, &left[lj + lcj * ld..], ld, &mut right[lj..], ld);
+            }
             for k in 0..w2 {
                 u[k * w1..(k + 1) * w1].copy_from_slice(&right[lj + k * ld..lj + w1 + k * ld]);
             }
@@ -165,19 +198,88 @@ impl Panel {
         Ok(())
     }
 
-    /// Factors columns j0..j0+w one by one: the pivot by a MAXLOC down the process column,
-    /// its row swapped in across the whole panel and sent down the column, the column
-    /// scaled, the columns to its right (up to j0+w) updated.
-    fn columns(&self, g: &Grid, m: &mut Local, j0: usize, w: usize, piv: &mut [f64]) -> Result<(), Error> {
-        crate::kernels::vectorized(|| self.columns_in(g, m, j0, w, piv))
+    /// Crout's U rows: rows j..j+wj of columns c0..c0+w2 less L(j.., j0..j) U(j0..j, c0..),
+    /// then solved by the piece's L11. All on the process row holding the panel's diagonal
+    /// block (rows j0..j+wj lie in it).
+    fn crout_rows(&self, g: &Grid, m: &mut Local, j0: usize, j: usize, wj: usize, c0: usize, w2: usize) {
+        let (nb, ld) = (m.nb, m.ld);
+        if owner(j, nb, g.p) != g.myrow {
+            return;
+        }
+        let (l0, lj, lcc) = (crate::dist::local(j0, nb, g.p), crate::dist::local(j, nb, g.p), self.lc(c0));
+        // U(j0..j, c0..) copied out: it shares its columns with the rows it updates.
+        let k = j - j0;
+        let u: Vec<f64> = (0..w2).flat_map(|c| m.a[l0 + (lcc + c) * ld..l0 + k + (lcc + c) * ld].to_vec()).collect();
+        let (left, right) = m.a.split_at_mut(lcc * ld);
+        crate::kernels::gemm_sub(wj, w2, k, &left[lj + self.lc(j0) * ld..], ld, &u, k, &mut right[lj..], ld);
+        crate::kernels::trsm_lower_unit(wj, w2, &left[lj + self.lc(j) * ld..], ld, &mut right[lj..], ld);
+    }
+
+    /// Factors columns j0..j0+w one by one, in HPL's PFACT variant: per column the pivot by
+    /// a MAXLOC down the process column, its row swapped in across the whole panel, the
+    /// column scaled by it; right-looking, the pivot row goes down the column and updates
+    /// the columns to its right (up to j0+w); left-looking and Crout, the column is first
+    /// updated by those to its left (left-looking solving its U part first, Crout computing
+    /// the pivot row's U part across the columns to its right once pivoted).
+    fn columns(
+        &self,
+        g: &Grid,
+        m: &mut Local,
+        j0: usize,
+        w: usize,
+        pfact: usize,
+        piv: &mut [f64],
+    ) -> Result<(), Error> {
+        crate::kernels::vectorized(|| self.columns_in(g, m, j0, w, pfact, piv))
     }
 
     #[inline(always)]
-    fn columns_in(&self, g: &Grid, m: &mut Local, j0: usize, w: usize, piv: &mut [f64]) -> Result<(), Error> {
+    fn columns_in(
+        &self,
+        g: &Grid,
+        m: &mut Local,
+        j0: usize,
+        w: usize,
+        pfact: usize,
+        piv: &mut [f64],
+    ) -> Result<(), Error> {
         let (nb, ld, mp) = (m.nb, m.ld, m.mp);
-        for j in j0..j0 + w {
+        let top = owner(j0, nb, g.p);
+        // Rows j0..j0+w lie in one block, on process row `top`, from local row `l0`.
+        let l0 = crate::dist::local(j0, nb, g.p);
+        let end = j0 + w;
+        for j in j0..end {
             let lc = self.lc(j);
             let lrj = count(j, nb, g.myrow, g.p);
+            if pfact != RIGHT && j > j0 {
+                // Column j less L(j.., j0..j) U(j0..j, j), U sent down from `top`.
+                let k = j - j0;
+                let mut uj = vec![0.0; k];
+                if g.myrow == top {
+                    let (left, right) = m.a.split_at_mut(lc * ld);
+                    let col = &mut right[l0..l0 + k];
+                    if pfact == LEFT {
+                        // Solve for U(j0..j, j) by the unit lower L of j0..j.
+                        for i in 0..k {
+                            let x = col[i];
+                            if x != 0.0 {
+                                let off = self.lc(j0 + i) * ld;
+                                crate::kernels::axpy_sub(&mut col[i + 1..], x, &left[l0 + i + 1 + off..l0 + k + off]);
+                            }
+                        }
+                    }
+                    uj.copy_from_slice(col);
+                }
+                g.col.bcast(&mut uj, top)?;
+                let (left, right) = m.a.split_at_mut(lc * ld);
+                let cj = &mut right[lrj..mp];
+                for (i, &u) in uj.iter().enumerate() {
+                    if u != 0.0 {
+                        let off = self.lc(j0 + i) * ld;
+                        crate::kernels::axpy_sub(cj, u, &left[lrj + off..mp + off]);
+                    }
+                }
+            }
             let col = &m.a[lrj + lc * ld..mp + lc * ld];
             let best = match crate::kernels::iamax(col) {
                 Some(i) => Loc { value: col[i].abs(), index: global(lrj + i, nb, g.myrow, g.p) as f64 },
@@ -188,9 +290,10 @@ impl Panel {
             let p = found[0].index as usize;
             piv[j - self.k0] = p as f64;
             swap_rows(g, m, j, p, self.lc0..self.lc0 + self.jb)?;
-            // The pivot row, from this column to the piece's end, down the process column.
+            // The pivot row, from this column to the piece's end (right-looking) or only its
+            // pivot, down the process column.
             let oj = owner(j, nb, g.p);
-            let mut prow = vec![0.0; j0 + w - j];
+            let mut prow = vec![0.0; if pfact == RIGHT { end - j } else { 1 }];
             if oj == g.myrow {
                 let lj = crate::dist::local(j, nb, g.p);
                 for (c, v) in prow.iter_mut().enumerate() {
@@ -203,18 +306,36 @@ impl Panel {
             if pivot != 0.0 {
                 crate::kernels::scale(&mut m.a[below + lc * ld..mp + lc * ld], 1.0 / pivot);
             }
-            let (left, right) = m.a.split_at_mut((lc + 1) * ld);
-            let lcol = &left[below + lc * ld..mp + lc * ld];
-            for (c, &u) in prow.iter().enumerate().skip(1) {
-                if u != 0.0 {
-                    let off = (c - 1) * ld;
-                    crate::kernels::axpy_sub(&mut right[below + off..mp + off], u, lcol);
+            if pfact == RIGHT {
+                let (left, right) = m.a.split_at_mut((lc + 1) * ld);
+                let lcol = &left[below + lc * ld..mp + lc * ld];
+                for (c, &u) in prow.iter().enumerate().skip(1) {
+                    if u != 0.0 {
+                        let off = (c - 1) * ld;
+                        crate::kernels::axpy_sub(&mut right[below + off..mp + off], u, lcol);
+                    }
+                }
+            } else if pfact == CROUT && g.myrow == top {
+                // Row j of U across the columns to its right: less L(j, j0..j) U(j0..j, c).
+                let lj = l0 + (j - j0);
+                for c in j + 1..end {
+                    let lcc = self.lc(c);
+                    let mut v = m.a[lj + lcc * ld];
+                    for i in j0..j {
+                        v -= m.a[lj + self.lc(i) * ld] * m.a[l0 + (i - j0) + lcc * ld];
+                    }
+                    m.a[lj + lcc * ld] = v;
                 }
             }
         }
         Ok(())
     }
 }
+
+/// HPL's panel factorization variants (PFACT and RFACT).
+pub(crate) const LEFT: usize = 0;
+pub(crate) const CROUT: usize = 1;
+pub(crate) const RIGHT: usize = 2;
 
 const TAG_SWAP: i32 = 11;
 const TAG_PANEL: i32 = 12;

@@ -156,6 +156,41 @@ fn every_swap_algorithm_gives_the_same_solution() {
 }
 
 #[test]
+fn every_panel_factorization_agrees_with_one_rank() {
+    // HPL's PFACT x RFACT (left, Crout, right each), with pieces that recurse twice (NB 24,
+    // NDIV 3, NBMIN 4) and rows across process rows: PASSED, and x equal to rounding to
+    // the right-looking solve on one rank.
+    let dir = scratch("pfact");
+    let run = |np: &str, p: &str, q: &str, pfact: usize, rfact: usize| {
+        let x = dir.join(format!("x{p}{q}-{pfact}{rfact}"));
+        let args = ["-np", np, &hpl(), "-n", "203", "--nb", "24", "--nbmin", "4", "--ndiv", "3", "-p", p, "-q", q];
+        let variant = ["--pfact", &pfact.to_string(), "--rfact", &rfact.to_string(), "--write-x", x.to_str().unwrap()];
+        let out = mprun(&[&args[..], &variant].concat(), &[]);
+        let so = text(&out.stdout);
+        let code = format!("WR11{}3{}4 ", ['L', 'C', 'R'][rfact], ['L', 'C', 'R'][pfact]);
+        assert!(out.status.success() && so.contains(&code), "{p}x{q} {code}: {so}{}", text(&out.stderr));
+        let r = residuals(&so);
+        assert!(r[0].0 < 1.0 && r[0].1 == "PASSED", "{p}x{q} {code}: {so}");
+        read_x(&PathBuf::from(format!("{}.203", x.display())))
+    };
+    let reference = run("1", "1", "1", 2, 2);
+    for (np, p, q) in [("4", "2", "2"), ("3", "3", "1")] {
+        for pfact in 0..3 {
+            for rfact in 0..3 {
+                let x = run(np, p, q, pfact, rfact);
+                for (i, (a, b)) in x.iter().zip(&reference).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-10 * b.abs().max(1.0),
+                        "{p}x{q} PFACT {pfact} RFACT {rfact}: x[{i}] {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_perturbed_factor_fails_the_check_and_the_run() {
     let out = mprun(&["-np", "2", &hpl(), "-n", "50", "--nb", "8", "-p", "1", "-q", "2", "--perturb-factor"], &[]);
     let so = text(&out.stdout);
@@ -170,7 +205,8 @@ fn hpl_dat_runs_every_combination_and_says_what_it_skipped() {
     let dir = scratch("dat");
     let dat = dir.join("HPL.dat");
     let report = dir.join("HPL.out");
-    // The reference file's layout; 2 Ns x 2 NBs x 2 grids x 2 PFACTs x 2 NBMINs x 2 BCASTs.
+    // The reference file's layout; 2 Ns x 2 NBs x 2 grids x 2 PFACTs x 2 NBMINs x 2 BCASTs x
+    // 2 DEPTHs.
     let text_dat = format!(
         "HPLinpack benchmark input file
 Innovative Computing Laboratory, University of Tennessee
@@ -195,8 +231,8 @@ Innovative Computing Laboratory, University of Tennessee
 2            RFACTs (0=left, 1=Crout, 2=Right)
 2            # of broadcast
 0 1          BCASTs (0=1rg,1=1rM,2=2rg,3=2rM,4=Lng,5=LnM)
-1            # of lookahead depth
-0            DEPTHs (>=0)
+2            # of lookahead depth
+0 2          DEPTHs (>=0)
 2            SWAP (0=bin-exch,1=long,2=mix)
 64           swapping threshold
 0            L1 in (0=transposed,1=no-transposed) form
@@ -210,16 +246,17 @@ Innovative Computing Laboratory, University of Tennessee
     let out = mprun(&["-np", "2", &hpl(), dat.to_str().unwrap()], &[]);
     let so = text(&out.stdout);
     assert!(out.status.success(), "{so}{}", text(&out.stderr));
-    // 64 combinations; those with the Crout panel are skipped: 2 N x 2 NB x 2 grids x 2
-    // NBMINs x 2 BCASTs with PFACT 2 run (32), the other 32 are said and skipped.
+    // 128 combinations; those with lookahead depth 2 are skipped: the 64 with depth 0 run,
+    // the other 64 are said and skipped.
     let r = residuals(&so);
-    assert_eq!(r.len(), 32, "{so}");
+    assert_eq!(r.len(), 64, "{so}");
     assert!(r.iter().all(|(v, s)| *v < 1.0 && s == "PASSED"), "{so}");
-    assert!(so.contains("Finished     64 tests with the following results:"), "{so}");
-    assert!(so.contains("    32 tests completed and passed residual checks,"), "{so}");
-    assert!(so.contains("    32 tests skipped because of illegal input values."), "{so}");
+    assert!(so.contains("Finished    128 tests with the following results:"), "{so}");
+    assert!(so.contains("    64 tests completed and passed residual checks,"), "{so}");
+    assert!(so.contains("    64 tests skipped because of illegal input values."), "{so}");
     assert!(so.contains("WC00R2R2 ") && so.contains("WC00R2R8 "), "both NBMINs ran: {so}");
-    assert!(so.contains("WC00R2C8: not implemented yet (panel factorization Crout); skipped"), "{so}");
+    assert!(so.contains("WC00R2C8 ") && so.contains("WC00R2C2 "), "the Crout panel ran: {so}");
+    assert!(so.contains("WC20R2C8: not implemented yet (lookahead depth 2); skipped"), "{so}");
     assert!(so.contains("WC01R2R8 "), "the modified ring ran: {so}");
     assert!(so.contains("WC00R2R8") && so.contains("Column-major process mapping"), "{so}");
     // Device 8: the report also goes to the file HPL.dat names.
