@@ -16,29 +16,39 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 /// Longest incomplete line kept before it is released in pieces.
 const MAX_PENDING: usize = 4 << 20;
 
-/// Splits one rank stream into whole lines.
+/// Splits one rank stream into whole lines. A line ends at a newline, or at a carriage
+/// return not followed by one: a progress line a rank redraws in place (`text\r`) is
+/// released as it is written, and each redraw is tagged like a line.
 #[derive(Debug)]
 pub(crate) struct LineForwarder {
     /// `[rank] ` under `--tag-output`.
     prefix: Option<Vec<u8>>,
-    /// Bytes after the last newline seen.
+    /// Bytes after the last line end seen.
     pending: Vec<u8>,
     /// A piece of an overlong line was released: the rest of that line gets no prefix.
     mid_line: bool,
+    /// The last byte released was a carriage return: a newline right after it ends that
+    /// same line (`\r\n` split between two reads).
+    after_cr: bool,
+}
+
+/// Where the last line of `data` ends: after its last newline or carriage return.
+fn last_line_end(data: &[u8]) -> Option<usize> {
+    data.iter().rposition(|b| *b == b'\n' || *b == b'\r').map(|i| i + 1)
 }
 
 impl LineForwarder {
     /// A forwarder for `rank`, tagging lines if `tag` is set.
     pub(crate) fn new(rank: usize, tag: bool) -> Self {
         let prefix = tag.then(|| format!("[{rank}] ").into_bytes());
-        LineForwarder { prefix, pending: Vec::new(), mid_line: false }
+        LineForwarder { prefix, pending: Vec::new(), mid_line: false, after_cr: false }
     }
 
     /// Takes bytes the rank wrote; appends the lines now complete to `out`.
     pub(crate) fn feed(&mut self, data: &[u8], out: &mut Vec<u8>) {
-        match data.iter().rposition(|b| *b == b'\n') {
-            Some(last) => {
-                let (lines, tail) = data.split_at(last + 1);
+        match last_line_end(data) {
+            Some(end) => {
+                let (lines, tail) = data.split_at(end);
                 if self.pending.is_empty() {
                     self.emit(lines, out);
                 } else {
@@ -62,13 +72,26 @@ impl LineForwarder {
         self.emit(&pending, out);
     }
 
-    fn emit(&mut self, text: &[u8], out: &mut Vec<u8>) {
-        for line in text.split_inclusive(|b| *b == b'\n') {
+    fn emit(&mut self, mut text: &[u8], out: &mut Vec<u8>) {
+        if self.after_cr && text.first() == Some(&b'\n') {
+            out.push(b'\n');
+            text = &text[1..];
+        }
+        while !text.is_empty() {
+            // The end of the first line: a newline, or a carriage return not followed by one.
+            let end = text
+                .iter()
+                .enumerate()
+                .position(|(i, &b)| b == b'\n' || (b == b'\r' && text.get(i + 1) != Some(&b'\n')))
+                .map_or(text.len(), |i| i + 1);
+            let (line, rest) = text.split_at(end);
             if let (Some(prefix), false) = (&self.prefix, self.mid_line) {
                 out.extend_from_slice(prefix);
             }
             out.extend_from_slice(line);
             self.mid_line = false;
+            self.after_cr = line.last() == Some(&b'\r');
+            text = rest;
         }
     }
 }
@@ -151,6 +174,24 @@ mod tests {
     fn tags_every_line() {
         let w = run(true, &[b"a\n\nb", b"c\n", b"d"]);
         assert_eq!(w.concat(), b"[7] a\n[7] \n[7] bc\n[7] d".to_vec());
+    }
+
+    #[test]
+    fn a_line_redrawn_in_place_is_released_at_each_carriage_return() {
+        // A progress line: each redraw goes out as written, tagged; `\r\n` stays one line
+        // end, also when a read splits it.
+        let w = run(true, &[b"10%\r", b"20%\r50", b"%\rdone\r", b"\nnext\r\nlast"]);
+        assert_eq!(
+            w,
+            vec![
+                b"[7] 10%\r".to_vec(),
+                b"[7] 20%\r".to_vec(),
+                b"[7] 50%\r[7] done\r".to_vec(),
+                b"\n[7] next\r\n".to_vec(),
+                b"[7] last".to_vec(),
+            ]
+        );
+        assert_eq!(run(false, &[b"a\rb\r\nc"]).concat(), b"a\rb\r\nc".to_vec());
     }
 
     #[test]

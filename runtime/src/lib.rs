@@ -108,3 +108,11 @@ pub fn wtime() -> f64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
+
+/// Whether what this rank writes to stderr ends up on a terminal: its own stderr is one, or
+/// `MPR_STDERR_TTY=1` (mprun sets it when its stderr is a terminal; a rank's stderr is a pipe
+/// to mprun, which forwards a line redrawn in place, `text\r`, as it is written). A program
+/// may draw progress on stderr when this holds.
+pub fn stderr_is_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr()) || std::env::var("MPR_STDERR_TTY").is_ok_and(|v| v == "1")
+}

@@ -201,6 +201,7 @@ impl Panel {
     /// Crout's U rows: rows j..j+wj of columns c0..c0+w2 less L(j.., j0..j) U(j0..j, c0..),
     /// then solved by the piece's L11. All on the process row holding the panel's diagonal
     /// block (rows j0..j+wj lie in it).
+    #[allow(clippy::too_many_arguments)]
     fn crout_rows(&self, g: &Grid, m: &mut Local, j0: usize, j: usize, wj: usize, c0: usize, w2: usize) {
         let (nb, ld) = (m.nb, m.ld);
         if owner(j, nb, g.p) != g.myrow {
@@ -443,7 +444,8 @@ fn swap_rows(g: &Grid, m: &mut Local, j: usize, p: usize, cols: std::ops::Range<
 }
 
 /// Factors [A|b] in place: U (and y in column N) above the diagonal of the global matrix.
-pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error> {
+/// `progress` hears the number of columns done after each panel.
+pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact, progress: &mut dyn FnMut(usize)) -> Result<(), Error> {
     let (n, nb) = (m.n, m.nb);
     // With lookahead, the next panel's process column factors it, and its root starts
     // sending it, before it updates the rest of its trailing columns.
@@ -548,6 +550,7 @@ pub(crate) fn factor(g: &Grid, m: &mut Local, pf: PanelFact) -> Result<(), Error
         }
         k0 += jb;
         k += 1;
+        progress(k0);
     }
     Ok(())
 }

@@ -515,6 +515,8 @@ fn run(world: &mpr::Comm, t: &Test, perturb: bool) -> Result<Option<(f64, lu::Ch
         return Ok(None);
     };
     let mut m = lu::Local::generate(&g, t.n, t.nb);
+    // The progress bar: on the grid's rank 0, when its stderr ends up on a terminal.
+    let mut bar = (g.world.rank() == 0 && mpr::stderr_is_terminal()).then(|| Progress::new(t));
     g.world.barrier()?;
     let t0 = mpr::wtime();
     lu::factor(
@@ -530,7 +532,15 @@ fn run(world: &mpr::Comm, t: &Test, perturb: bool) -> Result<Option<(f64, lu::Ch
             swap: t.swap,
             swap_threshold: t.swap_threshold,
         },
+        &mut |done| {
+            if let Some(bar) = bar.as_mut() {
+                bar.show(done, mpr::wtime() - t0)
+            }
+        },
     )?;
+    if let Some(bar) = bar.as_mut() {
+        bar.clear();
+    }
     if perturb && g.myrow == 0 && g.mycol == 0 && m.mp > 0 && m.nq > 0 {
         m.a[0] *= 1.0 + 1e-3;
     }
@@ -539,4 +549,48 @@ fn run(world: &mpr::Comm, t: &Test, perturb: bool) -> Result<Option<(f64, lu::Ch
     g.world.allreduce_in_place(&mut secs, mpr::Max)?;
     let check = lu::check(&g, t.n, t.nb, &x)?;
     Ok((g.world.rank() == 0).then_some((secs[0], check, x)))
+}
+
+/// A progress bar on stderr, redrawn in place at most twice a second: the share of the
+/// factorization's flops done and the rate so far.
+struct Progress {
+    n: f64,
+    label: String,
+    last: f64,
+    drawn: bool,
+}
+
+impl Progress {
+    fn new(t: &Test) -> Progress {
+        Progress {
+            n: t.n as f64,
+            label: format!("{} N={} NB={} {}x{}", t.code(), t.n, t.nb, t.p, t.q),
+            last: 0.0,
+            drawn: false,
+        }
+    }
+
+    /// After `done` columns, `secs` into the run.
+    fn show(&mut self, done: usize, secs: f64) {
+        if secs - self.last < 0.5 && done < self.n as usize {
+            return;
+        }
+        self.last = secs;
+        let left = self.n - done as f64;
+        let flops = 2.0 / 3.0 * (self.n.powi(3) - left.powi(3));
+        let share = flops / (2.0 / 3.0 * self.n.powi(3)).max(1.0);
+        let width = 30;
+        let filled = ((share * width as f64) as usize).min(width);
+        let bar: String = "#".repeat(filled) + &".".repeat(width - filled);
+        let rate = if secs > 0.0 { flops / secs / 1e9 } else { 0.0 };
+        eprint!("{} [{bar}] {:5.1}%  {:7.1} s  {:9.2} Gflops\r", self.label, share * 100.0, secs, rate);
+        self.drawn = true;
+    }
+
+    /// Wipes the bar before the report.
+    fn clear(&mut self) {
+        if self.drawn {
+            eprint!("{}\r", " ".repeat(self.label.len() + 68));
+        }
+    }
 }

@@ -321,3 +321,34 @@ fn mem_fraction_picks_n_from_the_machines_memory_counted_once() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_progress_bar_is_drawn_only_where_stderr_is_a_terminal() {
+    // A pipe: nothing but the report.
+    let args = ["-np", "2", &hpl(), "-n", "300", "--nb", "32"];
+    let out = mprun(&args, &[]);
+    assert!(out.status.success() && out.stderr.is_empty(), "{}", text(&out.stderr));
+    // mprun's stderr on a terminal (a pseudo-terminal by `script`): mprun tells the ranks,
+    // rank 0 draws the bar in place (ending each draw with `\r`, which mprun forwards at
+    // once) and wipes it after the factorization.
+    let line = format!("{} {}", mpr_tests::mprun_path().display(), args.join(" "));
+    let out = std::process::Command::new("script").args(["-qec", &line, "/dev/null"]).output();
+    match out {
+        Ok(out) => {
+            let all = text(&out.stdout);
+            assert!(out.status.success(), "{all}");
+            // (The terminal turns each newline into `\r\n`.)
+            let bar = all.split('\r').map(|s| s.trim_start_matches('\n')).find(|s| s.contains("100.0%"));
+            let bar = bar.unwrap_or_else(|| panic!("no bar: {all:?}"));
+            assert!(bar.starts_with("WR11R2R16 N=300 NB=32 1x2 [##############################]"), "{bar:?}");
+            assert!(bar.contains("Gflops"), "{bar:?}");
+            assert!(all.contains("PASSED"), "the report follows: {all:?}");
+        }
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("script (util-linux) is needed: {e}"),
+        Err(e) => eprintln!("skipped the terminal half: no `script` ({e})"),
+    }
+    // The hint alone (a rank whose mprun's stderr is a terminal) draws it too.
+    let out = mprun(&args, &[("MPR_STDERR_TTY", "1")]);
+    let err = text(&out.stderr);
+    assert!(out.status.success() && err.contains("100.0%") && err.ends_with('\r'), "{err:?}");
+}

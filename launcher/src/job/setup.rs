@@ -144,6 +144,11 @@ impl Job<'_> {
         if self.opts.verbose {
             set("MPR_VERBOSE", "1");
         }
+        // The ranks' stderr is a pipe to mprun: tell them where it ends up, so that a
+        // program may draw progress in place (mprun forwards each `\r` redraw at once).
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            set("MPR_STDERR_TTY", "1");
+        }
         env
     }
 }
