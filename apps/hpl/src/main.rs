@@ -43,6 +43,9 @@ struct Args {
     /// Process columns
     #[arg(short = 'q')]
     q: Option<usize>,
+    /// Column-major process mapping (rank = col * P + row; HPL's PMAP 1), instead of row-major
+    #[arg(long)]
+    col_major: bool,
     /// Panel factorization at the columns: 0=left, 1=Crout, 2=right (HPL's PFACT)
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=2))]
     pfact: u64,
@@ -453,7 +456,7 @@ fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, b
             nb: args.nb,
             p,
             q,
-            row_major: true,
+            row_major: !args.col_major,
             depth: args.depth as usize,
             bcast: args.bcast as usize,
             rfact: args.rfact as usize,

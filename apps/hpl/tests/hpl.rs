@@ -1,7 +1,11 @@
 //! `mpr-hpl` through mprun: HPL's matrix, the solve on every grid shape, HPL's check, its
 //! HPL.dat and its failures.
 
+#[path = "../../../launcher/tests/common/netns.rs"]
+mod netns;
+
 use std::path::PathBuf;
+use std::time::Duration;
 
 use mpr_tests::{mprun, text};
 
@@ -351,4 +355,50 @@ fn a_progress_bar_is_drawn_only_where_stderr_is_a_terminal() {
     let out = mprun(&args, &[("MPR_STDERR_TTY", "1")]);
     let err = text(&out.stderr);
     assert!(out.status.success() && err.contains("100.0%") && err.ends_with('\r'), "{err:?}");
+}
+
+#[test]
+fn hpl_runs_across_hosts_of_namespaces() {
+    if let Some(why) = netns::unavailable() {
+        mpr_tests::cannot_run(&format!("network namespaces unavailable: {why}"));
+        return;
+    }
+    let hosts = netns::NetHosts::create(2);
+    let dir = scratch("hosts");
+    let x = |tag: &str| dir.join(format!("x-{tag}"));
+    // One rank, for the solution to compare with.
+    let args = [hpl(), "-n".into(), "301".into(), "--nb".into(), "16".into()];
+    let one = x("one");
+    let plain: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let out = mprun(&[&["-np", "1"], &plain[..], &["--write-x", one.to_str().unwrap()]].concat(), &[]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let reference = read_x(&PathBuf::from(format!("{}.301", one.display())));
+    // 2 hosts x 2 ranks, default flags: a 2x2 grid whose process rows are the hosts (row
+    // major), so the panel broadcasts stay in a host and the swaps and U cross hosts; then
+    // column major, the other way round.
+    for (pmap, tag) in [(None, "row"), (Some("--col-major"), "col")] {
+        let xs = x(tag);
+        let mut c = std::process::Command::new(mpr_tests::mprun_path());
+        c.args([
+            "--launcher-exec",
+            hosts.launcher_exec(),
+            "-H",
+            &hosts.host_list(&[2, 2]),
+            "--timeout",
+            "120",
+            "--verbose",
+        ]);
+        c.args(&args).args(["-p", "2", "-q", "2", "--write-x", xs.to_str().unwrap()]).args(pmap);
+        let out = c.output().expect("run mprun");
+        let (so, err) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{tag}: {so}{err}");
+        assert!(residuals(&so)[0].1 == "PASSED", "{so}");
+        assert!(err.contains("rank 0 -> rank 1: shm") && err.contains("rank 0 -> rank 2: tcp"), "{err}");
+        let got = read_x(&PathBuf::from(format!("{}.301", xs.display())));
+        for (i, (a, b)) in got.iter().zip(&reference).enumerate() {
+            assert!((a - b).abs() <= 1e-10 * b.abs().max(1.0), "{tag}: x[{i}] {a} vs {b}");
+        }
+    }
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+    let _ = std::fs::remove_dir_all(&dir);
 }
