@@ -189,7 +189,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    let (tests, threshold, out) = match plan(&args, world.size()) {
+    let Plan { tests, threshold, out, forms } = match plan(&args, world.size()) {
         Ok(t) => t,
         Err(e) => {
             // Every rank finds the same fault; rank 0 says it, and nobody leaves before it
@@ -258,8 +258,36 @@ fn main() -> ExitCode {
         1 => "Spread-roll (long)".to_string(),
         _ => format!("Mix (threshold = {})", t.swap_threshold),
     };
+    let fact = |x: usize| format!("{:>8}", ["Left", "Crout", "Right"][x]);
+    say(&mut out, &format!("PFACT  : {}", uniq(&|t| fact(t.pfact))));
+    say(&mut out, &format!("NBMIN  : {}", uniq(&|t| format!("{:>8}", t.nbmin))));
+    say(&mut out, &format!("NDIV   : {}", uniq(&|t| format!("{:>8}", t.ndiv))));
+    say(&mut out, &format!("RFACT  : {}", uniq(&|t| fact(t.rfact))));
+    let bcast = ["1ring", "1ringM", "2ring", "2ringM", "Blong", "BlongM"];
+    say(&mut out, &format!("BCAST  : {}", uniq(&|t| format!("{:>8}", bcast[t.bcast]))));
+    say(&mut out, &format!("DEPTH  : {}", uniq(&|t| format!("{:>8}", t.depth))));
     say(&mut out, &format!("SWAP   : {}", uniq(&swap)));
-    say(&mut out, "EQUIL  : no (not implemented)");
+    // mpr-hpl keeps L1 and U as they lie in the matrix (not transposed), does not
+    // equilibrate and lets Rust's allocator align: storage choices that leave the results
+    // as they are. What HPL.dat asked for is said next to what is done.
+    let asked = |i: usize, what: &dyn Fn(usize) -> &'static str| match forms {
+        Some(f) if what(f[i]) != what(1) => format!(" (HPL.dat asks {}: not implemented)", what(f[i])),
+        _ => String::new(),
+    };
+    let form = |x: usize| if x == 0 { "transposed form" } else { "no-transposed form" };
+    say(&mut out, &format!("L1     : no-transposed form{}", asked(0, &form)));
+    say(&mut out, &format!("U      : no-transposed form{}", asked(1, &form)));
+    let equil_asked = match forms {
+        Some(f) if f[2] == 1 => " (HPL.dat asks yes: not implemented)",
+        _ => "",
+    };
+    say(&mut out, &format!("EQUIL  : no{equil_asked}"));
+    if let Some(f) = forms {
+        say(
+            &mut out,
+            &format!("ALIGN  : {} double precision words (HPL.dat's; the allocator's alignment is used)", f[3]),
+        );
+    }
     say(&mut out, &format!("KERNELS: {}, {} thread(s) per rank", kernels::BACKEND, args.threads));
     say(&mut out, "");
     say(&mut out, "- The matrix A is randomly generated for each test.");
@@ -431,7 +459,17 @@ fn memory_n(world: &mpr::Comm, fraction: f64, nb: usize) -> Result<usize, String
 
 /// The tests to run, the threshold, and where the report goes (file, to stderr).
 #[allow(clippy::type_complexity)]
-fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, bool)), String> {
+/// What HPL.dat (or the flags) ask for.
+struct Plan {
+    tests: Vec<Test>,
+    threshold: f64,
+    /// The report's file, if any, and whether the report goes to stderr.
+    out: (Option<String>, bool),
+    /// HPL.dat's storage forms (L1, U: 0 transposed, 1 not), equilibration and alignment.
+    forms: Option<[usize; 4]>,
+}
+
+fn plan(args: &Args, ranks: usize) -> Result<Plan, String> {
     if let Some(n) = args.n {
         if args.dat.is_some() {
             return Err("give HPL.dat or -n, not both".into());
@@ -466,7 +504,7 @@ fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, b
             swap: args.swap as usize,
             swap_threshold: args.swap_threshold,
         };
-        return Ok((vec![t], args.threshold, (None, false)));
+        return Ok(Plan { tests: vec![t], threshold: args.threshold, out: (None, false), forms: None });
     }
     let path = args.dat.clone().unwrap_or_else(|| PathBuf::from("HPL.dat"));
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -508,7 +546,8 @@ fn plan(args: &Args, ranks: usize) -> Result<(Vec<Test>, f64, (Option<String>, b
         }
     }
     let file = (d.device != 6 && d.device != 7).then(|| d.out_file.clone());
-    Ok((tests, d.threshold, (file, d.device == 7)))
+    let forms = Some([d.l1_form, d.u_form, d.equil, d.align]);
+    Ok(Plan { tests, threshold: d.threshold, out: (file, d.device == 7), forms })
 }
 
 /// Runs one test on its grid: the time of factor + solve, the check and x, on grid rank 0;

@@ -57,6 +57,10 @@ fn every_grid_passes_and_agrees_with_one_rank() {
         };
         let reference = one("1", "1", "1", "1x1");
         assert_eq!(reference.len(), n);
+        // One rank agrees with a plain solve, written here, of the matrix generated here.
+        for (i, (a, b)) in reference.iter().zip(plain_solve(n)).enumerate() {
+            assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "N={n} NB={nb} 1x1: x[{i}] {a} vs plain {b}");
+        }
         for (np, p, q) in [("2", "1", "2"), ("2", "2", "1"), ("4", "2", "2"), ("3", "1", "3"), ("3", "3", "1")] {
             let x = one(np, p, q, &format!("{p}x{q}"));
             for (i, (a, b)) in x.iter().zip(&reference).enumerate() {
@@ -65,6 +69,53 @@ fn every_grid_passes_and_agrees_with_one_rank() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// HPL's [A|b] of order n, column-major (n rows, n + 1 columns), by stepping the LCG from
+/// its seed: independent of mpr-hpl's jump-ahead.
+fn hpl_matrix(n: usize) -> Vec<f64> {
+    let mut x: u64 = 100;
+    (0..n * (n + 1))
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            0.5 - (x as f64) / 2f64.powi(64)
+        })
+        .collect()
+}
+
+/// x of A x = b for HPL's matrix of order n, by Gaussian elimination with partial pivoting.
+fn plain_solve(n: usize) -> Vec<f64> {
+    let mut a = hpl_matrix(n);
+    let at = |i: usize, j: usize| i + j * n;
+    for k in 0..n {
+        let p = (k..n).max_by(|&i, &j| a[at(i, k)].abs().total_cmp(&a[at(j, k)].abs())).unwrap();
+        for j in k..=n {
+            a.swap(at(k, j), at(p, j));
+        }
+        for i in k + 1..n {
+            let f = a[at(i, k)] / a[at(k, k)];
+            for j in k..=n {
+                a[at(i, j)] -= f * a[at(k, j)];
+            }
+        }
+    }
+    let mut x = vec![0.0; n];
+    for i in (0..n).rev() {
+        let s: f64 = (i + 1..n).map(|j| a[at(i, j)] * x[j]).sum();
+        x[i] = (a[at(i, n)] - s) / a[at(i, i)];
+    }
+    x
+}
+
+#[test]
+fn threads_per_rank_solve_the_same() {
+    let out = mprun(&["-np", "2", &hpl(), "-n", "300", "--nb", "32", "-q", "2", "--threads", "2"], &[]);
+    let so = text(&out.stdout);
+    assert!(out.status.success() && so.contains("2 thread(s) per rank"), "{so}{}", text(&out.stderr));
+    assert_eq!(residuals(&so)[0].1, "PASSED", "{so}");
+    let out = mprun(&["-np", "1", &hpl(), "-n", "30", "--threads", "9"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--threads"), "{}", text(&out.stderr));
 }
 
 #[test]
@@ -261,6 +312,12 @@ Innovative Computing Laboratory, University of Tennessee
     assert!(so.contains("WC00R2R2 ") && so.contains("WC00R2R8 "), "both NBMINs ran: {so}");
     assert!(so.contains("WC00R2C8 ") && so.contains("WC00R2C2 "), "the Crout panel ran: {so}");
     assert!(so.contains("WC20R2C8: not implemented yet (lookahead depth 2); skipped"), "{so}");
+    // The parameter summary, in HPL's words; what is stored or done otherwise is said.
+    assert!(so.contains("PFACT  :    Right    Crout\n") && so.contains("BCAST  :    1ring   1ringM\n"), "{so}");
+    assert!(so.contains("DEPTH  :        0        2\n") && so.contains("SWAP   : Mix (threshold = 64)\n"), "{so}");
+    assert!(so.contains("L1     : no-transposed form (HPL.dat asks transposed form: not implemented)"), "{so}");
+    assert!(so.contains("EQUIL  : no (HPL.dat asks yes: not implemented)"), "{so}");
+    assert!(so.contains("ALIGN  : 8 double precision words"), "{so}");
     assert!(so.contains("WC01R2R8 "), "the modified ring ran: {so}");
     assert!(so.contains("WC00R2R8") && so.contains("Column-major process mapping"), "{so}");
     // Device 8: the report also goes to the file HPL.dat names.
