@@ -1,0 +1,385 @@
+//! A Llama-architecture model over its GGUF weights, split by tensor parallelism across the
+//! ranks of a communicator (Megatron's scheme): each rank holds a contiguous range of the
+//! query heads (uneven ranges allowed) and the key/value heads those read (so a KV head is
+//! replicated where ranks share it, as when there are fewer KV heads than ranks), a range of
+//! the feed-forward rows (in whole blocks), and a range of the vocabulary. Q, K, V, gate and
+//! up are split by output rows; O and down by input columns, each followed by one all-reduce
+//! of the partial sums. Weights stay as the file stores them (memory-mapped, quantized); a
+//! rank reads only its own rows.
+
+use std::ops::Range;
+
+use mpr::{Comm, Error, Sum};
+
+use crate::gguf::{Gguf, TensorInfo};
+use crate::quant::Mat;
+
+/// The model's shape, from its metadata.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) dim: usize,
+    pub(crate) layers: usize,
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) ffn: usize,
+    pub(crate) vocab: usize,
+    pub(crate) eps: f32,
+    pub(crate) rope_base: f32,
+    pub(crate) ctx: usize,
+}
+
+impl Config {
+    pub(crate) fn from_gguf(g: &Gguf) -> Result<Config, String> {
+        let arch = g.string("general.architecture")?;
+        if arch != "llama" {
+            return Err(format!("general.architecture = {arch:?}: mpr-llm runs Llama-architecture models"));
+        }
+        let k = |s: &str| format!("{arch}.{s}");
+        let dim = g.uint(&k("embedding_length"))?;
+        let heads = g.uint(&k("attention.head_count"))?;
+        let kv_heads = g.uint(&k("attention.head_count_kv")).unwrap_or(heads);
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || dim % heads != 0 {
+            return Err(format!("{heads} query heads, {kv_heads} key/value heads and width {dim} do not fit together"));
+        }
+        let head_dim = dim / heads;
+        if let Ok(rot) = g.uint(&k("rope.dimension_count")) {
+            if rot != head_dim {
+                return Err(format!("RoPE over {rot} of {head_dim} dimensions per head: not implemented"));
+            }
+        }
+        let vocab = match g.uint(&k("vocab_size")) {
+            Ok(v) => v,
+            Err(_) => g.tensor("token_embd.weight")?.dims[1],
+        };
+        Ok(Config {
+            dim,
+            layers: g.uint(&k("block_count"))?,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn: g.uint(&k("feed_forward_length"))?,
+            vocab,
+            eps: g.float(&k("attention.layer_norm_rms_epsilon"))? as f32,
+            rope_base: g.float(&k("rope.freq_base")).unwrap_or(10000.0) as f32,
+            ctx: g.uint(&k("context_length")).unwrap_or(2048),
+        })
+    }
+}
+
+/// `n` units split into `parts` contiguous ranges as even as they go; range `i`.
+fn split(n: usize, parts: usize, i: usize) -> Range<usize> {
+    let (base, extra) = (n / parts, n % parts);
+    let start = i * base + i.min(extra);
+    start..start + base + usize::from(i < extra)
+}
+
+/// What one rank of a tensor-parallel group holds.
+#[derive(Debug, Clone)]
+pub(crate) struct Shard {
+    /// Query heads.
+    pub(crate) heads: Range<usize>,
+    /// Key/value heads the query heads read.
+    pub(crate) kv: Range<usize>,
+    /// Feed-forward rows (whole blocks of 32).
+    pub(crate) ffn: Range<usize>,
+    /// Vocabulary rows of the output projection.
+    pub(crate) vocab: Range<usize>,
+}
+
+impl Shard {
+    pub(crate) fn new(cfg: &Config, rank: usize, size: usize) -> Result<Shard, String> {
+        if size > cfg.heads {
+            return Err(format!(
+                "{size} ranks of tensor parallelism, but the model has only {} query heads",
+                cfg.heads
+            ));
+        }
+        let heads = split(cfg.heads, size, rank);
+        let group = cfg.heads / cfg.kv_heads;
+        let kv = heads.start / group..(heads.end - 1) / group + 1;
+        let blocks = split(cfg.ffn / 32, size, rank);
+        let ffn =
+            if cfg.ffn.is_multiple_of(32) { blocks.start * 32..blocks.end * 32 } else { split(cfg.ffn, size, rank) };
+        Ok(Shard { heads, kv, ffn, vocab: split(cfg.vocab, size, rank) })
+    }
+}
+
+#[derive(Debug)]
+struct Layer<'a> {
+    attn_norm: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    q: Mat<'a>,
+    k: Mat<'a>,
+    v: Mat<'a>,
+    o: Mat<'a>,
+    gate: Mat<'a>,
+    up: Mat<'a>,
+    down: Mat<'a>,
+}
+
+/// The model as this rank holds it.
+#[derive(Debug)]
+pub(crate) struct Model<'a> {
+    pub(crate) cfg: Config,
+    pub(crate) shard: Shard,
+    embd: Mat<'a>,
+    output: Mat<'a>,
+    out_norm: Vec<f32>,
+    layers: Vec<Layer<'a>>,
+}
+
+/// The keys and values seen so far, per layer: position-major, this rank's KV heads.
+#[derive(Debug, Default)]
+pub(crate) struct Cache {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    pub(crate) len: usize,
+}
+
+/// All-reduces done and the time they took.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct CommStats {
+    pub(crate) allreduces: usize,
+    pub(crate) secs: f64,
+}
+
+fn matrix<'a>(g: &'a Gguf, name: &str, rows: usize, cols: usize) -> Result<Mat<'a>, String> {
+    let t: &TensorInfo = g.tensor(name)?;
+    if t.dims != [cols, rows] {
+        return Err(format!("tensor {name} is {:?}; the model's shape needs [{cols}, {rows}]", t.dims));
+    }
+    Ok(Mat::new(t.dtype, rows, cols, g.bytes(t)))
+}
+
+fn vector(g: &Gguf, name: &str, n: usize) -> Result<Vec<f32>, String> {
+    let t = g.tensor(name)?;
+    if t.elements() != n {
+        return Err(format!("tensor {name} has {} elements; the model's shape needs {n}", t.elements()));
+    }
+    Ok(Mat::new(t.dtype, 1, n, g.bytes(t)).row(0))
+}
+
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let s = 1.0 / (ms + eps).sqrt();
+    for ((o, &v), &w) in out.iter_mut().zip(x).zip(w) {
+        *o = v * s * w;
+    }
+}
+
+/// RoPE on adjacent pairs (GGUF stores Q and K rows permuted for it) of each head of `x`.
+fn rope(x: &mut [f32], head_dim: usize, pos: usize, base: f32) {
+    for head in x.chunks_exact_mut(head_dim) {
+        for i in 0..head_dim / 2 {
+            let theta = pos as f32 * base.powf(-2.0 * i as f32 / head_dim as f32);
+            let (s, c) = theta.sin_cos();
+            let (a, b) = (head[2 * i], head[2 * i + 1]);
+            head[2 * i] = a * c - b * s;
+            head[2 * i + 1] = a * s + b * c;
+        }
+    }
+}
+
+impl<'a> Model<'a> {
+    pub(crate) fn load(g: &'a Gguf, cfg: Config, shard: Shard) -> Result<Model<'a>, String> {
+        let (d, hd) = (cfg.dim, cfg.head_dim);
+        let embd = matrix(g, "token_embd.weight", cfg.vocab, d)?;
+        // A model without its own output projection ties it to the embedding.
+        let output =
+            if g.tensors.contains_key("output.weight") { matrix(g, "output.weight", cfg.vocab, d)? } else { embd };
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let n = |s: &str| format!("blk.{l}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: vector(g, &n("attn_norm"), d)?,
+                ffn_norm: vector(g, &n("ffn_norm"), d)?,
+                q: matrix(g, &n("attn_q"), cfg.heads * hd, d)?,
+                k: matrix(g, &n("attn_k"), cfg.kv_heads * hd, d)?,
+                v: matrix(g, &n("attn_v"), cfg.kv_heads * hd, d)?,
+                o: matrix(g, &n("attn_output"), d, cfg.heads * hd)?,
+                gate: matrix(g, &n("ffn_gate"), cfg.ffn, d)?,
+                up: matrix(g, &n("ffn_up"), cfg.ffn, d)?,
+                down: matrix(g, &n("ffn_down"), d, cfg.ffn)?,
+            });
+        }
+        let out_norm = vector(g, "output_norm.weight", d)?;
+        Ok(Model { cfg, shard, embd, output, out_norm, layers })
+    }
+
+    /// Bytes of weights this rank reads (its shard).
+    pub(crate) fn shard_bytes(&self) -> usize {
+        let (s, hd) = (&self.shard, self.cfg.head_dim);
+        let q = s.heads.start * hd..s.heads.end * hd;
+        let kv = s.kv.start * hd..s.kv.end * hd;
+        let per_layer: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                // O and down: all rows, this rank's columns.
+                let cols = |m: &Mat, c: usize| m.bytes_of(0..m.rows) * c / m.cols;
+                l.q.bytes_of(q.clone())
+                    + l.k.bytes_of(kv.clone())
+                    + l.v.bytes_of(kv.clone())
+                    + cols(&l.o, q.len())
+                    + l.gate.bytes_of(s.ffn.clone())
+                    + l.up.bytes_of(s.ffn.clone())
+                    + cols(&l.down, s.ffn.len())
+            })
+            .sum();
+        per_layer + self.output.bytes_of(s.vocab.clone())
+    }
+
+    pub(crate) fn new_cache(&self) -> Cache {
+        Cache { k: vec![Vec::new(); self.cfg.layers], v: vec![Vec::new(); self.cfg.layers], len: 0 }
+    }
+
+    fn allreduce(comm: &Comm, buf: &mut [f32], stats: &mut CommStats) -> Result<(), Error> {
+        if comm.size() > 1 {
+            let t0 = mpr::wtime();
+            comm.allreduce_in_place(buf, Sum)?;
+            stats.secs += mpr::wtime() - t0;
+            stats.allreduces += 1;
+        }
+        Ok(())
+    }
+
+    /// Runs `tokens` (at positions cache.len..) through the model, appending to the cache;
+    /// returns the logits (full vocabulary, on every rank) of every position if `all`, else
+    /// of the last.
+    pub(crate) fn forward(
+        &self,
+        comm: &Comm,
+        cache: &mut Cache,
+        tokens: &[u32],
+        all: bool,
+        stats: &mut CommStats,
+    ) -> Result<Vec<f32>, Error> {
+        let cfg = &self.cfg;
+        let (d, hd, t_n) = (cfg.dim, cfg.head_dim, tokens.len());
+        let s = &self.shard;
+        let (nh, nkv) = (s.heads.len(), s.kv.len());
+        let group = cfg.heads / cfg.kv_heads;
+        let pos0 = cache.len;
+        let mut x: Vec<f32> = tokens.iter().flat_map(|&t| self.embd.row(t as usize)).collect();
+        let mut h = vec![0.0; t_n * d];
+        let (qr, kvr) = (s.heads.start * hd..s.heads.end * hd, s.kv.start * hd..s.kv.end * hd);
+        let mut q = vec![0.0; t_n * nh * hd];
+        let mut k = vec![0.0; t_n * nkv * hd];
+        let mut v = vec![0.0; t_n * nkv * hd];
+        let mut att = vec![0.0; t_n * nh * hd];
+        let mut o = vec![0.0; t_n * d];
+        let (f, nf) = (s.ffn.clone(), s.ffn.len());
+        let mut gate = vec![0.0; t_n * nf];
+        let mut up = vec![0.0; t_n * nf];
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (li, l) in self.layers.iter().enumerate() {
+            for t in 0..t_n {
+                rms_norm(&x[t * d..(t + 1) * d], &l.attn_norm, cfg.eps, &mut h[t * d..(t + 1) * d]);
+            }
+            l.q.matmul(qr.clone(), 0..d, &h, &mut q);
+            l.k.matmul(kvr.clone(), 0..d, &h, &mut k);
+            l.v.matmul(kvr.clone(), 0..d, &h, &mut v);
+            for t in 0..t_n {
+                rope(&mut q[t * nh * hd..(t + 1) * nh * hd], hd, pos0 + t, cfg.rope_base);
+                rope(&mut k[t * nkv * hd..(t + 1) * nkv * hd], hd, pos0 + t, cfg.rope_base);
+            }
+            cache.k[li].extend_from_slice(&k);
+            cache.v[li].extend_from_slice(&v);
+            let (kc, vc) = (&cache.k[li], &cache.v[li]);
+            crate::quant::vectorized(|| {
+                let mut scores = vec![0.0f32; pos0 + t_n];
+                for t in 0..t_n {
+                    let upto = pos0 + t + 1;
+                    for hh in 0..nh {
+                        let g = (s.heads.start + hh) / group - s.kv.start;
+                        let qv = &q[(t * nh + hh) * hd..(t * nh + hh + 1) * hd];
+                        let mut max = f32::MIN;
+                        for (p, sc) in scores[..upto].iter_mut().enumerate() {
+                            let kv = &kc[(p * nkv + g) * hd..(p * nkv + g + 1) * hd];
+                            *sc = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f32>() * scale;
+                            max = max.max(*sc);
+                        }
+                        let mut sum = 0.0;
+                        for sc in &mut scores[..upto] {
+                            *sc = (*sc - max).exp();
+                            sum += *sc;
+                        }
+                        let out = &mut att[(t * nh + hh) * hd..(t * nh + hh + 1) * hd];
+                        out.fill(0.0);
+                        for (p, &w) in scores[..upto].iter().enumerate() {
+                            let vv = &vc[(p * nkv + g) * hd..(p * nkv + g + 1) * hd];
+                            for (o, &b) in out.iter_mut().zip(vv) {
+                                *o += w / sum * b;
+                            }
+                        }
+                    }
+                }
+            });
+            l.o.matmul(0..d, qr.clone(), &att, &mut o);
+            Self::allreduce(comm, &mut o, stats)?;
+            for (x, o) in x.iter_mut().zip(&o) {
+                *x += o;
+            }
+            for t in 0..t_n {
+                rms_norm(&x[t * d..(t + 1) * d], &l.ffn_norm, cfg.eps, &mut h[t * d..(t + 1) * d]);
+            }
+            l.gate.matmul(f.clone(), 0..d, &h, &mut gate);
+            l.up.matmul(f.clone(), 0..d, &h, &mut up);
+            for (g, u) in gate.iter_mut().zip(&up) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+            l.down.matmul(0..d, f.clone(), &gate, &mut o);
+            Self::allreduce(comm, &mut o, stats)?;
+            for (x, o) in x.iter_mut().zip(&o) {
+                *x += o;
+            }
+        }
+        cache.len += t_n;
+        let first = if all { 0 } else { t_n - 1 };
+        let rows = t_n - first;
+        for t in first..t_n {
+            rms_norm(&x[t * d..(t + 1) * d], &self.out_norm, cfg.eps, &mut h[(t - first) * d..(t - first + 1) * d]);
+        }
+        let mut part = vec![0.0; rows * s.vocab.len()];
+        self.output.matmul(s.vocab.clone(), 0..d, &h[..rows * d], &mut part);
+        // The full vocabulary on every rank: each fills its range, the sum assembles them.
+        let mut logits = vec![0.0; rows * cfg.vocab];
+        for t in 0..rows {
+            logits[t * cfg.vocab + s.vocab.start..t * cfg.vocab + s.vocab.end]
+                .copy_from_slice(&part[t * s.vocab.len()..(t + 1) * s.vocab.len()]);
+        }
+        Self::allreduce(comm, &mut logits, stats)?;
+        Ok(logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_cover_everything_once() {
+        for (n, parts) in [(9, 2), (9, 4), (48, 5), (3, 3)] {
+            let all: Vec<usize> = (0..parts).flat_map(|i| split(n, parts, i)).collect();
+            assert_eq!(all, (0..n).collect::<Vec<_>>());
+        }
+        // SmolLM2's 9 query heads over 3 KV heads, on 2 ranks: KV head 1 on both.
+        let cfg = Config {
+            dim: 576,
+            layers: 1,
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            ffn: 1536,
+            vocab: 10,
+            eps: 1e-5,
+            rope_base: 1e4,
+            ctx: 8,
+        };
+        let (a, b) = (Shard::new(&cfg, 0, 2).unwrap(), Shard::new(&cfg, 1, 2).unwrap());
+        assert_eq!((a.heads, a.kv, a.ffn), (0..5, 0..2, 0..768));
+        assert_eq!((b.heads, b.kv, b.ffn), (5..9, 1..3, 768..1536));
+        assert!(Shard::new(&cfg, 0, 10).is_err());
+    }
+}

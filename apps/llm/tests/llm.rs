@@ -1,0 +1,144 @@
+//! `mpr-llm` through mprun on the real SmolLM2-135M-Instruct (Q4_1 GGUF, fetched by
+//! `apps/llm/fetch-model.sh` into the model cache), and its errors on bad model files.
+
+use std::path::PathBuf;
+
+use mpr_tests::{mprun, text};
+
+fn llm() -> String {
+    env!("CARGO_BIN_EXE_mpr-llm").to_string()
+}
+
+/// The cached model (`MPR_MODEL_DIR`, default ~/.cache/mpr/models), if it is there.
+fn model() -> Option<String> {
+    let dir = std::env::var_os("MPR_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/mpr/models"));
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if path.exists() {
+        return Some(path.to_str().unwrap().to_string());
+    }
+    mpr_tests::cannot_run(&format!("no {}: run apps/llm/fetch-model.sh", path.display()));
+    None
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mpr-llm-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn logits(path: &std::path::Path) -> Vec<Vec<f32>> {
+    let t = std::fs::read_to_string(path).unwrap();
+    t.lines().map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect()).collect()
+}
+
+#[test]
+fn the_capital_of_france_is_paris_on_1_2_and_3_ranks() {
+    let Some(model) = model() else { return };
+    let dir = scratch("paris");
+    let mut one: Option<Vec<Vec<f32>>> = None;
+    for np in ["1", "2", "3"] {
+        let dump = dir.join(format!("logits-{np}"));
+        let args = ["-np", np, &llm(), "--model", &model, "--prompt", "The capital of France is", "--tokens", "8"];
+        let out = mprun(&[&args[..], &["--dump-logits", dump.to_str().unwrap()]].concat(), &[]);
+        let (so, err) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{np} ranks: {so}{err}");
+        assert!(so.starts_with(" Paris"), "{np} ranks: the greedy continuation is {so:?}");
+        assert!(err.contains("decode: 8 tokens") && err.contains("prefill: 5 tokens"), "{err}");
+        if np != "1" {
+            // Two all-reduces per layer (30 layers) and one for the logits, per token.
+            assert!(err.contains("all-reduce: 61.0 per token"), "{err}");
+        }
+        let l = logits(&dump);
+        assert_eq!((l.len(), l[0].len()), (5, 49152), "a row of logits per prompt position");
+        match &one {
+            None => one = Some(l),
+            Some(base) => {
+                let worst =
+                    base.iter().flatten().zip(l.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                assert!(worst <= 1e-4, "{np} ranks: logits differ from 1 rank's by up to {worst}");
+            }
+        }
+    }
+    // Sampling: the same seed draws the same text; another seed, another text.
+    let sampled = |seed: &str| {
+        let args = ["-np", "2", &llm(), "--model", &model, "--prompt", "Once upon a time", "--tokens", "24"];
+        let out = mprun(
+            &[&args[..], &["--temperature", "1.0", "--top-k", "40", "--top-p", "0.95", "--seed", seed]].concat(),
+            &[],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let (a, b, c) = (sampled("7"), sampled("7"), sampled("8"));
+    assert_eq!(a, b, "one seed, one text");
+    assert_ne!(a, c, "two seeds drew the same 24 tokens: {a:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A GGUF file with one metadata string and one tensor of ggml type `ty`, 32 x 1.
+fn tiny_gguf(ty: u32, data_len: usize) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    b.extend(1u64.to_le_bytes()); // tensors
+    b.extend(1u64.to_le_bytes()); // metadata
+    let s = |b: &mut Vec<u8>, v: &str| {
+        b.extend((v.len() as u64).to_le_bytes());
+        b.extend(v.as_bytes());
+    };
+    s(&mut b, "general.architecture");
+    b.extend(8u32.to_le_bytes());
+    s(&mut b, "llama");
+    s(&mut b, "token_embd.weight");
+    b.extend(2u32.to_le_bytes());
+    b.extend(256u64.to_le_bytes());
+    b.extend(1u64.to_le_bytes());
+    b.extend(ty.to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    while !b.len().is_multiple_of(32) {
+        b.push(0);
+    }
+    b.extend(vec![0u8; data_len]);
+    b
+}
+
+#[test]
+fn bad_model_files_get_clear_errors() {
+    let dir = scratch("bad");
+    let run = |path: &std::path::Path| {
+        let out = mprun(&["-np", "2", &llm(), "--model", path.to_str().unwrap(), "--prompt", "Hi"], &[]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        text(&out.stderr)
+    };
+    let missing = dir.join("missing.gguf");
+    assert!(run(&missing).contains("missing.gguf: No such file"), "{}", run(&missing));
+    let notgguf = dir.join("notes.txt");
+    std::fs::write(&notgguf, "not a model at all").unwrap();
+    let err = run(&notgguf);
+    assert!(err.contains("not a GGUF file"), "{err}");
+    // Q6_K (type 14): named with its tensor.
+    let q6 = dir.join("q6k.gguf");
+    std::fs::write(&q6, tiny_gguf(14, 210)).unwrap();
+    let err = run(&q6);
+    assert!(err.contains("tensor token_embd.weight has type Q6_K, which mpr-llm does not read"), "{err}");
+    // A Q8_0 tensor of 256 x 1 needs 8 blocks of 34 bytes; the file holds 100.
+    let short = dir.join("short.gguf");
+    std::fs::write(&short, tiny_gguf(8, 100)).unwrap();
+    let err = run(&short);
+    assert!(err.contains("truncated: tensor token_embd.weight (Q8_0 [256, 1])"), "{err}");
+    // The real model cut short: its metadata ends mid-way.
+    if let Some(model) = model() {
+        let cut = dir.join("cut.gguf");
+        let bytes = std::fs::read(&model).unwrap();
+        std::fs::write(&cut, &bytes[..1 << 20]).unwrap();
+        let err = run(&cut);
+        assert!(err.contains("truncated"), "{err}");
+        // And a model whose metadata lacks what the architecture needs: the tiny file.
+        let tiny = dir.join("tiny.gguf");
+        std::fs::write(&tiny, tiny_gguf(8, 272)).unwrap();
+        let err = run(&tiny);
+        assert!(err.contains("the model's metadata has no llama.embedding_length"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
