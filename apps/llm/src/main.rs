@@ -42,7 +42,8 @@ struct Args {
     /// Seed of the sampler
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Test only: write the logits of every prompt position to FILE (a line per position)
+    /// Test only: write the logits of every prompt position to FILE (a line per position),
+    /// and the prompt's token ids to FILE.tokens
     #[arg(long, hide = true, value_name = "FILE")]
     dump_logits: Option<PathBuf>,
 }
@@ -150,8 +151,11 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
             .chunks(cfg.vocab)
             .map(|row| row.iter().map(|v| format!("{v:e} ")).collect::<String>() + "\n")
             .collect();
+        // And the prompt's token ids beside them, in FILE.tokens.
+        let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
+        let tokens = PathBuf::from(format!("{}.tokens", path.display()));
         // (Not an error: the other ranks are already on their way to the next token.)
-        if let Err(err) = std::fs::write(path, text) {
+        if let Err(err) = std::fs::write(path, text).and_then(|()| std::fs::write(&tokens, ids.join(","))) {
             eprintln!("mpr-llm: cannot write {}: {err}", path.display());
         }
     }

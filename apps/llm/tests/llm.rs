@@ -142,3 +142,60 @@ fn bad_model_files_get_clear_errors() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A Python with numpy and llama.cpp's `gguf` package: `MPR_PYTHON`, else the model cache's
+/// venv (`.ci/run` makes it), else `python3`.
+fn python() -> Option<String> {
+    let venv = PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/mpr/venv/bin/python3");
+    let py = std::env::var("MPR_PYTHON")
+        .ok()
+        .or_else(|| venv.exists().then(|| venv.to_str().unwrap().to_string()))
+        .unwrap_or_else(|| "python3".into());
+    let ok =
+        std::process::Command::new(&py).args(["-c", "import numpy, gguf"]).output().is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(py);
+    }
+    mpr_tests::cannot_run(&format!("{py} lacks numpy or gguf (pip install numpy gguf)"));
+    None
+}
+
+#[test]
+fn logits_match_an_independent_numpy_reference() {
+    let (Some(model), Some(py)) = (model(), python()) else { return };
+    let dir = scratch("numpy");
+    let dump = dir.join("logits");
+    let prompt = "The capital of France is";
+    let out = mprun(
+        &[
+            "-np",
+            "1",
+            &llm(),
+            "--model",
+            &model,
+            "--prompt",
+            prompt,
+            "--tokens",
+            "1",
+            "--dump-logits",
+            dump.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ids = std::fs::read_to_string(format!("{}.tokens", dump.display())).unwrap();
+    let reference = dir.join("reference");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/reference.py");
+    let out = std::process::Command::new(&py)
+        .args([script, &model, &ids, reference.to_str().unwrap()])
+        .output()
+        .expect("run the reference");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The token ids spell the prompt (decoded by the reference from the vocabulary).
+    assert_eq!(text(&out.stdout), prompt);
+    let (a, b) = (logits(&dump), logits(&reference));
+    assert_eq!((a.len(), a[0].len()), (b.len(), b[0].len()));
+    let worst = a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    assert!(worst <= 1e-3, "mpr-llm's logits differ from numpy's by up to {worst}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
