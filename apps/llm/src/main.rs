@@ -21,9 +21,15 @@ struct Args {
     /// The model: a GGUF file (Llama architecture; F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors)
     #[arg(long)]
     model: PathBuf,
-    /// The prompt
+    /// The prompt (without it, with --chat: a conversation, a line of stdin a turn)
+    #[arg(long, required_unless_present = "chat")]
+    prompt: Option<String>,
+    /// Apply the model's chat template (a user message; a system message with --system)
     #[arg(long)]
-    prompt: String,
+    chat: bool,
+    /// With --chat: the system message (else the template's default, if it has one)
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
     /// Tokens to generate (fewer if the model ends its text)
     #[arg(long, default_value_t = 32)]
     tokens: usize,
@@ -130,90 +136,220 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
     let (file, cfg, tok) = agree(world, opened)?;
     let loaded = model::Shard::new(&cfg, me, tp).and_then(|shard| model::Model::load(&file, cfg.clone(), shard));
     let m = agree(world, loaded)?;
-    let prompt = tok.encode(&a.prompt);
-    let checked = if prompt.is_empty() {
-        Err("the prompt has no tokens".to_string())
-    } else if prompt.len() + a.tokens > cfg.ctx {
-        Err(format!("{} prompt tokens + {} more exceed the model's context of {}", prompt.len(), a.tokens, cfg.ctx))
-    } else {
-        Ok(())
-    };
-    agree(world, checked)?;
-    let mut cache = m.new_cache();
-    let mut stats = model::CommStats::default();
-    world.barrier()?;
-    let t0 = mpr::wtime();
-    let logits = m.forward(world, &mut cache, &prompt, a.dump_logits.is_some(), &mut stats)?;
-    let prefill = mpr::wtime() - t0;
-    let prefill_stats = stats;
-    if let (Some(path), 0) = (&a.dump_logits, me) {
-        let text: String = logits
-            .chunks(cfg.vocab)
-            .map(|row| row.iter().map(|v| format!("{v:e} ")).collect::<String>() + "\n")
-            .collect();
-        // And the prompt's token ids beside them, in FILE.tokens.
-        let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
-        let tokens = PathBuf::from(format!("{}.tokens", path.display()));
-        // (Not an error: the other ranks are already on their way to the next token.)
-        if let Err(err) = std::fs::write(path, text).and_then(|()| std::fs::write(&tokens, ids.join(","))) {
-            eprintln!("mpr-llm: cannot write {}: {err}", path.display());
+    let mut chat = Chat { template: None, messages: Vec::new(), cached: String::new() };
+    if a.chat {
+        let template = file
+            .string("tokenizer.chat_template")
+            .map_err(|_| "--chat: the model has no chat template (tokenizer.chat_template)".to_string());
+        chat.template = Some(agree(world, template)?.to_string());
+        if let Some(system) = &a.system {
+            chat.messages.push(("system".into(), system.clone()));
         }
     }
-    let mut last = logits[logits.len() - cfg.vocab..].to_vec();
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(a.seed);
-    let mut out = std::io::stdout().lock();
-    let mut pending: Vec<u8> = Vec::new();
-    let mut generated = 0;
-    stats = model::CommStats::default();
-    let t1 = mpr::wtime();
-    while generated < a.tokens {
-        // Rank 0 draws; everyone takes its choice.
-        let mut next = [if me == 0 { sample(&last, a, &mut rng) } else { 0 }];
-        world.bcast(&mut next, 0)?;
-        generated += 1;
-        if Some(next[0]) == tok.eos {
-            break;
+    let mut t =
+        Turn { m: &m, tok: &tok, world, a, rng: rand::rngs::SmallRng::seed_from_u64(a.seed), cache: m.new_cache() };
+    match &a.prompt {
+        Some(p) => {
+            let text = agree(world, chat.user(p, &tok))?;
+            t.run(&text, a.dump_logits.as_deref())?;
         }
-        if me == 0 {
-            // Text as it comes, a UTF-8 sequence split across tokens held until whole.
-            pending.extend(tok.bytes(next[0]));
-            let valid = match std::str::from_utf8(&pending) {
-                Ok(_) => pending.len(),
-                Err(err) if err.error_len().is_none() => err.valid_up_to(),
-                Err(_) => pending.len(),
-            };
-            let _ = out.write_all(&pending[..valid]);
-            let _ = out.flush();
-            pending.drain(..valid);
+        None => {
+            // A conversation: rank 0 reads a line at a time (mprun gives it mprun's stdin),
+            // everyone takes it; the KV cache keeps the turns before.
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                let mut line = String::new();
+                if me == 0 {
+                    if mpr::stderr_is_terminal() {
+                        eprint!("> ");
+                    }
+                    if std::io::BufRead::read_line(&mut stdin, &mut line).unwrap_or(0) == 0 {
+                        line.clear();
+                    }
+                }
+                let mut len = [line.len() as u64];
+                world.bcast(&mut len, 0)?;
+                if len[0] == 0 {
+                    break;
+                }
+                let mut bytes = line.into_bytes();
+                bytes.resize(len[0] as usize, 0);
+                world.bcast(&mut bytes, 0)?;
+                let line = String::from_utf8_lossy(&bytes).trim_end_matches(['\n', '\r']).to_string();
+                if line.is_empty() {
+                    continue;
+                }
+                let text = agree(world, chat.user(&line, &tok))?;
+                let reply = t.run(&text, None)?;
+                chat.assistant(reply);
+            }
         }
-        if generated == a.tokens {
-            break;
-        }
-        let logits = m.forward(world, &mut cache, &next, false, &mut stats)?;
-        last = logits;
-    }
-    let decode = mpr::wtime() - t1;
-    if me == 0 {
-        let _ = out.write_all(&pending);
-        let _ = writeln!(out);
-        let steps = (generated.max(1) - 1).max(1) as f64;
-        eprintln!("prefill: {} tokens, {:.1} tok/s", prompt.len(), prompt.len() as f64 / prefill);
-        eprintln!("decode: {generated} tokens, {:.1} tok/s", generated as f64 / decode);
-        if tp > 1 {
-            eprintln!(
-                "all-reduce: {:.1} per token, {:.1} us each (prefill {} in {:.1} ms)",
-                stats.allreduces as f64 / steps,
-                stats.secs / stats.allreduces.max(1) as f64 * 1e6,
-                prefill_stats.allreduces,
-                prefill_stats.secs * 1e3
-            );
-        }
-        eprintln!(
-            "weights read by rank 0: {:.1} MiB (tensor parallel over {tp})",
-            m.shard_bytes() as f64 / (1 << 20) as f64
-        );
     }
     Ok(())
+}
+
+/// A conversation under the model's chat template (a Jinja template in its metadata).
+struct Chat {
+    template: Option<String>,
+    messages: Vec<(String, String)>,
+    /// The text the KV cache holds so far.
+    cached: String,
+}
+
+impl Chat {
+    fn render(&self, generation_prompt: bool, tok: &tokenizer::Tokenizer) -> Result<String, String> {
+        let template = self.template.as_deref().expect("a chat");
+        let mut env = minijinja::Environment::new();
+        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        let messages: Vec<_> =
+            self.messages.iter().map(|(r, c)| minijinja::context! { role => r, content => c }).collect();
+        let token =
+            |id: Option<u32>| id.map(|i| String::from_utf8_lossy(&tok.bytes(i)).into_owned()).unwrap_or_default();
+        env.render_str(
+            template,
+            minijinja::context! {
+                messages => messages,
+                add_generation_prompt => generation_prompt,
+                bos_token => token(tok.bos),
+                eos_token => token(tok.eos),
+            },
+        )
+        .map_err(|e| format!("the model's chat template: {e}"))
+    }
+
+    /// The text to feed for the user's `text`: the prompt itself outside a chat, else what
+    /// the template adds to the conversation the cache holds.
+    fn user(&mut self, text: &str, tok: &tokenizer::Tokenizer) -> Result<String, String> {
+        if self.template.is_none() {
+            return Ok(text.to_string());
+        }
+        self.messages.push(("user".into(), text.to_string()));
+        let full = self.render(true, tok)?;
+        let new = match full.strip_prefix(&self.cached) {
+            Some(rest) => rest.to_string(),
+            None => return Err("the chat template rewrites earlier turns; not implemented".into()),
+        };
+        self.cached = full;
+        Ok(new)
+    }
+
+    fn assistant(&mut self, reply: String) {
+        if self.template.is_some() {
+            self.cached.push_str(&reply);
+            self.messages.push(("assistant".into(), reply));
+        }
+    }
+}
+
+/// One prompt's prefill and decoding.
+struct Turn<'a, 'm> {
+    m: &'a model::Model<'m>,
+    tok: &'a tokenizer::Tokenizer,
+    world: &'a mpr::Comm,
+    a: &'a Args,
+    rng: rand::rngs::SmallRng,
+    cache: model::Cache,
+}
+
+impl Turn<'_, '_> {
+    /// Feeds `text` and generates; streams the reply on rank 0 and returns it.
+    fn run(&mut self, text: &str, dump: Option<&std::path::Path>) -> Result<String, Failure> {
+        let (world, a, tok, m) = (self.world, self.a, self.tok, self.m);
+        let (me, vocab) = (world.rank(), m.cfg.vocab);
+        let prompt = tok.encode(text);
+        let checked = if prompt.is_empty() {
+            Err("the prompt has no tokens".to_string())
+        } else if self.cache.len + prompt.len() + a.tokens > m.cfg.ctx {
+            Err(format!(
+                "{} tokens so far + {} more exceed the model's context of {}",
+                self.cache.len + prompt.len(),
+                a.tokens,
+                m.cfg.ctx
+            ))
+        } else {
+            Ok(())
+        };
+        agree(world, checked)?;
+        let mut stats = model::CommStats::default();
+        world.barrier()?;
+        let t0 = mpr::wtime();
+        let logits = m.forward(world, &mut self.cache, &prompt, dump.is_some(), &mut stats)?;
+        let prefill = mpr::wtime() - t0;
+        let prefill_stats = stats;
+        if let (Some(path), 0) = (dump, me) {
+            let text: String = logits
+                .chunks(vocab)
+                .map(|row| row.iter().map(|v| format!("{v:e} ")).collect::<String>() + "\n")
+                .collect();
+            // And the prompt's token ids beside them, in FILE.tokens.
+            let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
+            let tokens = PathBuf::from(format!("{}.tokens", path.display()));
+            // (Not an error: the other ranks are already on their way to the next token.)
+            if let Err(err) = std::fs::write(path, text).and_then(|()| std::fs::write(&tokens, ids.join(","))) {
+                eprintln!("mpr-llm: cannot write {}: {err}", path.display());
+            }
+        }
+        let mut last = logits[logits.len() - vocab..].to_vec();
+        let mut out = std::io::stdout().lock();
+        let (mut pending, mut reply): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+        let mut generated = 0;
+        stats = model::CommStats::default();
+        let t1 = mpr::wtime();
+        while generated < a.tokens {
+            // Rank 0 draws; everyone takes its choice.
+            let mut next = [if me == 0 { sample(&last, a, &mut self.rng) } else { 0 }];
+            world.bcast(&mut next, 0)?;
+            generated += 1;
+            if Some(next[0]) == tok.eos {
+                break;
+            }
+            let piece = tok.bytes(next[0]);
+            reply.extend(&piece);
+            if me == 0 {
+                // Text as it comes, a UTF-8 sequence split across tokens held until whole.
+                pending.extend(piece);
+                let valid = match std::str::from_utf8(&pending) {
+                    Ok(_) => pending.len(),
+                    Err(err) if err.error_len().is_none() => err.valid_up_to(),
+                    Err(_) => pending.len(),
+                };
+                let _ = out.write_all(&pending[..valid]);
+                let _ = out.flush();
+                pending.drain(..valid);
+            }
+            if generated == a.tokens && !a.chat {
+                break;
+            }
+            // (In a chat the last token goes in too: the cache holds the whole reply.)
+            last = m.forward(world, &mut self.cache, &next, false, &mut stats)?;
+        }
+        let decode = mpr::wtime() - t1;
+        if me == 0 {
+            let _ = out.write_all(&pending);
+            let _ = writeln!(out);
+            let _ = out.flush();
+            let steps = (generated.max(1) - 1).max(1) as f64;
+            eprintln!("prefill: {} tokens, {:.1} tok/s", prompt.len(), prompt.len() as f64 / prefill);
+            eprintln!("decode: {generated} tokens, {:.1} tok/s", generated as f64 / decode);
+            if world.size() > 1 {
+                eprintln!(
+                    "all-reduce: {:.1} per token, {:.1} us each (prefill {} in {:.1} ms)",
+                    stats.allreduces as f64 / steps,
+                    stats.secs / stats.allreduces.max(1) as f64 * 1e6,
+                    prefill_stats.allreduces,
+                    prefill_stats.secs * 1e3
+                );
+            }
+            eprintln!(
+                "weights read by rank 0: {:.1} MiB (tensor parallel over {})",
+                m.shard_bytes() as f64 / (1 << 20) as f64,
+                world.size()
+            );
+        }
+        Ok(String::from_utf8_lossy(&reply).into_owned())
+    }
 }
 
 fn main() -> ExitCode {

@@ -199,3 +199,27 @@ fn logits_match_an_independent_numpy_reference() {
     assert!(worst <= 1e-3, "mpr-llm's logits differ from numpy's by up to {worst}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn chat_applies_the_template_and_keeps_the_conversation() {
+    let Some(model) = model() else { return };
+    let args = ["-np", "2", &llm(), "--model", &model, "--chat", "--tokens", "40"];
+    let out = mprun(&[&args[..], &["--prompt", "What is the capital of France?"]].concat(), &[]);
+    let so = text(&out.stdout);
+    assert!(out.status.success() && so.contains("Paris"), "{so}{}", text(&out.stderr));
+    // A conversation from stdin (mprun gives rank 0 its stdin): the second question only
+    // makes sense after the first, so "Rome" shows the turns before stayed in the cache.
+    let mut c = std::process::Command::new(mpr_tests::mprun_path());
+    c.args(&args).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    c.stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"What is the capital of France?\nAnd of Italy?\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let so = text(&out.stdout);
+    assert!(out.status.success(), "{so}{}", text(&out.stderr));
+    let replies: Vec<&str> = so.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(replies.len(), 2, "{so}");
+    assert!(replies[0].contains("Paris") && replies[1].contains("Rome"), "{so}");
+    assert_eq!(text(&out.stderr).matches("decode:").count(), 2, "{}", text(&out.stderr));
+}
