@@ -210,7 +210,7 @@ fn chat_applies_the_template_and_keeps_the_conversation() {
     // A conversation from stdin (mprun gives rank 0 its stdin): the second question only
     // makes sense after the first, so "Rome" shows the turns before stayed in the cache.
     let mut c = std::process::Command::new(mpr_tests::mprun_path());
-    c.args(&args).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    c.args(args).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
     c.stderr(std::process::Stdio::piped());
     let mut child = c.spawn().unwrap();
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"What is the capital of France?\nAnd of Italy?\n")
