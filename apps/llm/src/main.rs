@@ -1,6 +1,6 @@
-//! `mprun -np N mpr-llm --model FILE --prompt "..." [--tokens K]`: a Llama-architecture model
-//! (GGUF) run across the job's ranks by tensor parallelism (model.rs), the prompt prefilled
-//! in one pass, then token-by-token decoding with a KV cache, greedy or sampled, the text
+//! `mprun -np N mpr-llm --model FILE --prompt "..." [--tokens K] [--tp T --pp P]`: a
+//! Llama-architecture model (GGUF) run across the job's ranks, P pipeline stages of T ranks
+//! of tensor parallelism each (model.rs), the prompt prefilled in micro-batches, then token-by-token decoding with a KV cache, greedy or sampled, the text
 //! streamed on rank 0 as it is generated.
 
 mod gguf;
@@ -33,9 +33,12 @@ struct Args {
     /// Tokens to generate (fewer if the model ends its text)
     #[arg(long, default_value_t = 32)]
     tokens: usize,
-    /// Ranks of tensor parallelism (the job's ranks; pipeline stages are not implemented yet)
+    /// Ranks of tensor parallelism per pipeline stage (default: the job's ranks / --pp)
     #[arg(long)]
     tp: Option<usize>,
+    /// Pipeline stages, each a contiguous range of the layers (tp x pp = the job's ranks)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pp: u64,
     /// Sampling temperature (0: greedy)
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -117,13 +120,11 @@ fn agree<T>(world: &mpr::Comm, r: Result<T, String>) -> Result<T, Failure> {
 
 fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
     let me = world.rank();
-    let tp = a.tp.unwrap_or(world.size());
+    let pp = a.pp as usize;
+    let tp = a.tp.unwrap_or(world.size() / pp).max(1);
     let opened = (|| {
-        if tp != world.size() {
-            return Err(format!(
-                "--tp {tp} with {} ranks: pipeline stages are not implemented yet, so --tp must be the job's rank count",
-                world.size()
-            ));
+        if tp * pp != world.size() {
+            return Err(format!("--tp {tp} x --pp {pp} is not the job's {} ranks", world.size()));
         }
         let file = gguf::Gguf::open(&a.model)?;
         let cfg = model::Config::from_gguf(&file)?;
@@ -134,7 +135,11 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
         Ok((file, cfg, tok))
     })();
     let (file, cfg, tok) = agree(world, opened)?;
-    let loaded = model::Shard::new(&cfg, me, tp).and_then(|shard| model::Model::load(&file, cfg.clone(), shard));
+    // Stage s holds ranks s*tp.. s*tp+tp-1, a tensor-parallel group of its own.
+    let (stage, tp_rank) = (me / tp, me % tp);
+    let group = world.split(Some(stage as u32), tp_rank as i32)?.expect("every rank has a stage");
+    let loaded =
+        model::Shard::new(&cfg, tp_rank, tp, stage, pp).and_then(|shard| model::Model::load(&file, cfg.clone(), shard));
     let m = agree(world, loaded)?;
     let mut chat = Chat { template: None, messages: Vec::new(), cached: String::new() };
     if a.chat {
@@ -146,8 +151,16 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
             chat.messages.push(("system".into(), system.clone()));
         }
     }
-    let mut t =
-        Turn { m: &m, tok: &tok, world, a, rng: rand::rngs::SmallRng::seed_from_u64(a.seed), cache: m.new_cache() };
+    let mut t = Turn {
+        m: &m,
+        tok: &tok,
+        world,
+        group: &group,
+        stage: (stage, pp),
+        a,
+        rng: rand::rngs::SmallRng::seed_from_u64(a.seed),
+        cache: m.new_cache(),
+    };
     match &a.prompt {
         Some(p) => {
             let text = agree(world, chat.user(p, &tok))?;
@@ -248,12 +261,65 @@ struct Turn<'a, 'm> {
     m: &'a model::Model<'m>,
     tok: &'a tokenizer::Tokenizer,
     world: &'a mpr::Comm,
+    /// This rank's tensor-parallel group (its pipeline stage's ranks).
+    group: &'a mpr::Comm,
+    /// This rank's pipeline stage, of how many.
+    stage: (usize, usize),
     a: &'a Args,
     rng: rand::rngs::SmallRng,
     cache: model::Cache,
 }
 
+/// Tag of the activations passed between pipeline stages.
+const TAG_ACT: i32 = 7;
+
 impl Turn<'_, '_> {
+    /// The world rank that samples: the last stage's first rank.
+    fn leader(&self) -> usize {
+        (self.stage.1 - 1) * self.group.size()
+    }
+
+    /// `tokens` through this rank's stage: the embeddings (first stage) or the activations
+    /// from the stage before, its layers, then on to the next stage or (last stage) the
+    /// logits.
+    fn step(&mut self, tokens: &[u32], all: bool, stats: &mut model::CommStats) -> Result<Option<Vec<f32>>, Failure> {
+        let (stage, stages) = self.stage;
+        let (me, tp, d) = (self.world.rank(), self.group.size(), self.m.cfg.dim);
+        let mut x = if stage == 0 {
+            self.m.embed(tokens)
+        } else {
+            let mut x = vec![0.0f32; tokens.len() * d];
+            self.world.recv(&mut x, me - tp, TAG_ACT)?;
+            x
+        };
+        self.m.layers(self.group, &mut self.cache, &mut x, stats)?;
+        if stage + 1 < stages {
+            self.world.send(&x, me + tp, TAG_ACT)?;
+            return Ok(None);
+        }
+        Ok(Some(self.m.head(self.group, &x, all, stats)?))
+    }
+
+    /// The prompt through the pipeline in micro-batches, so that stages overlap: stage s
+    /// works on one while stage s+1 works on the one before. The logits (last stage) of
+    /// every position if `all`, else of the last.
+    fn prefill(&mut self, prompt: &[u32], all: bool, stats: &mut model::CommStats) -> Result<Vec<f32>, Failure> {
+        let stages = self.stage.1;
+        let chunk = if stages == 1 { prompt.len() } else { prompt.len().div_ceil(2 * stages).max(1) };
+        let mut logits = Vec::new();
+        let pieces: Vec<&[u32]> = prompt.chunks(chunk).collect();
+        for (i, piece) in pieces.iter().enumerate() {
+            let last = i + 1 == pieces.len();
+            if let Some(l) = self.step(piece, all || last, stats)? {
+                if all {
+                    logits.extend(l);
+                } else {
+                    logits = l;
+                }
+            }
+        }
+        Ok(logits)
+    }
     /// Feeds `text` and generates; streams the reply on rank 0 and returns it.
     fn run(&mut self, text: &str, dump: Option<&std::path::Path>) -> Result<String, Failure> {
         let (world, a, tok, m) = (self.world, self.a, self.tok, self.m);
@@ -275,10 +341,11 @@ impl Turn<'_, '_> {
         let mut stats = model::CommStats::default();
         world.barrier()?;
         let t0 = mpr::wtime();
-        let logits = m.forward(world, &mut self.cache, &prompt, dump.is_some(), &mut stats)?;
+        let logits = self.prefill(&prompt, dump.is_some(), &mut stats)?;
         let prefill = mpr::wtime() - t0;
         let prefill_stats = stats;
-        if let (Some(path), 0) = (dump, me) {
+        let leader = self.leader();
+        if let (Some(path), true) = (dump, me == leader) {
             let text: String = logits
                 .chunks(vocab)
                 .map(|row| row.iter().map(|v| format!("{v:e} ")).collect::<String>() + "\n")
@@ -291,16 +358,16 @@ impl Turn<'_, '_> {
                 eprintln!("mpr-llm: cannot write {}: {err}", path.display());
             }
         }
-        let mut last = logits[logits.len() - vocab..].to_vec();
+        let mut last = if me == leader { logits[logits.len() - vocab..].to_vec() } else { Vec::new() };
         let mut out = std::io::stdout().lock();
         let (mut pending, mut reply): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
         let mut generated = 0;
         stats = model::CommStats::default();
         let t1 = mpr::wtime();
         while generated < a.tokens {
-            // Rank 0 draws; everyone takes its choice.
-            let mut next = [if me == 0 { sample(&last, a, &mut self.rng) } else { 0 }];
-            world.bcast(&mut next, 0)?;
+            // The last stage's first rank draws; everyone takes its choice.
+            let mut next = [if me == leader { sample(&last, a, &mut self.rng) } else { 0 }];
+            world.bcast(&mut next, leader)?;
             generated += 1;
             if Some(next[0]) == tok.eos {
                 break;
@@ -323,7 +390,9 @@ impl Turn<'_, '_> {
                 break;
             }
             // (In a chat the last token goes in too: the cache holds the whole reply.)
-            last = m.forward(world, &mut self.cache, &next, false, &mut stats)?;
+            if let Some(l) = self.step(&next, false, &mut stats)? {
+                last = l;
+            }
         }
         let decode = mpr::wtime() - t1;
         if me == 0 {
@@ -333,7 +402,7 @@ impl Turn<'_, '_> {
             let steps = (generated.max(1) - 1).max(1) as f64;
             eprintln!("prefill: {} tokens, {:.1} tok/s", prompt.len(), prompt.len() as f64 / prefill);
             eprintln!("decode: {generated} tokens, {:.1} tok/s", generated as f64 / decode);
-            if world.size() > 1 {
+            if self.group.size() > 1 {
                 eprintln!(
                     "all-reduce: {:.1} per token, {:.1} us each (prefill {} in {:.1} ms)",
                     stats.allreduces as f64 / steps,
@@ -343,9 +412,10 @@ impl Turn<'_, '_> {
                 );
             }
             eprintln!(
-                "weights read by rank 0: {:.1} MiB (tensor parallel over {})",
+                "weights read by rank 0: {:.1} MiB (tensor parallel over {}, {} pipeline stage(s))",
                 m.shard_bytes() as f64 / (1 << 20) as f64,
-                world.size()
+                self.group.size(),
+                self.stage.1
             );
         }
         Ok(String::from_utf8_lossy(&reply).into_owned())

@@ -5,7 +5,8 @@
 //! the feed-forward rows (in whole blocks), and a range of the vocabulary. Q, K, V, gate and
 //! up are split by output rows; O and down by input columns, each followed by one all-reduce
 //! of the partial sums. Weights stay as the file stores them (memory-mapped, quantized); a
-//! rank reads only its own rows.
+//! rank reads only its own rows. Pipeline stages hold contiguous ranges of the layers; the
+//! caller passes the activations between them.
 
 use std::ops::Range;
 
@@ -77,6 +78,8 @@ fn split(n: usize, parts: usize, i: usize) -> Range<usize> {
 /// What one rank of a tensor-parallel group holds.
 #[derive(Debug, Clone)]
 pub(crate) struct Shard {
+    /// This pipeline stage's layers.
+    pub(crate) layers: Range<usize>,
     /// Query heads.
     pub(crate) heads: Range<usize>,
     /// Key/value heads the query heads read.
@@ -88,7 +91,11 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    pub(crate) fn new(cfg: &Config, rank: usize, size: usize) -> Result<Shard, String> {
+    /// Tensor-parallel rank `rank` of `size`, in pipeline stage `stage` of `stages`.
+    pub(crate) fn new(cfg: &Config, rank: usize, size: usize, stage: usize, stages: usize) -> Result<Shard, String> {
+        if stages > cfg.layers {
+            return Err(format!("{stages} pipeline stages, but the model has only {} layers", cfg.layers));
+        }
         if size > cfg.heads {
             return Err(format!(
                 "{size} ranks of tensor parallelism, but the model has only {} query heads",
@@ -101,7 +108,7 @@ impl Shard {
         let blocks = split(cfg.ffn / 32, size, rank);
         let ffn =
             if cfg.ffn.is_multiple_of(32) { blocks.start * 32..blocks.end * 32 } else { split(cfg.ffn, size, rank) };
-        Ok(Shard { heads, kv, ffn, vocab: split(cfg.vocab, size, rank) })
+        Ok(Shard { layers: split(cfg.layers, stages, stage), heads, kv, ffn, vocab: split(cfg.vocab, size, rank) })
     }
 }
 
@@ -188,8 +195,8 @@ impl<'a> Model<'a> {
         // A model without its own output projection ties it to the embedding.
         let output =
             if g.tensors.contains_key("output.weight") { matrix(g, "output.weight", cfg.vocab, d)? } else { embd };
-        let mut layers = Vec::with_capacity(cfg.layers);
-        for l in 0..cfg.layers {
+        let mut layers = Vec::with_capacity(shard.layers.len());
+        for l in shard.layers.clone() {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             layers.push(Layer {
                 attn_norm: vector(g, &n("attn_norm"), d)?,
@@ -227,11 +234,13 @@ impl<'a> Model<'a> {
                     + cols(&l.down, s.ffn.len())
             })
             .sum();
-        per_layer + self.output.bytes_of(s.vocab.clone())
+        // The output projection is read by the last stage only.
+        let head = if s.layers.end == self.cfg.layers { self.output.bytes_of(s.vocab.clone()) } else { 0 };
+        per_layer + head
     }
 
     pub(crate) fn new_cache(&self) -> Cache {
-        Cache { k: vec![Vec::new(); self.cfg.layers], v: vec![Vec::new(); self.cfg.layers], len: 0 }
+        Cache { k: vec![Vec::new(); self.layers.len()], v: vec![Vec::new(); self.layers.len()], len: 0 }
     }
 
     fn allreduce(comm: &Comm, buf: &mut [f32], stats: &mut CommStats) -> Result<(), Error> {
@@ -244,24 +253,26 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// Runs `tokens` (at positions cache.len..) through the model, appending to the cache;
-    /// returns the logits (full vocabulary, on every rank) of every position if `all`, else
-    /// of the last.
-    pub(crate) fn forward(
+    /// The embeddings of `tokens`, a row each.
+    pub(crate) fn embed(&self, tokens: &[u32]) -> Vec<f32> {
+        tokens.iter().flat_map(|&t| self.embd.row(t as usize)).collect()
+    }
+
+    /// This stage's layers over `x` (a row per token, at positions cache.len..), in place.
+    pub(crate) fn layers(
         &self,
         comm: &Comm,
         cache: &mut Cache,
-        tokens: &[u32],
-        all: bool,
+        x: &mut [f32],
         stats: &mut CommStats,
-    ) -> Result<Vec<f32>, Error> {
+    ) -> Result<(), Error> {
         let cfg = &self.cfg;
-        let (d, hd, t_n) = (cfg.dim, cfg.head_dim, tokens.len());
+        let (d, hd) = (cfg.dim, cfg.head_dim);
+        let t_n = x.len() / d;
         let s = &self.shard;
         let (nh, nkv) = (s.heads.len(), s.kv.len());
         let group = cfg.heads / cfg.kv_heads;
         let pos0 = cache.len;
-        let mut x: Vec<f32> = tokens.iter().flat_map(|&t| self.embd.row(t as usize)).collect();
         let mut h = vec![0.0; t_n * d];
         let (qr, kvr) = (s.heads.start * hd..s.heads.end * hd, s.kv.start * hd..s.kv.end * hd);
         let mut q = vec![0.0; t_n * nh * hd];
@@ -336,6 +347,15 @@ impl<'a> Model<'a> {
             }
         }
         cache.len += t_n;
+        Ok(())
+    }
+
+    /// The logits of `x`'s rows (all, or the last), the full vocabulary on every rank.
+    pub(crate) fn head(&self, comm: &Comm, x: &[f32], all: bool, stats: &mut CommStats) -> Result<Vec<f32>, Error> {
+        let (cfg, s) = (&self.cfg, &self.shard);
+        let d = cfg.dim;
+        let t_n = x.len() / d;
+        let mut h = vec![0.0; t_n * d];
         let first = if all { 0 } else { t_n - 1 };
         let rows = t_n - first;
         for t in first..t_n {
@@ -377,9 +397,10 @@ mod tests {
             rope_base: 1e4,
             ctx: 8,
         };
-        let (a, b) = (Shard::new(&cfg, 0, 2).unwrap(), Shard::new(&cfg, 1, 2).unwrap());
+        let (a, b) = (Shard::new(&cfg, 0, 2, 0, 1).unwrap(), Shard::new(&cfg, 1, 2, 0, 1).unwrap());
         assert_eq!((a.heads, a.kv, a.ffn), (0..5, 0..2, 0..768));
         assert_eq!((b.heads, b.kv, b.ffn), (5..9, 1..3, 768..1536));
-        assert!(Shard::new(&cfg, 0, 10).is_err());
+        assert!(Shard::new(&cfg, 0, 10, 0, 1).is_err());
+        assert!(Shard::new(&cfg, 0, 1, 0, 2).is_err(), "2 stages of 1 layer");
     }
 }

@@ -34,21 +34,31 @@ fn logits(path: &std::path::Path) -> Vec<Vec<f32>> {
 }
 
 #[test]
-fn the_capital_of_france_is_paris_on_1_2_and_3_ranks() {
+fn the_capital_of_france_is_paris_on_every_split() {
     let Some(model) = model() else { return };
     let dir = scratch("paris");
     let mut one: Option<Vec<Vec<f32>>> = None;
-    for np in ["1", "2", "3"] {
-        let dump = dir.join(format!("logits-{np}"));
+    // Tensor parallel on 1, 2 and 3 ranks (SmolLM2's 9 query heads and 3 KV heads split
+    // unevenly, a KV head shared by two ranks), pipelines of 2 and 3 stages, and both (2 x 2).
+    for (np, tp, pp) in
+        [("1", "1", "1"), ("2", "2", "1"), ("3", "3", "1"), ("2", "1", "2"), ("3", "1", "3"), ("4", "2", "2")]
+    {
+        let dump = dir.join(format!("logits-{np}-{pp}"));
         let args = ["-np", np, &llm(), "--model", &model, "--prompt", "The capital of France is", "--tokens", "8"];
-        let out = mprun(&[&args[..], &["--dump-logits", dump.to_str().unwrap()]].concat(), &[]);
+        let split = ["--tp", tp, "--pp", pp, "--dump-logits", dump.to_str().unwrap()];
+        let out = mprun(&[&args[..], &split].concat(), &[]);
         let (so, err) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{np} ranks: {so}{err}");
-        assert!(so.starts_with(" Paris"), "{np} ranks: the greedy continuation is {so:?}");
+        let what = format!("{np} ranks, tp {tp} x pp {pp}");
+        assert!(out.status.success(), "{what}: {so}{err}");
+        assert!(so.starts_with(" Paris"), "{what}: the greedy continuation is {so:?}");
         assert!(err.contains("decode: 8 tokens") && err.contains("prefill: 5 tokens"), "{err}");
-        if np != "1" {
+        if pp == "1" && tp != "1" {
             // Two all-reduces per layer (30 layers) and one for the logits, per token.
             assert!(err.contains("all-reduce: 61.0 per token"), "{err}");
+        }
+        if tp == "2" && pp == "2" {
+            // Rank 0 runs the first 15 layers: two all-reduces each.
+            assert!(err.contains("all-reduce: 30.0 per token"), "{err}");
         }
         let l = logits(&dump);
         assert_eq!((l.len(), l[0].len()), (5, 49152), "a row of logits per prompt position");
@@ -57,10 +67,17 @@ fn the_capital_of_france_is_paris_on_1_2_and_3_ranks() {
             Some(base) => {
                 let worst =
                     base.iter().flatten().zip(l.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-                assert!(worst <= 1e-4, "{np} ranks: logits differ from 1 rank's by up to {worst}");
+                assert!(worst <= 1e-4, "{what}: logits differ from 1 rank's by up to {worst}");
             }
         }
     }
+    // A split that does not make the job's ranks.
+    let out = mprun(&["-np", "2", &llm(), "--model", &model, "--prompt", "Hi", "--tp", "3"], &[]);
+    assert!(
+        out.status.code() == Some(2) && text(&out.stderr).contains("--tp 3 x --pp 1 is not the job's 2 ranks"),
+        "{}",
+        text(&out.stderr)
+    );
     // Sampling: the same seed draws the same text; another seed, another text.
     let sampled = |seed: &str| {
         let args = ["-np", "2", &llm(), "--model", &model, "--prompt", "Once upon a time", "--tokens", "24"];
