@@ -108,7 +108,7 @@ impl<'a> Mat<'a> {
                 for (blk, x) in b.chunks_exact(34).zip(x.chunks_exact(32)) {
                     let (d, q, x) = (f16_at(blk, 0), fixed::<32, u8>(&blk[2..34]), fixed::<32, f32>(x));
                     for j in 0..L {
-                        acc[j] += d * ((q[j] as i8) as f32 * x[j] + (q[j + L] as i8) as f32 * x[j + L]);
+                        acc[j] += d * (q[j] as i8) as f32 * x[j] + d * (q[j + L] as i8) as f32 * x[j + L];
                     }
                 }
             }
@@ -116,7 +116,7 @@ impl<'a> Mat<'a> {
                 for (blk, x) in b.chunks_exact(18).zip(x.chunks_exact(32)) {
                     let (d, q, x) = (f16_at(blk, 0), fixed::<16, u8>(&blk[2..18]), fixed::<32, f32>(x));
                     for j in 0..L {
-                        acc[j] += d * (((q[j] & 15) as f32 - 8.0) * x[j] + ((q[j] >> 4) as f32 - 8.0) * x[j + L]);
+                        acc[j] += d * ((q[j] & 15) as f32 - 8.0) * x[j] + d * ((q[j] >> 4) as f32 - 8.0) * x[j + L];
                     }
                 }
             }
@@ -125,8 +125,7 @@ impl<'a> Mat<'a> {
                     let (d, m) = (f16_at(blk, 0), f16_at(blk, 2));
                     let (q, x) = (fixed::<16, u8>(&blk[4..20]), fixed::<32, f32>(x));
                     for j in 0..L {
-                        acc[j] +=
-                            d * ((q[j] & 15) as f32 * x[j] + (q[j] >> 4) as f32 * x[j + L]) + m * (x[j] + x[j + L]);
+                        acc[j] += (d * (q[j] & 15) as f32 + m) * x[j] + (d * (q[j] >> 4) as f32 + m) * x[j + L];
                     }
                 }
             }
@@ -137,10 +136,19 @@ impl<'a> Mat<'a> {
     /// Row r as f32 (an embedding lookup, a norm's weights).
     pub(crate) fn row(&self, r: usize) -> Vec<f32> {
         let mut out = vec![0.0; self.cols];
+        self.dequant(r, 0..self.cols, &mut out);
+        out
+    }
+
+    /// Row r, columns `cols` (block-aligned), as f32 into `out`: each value computed as the
+    /// fused kernels compute it, so that [`Mat::dot`] and [`dot_blocks`] over these agree
+    /// to the bit.
+    #[inline(always)]
+    fn dequant(&self, r: usize, cols: Range<usize>, out: &mut [f32]) {
         let (per, bytes) = self.dtype.block();
         let row = &self.data[r * self.row_bytes()..(r + 1) * self.row_bytes()];
-        for (i, blk) in row.chunks_exact(bytes).enumerate() {
-            let o = &mut out[i * per..(i + 1) * per];
+        let b = &row[cols.start / per * bytes..cols.end / per * bytes];
+        for (blk, o) in b.chunks_exact(bytes).zip(out.chunks_exact_mut(per)) {
             match self.dtype {
                 DType::F32 => o[0] = f32::from_le_bytes(blk.try_into().expect("4")),
                 DType::F16 => o[0] = f16_at(blk, 0),
@@ -167,7 +175,6 @@ impl<'a> Mat<'a> {
                 }
             }
         }
-        out
     }
 
     /// ys[t][i] = row (rows.start + i), columns `cols`, dotted with xs[t] (each cols.len()
@@ -196,12 +203,39 @@ impl pulp::WithSimd for MatMul<'_, '_> {
     fn with_simd<S: pulp::Simd>(self, _simd: S) {
         let (k, n) = (self.cols.len(), self.rows.len());
         let t = self.xs.len() / k.max(1);
+        let blocks = matches!(self.m.dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1);
+        if t > 1 && blocks {
+            // Several tokens: each row's blocks unpacked once (into one row's worth of
+            // scratch), then dotted with every token.
+            let mut w = vec![0.0f32; k];
+            for (i, r) in self.rows.enumerate() {
+                self.m.dequant(r, self.cols.clone(), &mut w);
+                for tok in 0..t {
+                    self.ys[tok * n + i] = dot_blocks(&w, &self.xs[tok * k..(tok + 1) * k]);
+                }
+            }
+            return;
+        }
         for (i, r) in self.rows.enumerate() {
             for tok in 0..t {
                 self.ys[tok * n + i] = self.m.dot(r, self.cols.clone(), &self.xs[tok * k..(tok + 1) * k]);
             }
         }
     }
+}
+
+/// w . x over blocks of 32, in the lanes and order the fused block kernels use.
+#[inline(always)]
+fn dot_blocks(w: &[f32], x: &[f32]) -> f32 {
+    const L: usize = 16;
+    let mut acc = [0.0f32; L];
+    for (w, x) in w.chunks_exact(32).zip(x.chunks_exact(32)) {
+        let (w, x) = (fixed::<32, f32>(w), fixed::<32, f32>(x));
+        for j in 0..L {
+            acc[j] += w[j] * x[j] + w[j + L] * x[j + L];
+        }
+    }
+    acc.iter().sum()
 }
 
 #[cfg(test)]
