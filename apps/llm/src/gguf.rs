@@ -118,12 +118,6 @@ pub(crate) struct TensorInfo {
     len: usize,
 }
 
-impl TensorInfo {
-    pub(crate) fn elements(&self) -> usize {
-        self.dims.iter().product()
-    }
-}
-
 /// An open GGUF file.
 #[derive(Debug)]
 pub(crate) struct Gguf {

@@ -1,12 +1,14 @@
 //! `mprun -np N mpr-llm --model FILE --prompt "..." [--tokens K] [--tp T --pp P]`: a
-//! Llama-architecture model (GGUF) run across the job's ranks, P pipeline stages of T ranks
+//! Llama-architecture model (GGUF, or a safetensors directory) run across the job's ranks, P pipeline stages of T ranks
 //! of tensor parallelism each (model.rs), the prompt prefilled in micro-batches, then token-by-token decoding with a KV cache, greedy or sampled, the text
 //! streamed on rank 0 as it is generated.
 
 mod gguf;
+mod hf;
 mod model;
 mod quant;
 mod tokenizer;
+mod weights;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,7 +20,8 @@ use rand::{Rng, SeedableRng};
 #[derive(Parser, Debug)]
 #[command(name = "mpr-llm", about = "A sharded LLM forward pass on mpr (run under mprun)")]
 struct Args {
-    /// The model: a GGUF file (Llama architecture; F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors)
+    /// The model (Llama architecture): a GGUF file (F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors),
+    /// or a Hugging Face directory (config.json, safetensors of F32, F16, BF16, tokenizer.json)
     #[arg(long)]
     model: PathBuf,
     /// The prompt (without it, with --chat: a conversation, a line of stdin a turn)
@@ -126,9 +129,9 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
         if tp * pp != world.size() {
             return Err(format!("--tp {tp} x --pp {pp} is not the job's {} ranks", world.size()));
         }
-        let file = gguf::Gguf::open(&a.model)?;
-        let cfg = model::Config::from_gguf(&file)?;
-        let tok = tokenizer::Tokenizer::from_gguf(&file)?;
+        let file = weights::Weights::open(&a.model)?;
+        let cfg = file.config()?;
+        let tok = file.tokenizer()?;
         if tok.vocab() != cfg.vocab {
             return Err(format!("the tokenizer has {} tokens, the model {}", tok.vocab(), cfg.vocab));
         }
@@ -143,10 +146,7 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
     let m = agree(world, loaded)?;
     let mut chat = Chat { template: None, messages: Vec::new(), cached: String::new() };
     if a.chat {
-        let template = file
-            .string("tokenizer.chat_template")
-            .map_err(|_| "--chat: the model has no chat template (tokenizer.chat_template)".to_string());
-        chat.template = Some(agree(world, template)?.to_string());
+        chat.template = Some(agree(world, file.chat_template())?.to_string());
         if let Some(system) = &a.system {
             chat.messages.push(("system".into(), system.clone()));
         }

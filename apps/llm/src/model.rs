@@ -12,8 +12,9 @@ use std::ops::Range;
 
 use mpr::{Comm, Error, Sum};
 
-use crate::gguf::{Gguf, TensorInfo};
+use crate::gguf::Gguf;
 use crate::quant::Mat;
+use crate::weights::Weights;
 
 /// The model's shape, from its metadata.
 #[derive(Debug, Clone)]
@@ -28,6 +29,16 @@ pub(crate) struct Config {
     pub(crate) eps: f32,
     pub(crate) rope_base: f32,
     pub(crate) ctx: usize,
+    pub(crate) rope: RopePairs,
+}
+
+/// Which of a head's dimensions RoPE rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RopePairs {
+    /// 2i and 2i+1: GGUF, whose converters permute the Q and K rows for it.
+    Adjacent,
+    /// i and i + head_dim/2: Hugging Face's rotate-half.
+    Halves,
 }
 
 impl Config {
@@ -40,8 +51,8 @@ impl Config {
         let dim = g.uint(&k("embedding_length"))?;
         let heads = g.uint(&k("attention.head_count"))?;
         let kv_heads = g.uint(&k("attention.head_count_kv")).unwrap_or(heads);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || dim % heads != 0 {
-            return Err(format!("{heads} query heads, {kv_heads} key/value heads and width {dim} do not fit together"));
+        if heads == 0 || dim % heads != 0 {
+            return Err(format!("{heads} query heads do not divide the width {dim}"));
         }
         let head_dim = dim / heads;
         if let Ok(rot) = g.uint(&k("rope.dimension_count")) {
@@ -53,7 +64,7 @@ impl Config {
             Ok(v) => v,
             Err(_) => g.tensor("token_embd.weight")?.dims[1],
         };
-        Ok(Config {
+        Config::checked(Config {
             dim,
             layers: g.uint(&k("block_count"))?,
             heads,
@@ -64,7 +75,19 @@ impl Config {
             eps: g.float(&k("attention.layer_norm_rms_epsilon"))? as f32,
             rope_base: g.float(&k("rope.freq_base")).unwrap_or(10000.0) as f32,
             ctx: g.uint(&k("context_length")).unwrap_or(2048),
+            rope: RopePairs::Adjacent,
         })
+    }
+
+    /// `c` if its shape holds together.
+    pub(crate) fn checked(c: Config) -> Result<Config, String> {
+        if c.heads == 0 || c.kv_heads == 0 || !c.heads.is_multiple_of(c.kv_heads) {
+            return Err(format!("{} query heads cannot share {} key/value heads", c.heads, c.kv_heads));
+        }
+        if c.head_dim == 0 || !c.head_dim.is_multiple_of(2) || c.layers == 0 || c.dim == 0 || c.ffn == 0 || c.vocab == 0 {
+            return Err(format!("a model of this shape cannot run: {c:?}"));
+        }
+        Ok(c)
     }
 }
 
@@ -151,22 +174,6 @@ pub(crate) struct CommStats {
     pub(crate) secs: f64,
 }
 
-fn matrix<'a>(g: &'a Gguf, name: &str, rows: usize, cols: usize) -> Result<Mat<'a>, String> {
-    let t: &TensorInfo = g.tensor(name)?;
-    if t.dims != [cols, rows] {
-        return Err(format!("tensor {name} is {:?}; the model's shape needs [{cols}, {rows}]", t.dims));
-    }
-    Ok(Mat::new(t.dtype, rows, cols, g.bytes(t)))
-}
-
-fn vector(g: &Gguf, name: &str, n: usize) -> Result<Vec<f32>, String> {
-    let t = g.tensor(name)?;
-    if t.elements() != n {
-        return Err(format!("tensor {name} has {} elements; the model's shape needs {n}", t.elements()));
-    }
-    Ok(Mat::new(t.dtype, 1, n, g.bytes(t)).row(0))
-}
-
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
     let s = 1.0 / (ms + eps).sqrt();
@@ -175,42 +182,46 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// RoPE on adjacent pairs (GGUF stores Q and K rows permuted for it) of each head of `x`.
-fn rope(x: &mut [f32], head_dim: usize, pos: usize, base: f32) {
+/// RoPE on each head of `x`, over the pairs `pairs` says.
+fn rope(x: &mut [f32], head_dim: usize, pos: usize, base: f32, pairs: RopePairs) {
+    let half = head_dim / 2;
     for head in x.chunks_exact_mut(head_dim) {
-        for i in 0..head_dim / 2 {
+        for i in 0..half {
             let theta = pos as f32 * base.powf(-2.0 * i as f32 / head_dim as f32);
             let (s, c) = theta.sin_cos();
-            let (a, b) = (head[2 * i], head[2 * i + 1]);
-            head[2 * i] = a * c - b * s;
-            head[2 * i + 1] = a * s + b * c;
+            let (ia, ib) = match pairs {
+                RopePairs::Adjacent => (2 * i, 2 * i + 1),
+                RopePairs::Halves => (i, i + half),
+            };
+            let (a, b) = (head[ia], head[ib]);
+            head[ia] = a * c - b * s;
+            head[ib] = a * s + b * c;
         }
     }
 }
 
 impl<'a> Model<'a> {
-    pub(crate) fn load(g: &'a Gguf, cfg: Config, shard: Shard) -> Result<Model<'a>, String> {
+    pub(crate) fn load(g: &'a Weights, cfg: Config, shard: Shard) -> Result<Model<'a>, String> {
         let (d, hd) = (cfg.dim, cfg.head_dim);
-        let embd = matrix(g, "token_embd.weight", cfg.vocab, d)?;
+        let embd = g.matrix("token_embd.weight", cfg.vocab, d)?;
         // A model without its own output projection ties it to the embedding.
-        let output =
-            if g.tensors.contains_key("output.weight") { matrix(g, "output.weight", cfg.vocab, d)? } else { embd };
+        let output = if g.has("output.weight") { g.matrix("output.weight", cfg.vocab, d)? } else { embd };
         let mut layers = Vec::with_capacity(shard.layers.len());
         for l in shard.layers.clone() {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             layers.push(Layer {
-                attn_norm: vector(g, &n("attn_norm"), d)?,
-                ffn_norm: vector(g, &n("ffn_norm"), d)?,
-                q: matrix(g, &n("attn_q"), cfg.heads * hd, d)?,
-                k: matrix(g, &n("attn_k"), cfg.kv_heads * hd, d)?,
-                v: matrix(g, &n("attn_v"), cfg.kv_heads * hd, d)?,
-                o: matrix(g, &n("attn_output"), d, cfg.heads * hd)?,
-                gate: matrix(g, &n("ffn_gate"), cfg.ffn, d)?,
-                up: matrix(g, &n("ffn_up"), cfg.ffn, d)?,
-                down: matrix(g, &n("ffn_down"), d, cfg.ffn)?,
+                attn_norm: g.vector(&n("attn_norm"), d)?,
+                ffn_norm: g.vector(&n("ffn_norm"), d)?,
+                q: g.matrix(&n("attn_q"), cfg.heads * hd, d)?,
+                k: g.matrix(&n("attn_k"), cfg.kv_heads * hd, d)?,
+                v: g.matrix(&n("attn_v"), cfg.kv_heads * hd, d)?,
+                o: g.matrix(&n("attn_output"), d, cfg.heads * hd)?,
+                gate: g.matrix(&n("ffn_gate"), cfg.ffn, d)?,
+                up: g.matrix(&n("ffn_up"), cfg.ffn, d)?,
+                down: g.matrix(&n("ffn_down"), d, cfg.ffn)?,
             });
         }
-        let out_norm = vector(g, "output_norm.weight", d)?;
+        let out_norm = g.vector("output_norm.weight", d)?;
         Ok(Model { cfg, shard, embd, output, out_norm, layers })
     }
 
@@ -292,8 +303,8 @@ impl<'a> Model<'a> {
             l.k.matmul(kvr.clone(), 0..d, &h, &mut k);
             l.v.matmul(kvr.clone(), 0..d, &h, &mut v);
             for t in 0..t_n {
-                rope(&mut q[t * nh * hd..(t + 1) * nh * hd], hd, pos0 + t, cfg.rope_base);
-                rope(&mut k[t * nkv * hd..(t + 1) * nkv * hd], hd, pos0 + t, cfg.rope_base);
+                rope(&mut q[t * nh * hd..(t + 1) * nh * hd], hd, pos0 + t, cfg.rope_base, cfg.rope);
+                rope(&mut k[t * nkv * hd..(t + 1) * nkv * hd], hd, pos0 + t, cfg.rope_base, cfg.rope);
             }
             cache.k[li].extend_from_slice(&k);
             cache.v[li].extend_from_slice(&v);
@@ -396,6 +407,7 @@ mod tests {
             eps: 1e-5,
             rope_base: 1e4,
             ctx: 8,
+            rope: RopePairs::Adjacent,
         };
         let (a, b) = (Shard::new(&cfg, 0, 2, 0, 1).unwrap(), Shard::new(&cfg, 1, 2, 0, 1).unwrap());
         assert_eq!((a.heads, a.kv, a.ffn), (0..5, 0..2, 0..768));

@@ -179,8 +179,13 @@ impl<'a> Mat<'a> {
 
     /// ys[t][i] = row (rows.start + i), columns `cols`, dotted with xs[t] (each cols.len()
     /// long), for every token t: each row's blocks are read once for all the tokens.
+    /// No columns (a rank whose share of them is empty): zeros.
     pub(crate) fn matmul(&self, rows: Range<usize>, cols: Range<usize>, xs: &[f32], ys: &mut [f32]) {
-        let t = xs.len() / cols.len().max(1);
+        if cols.is_empty() {
+            ys.fill(0.0);
+            return;
+        }
+        let t = xs.len() / cols.len();
         assert_eq!(ys.len(), t * rows.len(), "outputs");
         pulp::Arch::new().dispatch(MatMul { m: self, rows, cols, xs, ys });
     }

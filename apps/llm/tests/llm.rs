@@ -144,6 +144,23 @@ fn bad_model_files_get_clear_errors() {
     std::fs::write(&short, tiny_gguf(8, 100)).unwrap();
     let err = run(&short);
     assert!(err.contains("truncated: tensor token_embd.weight (Q8_0 [256, 1])"), "{err}");
+    // Safetensors directories: cut short, a tensor of a type not read, no config.json.
+    let hf = dir.join("hf");
+    random_model(&hf, 4, 2, 1, 32, "F32", true);
+    let weights = std::fs::read(hf.join("model.safetensors")).unwrap();
+    std::fs::write(hf.join("model.safetensors"), &weights[..weights.len() - 100]).unwrap();
+    let err = run(&hf);
+    assert!(err.contains("model.safetensors: not a safetensors file, or cut short"), "{err}");
+    let header = r#"{"model.norm.weight":{"dtype":"I8","shape":[64],"data_offsets":[0,64]}}"#;
+    let mut i8 = (header.len() as u64).to_le_bytes().to_vec();
+    i8.extend(header.as_bytes());
+    i8.extend([0u8; 64]);
+    std::fs::write(hf.join("model.safetensors"), i8).unwrap();
+    let err = run(&hf);
+    assert!(err.contains("tensor model.norm.weight has type I8, which mpr-llm does not read"), "{err}");
+    std::fs::remove_file(hf.join("config.json")).unwrap();
+    let err = run(&hf);
+    assert!(err.contains("config.json: No such file"), "{err}");
     // The real model cut short: its metadata ends mid-way.
     if let Some(model) = model() {
         let cut = dir.join("cut.gguf");
@@ -239,4 +256,195 @@ fn chat_applies_the_template_and_keeps_the_conversation() {
     assert_eq!(replies.len(), 2, "{so}");
     assert!(replies[0].contains("Paris") && replies[1].contains("Rome"), "{so}");
     assert_eq!(text(&out.stderr).matches("decode:").count(), 2, "{}", text(&out.stderr));
+}
+
+/// GPT-2's printable stand-ins for bytes (a byte-level BPE vocabulary's first 256 tokens).
+fn byte_chars() -> Vec<char> {
+    let mut next = 256u32;
+    (0..256u32)
+        .map(|b| {
+            if (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b) {
+                char::from_u32(b).unwrap()
+            } else {
+                next += 1;
+                char::from_u32(next - 1).unwrap()
+            }
+        })
+        .collect()
+}
+
+/// A small Llama of random weights as a Hugging Face directory: `heads` query heads over
+/// `kv` key/value heads of 8 dimensions, `layers` layers, a feed-forward width `ffn`,
+/// tensors in `dtype` ("F32" or "BF16"), the output tied to the embedding if `tied`.
+fn random_model(dir: &std::path::Path, heads: usize, kv: usize, layers: usize, ffn: usize, dtype: &str, tied: bool) {
+    use serde_json::json;
+    std::fs::create_dir_all(dir).unwrap();
+    // The tokenizer: the 256 bytes, three merges, an end-of-text token.
+    let chars = byte_chars();
+    let mut vocab: serde_json::Map<String, serde_json::Value> =
+        chars.iter().enumerate().map(|(i, c)| (c.to_string(), json!(i))).collect();
+    for (i, t) in ["Ġt", "he", "Ġthe"].iter().enumerate() {
+        vocab.insert(t.to_string(), json!(256 + i));
+    }
+    let n_vocab = 260;
+    let tokenizer = json!({
+        "added_tokens": [{"id": 259, "content": "<|endoftext|>", "special": true}],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": true},
+            {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]},
+        "model": {"type": "BPE", "vocab": vocab, "merges": ["Ġ t", "h e", ["Ġt", "he"]]},
+    });
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    std::fs::write(dir.join("tokenizer_config.json"), json!({"eos_token": "<|endoftext|>"}).to_string()).unwrap();
+    let (hd, dim) = (8, 64);
+    let config = json!({
+        "model_type": "llama", "hidden_size": dim, "intermediate_size": ffn, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "max_position_embeddings": 256, "vocab_size": n_vocab, "hidden_act": "silu",
+        "tie_word_embeddings": tied, "rope_scaling": null,
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    // Weights uniform in +-sqrt(3/cols) (unit variance out of unit variance in), norms near 1.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (heads * 1000 + kv * 100 + layers) as u64;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+    };
+    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    let mut add = |name: String, shape: Vec<usize>, norm: bool| {
+        let n: usize = shape.iter().product();
+        let scale = (3.0 / *shape.last().unwrap() as f32).sqrt();
+        let v = (0..n).map(|_| if norm { 1.0 + 0.2 * uniform() } else { scale * uniform() }).collect();
+        tensors.push((name, shape, v));
+    };
+    add("model.embed_tokens.weight".into(), vec![n_vocab, dim], false);
+    if !tied {
+        add("lm_head.weight".into(), vec![n_vocab, dim], false);
+    }
+    add("model.norm.weight".into(), vec![dim], true);
+    for l in 0..layers {
+        let p = |s: &str| format!("model.layers.{l}.{s}.weight");
+        add(p("input_layernorm"), vec![dim], true);
+        add(p("post_attention_layernorm"), vec![dim], true);
+        add(p("self_attn.q_proj"), vec![heads * hd, dim], false);
+        add(p("self_attn.k_proj"), vec![kv * hd, dim], false);
+        add(p("self_attn.v_proj"), vec![kv * hd, dim], false);
+        add(p("self_attn.o_proj"), vec![dim, heads * hd], false);
+        add(p("mlp.gate_proj"), vec![ffn, dim], false);
+        add(p("mlp.up_proj"), vec![ffn, dim], false);
+        add(p("mlp.down_proj"), vec![dim, ffn], false);
+    }
+    // safetensors: an 8-byte header length, the JSON header, the tensors' bytes.
+    let (mut header, mut data) = (serde_json::Map::new(), Vec::new());
+    for (name, shape, v) in tensors {
+        let start = data.len();
+        for x in v {
+            match dtype {
+                "F32" => data.extend(x.to_le_bytes()),
+                _ => data.extend(half::bf16::from_f32(x).to_le_bytes()),
+            }
+        }
+        header.insert(name, json!({"dtype": dtype, "shape": shape, "data_offsets": [start, data.len()]}));
+    }
+    let header = serde_json::Value::Object(header).to_string();
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend(header.as_bytes());
+    file.extend(data);
+    std::fs::write(dir.join("model.safetensors"), file).unwrap();
+}
+
+fn worst_difference(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    assert_eq!((a.len(), a[0].len()), (b.len(), b[0].len()));
+    a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max)
+}
+
+#[test]
+fn random_safetensors_models_shard_like_one_rank() {
+    let dir = scratch("random");
+    // (query heads, KV heads, layers, feed-forward width, type, tied): fewer KV heads than
+    // 4 ranks (shared), one per query head split unevenly (6 over 4), a single KV head
+    // (multi-query); a feed-forward width that is not whole blocks of 32.
+    let models = [(8, 2, 4, 96, "F32", false), (6, 6, 3, 100, "BF16", false), (4, 1, 2, 128, "BF16", true)];
+    for (heads, kv, layers, ffn, dtype, tied) in models {
+        let model = dir.join(format!("h{heads}-kv{kv}-{dtype}"));
+        random_model(&model, heads, kv, layers, ffn, dtype, tied);
+        let mut one: Option<Vec<Vec<f32>>> = None;
+        for (np, tp, pp) in
+            [("1", "1", "1"), ("2", "2", "1"), ("3", "3", "1"), ("4", "4", "1"), ("2", "1", "2"), ("4", "2", "2")]
+        {
+            let what = format!("{heads} heads / {kv} KV heads, {dtype}: {np} ranks, tp {tp} x pp {pp}");
+            let dump = dir.join(format!("logits-{heads}-{np}-{pp}"));
+            let out = mprun(
+                &[
+                    "-np",
+                    np,
+                    &llm(),
+                    "--model",
+                    model.to_str().unwrap(),
+                    "--prompt",
+                    "the cat sat on the 12 mats",
+                    "--tokens",
+                    "4",
+                    "--tp",
+                    tp,
+                    "--pp",
+                    pp,
+                    "--dump-logits",
+                    dump.to_str().unwrap(),
+                ],
+                &[],
+            );
+            assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+            // The merges in rank order ("the" is "t" "he", " the" one token), the digits apart.
+            let ids = std::fs::read_to_string(format!("{}.tokens", dump.display())).unwrap();
+            assert!(ids.starts_with("116,257,") && ids.contains(",258,") && ids.contains(",49,50,"), "{what}: {ids}");
+            let l = logits(&dump);
+            match &one {
+                None => one = Some(l),
+                Some(base) => {
+                    let worst = worst_difference(base, &l);
+                    assert!(worst <= 1e-4, "{what}: logits differ from 1 rank's by up to {worst}");
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_safetensors_directory_runs_like_the_gguf_it_came_from() {
+    let (Some(model), Some(py)) = (model(), python()) else { return };
+    let dir = scratch("hf");
+    let hf = dir.join("smollm2-hf");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/reference.py");
+    let out = std::process::Command::new(&py)
+        .args([script, "--to-hf", &model, hf.to_str().unwrap()])
+        .output()
+        .expect("run the converter");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run = |m: &str, np: &str, dump: &std::path::Path| {
+        let args = ["-np", np, &llm(), "--model", m, "--prompt", "The capital of France is", "--tokens", "8"];
+        let out = mprun(&[&args[..], &["--dump-logits", dump.to_str().unwrap()]].concat(), &[]);
+        assert!(out.status.success(), "{m}: {}", text(&out.stderr));
+        (text(&out.stdout), std::fs::read_to_string(format!("{}.tokens", dump.display())).unwrap(), logits(dump))
+    };
+    let (text_gguf, ids_gguf, l_gguf) = run(&model, "1", &dir.join("gguf"));
+    for np in ["1", "2"] {
+        let (text_hf, ids_hf, l_hf) = run(hf.to_str().unwrap(), np, &dir.join(format!("hf{np}")));
+        assert_eq!(ids_hf, ids_gguf, "tokenizer.json and the GGUF vocabulary tokenize alike");
+        assert!(text_hf.starts_with(" Paris"), "{np} ranks: {text_hf:?}");
+        let worst = worst_difference(&l_gguf, &l_hf);
+        assert!(worst <= 1e-3, "{np} ranks: the directory's logits differ from the GGUF's by up to {worst}");
+    }
+    assert!(text_gguf.starts_with(" Paris"));
+    // Its chat template, from tokenizer_config.json.
+    let out = mprun(
+        &["-np", "1", &llm(), "--model", hf.to_str().unwrap(), "--chat", "--prompt", "What is the capital of France?"],
+        &[],
+    );
+    assert!(out.status.success() && text(&out.stdout).contains("Paris"), "{}", text(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
 }
