@@ -7,6 +7,7 @@ mod gguf;
 mod hf;
 mod model;
 mod quant;
+mod serve;
 mod tokenizer;
 mod weights;
 
@@ -17,15 +18,15 @@ use std::process::ExitCode;
 use clap::Parser;
 use rand::{Rng, SeedableRng};
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(name = "mpr-llm", about = "A sharded LLM forward pass on mpr (run under mprun)")]
-struct Args {
+pub(crate) struct Args {
     /// The model (Llama architecture): a GGUF file (F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors),
     /// or a Hugging Face directory (config.json, safetensors of F32, F16, BF16, tokenizer.json)
     #[arg(long)]
     model: PathBuf,
     /// The prompt (without it, with --chat: a conversation, a line of stdin a turn)
-    #[arg(long, required_unless_present = "chat")]
+    #[arg(long, required_unless_present_any = ["chat", "serve"])]
     prompt: Option<String>,
     /// Apply the model's chat template (a user message; a system message with --system)
     #[arg(long)]
@@ -54,6 +55,10 @@ struct Args {
     /// Seed of the sampler
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Serve an OpenAI-compatible /v1/chat/completions (streaming and not) at ADDR
+    /// (host:port; port 0 picks one) from rank 0, every rank taking part in each request
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["prompt", "chat"])]
+    serve: Option<String>,
     /// Test only: write the logits of every prompt position to FILE (a line per position),
     /// and the prompt's token ids to FILE.tokens
     #[arg(long, hide = true, value_name = "FILE")]
@@ -97,7 +102,7 @@ fn sample(logits: &[f32], a: &Args, rng: &mut rand::rngs::SmallRng) -> u32 {
 /// Why a run stopped: a fault this rank reports (the lowest rank that met one), one another
 /// rank reports, or a communication error.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     Say(String),
     Elsewhere,
 }
@@ -110,7 +115,7 @@ impl From<mpr::Error> for Failure {
 
 /// Every rank passes here with what it found: all go on if all succeeded, else all stop, and
 /// the lowest rank that failed says why (the others may have failed alike, or not at all).
-fn agree<T>(world: &mpr::Comm, r: Result<T, String>) -> Result<T, Failure> {
+pub(crate) fn agree<T>(world: &mpr::Comm, r: Result<T, String>) -> Result<T, Failure> {
     let me = world.rank() as u32;
     let mut first = [if r.is_err() { me } else { u32::MAX }];
     world.allreduce_in_place(&mut first, mpr::Min)?;
@@ -119,6 +124,13 @@ fn agree<T>(world: &mpr::Comm, r: Result<T, String>) -> Result<T, Failure> {
         Err(e) if first[0] == me => Err(Failure::Say(if world.size() > 1 { format!("rank {me}: {e}") } else { e })),
         _ => Err(Failure::Elsewhere),
     }
+}
+
+/// Rank 0's text as it comes, on stdout.
+fn print(piece: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(piece.as_bytes());
+    let _ = out.flush();
 }
 
 fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
@@ -151,20 +163,15 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
             chat.messages.push(("system".into(), system.clone()));
         }
     }
-    let mut t = Turn {
-        m: &m,
-        tok: &tok,
-        world,
-        group: &group,
-        stage: (stage, pp),
-        a,
-        rng: rand::rngs::SmallRng::seed_from_u64(a.seed),
-        cache: m.new_cache(),
-    };
+    if let Some(addr) = &a.serve {
+        let template = file.chat_template().map(str::to_string).ok();
+        return serve::serve(world, &group, (stage, pp), &m, &tok, template, addr, a);
+    }
+    let mut t = Turn::new(&m, &tok, world, &group, (stage, pp), a);
     match &a.prompt {
         Some(p) => {
             let text = agree(world, chat.user(p, &tok))?;
-            t.run(&text, a.dump_logits.as_deref())?;
+            t.run(&text, a.dump_logits.as_deref(), &mut print)?;
         }
         None => {
             // A conversation: rank 0 reads a line at a time (mprun gives it mprun's stdin),
@@ -193,8 +200,8 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
                     continue;
                 }
                 let text = agree(world, chat.user(&line, &tok))?;
-                let reply = t.run(&text, None)?;
-                chat.assistant(reply);
+                let reply = t.run(&text, None, &mut print)?;
+                chat.assistant(reply.text);
             }
         }
     }
@@ -202,15 +209,24 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
 }
 
 /// A conversation under the model's chat template (a Jinja template in its metadata).
-struct Chat {
+pub(crate) struct Chat {
     template: Option<String>,
     messages: Vec<(String, String)>,
     /// The text the KV cache holds so far.
     cached: String,
 }
 
+/// What a turn generated.
+pub(crate) struct Reply {
+    text: String,
+    prompt_tokens: usize,
+    tokens: usize,
+    /// The model ended its text (else it ran out of tokens).
+    ended: bool,
+}
+
 impl Chat {
-    fn render(&self, generation_prompt: bool, tok: &tokenizer::Tokenizer) -> Result<String, String> {
+    pub(crate) fn render(&self, generation_prompt: bool, tok: &tokenizer::Tokenizer) -> Result<String, String> {
         let template = self.template.as_deref().expect("a chat");
         let mut env = minijinja::Environment::new();
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
@@ -257,7 +273,7 @@ impl Chat {
 }
 
 /// One prompt's prefill and decoding.
-struct Turn<'a, 'm> {
+pub(crate) struct Turn<'a, 'm> {
     m: &'a model::Model<'m>,
     tok: &'a tokenizer::Tokenizer,
     world: &'a mpr::Comm,
@@ -273,7 +289,19 @@ struct Turn<'a, 'm> {
 /// Tag of the activations passed between pipeline stages.
 const TAG_ACT: i32 = 7;
 
-impl Turn<'_, '_> {
+impl<'a, 'm> Turn<'a, 'm> {
+    pub(crate) fn new(
+        m: &'a model::Model<'m>,
+        tok: &'a tokenizer::Tokenizer,
+        world: &'a mpr::Comm,
+        group: &'a mpr::Comm,
+        stage: (usize, usize),
+        a: &'a Args,
+    ) -> Self {
+        let rng = rand::rngs::SmallRng::seed_from_u64(a.seed);
+        Turn { m, tok, world, group, stage, a, rng, cache: m.new_cache() }
+    }
+
     /// The world rank that samples: the last stage's first rank.
     fn leader(&self) -> usize {
         (self.stage.1 - 1) * self.group.size()
@@ -320,8 +348,14 @@ impl Turn<'_, '_> {
         }
         Ok(logits)
     }
-    /// Feeds `text` and generates; streams the reply on rank 0 and returns it.
-    fn run(&mut self, text: &str, dump: Option<&std::path::Path>) -> Result<String, Failure> {
+    /// Feeds `text` and generates; hands the reply to `emit` on rank 0 as it comes (whole
+    /// UTF-8 characters) and returns it.
+    pub(crate) fn run(
+        &mut self,
+        text: &str,
+        dump: Option<&std::path::Path>,
+        emit: &mut dyn FnMut(&str),
+    ) -> Result<Reply, Failure> {
         let (world, a, tok, m) = (self.world, self.a, self.tok, self.m);
         let (me, vocab) = (world.rank(), m.cfg.vocab);
         let prompt = tok.encode(text);
@@ -359,9 +393,8 @@ impl Turn<'_, '_> {
             }
         }
         let mut last = if me == leader { logits[logits.len() - vocab..].to_vec() } else { Vec::new() };
-        let mut out = std::io::stdout().lock();
         let (mut pending, mut reply): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
-        let mut generated = 0;
+        let (mut generated, mut ended) = (0, false);
         stats = model::CommStats::default();
         let t1 = mpr::wtime();
         while generated < a.tokens {
@@ -370,6 +403,7 @@ impl Turn<'_, '_> {
             world.bcast(&mut next, leader)?;
             generated += 1;
             if Some(next[0]) == tok.eos {
+                ended = true;
                 break;
             }
             let piece = tok.bytes(next[0]);
@@ -382,8 +416,7 @@ impl Turn<'_, '_> {
                     Err(err) if err.error_len().is_none() => err.valid_up_to(),
                     Err(_) => pending.len(),
                 };
-                let _ = out.write_all(&pending[..valid]);
-                let _ = out.flush();
+                emit(&String::from_utf8_lossy(&pending[..valid]));
                 pending.drain(..valid);
             }
             if generated == a.tokens && !a.chat {
@@ -396,9 +429,7 @@ impl Turn<'_, '_> {
         }
         let decode = mpr::wtime() - t1;
         if me == 0 {
-            let _ = out.write_all(&pending);
-            let _ = writeln!(out);
-            let _ = out.flush();
+            emit(&(String::from_utf8_lossy(&pending).into_owned() + if a.serve.is_none() { "\n" } else { "" }));
             let steps = (generated.max(1) - 1).max(1) as f64;
             eprintln!("prefill: {} tokens, {:.1} tok/s", prompt.len(), prompt.len() as f64 / prefill);
             eprintln!("decode: {generated} tokens, {:.1} tok/s", generated as f64 / decode);
@@ -418,7 +449,12 @@ impl Turn<'_, '_> {
                 self.stage.1
             );
         }
-        Ok(String::from_utf8_lossy(&reply).into_owned())
+        Ok(Reply {
+            text: String::from_utf8_lossy(&reply).into_owned(),
+            prompt_tokens: prompt.len(),
+            tokens: generated,
+            ended,
+        })
     }
 }
 

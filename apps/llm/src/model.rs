@@ -84,7 +84,8 @@ impl Config {
         if c.heads == 0 || c.kv_heads == 0 || !c.heads.is_multiple_of(c.kv_heads) {
             return Err(format!("{} query heads cannot share {} key/value heads", c.heads, c.kv_heads));
         }
-        if c.head_dim == 0 || !c.head_dim.is_multiple_of(2) || c.layers == 0 || c.dim == 0 || c.ffn == 0 || c.vocab == 0 {
+        if c.head_dim == 0 || !c.head_dim.is_multiple_of(2) || c.layers == 0 || c.dim == 0 || c.ffn == 0 || c.vocab == 0
+        {
             return Err(format!("a model of this shape cannot run: {c:?}"));
         }
         Ok(c)

@@ -448,3 +448,71 @@ fn a_safetensors_directory_runs_like_the_gguf_it_came_from() {
     assert!(out.status.success() && text(&out.stdout).contains("Paris"), "{}", text(&out.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn serve_answers_plain_and_streaming_chat_completions() {
+    use std::io::BufRead;
+    let Some(model) = model() else { return };
+    // A seed no other process has on its command line: the mark of this job's processes.
+    let marker = format!("{}", 900_000_000 + std::process::id());
+    let mut child = std::process::Command::new(mpr_tests::mprun_path())
+        .args(["-np", "2", &llm(), "--model", &model, "--serve", "127.0.0.1:0", "--seed", &marker])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving http://") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "mpr-llm ended before serving");
+    }
+    let url = line.trim().rsplit(' ').next().unwrap().to_string();
+    // The rest of its stderr, drained (a full pipe would stop the server).
+    let log = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
+    let post = |body: serde_json::Value| match ureq::post(&url)
+        .set("Content-Type", "application/json")
+        .send_string(&body.to_string())
+    {
+        Ok(r) => (r.status(), r.header("Content-Type").unwrap_or("").to_string(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, String::new(), r.into_string().unwrap()),
+        Err(e) => panic!("{url}: {e}"),
+    };
+    let question = serde_json::json!([{"role": "user", "content": "What is the capital of France?"}]);
+    let (status, kind, body) = post(serde_json::json!({"messages": question, "max_tokens": 30}));
+    assert_eq!((status, kind.as_str()), (200, "application/json"), "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let answer = v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    assert!(answer.contains("Paris"), "{body}");
+    assert_eq!(v["object"], "chat.completion");
+    let usage = &v["usage"];
+    assert!(
+        usage["prompt_tokens"].as_u64().unwrap() > 7 && usage["completion_tokens"].as_u64().unwrap() <= 30,
+        "{body}"
+    );
+    // Streaming: server-sent events whose deltas spell the same (greedy) answer, then [DONE].
+    let (status, kind, body) = post(serde_json::json!({"messages": question, "max_tokens": 30, "stream": true}));
+    assert_eq!((status, kind.as_str()), (200, "text/event-stream"), "{body}");
+    let events: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(events.last(), Some(&"[DONE]"), "{body}");
+    let chunks: Vec<serde_json::Value> =
+        events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert!(chunks.len() > 3, "{body}");
+    let streamed: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(streamed, answer);
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    assert!(chunks.last().unwrap()["choices"][0]["finish_reason"].is_string(), "{body}");
+    // Bad requests: answered 400 with the reason; the server goes on.
+    let (status, _, body) = post(serde_json::json!({"messages": []}));
+    assert!(status == 400 && body.contains("must be a non-empty list"), "{status} {body}");
+    let (status, _, body) = post(serde_json::json!({"messages": question, "max_tokens": 100_000}));
+    assert!(status == 400 && body.contains("exceed the model's context"), "{status} {body}");
+    let (status, _, body) = post(serde_json::json!({"messages": question, "max_tokens": 5}));
+    assert_eq!(status, 200, "{body}");
+    // Stopped as a user would: every process of the job gone.
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+    let log = log.join().unwrap();
+    assert_eq!(log.matches("decode:").count(), 3, "{log}");
+    assert!(mpr_tests::processes_with(&marker).is_empty(), "{:?}", mpr_tests::processes_with(&marker));
+}
