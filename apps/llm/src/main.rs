@@ -37,12 +37,13 @@ pub(crate) struct Args {
     /// Tokens to generate (fewer if the model ends its text)
     #[arg(long, default_value_t = 32)]
     tokens: usize,
-    /// Ranks of tensor parallelism per pipeline stage (default: the job's ranks / --pp)
-    #[arg(long)]
-    tp: Option<usize>,
+    /// Ranks of tensor parallelism per pipeline stage (default: the job's ranks / --pp; with
+    /// neither flag, chosen from the hosts and the model's shape)
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    tp: Option<u64>,
     /// Pipeline stages, each a contiguous range of the layers (tp x pp = the job's ranks)
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
-    pp: u64,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pp: Option<u64>,
     /// Sampling temperature (0: greedy)
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -133,14 +134,48 @@ fn print(piece: &str) {
     let _ = out.flush();
 }
 
+/// The split with neither --tp nor --pp: tensor parallelism within a host (its all-reduces,
+/// two per layer, stay in shared memory), a pipeline stage per host (one send per stage
+/// boundary crosses the network), as far as the model's heads and layers allow; on one
+/// host, tensor parallelism over every rank. `hosts`: the job's hosts, each with
+/// `per_host` ranks numbered contiguously, if it is so laid out.
+fn choose_split(ranks: usize, hosts: Option<(usize, usize)>, cfg: &model::Config) -> Result<(usize, usize), String> {
+    // The most ranks of tensor parallelism dividing `n`, within the heads.
+    let best_tp = |n: usize| (1..=n.min(cfg.heads)).rev().find(|d| n.is_multiple_of(*d)).unwrap_or(1);
+    let tp = match hosts {
+        Some((n, per_host)) if n > 1 => best_tp(per_host),
+        _ => best_tp(ranks),
+    };
+    let pp = ranks / tp;
+    if pp > cfg.layers {
+        return Err(format!(
+            "{ranks} ranks do not split over a model of {} query heads and {} layers (give --tp and --pp)",
+            cfg.heads, cfg.layers
+        ));
+    }
+    Ok((tp, pp))
+}
+
+/// The hosts of the job, if every host has as many ranks and each host's ranks are
+/// numbered contiguously: (hosts, ranks per host).
+fn host_layout(world: &mpr::Comm) -> Result<Option<(usize, usize)>, Failure> {
+    let node = world.split_shared(0)?;
+    let (me, n) = (world.rank() as u64, node.size() as u64);
+    // Contiguous: every rank of the host has the same first rank, a multiple of its size.
+    let first = me - node.rank() as u64;
+    let mut same = [first, u64::MAX - first];
+    node.allreduce_in_place(&mut same, mpr::Max)?;
+    let contiguous = same[0] == u64::MAX - same[1] && first.is_multiple_of(n);
+    // And every host of the same size.
+    let mut check = [n, u64::MAX - n, u64::from(!contiguous)];
+    world.allreduce_in_place(&mut check, mpr::Max)?;
+    let even = check[0] == u64::MAX - check[1] && check[2] == 0;
+    Ok(even.then(|| (world.size() / n as usize, n as usize)))
+}
+
 fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
     let me = world.rank();
-    let pp = a.pp as usize;
-    let tp = a.tp.unwrap_or(world.size() / pp).max(1);
     let opened = (|| {
-        if tp * pp != world.size() {
-            return Err(format!("--tp {tp} x --pp {pp} is not the job's {} ranks", world.size()));
-        }
         let file = weights::Weights::open(&a.model)?;
         let cfg = file.config()?;
         let tok = file.tokenizer()?;
@@ -150,6 +185,28 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
         Ok((file, cfg, tok))
     })();
     let (file, cfg, tok) = agree(world, opened)?;
+    let layout = host_layout(world)?;
+    let split = match (a.tp, a.pp) {
+        (None, None) => {
+            let s = choose_split(world.size(), layout, &cfg);
+            if let (Ok((tp, pp)), 0) = (&s, me) {
+                if world.size() > 1 {
+                    eprintln!("mpr-llm: tensor parallel over {tp} ranks in each of {pp} pipeline stage(s)");
+                }
+            }
+            s
+        }
+        (tp, pp) => {
+            let pp = pp.unwrap_or(1) as usize;
+            let tp = tp.map_or(world.size() / pp, |t| t as usize).max(1);
+            if tp * pp != world.size() {
+                Err(format!("--tp {tp} x --pp {pp} is not the job's {} ranks", world.size()))
+            } else {
+                Ok((tp, pp))
+            }
+        }
+    };
+    let (tp, pp) = agree(world, split)?;
     // Stage s holds ranks s*tp.. s*tp+tp-1, a tensor-parallel group of its own.
     let (stage, tp_rank) = (me / tp, me % tp);
     let group = world.split(Some(stage as u32), tp_rank as i32)?.expect("every rank has a stage");
@@ -204,6 +261,29 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
                 chat.assistant(reply.text);
             }
         }
+    }
+    report_memory(world)
+}
+
+/// This process's peak resident memory, in bytes (the model's pages it touched included).
+fn peak_resident() -> u64 {
+    let max = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).map_or(0, |u| u.max_rss());
+    // Bytes on macOS, KiB elsewhere.
+    if cfg!(target_os = "macos") {
+        max as u64
+    } else {
+        max as u64 * 1024
+    }
+}
+
+/// Every rank's peak resident memory, on rank 0's stderr.
+fn report_memory(world: &mpr::Comm) -> Result<(), Failure> {
+    let mut all = vec![0u64; world.size()];
+    all[world.rank()] = peak_resident();
+    world.allreduce_in_place(&mut all, mpr::Sum)?;
+    if world.rank() == 0 {
+        let mib: Vec<String> = all.iter().map(|&b| format!("{:.1}", b as f64 / (1 << 20) as f64)).collect();
+        eprintln!("peak resident memory per rank (MiB): {}", mib.join(" "));
     }
     Ok(())
 }
@@ -479,5 +559,33 @@ fn main() -> ExitCode {
             let _ = world.barrier();
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_split_follows_the_hosts_and_the_heads() {
+        let cfg = model::Config {
+            dim: 576,
+            layers: 30,
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            ffn: 1536,
+            vocab: 10,
+            eps: 1e-5,
+            rope_base: 1e4,
+            ctx: 8,
+            rope: model::RopePairs::Adjacent,
+        };
+        use super::{choose_split as c, model};
+        assert_eq!(c(2, Some((1, 2)), &cfg), Ok((2, 1)), "one host: tensor parallel");
+        assert_eq!(c(3, None, &cfg), Ok((3, 1)));
+        assert_eq!(c(4, Some((2, 2)), &cfg), Ok((2, 2)), "two hosts of two: a stage per host");
+        assert_eq!(c(3, Some((3, 1)), &cfg), Ok((1, 3)), "three hosts of one: a pipeline");
+        assert_eq!(c(12, Some((1, 12)), &cfg), Ok((6, 2)), "9 heads: at most 6 of 12 ranks");
+        assert_eq!(c(8, Some((2, 4)), &cfg), Ok((4, 2)));
+        assert!(c(64, Some((64, 1)), &cfg).is_err(), "64 stages of 30 layers");
     }
 }

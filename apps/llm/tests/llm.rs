@@ -60,6 +60,10 @@ fn the_capital_of_france_is_paris_on_every_split() {
             // Rank 0 runs the first 15 layers: two all-reduces each.
             assert!(err.contains("all-reduce: 30.0 per token"), "{err}");
         }
+        // Every rank's peak resident memory, a figure each.
+        let rss = err.lines().find_map(|l| l.strip_prefix("peak resident memory per rank (MiB): ")).unwrap_or("");
+        let rss: Vec<f64> = rss.split_whitespace().map(|v| v.parse().unwrap()).collect();
+        assert!(rss.len() == np.parse::<usize>().unwrap() && rss.iter().all(|&m| m > 10.0), "{err}");
         let l = logits(&dump);
         assert_eq!((l.len(), l[0].len()), (5, 49152), "a row of logits per prompt position");
         match &one {
@@ -462,10 +466,11 @@ fn serve_answers_plain_and_streaming_chat_completions() {
         .spawn()
         .unwrap();
     let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
+    let (mut line, mut before) = (String::new(), String::new());
     while !line.contains("serving http://") {
+        before.push_str(&line);
         line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "mpr-llm ended before serving");
+        assert!(err.read_line(&mut line).unwrap() > 0, "mpr-llm ended before serving: {before}");
     }
     let url = line.trim().rsplit(' ').next().unwrap().to_string();
     // The rest of its stderr, drained (a full pipe would stop the server).
@@ -514,5 +519,7 @@ fn serve_answers_plain_and_streaming_chat_completions() {
     let _ = child.wait();
     let log = log.join().unwrap();
     assert_eq!(log.matches("decode:").count(), 3, "{log}");
+    // No --tp or --pp: on one host, tensor parallelism over both ranks.
+    assert!(before.contains("tensor parallel over 2 ranks in each of 1 pipeline stage(s)"), "{before}");
     assert!(mpr_tests::processes_with(&marker).is_empty(), "{:?}", mpr_tests::processes_with(&marker));
 }
