@@ -566,19 +566,7 @@ fn main() -> ExitCode {
 mod tests {
     #[test]
     fn the_split_follows_the_hosts_and_the_heads() {
-        let cfg = model::Config {
-            dim: 576,
-            layers: 30,
-            heads: 9,
-            kv_heads: 3,
-            head_dim: 64,
-            ffn: 1536,
-            vocab: 10,
-            eps: 1e-5,
-            rope_base: 1e4,
-            ctx: 8,
-            rope: model::RopePairs::Adjacent,
-        };
+        let cfg = model::smollm2_shape();
         use super::{choose_split as c, model};
         assert_eq!(c(2, Some((1, 2)), &cfg), Ok((2, 1)), "one host: tensor parallel");
         assert_eq!(c(3, None, &cfg), Ok((3, 1)));

@@ -386,6 +386,24 @@ impl<'a> Model<'a> {
     }
 }
 
+/// SmolLM2-135M's shape (9 query heads over 3 KV heads, 30 layers), for tests.
+#[cfg(test)]
+pub(crate) fn smollm2_shape() -> Config {
+    Config {
+        dim: 576,
+        layers: 30,
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        ffn: 1536,
+        vocab: 10,
+        eps: 1e-5,
+        rope_base: 1e4,
+        ctx: 8,
+        rope: RopePairs::Adjacent,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,19 +415,7 @@ mod tests {
             assert_eq!(all, (0..n).collect::<Vec<_>>());
         }
         // SmolLM2's 9 query heads over 3 KV heads, on 2 ranks: KV head 1 on both.
-        let cfg = Config {
-            dim: 576,
-            layers: 1,
-            heads: 9,
-            kv_heads: 3,
-            head_dim: 64,
-            ffn: 1536,
-            vocab: 10,
-            eps: 1e-5,
-            rope_base: 1e4,
-            ctx: 8,
-            rope: RopePairs::Adjacent,
-        };
+        let cfg = Config { layers: 1, ..smollm2_shape() };
         let (a, b) = (Shard::new(&cfg, 0, 2, 0, 1).unwrap(), Shard::new(&cfg, 1, 2, 0, 1).unwrap());
         assert_eq!((a.heads, a.kv, a.ffn), (0..5, 0..2, 0..768));
         assert_eq!((b.heads, b.kv, b.ffn), (5..9, 1..3, 768..1536));
