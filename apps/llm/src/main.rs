@@ -185,10 +185,9 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
         Ok((file, cfg, tok))
     })();
     let (file, cfg, tok) = agree(world, opened)?;
-    let layout = host_layout(world)?;
     let split = match (a.tp, a.pp) {
         (None, None) => {
-            let s = choose_split(world.size(), layout, &cfg);
+            let s = choose_split(world.size(), host_layout(world)?, &cfg);
             if let (Ok((tp, pp)), 0) = (&s, me) {
                 if world.size() > 1 {
                     eprintln!("mpr-llm: tensor parallel over {tp} ranks in each of {pp} pipeline stage(s)");

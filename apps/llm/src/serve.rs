@@ -10,24 +10,10 @@ use serde_json::{json, Value};
 
 use crate::{agree, model, tokenizer, Args, Chat, Failure, Turn};
 
-/// The job in a request's body, or why it is not one (a 400 for the client).
-fn parse(
-    body: &str,
-    a: &Args,
-    chat: &mut Chat,
-    tok: &tokenizer::Tokenizer,
-    ctx: usize,
-) -> Result<(String, Args, bool), String> {
-    let v: Value = serde_json::from_str(body).map_err(|e| format!("the body is not JSON: {e}"))?;
-    let msgs = v["messages"].as_array().filter(|m| !m.is_empty()).ok_or("\"messages\" must be a non-empty list")?;
-    chat.messages.clear();
-    for m in msgs {
-        let (Some(role), Some(content)) = (m["role"].as_str(), m["content"].as_str()) else {
-            return Err(format!("a message needs a \"role\" and a string \"content\": {m}"));
-        };
-        chat.messages.push((role.to_string(), content.to_string()));
-    }
-    let text = chat.render(true, tok)?;
+/// The arguments of a request: `a` with what the request sets (max_tokens, temperature,
+/// top_p, top_k, seed), or why they are wrong. Rank 0 checks them with it; every rank then
+/// takes the same request through it.
+fn request_args(v: &Value, a: &Args) -> Result<Args, String> {
     let mut args = a.clone();
     let num = |key: &str| v.get(key).filter(|x| !x.is_null());
     if let Some(n) = num("max_completion_tokens").or(num("max_tokens")) {
@@ -45,6 +31,29 @@ fn parse(
     if let Some(s) = num("seed") {
         args.seed = s.as_u64().ok_or("seed must be a whole number")?;
     }
+    Ok(args)
+}
+
+/// The job in a request's body (the conversation rendered by the chat template, and the
+/// request) and whether to stream, or why it is not one (a 400 for the client).
+fn parse(
+    body: &str,
+    a: &Args,
+    chat: &mut Chat,
+    tok: &tokenizer::Tokenizer,
+    ctx: usize,
+) -> Result<(Value, bool), String> {
+    let v: Value = serde_json::from_str(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let msgs = v["messages"].as_array().filter(|m| !m.is_empty()).ok_or("\"messages\" must be a non-empty list")?;
+    chat.messages.clear();
+    for m in msgs {
+        let (Some(role), Some(content)) = (m["role"].as_str(), m["content"].as_str()) else {
+            return Err(format!("a message needs a \"role\" and a string \"content\": {m}"));
+        };
+        chat.messages.push((role.to_string(), content.to_string()));
+    }
+    let text = chat.render(true, tok)?;
+    let args = request_args(&v, a)?;
     let prompt = tok.encode(&text).len();
     if prompt + args.tokens > ctx {
         return Err(format!(
@@ -52,7 +61,8 @@ fn parse(
             args.tokens
         ));
     }
-    Ok((text, args, v["stream"].as_bool().unwrap_or(false)))
+    let stream = v["stream"].as_bool().unwrap_or(false);
+    Ok((json!({"text": text, "request": v}), stream))
 }
 
 fn json_response(status: u16, v: &Value) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
@@ -111,12 +121,8 @@ pub(crate) fn serve(
                             Err(e) => Some(error(400, &format!("the body: {e}"))),
                             Ok(_) => match parse(&body, a, &mut chat, tok, m.cfg.ctx) {
                                 Err(e) => Some(error(400, &e)),
-                                Ok((text, args, stream)) => {
-                                    bytes = serde_json::to_vec(&json!({
-                                        "text": text, "tokens": args.tokens, "temperature": args.temperature,
-                                        "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
-                                    }))
-                                    .expect("JSON");
+                                Ok((job, stream)) => {
+                                    bytes = serde_json::to_vec(&job).expect("JSON");
                                     pending = Some((req, stream));
                                     continue;
                                 }
@@ -135,12 +141,7 @@ pub(crate) fn serve(
         bytes.resize(len[0] as usize, 0);
         world.bcast(&mut bytes, 0)?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| Failure::Say(format!("a job: {e}")))?;
-        let mut args = a.clone();
-        args.tokens = v["tokens"].as_u64().unwrap_or(1) as usize;
-        args.temperature = v["temperature"].as_f64().unwrap_or(0.0) as f32;
-        args.top_k = v["top_k"].as_u64().unwrap_or(0) as usize;
-        args.top_p = v["top_p"].as_f64().unwrap_or(1.0) as f32;
-        args.seed = v["seed"].as_u64().unwrap_or(0);
+        let args = request_args(&v["request"], a).map_err(Failure::Say)?;
         let text = v["text"].as_str().unwrap_or_default().to_string();
         count += 1;
         let id = format!("chatcmpl-{}-{count}", std::process::id());
