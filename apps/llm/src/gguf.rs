@@ -4,6 +4,8 @@
 //! naming what is wrong (the tensor and its type, the byte where the file ends).
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// A metadata value.
@@ -121,6 +123,7 @@ pub(crate) struct TensorInfo {
 /// An open GGUF file.
 #[derive(Debug)]
 pub(crate) struct Gguf {
+    file: File,
     map: memmap2::Mmap,
     pub(crate) meta: HashMap<String, Value>,
     pub(crate) tensors: HashMap<String, TensorInfo>,
@@ -202,15 +205,15 @@ impl<'a> Cursor<'a> {
 
 impl Gguf {
     pub(crate) fn open(path: &Path) -> Result<Gguf, String> {
-        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         // SAFETY: the map is read only; a model file changed under a running job would give
         // wrong numbers, not unsafety in this process's own memory (the bytes are plain data,
         // every read of them is bounds-checked against the map's length).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::parse(map).map_err(|e| format!("{}: {e}", path.display()))
+        Self::parse(file, map).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    fn parse(map: memmap2::Mmap) -> Result<Gguf, String> {
+    fn parse(file: File, map: memmap2::Mmap) -> Result<Gguf, String> {
         let mut c = Cursor { b: &map, pos: 0 };
         let magic = c.take(4, "the magic number").map_err(|_| "not a GGUF file (too short)".to_string())?;
         if magic != b"GGUF" {
@@ -281,12 +284,19 @@ impl Gguf {
             }
             tensors.insert(name, TensorInfo { dims, dtype, start, len });
         }
-        Ok(Gguf { map, meta, tensors })
+        Ok(Gguf { file, map, meta, tensors })
     }
 
     /// A tensor's bytes.
     pub(crate) fn bytes(&self, t: &TensorInfo) -> &[u8] {
         &self.map[t.start..t.start + t.len]
+    }
+
+    /// `buf.len()` bytes of tensor `t` from byte `at` of it, read from the file (not through
+    /// the map: the pages stay in the page cache, shared, not in this process).
+    pub(crate) fn read_at(&self, t: &TensorInfo, at: usize, buf: &mut [u8]) -> std::io::Result<()> {
+        assert!(at + buf.len() <= t.len, "within the tensor");
+        self.file.read_exact_at(buf, (t.start + at) as u64)
     }
 
     pub(crate) fn tensor(&self, name: &str) -> Result<&TensorInfo, String> {

@@ -4,6 +4,8 @@
 //! `tokenizer.json` (its chat template and special tokens in `tokenizer_config.json`).
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -24,6 +26,7 @@ pub(crate) struct TensorInfo {
 /// An open model directory.
 #[derive(Debug)]
 pub(crate) struct HfDir {
+    files: Vec<File>,
     maps: Vec<memmap2::Mmap>,
     pub(crate) tensors: HashMap<String, TensorInfo>,
     pub(crate) config: Value,
@@ -59,7 +62,7 @@ impl HfDir {
         let tokenizer_config = if tc.exists() { read_json(&tc)? } else { Value::Null };
         // The weights: one file, or the shards an index names.
         let index = dir.join("model.safetensors.index.json");
-        let files: Vec<PathBuf> = if index.exists() {
+        let paths: Vec<PathBuf> = if index.exists() {
             let idx = read_json(&index)?;
             let map = idx["weight_map"].as_object().ok_or_else(|| format!("{}: no weight_map", index.display()))?;
             let mut names: Vec<&str> = map.values().filter_map(Value::as_str).collect();
@@ -69,10 +72,10 @@ impl HfDir {
         } else {
             vec![dir.join("model.safetensors")]
         };
-        let mut maps = Vec::new();
+        let (mut files, mut maps) = (Vec::new(), Vec::new());
         let mut tensors = HashMap::new();
-        for path in files {
-            let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for path in paths {
+            let file = File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             // SAFETY: the map is read only; a model file changed under a running job would
             // give wrong numbers, not unsafety in this process's own memory (the bytes are
             // plain data, every tensor's range checked against the map's length below).
@@ -96,12 +99,20 @@ impl HfDir {
                 tensors.insert(name, t);
             }
             maps.push(map);
+            files.push(file);
         }
-        Ok(HfDir { maps, tensors, config, tokenizer, tokenizer_config })
+        Ok(HfDir { files, maps, tensors, config, tokenizer, tokenizer_config })
     }
 
     pub(crate) fn bytes(&self, t: &TensorInfo) -> &[u8] {
         &self.maps[t.file][t.start..t.start + t.len]
+    }
+
+    /// `buf.len()` bytes of tensor `t` from byte `at` of it, read from its file (not through
+    /// the map: the pages stay in the page cache, shared, not in this process).
+    pub(crate) fn read_at(&self, t: &TensorInfo, at: usize, buf: &mut [u8]) -> std::io::Result<()> {
+        assert!(at + buf.len() <= t.len, "within the tensor");
+        self.files[t.file].read_exact_at(buf, (t.start + at) as u64)
     }
 
     pub(crate) fn tensor(&self, name: &str) -> Result<&TensorInfo, String> {

@@ -261,7 +261,7 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
             }
         }
     }
-    report_memory(world)
+    report_memory(world, m.shard_bytes())
 }
 
 /// This process's peak resident memory, in bytes (the model's pages it touched included).
@@ -275,14 +275,17 @@ fn peak_resident() -> u64 {
     }
 }
 
-/// Every rank's peak resident memory, on rank 0's stderr.
-fn report_memory(world: &mpr::Comm) -> Result<(), Failure> {
-    let mut all = vec![0u64; world.size()];
-    all[world.rank()] = peak_resident();
+/// Every rank's peak resident memory and the weights of its shard (`shard` bytes here), on
+/// rank 0's stderr.
+fn report_memory(world: &mpr::Comm, shard: usize) -> Result<(), Failure> {
+    let n = world.size();
+    let mut all = vec![0u64; 2 * n];
+    (all[world.rank()], all[n + world.rank()]) = (peak_resident(), shard as u64);
     world.allreduce_in_place(&mut all, mpr::Sum)?;
     if world.rank() == 0 {
-        let mib: Vec<String> = all.iter().map(|&b| format!("{:.1}", b as f64 / (1 << 20) as f64)).collect();
-        eprintln!("peak resident memory per rank (MiB): {}", mib.join(" "));
+        let mib = |v: &[u64]| v.iter().map(|&b| format!("{:.1}", b as f64 / (1 << 20) as f64)).collect::<Vec<_>>();
+        eprintln!("peak resident memory per rank (MiB): {}", mib(&all[..n]).join(" "));
+        eprintln!("weights in each rank's shard (MiB): {}", mib(&all[n..]).join(" "));
     }
     Ok(())
 }
@@ -521,12 +524,6 @@ impl<'a, 'm> Turn<'a, 'm> {
                     prefill_stats.secs * 1e3
                 );
             }
-            eprintln!(
-                "weights read by rank 0: {:.1} MiB (tensor parallel over {}, {} pipeline stage(s))",
-                m.shard_bytes() as f64 / (1 << 20) as f64,
-                self.group.size(),
-                self.stage.1
-            );
         }
         Ok(Reply {
             text: String::from_utf8_lossy(&reply).into_owned(),

@@ -4,8 +4,10 @@
 //! replicated where ranks share it, as when there are fewer KV heads than ranks), a range of
 //! the feed-forward rows (in whole blocks), and a range of the vocabulary. Q, K, V, gate and
 //! up are split by output rows; O and down by input columns, each followed by one all-reduce
-//! of the partial sums. Weights stay as the file stores them (memory-mapped, quantized); a
-//! rank reads only its own rows. Pipeline stages hold contiguous ranges of the layers; the
+//! of the partial sums. Weights stay as the file stores them (quantized): the row-split ones
+//! memory-mapped, a rank touching only its own rows; O's and down's columns copied out of the
+//! file (their rows are shorter than a page, so through the map every rank would touch all of
+//! them). Pipeline stages hold contiguous ranges of the layers; the
 //! caller passes the activations between them.
 
 use std::ops::Range;
@@ -206,8 +208,10 @@ impl<'a> Model<'a> {
         let (d, hd) = (cfg.dim, cfg.head_dim);
         let embd = g.matrix("token_embd.weight", cfg.vocab, d)?;
         // A model without its own output projection ties it to the embedding.
-        let output = if g.has("output.weight") { g.matrix("output.weight", cfg.vocab, d)? } else { embd };
+        let output = if g.has("output.weight") { g.matrix("output.weight", cfg.vocab, d)? } else { embd.clone() };
         let mut layers = Vec::with_capacity(shard.layers.len());
+        // O and down are split by columns: this rank's copied out (see Weights::columns).
+        let (qr, f) = (shard.heads.start * hd..shard.heads.end * hd, shard.ffn.clone());
         for l in shard.layers.clone() {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             layers.push(Layer {
@@ -216,10 +220,10 @@ impl<'a> Model<'a> {
                 q: g.matrix(&n("attn_q"), cfg.heads * hd, d)?,
                 k: g.matrix(&n("attn_k"), cfg.kv_heads * hd, d)?,
                 v: g.matrix(&n("attn_v"), cfg.kv_heads * hd, d)?,
-                o: g.matrix(&n("attn_output"), d, cfg.heads * hd)?,
+                o: g.columns(&n("attn_output"), d, cfg.heads * hd, qr.clone())?,
                 gate: g.matrix(&n("ffn_gate"), cfg.ffn, d)?,
                 up: g.matrix(&n("ffn_up"), cfg.ffn, d)?,
-                down: g.matrix(&n("ffn_down"), d, cfg.ffn)?,
+                down: g.columns(&n("ffn_down"), d, cfg.ffn, f.clone())?,
             });
         }
         let out_norm = g.vector("output_norm.weight", d)?;
@@ -228,22 +232,21 @@ impl<'a> Model<'a> {
 
     /// Bytes of weights this rank reads (its shard).
     pub(crate) fn shard_bytes(&self) -> usize {
-        let (s, hd) = (&self.shard, self.cfg.head_dim);
+        let (s, hd, d) = (&self.shard, self.cfg.head_dim, self.cfg.dim);
         let q = s.heads.start * hd..s.heads.end * hd;
         let kv = s.kv.start * hd..s.kv.end * hd;
         let per_layer: usize = self
             .layers
             .iter()
             .map(|l| {
-                // O and down: all rows, this rank's columns.
-                let cols = |m: &Mat, c: usize| m.bytes_of(0..m.rows) * c / m.cols;
+                // O and down hold only this rank's columns.
                 l.q.bytes_of(q.clone())
                     + l.k.bytes_of(kv.clone())
                     + l.v.bytes_of(kv.clone())
-                    + cols(&l.o, q.len())
+                    + l.o.bytes_of(0..d)
                     + l.gate.bytes_of(s.ffn.clone())
                     + l.up.bytes_of(s.ffn.clone())
-                    + cols(&l.down, s.ffn.len())
+                    + l.down.bytes_of(0..d)
             })
             .sum();
         // The output projection is read by the last stage only.
@@ -339,7 +342,7 @@ impl<'a> Model<'a> {
                     }
                 }
             });
-            l.o.matmul(0..d, qr.clone(), &att, &mut o);
+            l.o.matmul(0..d, 0..qr.len(), &att, &mut o);
             Self::allreduce(comm, &mut o, stats)?;
             for (x, o) in x.iter_mut().zip(&o) {
                 *x += o;
@@ -352,7 +355,7 @@ impl<'a> Model<'a> {
             for (g, u) in gate.iter_mut().zip(&up) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
-            l.down.matmul(0..d, f.clone(), &gate, &mut o);
+            l.down.matmul(0..d, 0..nf, &gate, &mut o);
             Self::allreduce(comm, &mut o, stats)?;
             for (x, o) in x.iter_mut().zip(&o) {
                 *x += o;

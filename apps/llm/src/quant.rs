@@ -3,6 +3,7 @@
 //! The loops are plain Rust compiled for the CPU's vector unit at run time ([`vectorized`]:
 //! AVX-512 or AVX2 here, NEON on Apple silicon).
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use half::bf16;
@@ -17,13 +18,13 @@ pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// A matrix of `rows` rows of `cols` elements, row-major, in its stored type (a vector is
-/// one row).
-#[derive(Debug, Clone, Copy)]
+/// one row): the file's own bytes (memory-mapped), or a copy of some of its columns.
+#[derive(Debug, Clone)]
 pub(crate) struct Mat<'a> {
     pub(crate) dtype: DType,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
-    data: &'a [u8],
+    data: Cow<'a, [u8]>,
 }
 
 /// An IEEE half to f32, by its bits: inlined into the block loops (a call there would spill
@@ -57,14 +58,15 @@ fn fixed<const N: usize, T>(s: &[T]) -> &[T; N] {
 
 impl<'a> Mat<'a> {
     /// `data` holds rows x cols elements of `dtype` (checked).
-    pub(crate) fn new(dtype: DType, rows: usize, cols: usize, data: &'a [u8]) -> Mat<'a> {
+    pub(crate) fn new(dtype: DType, rows: usize, cols: usize, data: impl Into<Cow<'a, [u8]>>) -> Mat<'a> {
+        let data = data.into();
         let (per, bytes) = dtype.block();
         assert!(cols.is_multiple_of(per), "rows of {cols} do not fill blocks of {per}");
         assert_eq!(data.len(), rows * cols / per * bytes, "a {rows}x{cols} {} matrix", dtype.name());
         Mat { dtype, rows, cols, data }
     }
 
-    fn row_bytes(&self) -> usize {
+    pub(crate) fn row_bytes(&self) -> usize {
         let (per, bytes) = self.dtype.block();
         self.cols / per * bytes
     }
@@ -181,6 +183,7 @@ impl<'a> Mat<'a> {
     /// long), for every token t: each row's blocks are read once for all the tokens.
     /// No columns (a rank whose share of them is empty): zeros.
     pub(crate) fn matmul(&self, rows: Range<usize>, cols: Range<usize>, xs: &[f32], ys: &mut [f32]) {
+        assert!(rows.end <= self.rows && cols.end <= self.cols, "within the matrix");
         if cols.is_empty() {
             ys.fill(0.0);
             return;

@@ -2,9 +2,10 @@
 //! safetensors, tokenizer.json). The model asks for its tensors by GGUF's names and gets
 //! them as the file stores them, memory-mapped.
 
+use std::ops::Range;
 use std::path::Path;
 
-use crate::gguf::Gguf;
+use crate::gguf::{DType, Gguf};
 use crate::hf::{hf_name, HfDir};
 use crate::model::{Config, RopePairs};
 use crate::quant::Mat;
@@ -58,6 +59,41 @@ impl Weights {
 
     /// Tensor `name` (GGUF's name), `rows` x `cols`, as stored.
     pub(crate) fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Mat<'_>, String> {
+        let (dtype, bytes, _) = self.lookup(name, rows, cols)?;
+        Ok(Mat::new(dtype, rows, cols, bytes))
+    }
+
+    /// Columns `part` (whole blocks) of every row of matrix `name` (`rows` x `cols`), read
+    /// from the file into this process's own memory. For O and down, whose tensor-parallel
+    /// shards are columns: read through the map, a rank would touch every page of them.
+    /// All the columns: the map itself.
+    pub(crate) fn columns(&self, name: &str, rows: usize, cols: usize, part: Range<usize>) -> Result<Mat<'_>, String> {
+        let (dtype, bytes, name) = self.lookup(name, rows, cols)?;
+        if part == (0..cols) {
+            return Ok(Mat::new(dtype, rows, cols, bytes));
+        }
+        let (per, block) = dtype.block();
+        if !(part.start.is_multiple_of(per) && part.end.is_multiple_of(per) && part.end <= cols) {
+            return Err(format!("tensor {name}: columns {part:?} are not whole blocks of {per} within {cols}"));
+        }
+        let (row, skip, take) = (cols / per * block, part.start / per * block, part.len() / per * block);
+        let mut data = vec![0u8; rows * take];
+        if take == 0 {
+            return Ok(Mat::new(dtype, rows, 0, data));
+        }
+        for (r, out) in data.chunks_exact_mut(take).enumerate() {
+            let at = r * row + skip;
+            match self {
+                Weights::Gguf(g) => g.read_at(g.tensor(&name)?, at, out),
+                Weights::Hf(h) => h.read_at(h.tensor(&name)?, at, out),
+            }
+            .map_err(|e| format!("tensor {name}: reading row {r}: {e}"))?;
+        }
+        Ok(Mat::new(dtype, rows, part.len(), data))
+    }
+
+    /// Tensor `name`'s type, bytes and name in the file, checked to be `rows` x `cols`.
+    fn lookup(&self, name: &str, rows: usize, cols: usize) -> Result<(DType, &[u8], String), String> {
         let (dtype, dims, bytes, name) = match self {
             Weights::Gguf(g) => {
                 let t = g.tensor(name)?;
@@ -74,7 +110,7 @@ impl Weights {
         if dims != want {
             return Err(format!("tensor {name} is {dims:?}; the model's shape needs {want:?}"));
         }
-        Ok(Mat::new(dtype, rows, cols, bytes))
+        Ok((dtype, bytes, name))
     }
 
     /// Vector `name`, `n` elements, as f32.

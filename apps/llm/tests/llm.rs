@@ -38,6 +38,7 @@ fn the_capital_of_france_is_paris_on_every_split() {
     let Some(model) = model() else { return };
     let dir = scratch("paris");
     let mut one: Option<Vec<Vec<f32>>> = None;
+    let mut mem1: Option<(f64, f64)> = None;
     // Tensor parallel on 1, 2 and 3 ranks (SmolLM2's 9 query heads and 3 KV heads split
     // unevenly, a KV head shared by two ranks), pipelines of 2 and 3 stages, and both (2 x 2).
     for (np, tp, pp) in
@@ -60,10 +61,26 @@ fn the_capital_of_france_is_paris_on_every_split() {
             // Rank 0 runs the first 15 layers: two all-reduces each.
             assert!(err.contains("all-reduce: 30.0 per token"), "{err}");
         }
-        // Every rank's peak resident memory, a figure each.
-        let rss = err.lines().find_map(|l| l.strip_prefix("peak resident memory per rank (MiB): ")).unwrap_or("");
-        let rss: Vec<f64> = rss.split_whitespace().map(|v| v.parse().unwrap()).collect();
-        assert!(rss.len() == np.parse::<usize>().unwrap() && rss.iter().all(|&m| m > 10.0), "{err}");
+        // Every rank's peak resident memory and its shard of the weights, a figure each.
+        let per_rank = |line: &str| -> Vec<f64> {
+            let v = err.lines().find_map(|l| l.strip_prefix(line)).unwrap_or("");
+            v.split_whitespace().map(|v| v.parse().unwrap()).collect()
+        };
+        let (rss, shard) =
+            (per_rank("peak resident memory per rank (MiB): "), per_rank("weights in each rank's shard (MiB): "));
+        let n: f64 = np.parse().unwrap();
+        assert!(rss.len() == n as usize && shard.len() == n as usize && rss.iter().all(|&m| m > 10.0), "{err}");
+        let (rss1, shard1) = *mem1.get_or_insert((rss[0], shard[0]));
+        if pp == "1" {
+            // Tensor parallel: the weights fall as 1/N (a KV head shared by two ranks is
+            // held by both), and so, above the process's own baseline, does the memory.
+            let most = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+            assert!(most(&shard) <= 1.05 * shard1 / n, "{what}: shards {shard:?} of {shard1}");
+            assert!(most(&rss) <= rss1 * (0.5 + 0.6 / n), "{what}: resident {rss:?} MiB; 1 rank: {rss1}");
+        } else {
+            // The first stage holds no output head, and only its share of the layers.
+            assert!(rss[0] <= 0.6 * rss1, "{what}: resident {rss:?} MiB; 1 rank: {rss1}");
+        }
         let l = logits(&dump);
         assert_eq!((l.len(), l[0].len()), (5, 49152), "a row of logits per prompt position");
         match &one {
