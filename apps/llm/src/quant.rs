@@ -50,6 +50,24 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
 }
 
+/// Lane j of `acc` += w[i] x[i] for the i = j (mod 16), `b` holding the w as values of W bytes
+/// (`value` reads one): unpacked from fixed-size arrays, so that the loop vectorizes.
+#[inline(always)]
+fn floats<const W: usize, const B: usize>(b: &[u8], x: &[f32], acc: &mut [f32; 16], value: impl Fn(&[u8; W]) -> f32) {
+    const L: usize = 16;
+    let mut bc = b.chunks_exact(B);
+    let mut xc = x.chunks_exact(L);
+    for (blk, x) in (&mut bc).zip(&mut xc) {
+        let (blk, x) = (fixed::<B, u8>(blk), fixed::<L, f32>(x));
+        for j in 0..L {
+            acc[j] += value(fixed::<W, u8>(&blk[j * W..(j + 1) * W])) * x[j];
+        }
+    }
+    for (v, x) in bc.remainder().chunks_exact(W).zip(xc.remainder()) {
+        acc[0] += value(fixed::<W, u8>(v)) * x;
+    }
+}
+
 /// A slice of known length as an array (so its loops need no bounds checks).
 #[inline(always)]
 fn fixed<const N: usize, T>(s: &[T]) -> &[T; N] {
@@ -88,23 +106,10 @@ impl<'a> Mat<'a> {
         const L: usize = 16;
         let mut acc = [0.0f32; L];
         match self.dtype {
-            DType::F32 | DType::F16 | DType::BF16 => {
-                let w = bytes;
-                let val = |v: &[u8]| match self.dtype {
-                    DType::F32 => f32::from_le_bytes(v.try_into().expect("4")),
-                    DType::F16 => f16_to_f32(u16::from_le_bytes([v[0], v[1]])),
-                    _ => bf16::from_bits(u16::from_le_bytes([v[0], v[1]])).to_f32(),
-                };
-                let mut bc = b.chunks_exact(L * w);
-                let mut xc = x.chunks_exact(L);
-                for (blk, x) in (&mut bc).zip(&mut xc) {
-                    for j in 0..L {
-                        acc[j] += val(&blk[j * w..(j + 1) * w]) * x[j];
-                    }
-                }
-                for (v, x) in bc.remainder().chunks_exact(w).zip(xc.remainder()) {
-                    acc[0] += val(v) * x;
-                }
+            DType::F32 => floats::<4, { 4 * L }>(b, x, &mut acc, |v| f32::from_le_bytes(*v)),
+            DType::F16 => floats::<2, { 2 * L }>(b, x, &mut acc, |v| f16_to_f32(u16::from_le_bytes(*v))),
+            DType::BF16 => {
+                floats::<2, { 2 * L }>(b, x, &mut acc, |v| f32::from_bits((u16::from_le_bytes(*v) as u32) << 16))
             }
             DType::Q8_0 => {
                 for (blk, x) in b.chunks_exact(34).zip(x.chunks_exact(32)) {

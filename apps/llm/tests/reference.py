@@ -172,7 +172,18 @@ def to_hf(path, out):
     assert meta("tokenizer.ggml.pre") == "smollm", "the pre-tokenizer below is SmolLM's"
     tokenizer = {
         "version": "1.0",
-        "added_tokens": [{"id": i, "content": tokens[i], "special": True} for i in special],
+        "added_tokens": [
+            {
+                "id": i,
+                "content": tokens[i],
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for i in special
+        ],
         "normalizer": None,
         "pre_tokenizer": {
             "type": "Sequence",
@@ -181,10 +192,11 @@ def to_hf(path, out):
                 {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
             ],
         },
-        "decoder": {"type": "ByteLevel"},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {
             "type": "BPE",
-            "vocab": {t: i for i, t in enumerate(tokens) if i not in special},
+            "vocab": {t: i for i, t in enumerate(tokens)},
             "merges": meta("tokenizer.ggml.merges"),
         },
     }
