@@ -352,6 +352,7 @@ impl Proxy {
                 self.dispatch(event.token(), event.is_writable());
             }
             self.read_ready();
+            self.release_partial();
             self.check_deadlines(Instant::now());
         }
         if !self.done {
@@ -469,6 +470,18 @@ impl Proxy {
                 });
             if !done {
                 self.ready.push_back((local, stream));
+            }
+        }
+    }
+
+    /// Sends mprun the incomplete lines their ranks have paused on.
+    fn release_partial(&mut self) {
+        let (ranks, link) = (&mut self.ranks, &mut self.link);
+        let mut released = Vec::new();
+        ranks.release_partial(Instant::now(), &mut |local, stream, d| released.push((local, stream, d.to_vec())));
+        for (local, stream, data) in released {
+            if let Some(link) = link.as_mut() {
+                link.send(&Msg::Output { rank: ranks.rank(local) as u32, stream: stream as u8, data });
             }
         }
     }
@@ -602,7 +615,7 @@ impl Proxy {
         if self.link.is_some() {
             next = next.min(self.next_beat).min(self.heard + self.bound);
         }
-        next
+        self.ranks.partial_due().map_or(next, |due| next.min(due))
     }
 
     fn check_deadlines(&mut self, now: Instant) {

@@ -5,12 +5,14 @@
 //! (stderr) and `3i + 2` (PMI); owners keep their own tokens above `3 * MAX_LOCAL`.
 //!
 //! Invariants: a rank is *live* from its start until it is reaped; every descriptor is
-//! deregistered before it is dropped; output is released in whole lines (`LineForwarder`).
+//! deregistered before it is dropped; output is released in whole lines (`LineForwarder`),
+//! and a partial line once its rank has paused on it.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
@@ -186,6 +188,27 @@ impl Ranks {
             emit(&out);
         }
         eof || blocked || limit == Limit::Drain
+    }
+
+    /// When the earliest incomplete line of any rank is due to be released.
+    pub(crate) fn partial_due(&self) -> Option<Instant> {
+        self.entries.iter().flat_map(|e| e.pipes.iter().flatten()).filter_map(|p| p.lines.partial_due()).min()
+    }
+
+    /// Hands each incomplete line due by `now` to `emit` (local rank, stream, bytes).
+    pub(crate) fn release_partial(&mut self, now: Instant, emit: &mut dyn FnMut(usize, usize, &[u8])) {
+        let mut out = Vec::new();
+        for (local, entry) in self.entries.iter_mut().enumerate() {
+            for (stream, pipe) in entry.pipes.iter_mut().enumerate() {
+                if let Some(pipe) = pipe {
+                    pipe.lines.release_due(now, &mut out);
+                    if !out.is_empty() {
+                        emit(local, stream, &out);
+                        out.clear();
+                    }
+                }
+            }
+        }
     }
 
     /// The pipes still open, as (local rank, stream).

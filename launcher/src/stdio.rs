@@ -4,17 +4,25 @@
 //! wrote and releases whole lines (prefixed with `[rank] ` under `--tag-output`). Whatever a
 //! forwarder releases is written to mprun's stdout or stderr by one [`Sink::write`] that
 //! writes all of it before anything else is written, so lines of different ranks never
-//! interleave mid-line. A partial last line is released at end of file. A line longer than
-//! [`MAX_PENDING`] is released in pieces so memory stays bounded.
+//! interleave mid-line. A partial line is released at end of file, and when the rank has
+//! added nothing to it for [`PARTIAL_AFTER`] (a prompt waiting for input, text streamed a
+//! word at a time: what the rank wrote shows up, as on a terminal). A line longer than
+//! [`MAX_PENDING`] is released in pieces so memory stays bounded. A line released in pieces
+//! is tagged once, at its start.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 /// Longest incomplete line kept before it is released in pieces.
 const MAX_PENDING: usize = 4 << 20;
+
+/// How long an incomplete line waits for the rest of it before what there is is released.
+/// Long next to the gaps inside one buffered write of a line; short to a person watching.
+pub(crate) const PARTIAL_AFTER: Duration = Duration::from_millis(20);
 
 /// Splits one rank stream into whole lines. A line ends at a newline, or at a carriage
 /// return not followed by one: a progress line a rank redraws in place (`text\r`) is
@@ -30,6 +38,8 @@ pub(crate) struct LineForwarder {
     /// The last byte released was a carriage return: a newline right after it ends that
     /// same line (`\r\n` split between two reads).
     after_cr: bool,
+    /// When the rank last added to `pending` (none while it is empty).
+    fed: Option<Instant>,
 }
 
 /// Where the last line of `data` ends: after its last newline or carriage return.
@@ -41,7 +51,7 @@ impl LineForwarder {
     /// A forwarder for `rank`, tagging lines if `tag` is set.
     pub(crate) fn new(rank: usize, tag: bool) -> Self {
         let prefix = tag.then(|| format!("[{rank}] ").into_bytes());
-        LineForwarder { prefix, pending: Vec::new(), mid_line: false, after_cr: false }
+        LineForwarder { prefix, pending: Vec::new(), mid_line: false, after_cr: false, fed: None }
     }
 
     /// Takes bytes the rank wrote; appends the lines now complete to `out`.
@@ -60,16 +70,38 @@ impl LineForwarder {
             }
             None => self.pending.extend_from_slice(data),
         }
+        self.fed = (!self.pending.is_empty()).then(Instant::now);
         if self.pending.len() >= MAX_PENDING {
-            self.finish(out);
-            self.mid_line = true;
+            self.release(out);
         }
     }
 
     /// End of file: appends the incomplete last line, if any, to `out`.
     pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
         let pending = std::mem::take(&mut self.pending);
+        self.fed = None;
         self.emit(&pending, out);
+    }
+
+    /// When the incomplete line, if there is one, is due to be released.
+    pub(crate) fn partial_due(&self) -> Option<Instant> {
+        self.fed.map(|at| at + PARTIAL_AFTER)
+    }
+
+    /// Appends the incomplete line to `out` if it is due by `now`: the rest of that line,
+    /// when it comes, goes out untagged.
+    pub(crate) fn release_due(&mut self, now: Instant, out: &mut Vec<u8>) {
+        if self.partial_due().is_some_and(|due| due <= now) {
+            self.release(out);
+        }
+    }
+
+    /// Appends the incomplete line to `out`, as a piece of a line.
+    fn release(&mut self, out: &mut Vec<u8>) {
+        if !self.pending.is_empty() {
+            self.finish(out);
+            self.mid_line = true;
+        }
     }
 
     fn emit(&mut self, mut text: &[u8], out: &mut Vec<u8>) {
@@ -192,6 +224,26 @@ mod tests {
             ]
         );
         assert_eq!(run(false, &[b"a\rb\r\nc"]).concat(), b"a\rb\r\nc".to_vec());
+    }
+
+    #[test]
+    fn a_partial_line_is_released_once_the_rank_pauses() {
+        let mut f = LineForwarder::new(3, true);
+        let mut out = Vec::new();
+        f.feed(b"done\n> ", &mut out);
+        assert_eq!(out, b"[3] done\n".to_vec());
+        let due = f.partial_due().expect("a partial line waits");
+        out.clear();
+        f.release_due(due - Duration::from_millis(1), &mut out);
+        assert!(out.is_empty(), "released before it was due");
+        f.release_due(due, &mut out);
+        assert_eq!(out, b"[3] > ".to_vec());
+        assert_eq!(f.partial_due(), None, "nothing left to release");
+        // The rest of that line is not tagged again; the next line is.
+        out.clear();
+        f.feed(b"Paris\nnext\n", &mut out);
+        assert_eq!(out, b"Paris\n[3] next\n".to_vec());
+        assert_eq!(f.partial_due(), None);
     }
 
     #[test]

@@ -1,10 +1,14 @@
-//! Forwarding of the ranks' output: line by line, never interleaved mid-line.
+//! Forwarding of the ranks' output: line by line, never interleaved mid-line; a partial line
+//! once its rank pauses on it.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::process::Output;
+use std::time::{Duration, Instant};
 
-use common::{code, run, stderr, stdout, TempDir};
+use common::{code, mprun, run, stderr, stdout, TempDir};
 
 #[test]
 fn tag_output_prefixes_every_line() {
@@ -84,4 +88,46 @@ fn a_grandchild_holding_a_pipe_does_not_keep_mprun_waiting() {
     assert!(start.elapsed().as_secs() < 10);
     let sleeper: i32 = dir.wait_for("sleeper").parse().unwrap();
     assert!(common::gone(sleeper), "the rank's leftover child {sleeper} is still running");
+}
+
+/// Runs mprun with `args` and returns what its stdout carried, each read with the time it
+/// arrived (from the start).
+fn timed_stdout(args: &[&str]) -> (Output, Vec<(Duration, Vec<u8>)>) {
+    let mut child = mprun(args).spawn().expect("mprun starts");
+    let mut pipe = child.stdout.take().unwrap();
+    let start = Instant::now();
+    let reader = std::thread::spawn(move || {
+        let (mut reads, mut buf) = (Vec::new(), [0u8; 4096]);
+        while let Ok(n @ 1..) = pipe.read(&mut buf) {
+            reads.push((start.elapsed(), buf[..n].to_vec()));
+        }
+        reads
+    });
+    let out = common::wait(child);
+    (out, reader.join().unwrap())
+}
+
+#[test]
+fn a_prompt_without_a_newline_shows_before_the_rank_goes_on() {
+    // A rank prints a prompt (no newline) and then waits: the prompt must reach mprun's
+    // stdout while it waits, not with the line's end 3 s later; here and through a host's
+    // proxy (`--launcher fork`), untagged and tagged (the line's rest is not tagged again).
+    let rank = "printf '> '; sleep 3; echo done";
+    for (args, want) in [
+        (&["-np", "1"][..], "> done\n"),
+        (&["--tag-output", "-np", "1"][..], "[0] > done\n"),
+        (&["--launcher", "fork", "-H", "a:1"][..], "> done\n"),
+        (&["--launcher", "fork", "-H", "a:1", "--tag-output"][..], "[0] > done\n"),
+    ] {
+        let (out, reads) = timed_stdout(&[args, &["sh", "-c", rank]].concat());
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        let all: Vec<u8> = reads.iter().flat_map(|(_, d)| d.clone()).collect();
+        assert_eq!(String::from_utf8_lossy(&all), want, "{args:?}");
+        let at = |s: &[u8]| reads.iter().find(|(_, d)| d.windows(s.len()).any(|w| w == s)).map(|(t, _)| *t).unwrap();
+        let (prompt, done) = (at(b"> "), at(b"done"));
+        assert!(
+            done > prompt + Duration::from_secs(1),
+            "{args:?}: the prompt came at {prompt:?}, with the line's end at {done:?}"
+        );
+    }
 }

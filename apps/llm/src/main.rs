@@ -241,6 +241,10 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
                     }
                     if std::io::BufRead::read_line(&mut stdin, &mut line).unwrap_or(0) == 0 {
                         line.clear();
+                        if mpr::stderr_is_terminal() {
+                            // Ctrl-D: end the prompt's line, as a shell does.
+                            eprintln!();
+                        }
                     }
                 }
                 let mut len = [line.len() as u64];

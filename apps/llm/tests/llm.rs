@@ -277,6 +277,36 @@ fn chat_applies_the_template_and_keeps_the_conversation() {
     assert_eq!(replies.len(), 2, "{so}");
     assert!(replies[0].contains("Paris") && replies[1].contains("Rome"), "{so}");
     assert_eq!(text(&out.stderr).matches("decode:").count(), 2, "{}", text(&out.stderr));
+    chat_on_a_terminal(&args);
+}
+
+/// The conversation of `args` on a terminal (a pseudo-terminal that `script` holds, typed
+/// into ahead): rank 0 prompts with "> " before each turn and the prompt shows before the
+/// reply (mprun releases a line its rank pauses on); Ctrl-D ends the chat cleanly.
+fn chat_on_a_terminal(args: &[&str]) {
+    if std::process::Command::new("script").arg("--version").output().is_err() {
+        mpr_tests::cannot_run("no `script` (util-linux) to give the chat a terminal");
+        return;
+    }
+    let marker = format!("tty-chat-{}", std::process::id());
+    let mut cmd = vec![mpr_tests::mprun_path().to_str().unwrap().to_string()];
+    cmd.extend(args.iter().map(|a| a.to_string()));
+    cmd.extend(["--system".to_string(), marker.clone()]);
+    let line = cmd.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" ");
+    let mut c = std::process::Command::new("script");
+    c.args(["-qfec", &line, "/dev/null"]).stdin(std::process::Stdio::piped());
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    // A question, then Ctrl-D on an empty line: end of input for the chat.
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"What is the capital of France?\n\x04").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let tty = text(&out.stdout).replace('\r', "");
+    assert!(out.status.success(), "{tty}{}", text(&out.stderr));
+    let (prompt, paris) = (tty.find("> "), tty.find("Paris"));
+    assert!(prompt.is_some() && paris.is_some() && prompt < paris, "the prompt comes before the reply:\n{tty}");
+    assert_eq!(tty.matches("> ").count(), 2, "a prompt before the turn and one before Ctrl-D:\n{tty}");
+    assert!(tty.contains("> \npeak resident memory"), "Ctrl-D ends the prompt's line:\n{tty}");
+    assert!(mpr_tests::processes_with(&marker).is_empty(), "{:?}", mpr_tests::processes_with(&marker));
 }
 
 /// GPT-2's printable stand-ins for bytes (a byte-level BPE vocabulary's first 256 tokens).

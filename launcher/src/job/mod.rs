@@ -218,6 +218,8 @@ impl<'a> Job<'a> {
             for event in events.iter() {
                 self.dispatch(event.token(), event.is_writable());
             }
+            let (out, err) = (&mut self.stdout, &mut self.stderr);
+            self.ranks.release_partial(Instant::now(), &mut |_, stream, d| write_to(stream, out, err, d));
             self.check_deadlines(Instant::now());
         }
 
@@ -523,7 +525,7 @@ impl<'a> Job<'a> {
         };
         let hosts = self.remotes.iter().filter_map(|r| r.next_deadline(self.opts.host_timeout));
         let pending = self.pending.values().map(|p| p.deadline);
-        own.into_iter().chain(hosts).chain(pending).min()
+        own.into_iter().chain(hosts).chain(pending).chain(self.ranks.partial_due()).min()
     }
 
     fn check_deadlines(&mut self, now: Instant) {
