@@ -185,13 +185,14 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// RoPE on each head of `x`, over the pairs `pairs` says.
+/// RoPE on each head of `x`, over the pairs `pairs` says: the angles are worked out once
+/// for all the heads.
 fn rope(x: &mut [f32], head_dim: usize, pos: usize, base: f32, pairs: RopePairs) {
     let half = head_dim / 2;
+    let angles: Vec<(f32, f32)> =
+        (0..half).map(|i| (pos as f32 * base.powf(-2.0 * i as f32 / head_dim as f32)).sin_cos()).collect();
     for head in x.chunks_exact_mut(head_dim) {
-        for i in 0..half {
-            let theta = pos as f32 * base.powf(-2.0 * i as f32 / head_dim as f32);
-            let (s, c) = theta.sin_cos();
+        for (i, &(s, c)) in angles.iter().enumerate() {
             let (ia, ib) = match pairs {
                 RopePairs::Adjacent => (2 * i, 2 * i + 1),
                 RopePairs::Halves => (i, i + half),
