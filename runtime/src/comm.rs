@@ -416,7 +416,12 @@ impl Comm {
 
     /// Ends the whole job with `code` (`MPI_Abort`): tells the launcher, then exits.
     pub fn abort(&self, code: i32) -> ! {
-        self.inner.rt.borrow_mut().boot.abort(code, "MPI_Abort");
+        self.abort_because(code, "MPI_Abort")
+    }
+
+    /// Ends the whole job with `code`, telling the launcher `why` (an error judged fatal).
+    pub fn abort_because(&self, code: i32, why: &str) -> ! {
+        self.inner.rt.borrow_mut().boot.abort(code, why);
         std::process::exit(code)
     }
 }

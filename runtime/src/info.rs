@@ -22,6 +22,38 @@ pub fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
+/// Where the C ABI is: the directory of `mpi.h` and that of `libmpr` (`.so`, `.dylib` on
+/// macOS), each `None` where it is not found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CAbi {
+    /// The directory holding `mpi.h`.
+    pub include: Option<std::path::PathBuf>,
+    /// The directory holding the shared library.
+    pub lib: Option<std::path::PathBuf>,
+}
+
+/// The shared library's file name on this platform.
+pub const C_LIBRARY: &str = if cfg!(target_os = "macos") { "libmpr.dylib" } else { "libmpr.so" };
+
+/// Finds the C ABI for a tool whose executable lies in `bin`: `MPR_HOME/{include,lib}` if
+/// set; else an installed tree (`bin/../include`, `bin/../lib`); else a build tree (the
+/// library beside the tool, as cargo puts it, and this crate's own `include`).
+pub fn c_abi(bin: &std::path::Path) -> CAbi {
+    let candidates = |sub: &str| -> Vec<std::path::PathBuf> {
+        match std::env::var_os("MPR_HOME") {
+            Some(home) => vec![std::path::PathBuf::from(home).join(sub)],
+            None => {
+                let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+                let built = if sub == "include" { source.join("include") } else { bin.to_path_buf() };
+                vec![bin.join("..").join(sub), built]
+            }
+        }
+    };
+    let find = |sub: &str, file: &str| candidates(sub).into_iter().find(|d| d.join(file).is_file());
+    CAbi { include: find("include", "mpi.h"), lib: find("lib", C_LIBRARY) }
+}
+
 /// A transport compiled into this build.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -24,6 +24,7 @@
 
 pub mod bootstrap;
 mod buf;
+mod capi;
 mod coll;
 mod comm;
 mod datatype;
@@ -46,7 +47,8 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 pub use coll::op::{
-    self, BitAnd, BitOr, BitXor, Loc, LogicalAnd, LogicalOr, Max, MaxLoc, Min, MinLoc, Op, Prod, Sum, UserOp,
+    self, BitAnd, BitOr, BitXor, Builtin, DynOp, ElemType, Loc, LogicalAnd, LogicalOr, LogicalXor, Max, MaxLoc, Min,
+    MinLoc, Op, Prod, Sum, UserOp,
 };
 pub use coll::CollRequest;
 pub use comm::{Comm, Communicator, ANY_SOURCE, ANY_TAG, TAG_UB};

@@ -1,6 +1,7 @@
 //! `mpr-info`: what this build of mpr has and what it finds on this host, in the manner of
 //! `ompi_info` and `ibv_devinfo`: the version, the transports and RDMA providers compiled in,
-//! the RDMA devices (or why there are none), and the CPU topology mprun binds ranks to.
+//! where the C ABI's header and library are, the RDMA devices (or why there are none), and
+//! the CPU topology mprun binds ranks to.
 //!
 //! It always exits 0 once it has printed its report (an absent device is a finding, not a
 //! failure); 2 for bad usage.
@@ -43,9 +44,24 @@ fn report() -> String {
     let mut out = String::new();
     let _ = writeln!(out, "mpr {}", info::version());
     transports(&mut out);
+    c_abi(&mut out);
     rdma_devices(&mut out);
     topology(&mut out);
     out
+}
+
+/// Where `mprcc` finds mpi.h and libmpr (both from this tool's own directory).
+fn c_abi(out: &mut String) {
+    let bin = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.to_path_buf())).unwrap_or_default();
+    let abi = info::c_abi(&bin);
+    let shown = |d: Option<std::path::PathBuf>| d.map_or("not found".to_string(), |d| d.display().to_string());
+    let _ = writeln!(
+        out,
+        "
+C ABI (mprcc, mprcxx):"
+    );
+    let _ = writeln!(out, "  mpi.h      {}", shown(abi.include));
+    let _ = writeln!(out, "  {:<10} {}", info::C_LIBRARY, shown(abi.lib));
 }
 
 fn transports(out: &mut String) {

@@ -10,15 +10,29 @@ use super::op::Max;
 use crate::comm::Comm;
 use crate::error::Error;
 
+/// The context of [`Comm::solo`] (and the next, its collectives'): the last two ids, which
+/// [`Comm::agree_context`] never hands out.
+const SOLO_CONTEXT: u32 = u32::MAX - 1;
+
 impl Comm {
     fn agree_context(&self) -> Result<u32, Error> {
         let mine = self.rt().borrow().next_ctx;
         let mut ctx = [mine];
         self.allreduce_in_place(&mut ctx, Max)?;
         let ctx = ctx[0];
-        let next = ctx.checked_add(2).ok_or_else(|| Error::Other("out of communicator context ids".into()))?;
+        let next = ctx
+            .checked_add(2)
+            .filter(|&n| n <= SOLO_CONTEXT)
+            .ok_or_else(|| Error::Other("out of communicator context ids".into()))?;
         self.rt().borrow_mut().next_ctx = next;
         Ok(ctx)
+    }
+
+    /// The communicator of this rank alone (`MPI_COMM_SELF`), made without communication:
+    /// its context is reserved for it (no agreed context reaches it), and only this rank
+    /// could send on it.
+    pub fn solo(&self) -> Comm {
+        Comm::new(self.rt().clone(), SOLO_CONTEXT, 0, vec![self.group()[self.rank()]])
     }
 
     /// A new communicator with the same group and a new context (`MPI_Comm_dup`).

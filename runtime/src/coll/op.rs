@@ -211,3 +211,153 @@ impl<T: Pod, F: Fn(&mut [T], &[T])> Op<T> for UserOp<F> {
         self.commutative
     }
 }
+
+/// Logical exclusive or (`MPI_LXOR`): non-zero is true; the result is 1 or 0.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogicalXor;
+
+elementwise!(LogicalXor, Integer, |a, b| truth((a != T::ZERO) != (b != T::ZERO)));
+
+/// Element types a reduction can be chosen for at run time (what MPI's predefined datatypes
+/// hold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum ElemType {
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F32,
+    F64,
+}
+
+/// The built-in operations, named at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Builtin {
+    Max,
+    Min,
+    Sum,
+    Prod,
+    LogicalAnd,
+    BitAnd,
+    LogicalOr,
+    BitOr,
+    LogicalXor,
+    BitXor,
+}
+
+/// A reduction chosen at run time, a built-in operation on an element type, applied to
+/// elements carried as `C`: a plain type of the element's size and alignment (u8, u16,
+/// u32, u64), so that collectives split buffers between elements. The table behind it is
+/// the one place that maps (operation, type) to a kernel, for the C ABI and accumulate.
+#[derive(Clone, Copy)]
+pub struct DynOp<C> {
+    kernel: Kernel<C>,
+}
+
+/// A reduction kernel over carriers: `acc[i] = acc[i] (op) x[i]`.
+type Kernel<C> = fn(&mut [C], &[C]);
+
+impl<C> std::fmt::Debug for DynOp<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DynOp")
+    }
+}
+
+impl<C: Pod> DynOp<C> {
+    /// `op` on `ty` carried as `C`; `None` where MPI does not define it (bitwise and logical
+    /// operations on floating point) or `C` is not `ty`'s size and alignment.
+    pub fn new(op: Builtin, ty: ElemType) -> Option<DynOp<C>> {
+        let kernel = match ty {
+            ElemType::I8 => integer::<i8, C>(op),
+            ElemType::I16 => integer::<i16, C>(op),
+            ElemType::I32 => integer::<i32, C>(op),
+            ElemType::I64 => integer::<i64, C>(op),
+            ElemType::U8 => integer::<u8, C>(op),
+            ElemType::U16 => integer::<u16, C>(op),
+            ElemType::U32 => integer::<u32, C>(op),
+            ElemType::U64 => integer::<u64, C>(op),
+            ElemType::F32 => arithmetic::<f32, C>(op),
+            ElemType::F64 => arithmetic::<f64, C>(op),
+        }?;
+        Some(DynOp { kernel })
+    }
+}
+
+impl<C: Pod> Op<C> for DynOp<C> {
+    fn apply(&self, acc: &mut [C], x: &[C]) {
+        (self.kernel)(acc, x)
+    }
+}
+
+/// Whether `C` carries `T`: the same size, and aligned at least as strictly.
+fn carries<T, C>() -> bool {
+    size_of::<C>() == size_of::<T>() && align_of::<C>() >= align_of::<T>()
+}
+
+/// `O` on `T`, over its carrier `C` (checked by [`carries`] before this is handed out).
+fn kernel<T: Pod, O: Op<T> + Default, C: Pod>(acc: &mut [C], x: &[C]) {
+    O::default().apply(bytemuck::cast_slice_mut(acc), bytemuck::cast_slice(x))
+}
+
+/// The arithmetic operations on `T`.
+fn arithmetic<T: Number, C: Pod>(op: Builtin) -> Option<Kernel<C>> {
+    if !carries::<T, C>() {
+        return None;
+    }
+    Some(match op {
+        Builtin::Max => kernel::<T, Max, C>,
+        Builtin::Min => kernel::<T, Min, C>,
+        Builtin::Sum => kernel::<T, Sum, C>,
+        Builtin::Prod => kernel::<T, Prod, C>,
+        _ => return None,
+    })
+}
+
+/// Every built-in operation on integer `T`.
+fn integer<T: Integer, C: Pod>(op: Builtin) -> Option<Kernel<C>> {
+    if !carries::<T, C>() {
+        return None;
+    }
+    Some(match op {
+        Builtin::LogicalAnd => kernel::<T, LogicalAnd, C>,
+        Builtin::BitAnd => kernel::<T, BitAnd, C>,
+        Builtin::LogicalOr => kernel::<T, LogicalOr, C>,
+        Builtin::BitOr => kernel::<T, BitOr, C>,
+        Builtin::LogicalXor => kernel::<T, LogicalXor, C>,
+        Builtin::BitXor => kernel::<T, BitXor, C>,
+        _ => return arithmetic::<T, C>(op),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_time_table_runs_the_typed_operations() {
+        // f64 sums, carried as u64 bits.
+        let sum = DynOp::<u64>::new(Builtin::Sum, ElemType::F64).expect("sum of doubles");
+        let (mut acc, x) = ([1.5f64.to_bits(), (-2.0f64).to_bits()], [0.25f64.to_bits(), 4.0f64.to_bits()]);
+        sum.apply(&mut acc, &x);
+        assert_eq!(acc.map(f64::from_bits), [1.75, 2.0]);
+        // Signed comparison on i32 carried as u32; logical xor gives 1 or 0.
+        let max = DynOp::<u32>::new(Builtin::Max, ElemType::I32).unwrap();
+        let mut acc = [(-5i32) as u32, 3];
+        max.apply(&mut acc, &[(-7i32) as u32, 9]);
+        assert_eq!(acc, [(-5i32) as u32, 9]);
+        let lxor = DynOp::<u8>::new(Builtin::LogicalXor, ElemType::I8).unwrap();
+        let mut acc = [0u8, 5, 7, 0];
+        lxor.apply(&mut acc, &[0, 0, 3, 9]);
+        assert_eq!(acc, [0, 1, 0, 1]);
+        // Not defined: bitwise on floating point; a carrier of another size.
+        assert!(DynOp::<u64>::new(Builtin::BitAnd, ElemType::F64).is_none());
+        assert!(DynOp::<u32>::new(Builtin::Sum, ElemType::F64).is_none());
+        assert!(DynOp::<u64>::new(Builtin::Sum, ElemType::I32).is_none());
+    }
+}

@@ -1,0 +1,8 @@
+//! `mprcxx`: the C++ compiler wrapper (see `cc/mod.rs`).
+
+#[path = "../cc/mod.rs"]
+mod cc;
+
+fn main() -> std::process::ExitCode {
+    cc::main("mprcxx", "MPR_CXX", "c++")
+}

@@ -1,0 +1,229 @@
+/* mpi.h - mpr's C ABI (libmpr): the MPI-3.1 C bindings that mpr implements.
+ *
+ * Handles are integers, in MPICH's style; the constants below are mpr's own values (a program
+ * is built against this header and linked with libmpr, as with any MPI). Every function has
+ * its profiling name too (PMPI_...). A function this header does not declare is not
+ * implemented: a program calling it fails to compile or to link, never silently succeeds.
+ * Threads: MPI_THREAD_FUNNELED (only the thread that called MPI_Init makes MPI calls).
+ */
+#ifndef MPR_MPI_H
+#define MPR_MPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MPI_VERSION 3
+#define MPI_SUBVERSION 1
+#define MPR_C_ABI 1
+
+typedef int MPI_Comm;
+typedef int MPI_Datatype;
+typedef int MPI_Op;
+typedef int MPI_Errhandler;
+typedef ptrdiff_t MPI_Aint;
+typedef long long MPI_Count;
+typedef long long MPI_Offset;
+
+typedef struct MPI_Status {
+    int MPI_SOURCE;
+    int MPI_TAG;
+    int MPI_ERROR;
+    /* Private: the message's size in bytes. */
+    int mpr_count_lo;
+    int mpr_count_hi;
+} MPI_Status;
+
+#define MPI_STATUS_IGNORE ((MPI_Status *)0)
+#define MPI_STATUSES_IGNORE ((MPI_Status *)0)
+
+/* Communicators. */
+#define MPI_COMM_NULL ((MPI_Comm)0)
+#define MPI_COMM_WORLD ((MPI_Comm)1)
+#define MPI_COMM_SELF ((MPI_Comm)2)
+
+/* Predefined datatypes: C types, then the MPI names of fixed-size and other types. */
+#define MPI_DATATYPE_NULL ((MPI_Datatype)0)
+#define MPI_CHAR ((MPI_Datatype)1)
+#define MPI_SIGNED_CHAR ((MPI_Datatype)2)
+#define MPI_UNSIGNED_CHAR ((MPI_Datatype)3)
+#define MPI_BYTE ((MPI_Datatype)4)
+#define MPI_SHORT ((MPI_Datatype)5)
+#define MPI_UNSIGNED_SHORT ((MPI_Datatype)6)
+#define MPI_INT ((MPI_Datatype)7)
+#define MPI_UNSIGNED ((MPI_Datatype)8)
+#define MPI_LONG ((MPI_Datatype)9)
+#define MPI_UNSIGNED_LONG ((MPI_Datatype)10)
+#define MPI_LONG_LONG_INT ((MPI_Datatype)11)
+#define MPI_LONG_LONG MPI_LONG_LONG_INT
+#define MPI_UNSIGNED_LONG_LONG ((MPI_Datatype)12)
+#define MPI_FLOAT ((MPI_Datatype)13)
+#define MPI_DOUBLE ((MPI_Datatype)14)
+#define MPI_WCHAR ((MPI_Datatype)15)
+#define MPI_C_BOOL ((MPI_Datatype)16)
+#define MPI_INT8_T ((MPI_Datatype)17)
+#define MPI_INT16_T ((MPI_Datatype)18)
+#define MPI_INT32_T ((MPI_Datatype)19)
+#define MPI_INT64_T ((MPI_Datatype)20)
+#define MPI_UINT8_T ((MPI_Datatype)21)
+#define MPI_UINT16_T ((MPI_Datatype)22)
+#define MPI_UINT32_T ((MPI_Datatype)23)
+#define MPI_UINT64_T ((MPI_Datatype)24)
+#define MPI_AINT ((MPI_Datatype)25)
+#define MPI_OFFSET ((MPI_Datatype)26)
+#define MPI_COUNT ((MPI_Datatype)27)
+#define MPI_PACKED ((MPI_Datatype)28)
+
+/* Reduction operations. */
+#define MPI_OP_NULL ((MPI_Op)0)
+#define MPI_MAX ((MPI_Op)1)
+#define MPI_MIN ((MPI_Op)2)
+#define MPI_SUM ((MPI_Op)3)
+#define MPI_PROD ((MPI_Op)4)
+#define MPI_LAND ((MPI_Op)5)
+#define MPI_BAND ((MPI_Op)6)
+#define MPI_LOR ((MPI_Op)7)
+#define MPI_BOR ((MPI_Op)8)
+#define MPI_LXOR ((MPI_Op)9)
+#define MPI_BXOR ((MPI_Op)10)
+
+/* Error handlers. */
+#define MPI_ERRHANDLER_NULL ((MPI_Errhandler)0)
+#define MPI_ERRORS_ARE_FATAL ((MPI_Errhandler)1)
+#define MPI_ERRORS_RETURN ((MPI_Errhandler)2)
+
+/* Special values. */
+#define MPI_ANY_SOURCE (-1)
+#define MPI_PROC_NULL (-2)
+#define MPI_ROOT (-3)
+#define MPI_ANY_TAG (-1)
+#define MPI_UNDEFINED (-32766)
+#define MPI_IN_PLACE ((void *)-1)
+#define MPI_BOTTOM ((void *)0)
+#define MPI_MAX_PROCESSOR_NAME 256
+#define MPI_MAX_ERROR_STRING 512
+#define MPI_MAX_LIBRARY_VERSION_STRING 8192
+
+/* Thread levels. */
+#define MPI_THREAD_SINGLE 0
+#define MPI_THREAD_FUNNELED 1
+#define MPI_THREAD_SERIALIZED 2
+#define MPI_THREAD_MULTIPLE 3
+
+/* Results of MPI_Comm_compare. */
+#define MPI_IDENT 0
+#define MPI_CONGRUENT 1
+#define MPI_SIMILAR 2
+#define MPI_UNEQUAL 3
+
+/* Error classes (MPICH's numbering). */
+#define MPI_SUCCESS 0
+#define MPI_ERR_BUFFER 1
+#define MPI_ERR_COUNT 2
+#define MPI_ERR_TYPE 3
+#define MPI_ERR_TAG 4
+#define MPI_ERR_COMM 5
+#define MPI_ERR_RANK 6
+#define MPI_ERR_ROOT 7
+#define MPI_ERR_GROUP 8
+#define MPI_ERR_OP 9
+#define MPI_ERR_TOPOLOGY 10
+#define MPI_ERR_DIMS 11
+#define MPI_ERR_ARG 12
+#define MPI_ERR_UNKNOWN 13
+#define MPI_ERR_TRUNCATE 14
+#define MPI_ERR_OTHER 15
+#define MPI_ERR_INTERN 16
+#define MPI_ERR_IN_STATUS 17
+#define MPI_ERR_PENDING 18
+#define MPI_ERR_REQUEST 19
+#define MPI_ERR_RMA_SYNC 50
+#define MPI_ERR_RMA_RANGE 55
+/* A peer died or left (ULFM's class, as MPICH numbers it). */
+#define MPIX_ERR_PROC_FAILED 101
+#define MPI_ERR_LASTCODE 0x3fffffff
+
+/* Environment. */
+int MPI_Init(int *argc, char ***argv);
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided);
+int MPI_Finalize(void);
+int MPI_Initialized(int *flag);
+int MPI_Finalized(int *flag);
+int MPI_Abort(MPI_Comm comm, int errorcode);
+int MPI_Query_thread(int *provided);
+int MPI_Is_thread_main(int *flag);
+double MPI_Wtime(void);
+double MPI_Wtick(void);
+int MPI_Get_processor_name(char *name, int *resultlen);
+int MPI_Get_version(int *version, int *subversion);
+int MPI_Get_library_version(char *version, int *resultlen);
+int MPI_Error_string(int errorcode, char *string, int *resultlen);
+int MPI_Error_class(int errorcode, int *errorclass);
+int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler);
+int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler);
+
+/* Communicators. */
+int MPI_Comm_rank(MPI_Comm comm, int *rank);
+int MPI_Comm_size(MPI_Comm comm, int *size);
+
+/* Datatypes. */
+int MPI_Type_size(MPI_Datatype datatype, int *size);
+int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count);
+
+/* Point-to-point. */
+int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm);
+int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status);
+int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf,
+                 int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status);
+int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *status);
+int MPI_Iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status);
+
+/* Collectives. */
+int MPI_Barrier(MPI_Comm comm);
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+               MPI_Comm comm);
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+
+/* The same, by their profiling names. */
+int PMPI_Init(int *argc, char ***argv);
+int PMPI_Init_thread(int *argc, char ***argv, int required, int *provided);
+int PMPI_Finalize(void);
+int PMPI_Initialized(int *flag);
+int PMPI_Finalized(int *flag);
+int PMPI_Abort(MPI_Comm comm, int errorcode);
+int PMPI_Query_thread(int *provided);
+int PMPI_Is_thread_main(int *flag);
+double PMPI_Wtime(void);
+double PMPI_Wtick(void);
+int PMPI_Get_processor_name(char *name, int *resultlen);
+int PMPI_Get_version(int *version, int *subversion);
+int PMPI_Get_library_version(char *version, int *resultlen);
+int PMPI_Error_string(int errorcode, char *string, int *resultlen);
+int PMPI_Error_class(int errorcode, int *errorclass);
+int PMPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler);
+int PMPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler);
+int PMPI_Comm_rank(MPI_Comm comm, int *rank);
+int PMPI_Comm_size(MPI_Comm comm, int *size);
+int PMPI_Type_size(MPI_Datatype datatype, int *size);
+int PMPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count);
+int PMPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm);
+int PMPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status);
+int PMPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status);
+int PMPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *status);
+int PMPI_Iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status);
+int PMPI_Barrier(MPI_Comm comm);
+int PMPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
+int PMPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+                MPI_Comm comm);
+int PMPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MPR_MPI_H */

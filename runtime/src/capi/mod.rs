@@ -1,0 +1,751 @@
+//! The C ABI (`mpi.h`, `libmpr`): MPI's C bindings over the Rust API, thin. Each function
+//! converts handles and buffers, calls the Rust API, and turns its error into an MPI error
+//! code under the communicator's error handler. Every function is exported under its
+//! profiling name (`PMPI_Send`) and its MPI name (`MPI_Send`, which calls the former), so a
+//! profiling library can wrap the MPI names.
+//!
+//! Handles are small integers (`include/mpi.h` numbers them): communicators index a table
+//! of this process; predefined datatypes and operations are fixed. The state lives with the
+//! thread that called `MPI_Init` (`MPI_THREAD_FUNNELED`): a call from another thread is an
+//! error.
+//!
+//! Error codes: an error's class, plus 256 x a slot in a small ring of recent messages, so
+//! that `MPI_Error_string` gives the message and `MPI_Error_class` the class.
+
+// The exported functions take C's raw pointers; each dereference is checked against null
+// where MPI allows null, and otherwise trusts the caller as C's MPI does.
+#![allow(clippy::missing_safety_doc)]
+
+mod types;
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::thread::ThreadId;
+
+use crate::{Comm, Error, ErrorClass, Status, Universe};
+use types::{Datatype, ReduceOp};
+
+// Values shared with include/mpi.h.
+const MPI_SUCCESS: c_int = 0;
+const ERR_BUFFER: c_int = 1;
+const ERR_COUNT: c_int = 2;
+const ERR_TYPE: c_int = 3;
+const ERR_TAG: c_int = 4;
+const ERR_COMM: c_int = 5;
+const ERR_RANK: c_int = 6;
+const ERR_ROOT: c_int = 7;
+const ERR_OP: c_int = 9;
+const ERR_ARG: c_int = 12;
+const ERR_UNKNOWN: c_int = 13;
+const ERR_TRUNCATE: c_int = 14;
+const ERR_OTHER: c_int = 15;
+const ERR_INTERN: c_int = 16;
+const ERR_RMA_SYNC: c_int = 50;
+const ERR_RMA_RANGE: c_int = 55;
+const ERRX_PROC_FAILED: c_int = 101;
+const COMM_WORLD: c_int = 1;
+const ERRORS_ARE_FATAL: c_int = 1;
+const ERRORS_RETURN: c_int = 2;
+const ANY_SOURCE: c_int = -1;
+const PROC_NULL: c_int = -2;
+const ANY_TAG: c_int = -1;
+const UNDEFINED: c_int = -32766;
+const THREAD_FUNNELED: c_int = 1;
+const MAX_PROCESSOR_NAME: usize = 256;
+const MAX_ERROR_STRING: usize = 512;
+const MAX_LIBRARY_VERSION_STRING: usize = 8192;
+/// `MPI_IN_PLACE`: `(void *)-1`.
+const IN_PLACE: *const c_void = usize::MAX as *const c_void;
+
+/// An MPI error on its way to a return code: its class and what happened.
+#[derive(Debug)]
+struct Fail {
+    class: c_int,
+    message: String,
+}
+
+impl Fail {
+    fn new(class: c_int, message: impl Into<String>) -> Fail {
+        Fail { class, message: message.into() }
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        let class = match e.class() {
+            ErrorClass::Truncate => ERR_TRUNCATE,
+            ErrorClass::Rank => ERR_RANK,
+            ErrorClass::Tag => ERR_TAG,
+            ErrorClass::Count => ERR_COUNT,
+            ErrorClass::ProcFailed => ERRX_PROC_FAILED,
+            ErrorClass::RmaSync => ERR_RMA_SYNC,
+            ErrorClass::RmaRange => ERR_RMA_RANGE,
+            ErrorClass::Bootstrap | ErrorClass::Transport | ErrorClass::Timeout | ErrorClass::Other => ERR_OTHER,
+        };
+        Fail::new(class, e.to_string())
+    }
+}
+
+type Res<T = ()> = Result<T, Fail>;
+
+/// A communicator of the table and its error handler.
+#[derive(Debug)]
+struct CommEntry {
+    comm: Comm,
+    errhandler: c_int,
+}
+
+/// This process's MPI state, owned by the thread that called `MPI_Init`.
+#[derive(Debug)]
+struct State {
+    universe: Universe,
+    /// Indexed by handle: 0 is `MPI_COMM_NULL`, 1 `MPI_COMM_WORLD`, 2 `MPI_COMM_SELF`.
+    comms: Vec<Option<CommEntry>>,
+}
+
+thread_local! {
+    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+}
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+static MAIN_THREAD: std::sync::OnceLock<ThreadId> = std::sync::OnceLock::new();
+static PROVIDED: AtomicI32 = AtomicI32::new(0);
+
+/// The recent error messages that codes point at (slot = code / 256 - 1).
+static MESSAGES: std::sync::Mutex<(usize, Vec<String>)> = std::sync::Mutex::new((0, Vec::new()));
+const MESSAGE_SLOTS: usize = 64;
+
+/// An error code for `fail`: its class, and a slot holding its message.
+fn code_of(fail: &Fail) -> c_int {
+    let mut m = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
+    let slot = m.0 % MESSAGE_SLOTS;
+    m.0 += 1;
+    if m.1.len() <= slot {
+        m.1.resize(slot + 1, String::new());
+    }
+    m.1[slot] = fail.message.clone();
+    fail.class + 256 * (slot as c_int + 1)
+}
+
+/// The text of an error class.
+fn class_text(class: c_int) -> &'static str {
+    match class {
+        MPI_SUCCESS => "no error",
+        ERR_BUFFER => "invalid buffer pointer",
+        ERR_COUNT => "invalid count argument",
+        ERR_TYPE => "invalid datatype",
+        ERR_TAG => "invalid tag",
+        ERR_COMM => "invalid communicator",
+        ERR_RANK => "invalid rank",
+        ERR_ROOT => "invalid root",
+        ERR_OP => "invalid reduce operation",
+        ERR_ARG => "invalid argument",
+        ERR_TRUNCATE => "message truncated",
+        ERR_OTHER => "other error",
+        ERR_INTERN => "internal error",
+        ERR_RMA_SYNC => "wrong synchronization of RMA calls",
+        ERR_RMA_RANGE => "target memory is not part of the window",
+        ERRX_PROC_FAILED => "process failure",
+        _ => "unknown error",
+    }
+}
+
+/// Runs `f` with the state; outside `MPI_Init`..`MPI_Finalize` or on another thread, the
+/// error every MPI call then gets.
+fn with_state<R>(name: &str, f: impl FnOnce(&mut State) -> R) -> Result<R, Fail> {
+    STATE.with(|s| match s.borrow_mut().as_mut() {
+        Some(state) => Ok(f(state)),
+        None if FINALIZED.load(Ordering::SeqCst) => Err(Fail::new(ERR_OTHER, format!("{name} after MPI_Finalize"))),
+        None if INITIALIZED.load(Ordering::SeqCst) => Err(Fail::new(
+            ERR_OTHER,
+            format!("{name} from a thread other than MPI_Init's (mpr provides MPI_THREAD_FUNNELED)"),
+        )),
+        None => Err(Fail::new(ERR_OTHER, format!("{name} before MPI_Init"))),
+    })
+}
+
+/// The communicator of handle `comm` (a clone: the table is not borrowed while it works).
+fn comm_of(name: &str, comm: c_int) -> Res<Comm> {
+    with_state(name, |s| {
+        usize::try_from(comm)
+            .ok()
+            .and_then(|i| s.comms.get(i))
+            .and_then(Option::as_ref)
+            .map(|e| e.comm.clone())
+            .ok_or_else(|| Fail::new(ERR_COMM, format!("{name}: {comm} is not a communicator")))
+    })?
+}
+
+/// The return code of MPI function `name` on `comm` for `result`: an error goes through
+/// the communicator's error handler (`MPI_ERRORS_ARE_FATAL` ends the job, naming the rank
+/// and the error; `MPI_ERRORS_RETURN` returns its code).
+fn finish(name: &str, comm: c_int, result: Res) -> c_int {
+    let Err(fail) = result else { return MPI_SUCCESS };
+    let handled = STATE.with(|s| {
+        let s = s.borrow();
+        let s = s.as_ref()?;
+        let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref);
+        // An error on no valid communicator goes to MPI_COMM_WORLD's handler.
+        let entry = entry.or(s.comms[COMM_WORLD as usize].as_ref())?;
+        Some((entry.errhandler, entry.comm.clone(), s.universe.world().rank()))
+    });
+    match handled {
+        Some((ERRORS_RETURN, _, _)) => code_of(&fail),
+        Some((_, comm, rank)) => {
+            let why = format!("{name}: {} ({})", fail.message, class_text(fail.class));
+            eprintln!("mpr: rank {rank}: fatal error in {why}");
+            comm.abort_because(fail.class, &why)
+        }
+        None => {
+            // No MPI state (before MPI_Init, after MPI_Finalize, another thread): fatal.
+            eprintln!("mpr: fatal error in {name}: {}", fail.message);
+            std::process::exit(fail.class)
+        }
+    }
+}
+
+/// A rank argument: `MPI_ANY_SOURCE`, `MPI_PROC_NULL` (None) or a rank (checked by the
+/// Rust API against the communicator).
+fn peer(rank: c_int, any_ok: bool) -> Res<Option<usize>> {
+    match rank {
+        PROC_NULL => Ok(None),
+        ANY_SOURCE if any_ok => Ok(Some(crate::ANY_SOURCE)),
+        r if r >= 0 => Ok(Some(r as usize)),
+        r => Err(Fail::new(ERR_RANK, format!("invalid rank {r}"))),
+    }
+}
+
+fn count_of(count: c_int) -> Res<usize> {
+    usize::try_from(count).map_err(|_| Fail::new(ERR_COUNT, format!("negative count {count}")))
+}
+
+/// `count` elements of `ty` at `buf`, as bytes.
+///
+/// # Safety
+/// `buf` must point to `count` elements of `ty` (MPI's contract with the caller).
+unsafe fn bytes<'a>(buf: *const c_void, count: usize, ty: Datatype) -> Res<&'a [u8]> {
+    let n = count * ty.size;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if buf.is_null() {
+        return Err(Fail::new(ERR_BUFFER, "a null buffer for a non-empty message"));
+    }
+    // SAFETY: the caller promises `n` readable bytes at `buf`, not null (checked).
+    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) })
+}
+
+/// As [`bytes`], writable.
+///
+/// # Safety
+/// As [`bytes`], and the bytes must be writable and not otherwise borrowed.
+unsafe fn bytes_mut<'a>(buf: *mut c_void, count: usize, ty: Datatype) -> Res<&'a mut [u8]> {
+    let n = count * ty.size;
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if buf.is_null() {
+        return Err(Fail::new(ERR_BUFFER, "a null buffer for a non-empty message"));
+    }
+    // SAFETY: the caller promises `n` writable bytes at `buf`, not null (checked), that
+    // nothing else refers to while this call runs.
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) })
+}
+
+/// Fills `*status` (if not `MPI_STATUS_IGNORE`) from a completed receive or probe.
+///
+/// # Safety
+/// `status` is null or points to an `MPI_Status`.
+unsafe fn set_status(status: *mut MpiStatus, st: Status) {
+    if !status.is_null() {
+        // SAFETY: the caller passed a valid MPI_Status or null (checked).
+        unsafe { *status = MpiStatus::of(st) };
+    }
+}
+
+/// `MPI_Status` as include/mpi.h lays it out.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MpiStatus {
+    source: c_int,
+    tag: c_int,
+    error: c_int,
+    count_lo: c_int,
+    count_hi: c_int,
+}
+
+impl MpiStatus {
+    fn of(st: Status) -> MpiStatus {
+        let bytes = st.bytes as u64;
+        MpiStatus {
+            source: st.source as c_int,
+            tag: st.tag,
+            error: MPI_SUCCESS,
+            count_lo: bytes as u32 as c_int,
+            count_hi: (bytes >> 32) as c_int,
+        }
+    }
+
+    /// What a receive from `MPI_PROC_NULL` reports.
+    fn proc_null() -> MpiStatus {
+        MpiStatus { source: PROC_NULL, tag: ANY_TAG, error: MPI_SUCCESS, count_lo: 0, count_hi: 0 }
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.count_lo as u32 as u64) | ((self.count_hi as u32 as u64) << 32)
+    }
+}
+
+/// Writes `text` into C buffer `out` (NUL-terminated, at most `max` bytes with the NUL) and
+/// its length into `len`.
+///
+/// # Safety
+/// `out` holds `max` bytes; `len` points to an int.
+unsafe fn write_text(text: &str, out: *mut c_char, len: *mut c_int, max: usize) -> Res {
+    if out.is_null() || len.is_null() {
+        return Err(Fail::new(ERR_ARG, "a null output argument"));
+    }
+    let n = text.len().min(max - 1);
+    // SAFETY: `out` holds `max` bytes (MPI's contract: MPI_MAX_... sized), n + 1 <= max.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), out, n);
+        *out.add(n) = 0;
+        *len = n as c_int;
+    }
+    Ok(())
+}
+
+/// Stores `value` through an output pointer.
+///
+/// # Safety
+/// `out` is null (an error) or points to a `T`.
+unsafe fn put<T>(out: *mut T, value: T) -> Res {
+    if out.is_null() {
+        return Err(Fail::new(ERR_ARG, "a null output argument"));
+    }
+    // SAFETY: not null (checked); the caller passed a valid pointer.
+    unsafe { out.write(value) };
+    Ok(())
+}
+
+/// Exports `fn PMPI_x(..)` with `body`, and `fn MPI_x(..)` calling it.
+macro_rules! mpi {
+    ($(fn $name:ident / $pname:ident ($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block)*) => {$(
+        #[no_mangle]
+        pub(crate) unsafe extern "C" fn $pname($($arg: $ty),*) -> $ret $body
+
+        #[no_mangle]
+        pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the same contract, passed on.
+            unsafe { $pname($($arg),*) }
+        }
+    )*};
+}
+
+fn init(name: &str, required: c_int) -> Res {
+    if INITIALIZED.swap(true, Ordering::SeqCst) {
+        return Err(Fail::new(ERR_OTHER, format!("{name}: MPI is already initialized")));
+    }
+    let universe = crate::init()?;
+    let world = universe.world();
+    let solo = world.solo();
+    let entry = |comm| Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL });
+    let _ = MAIN_THREAD.set(std::thread::current().id());
+    PROVIDED.store(required.clamp(0, THREAD_FUNNELED), Ordering::SeqCst);
+    // MPI_COMM_NULL, MPI_COMM_WORLD, MPI_COMM_SELF.
+    STATE.with(|s| *s.borrow_mut() = Some(State { universe, comms: vec![None, entry(world), entry(solo)] }));
+    Ok(())
+}
+
+/// A built-in reduction of `count` elements of `ty` by `op`, from `send` (or `recv` in place)
+/// into `recv`, on `comm`: `root` for MPI_Reduce, none for MPI_Allreduce.
+///
+/// # Safety
+/// The buffers hold `count` elements of `ty` (MPI's contract).
+unsafe fn reduce(
+    comm: &Comm,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: c_int,
+    ty: Datatype,
+    op: ReduceOp,
+    root: Option<usize>,
+) -> Res {
+    let count = count_of(count)?;
+    let is_root = root.is_none_or(|r| r == comm.rank());
+    // SAFETY: MPI's contract: recv holds count elements of ty at the root (or everywhere
+    // for all-reduce); send does, unless it is MPI_IN_PLACE.
+    let recv = if is_root { Some(unsafe { bytes_mut(recv, count, ty)? }) } else { None };
+    let send = if send == IN_PLACE {
+        if !is_root {
+            return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE as the send buffer of a rank other than the root"));
+        }
+        None
+    } else {
+        // SAFETY: as above.
+        Some(unsafe { bytes(send, count, ty)? })
+    };
+    types::reduce(comm, send, recv, ty, op, root)
+}
+
+mpi! {
+    fn MPI_Init / PMPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
+        finish("MPI_Init", COMM_WORLD, init("MPI_Init", THREAD_FUNNELED))
+    }
+
+    fn MPI_Init_thread / PMPI_Init_thread(
+        _argc: *mut c_int,
+        _argv: *mut *mut *mut c_char,
+        required: c_int,
+        provided: *mut c_int,
+    ) -> c_int {
+        let r = init("MPI_Init_thread", required);
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        let r = r.and_then(|()| unsafe { put(provided, PROVIDED.load(Ordering::SeqCst)) });
+        finish("MPI_Init_thread", COMM_WORLD, r)
+    }
+
+    fn MPI_Finalize / PMPI_Finalize() -> c_int {
+        let r = with_state("MPI_Finalize", |_| ()).and_then(|()| {
+            let state = STATE.with(|s| s.borrow_mut().take()).expect("checked above");
+            // The communicators go before the universe that drives them.
+            drop(state.comms);
+            FINALIZED.store(true, Ordering::SeqCst);
+            state.universe.finalize().map_err(Fail::from)
+        });
+        finish("MPI_Finalize", COMM_WORLD, r)
+    }
+
+    fn MPI_Initialized / PMPI_Initialized(flag: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        finish("MPI_Initialized", COMM_WORLD, unsafe { put(flag, INITIALIZED.load(Ordering::SeqCst) as c_int) })
+    }
+
+    fn MPI_Finalized / PMPI_Finalized(flag: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        finish("MPI_Finalized", COMM_WORLD, unsafe { put(flag, FINALIZED.load(Ordering::SeqCst) as c_int) })
+    }
+
+    fn MPI_Abort / PMPI_Abort(comm: c_int, errorcode: c_int) -> c_int {
+        match comm_of("MPI_Abort", comm).or_else(|_| comm_of("MPI_Abort", COMM_WORLD)) {
+            Ok(c) => c.abort(errorcode),
+            Err(_) => std::process::exit(errorcode),
+        }
+    }
+
+    fn MPI_Query_thread / PMPI_Query_thread(provided: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        finish("MPI_Query_thread", COMM_WORLD, unsafe { put(provided, PROVIDED.load(Ordering::SeqCst)) })
+    }
+
+    fn MPI_Is_thread_main / PMPI_Is_thread_main(flag: *mut c_int) -> c_int {
+        let main = MAIN_THREAD.get() == Some(&std::thread::current().id());
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        finish("MPI_Is_thread_main", COMM_WORLD, unsafe { put(flag, main as c_int) })
+    }
+
+    fn MPI_Wtime / PMPI_Wtime() -> f64 {
+        crate::wtime()
+    }
+
+    fn MPI_Wtick / PMPI_Wtick() -> f64 {
+        1e-9
+    }
+
+    fn MPI_Get_processor_name / PMPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> c_int {
+        let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        finish("MPI_Get_processor_name", COMM_WORLD, unsafe {
+            write_text(&host, name, resultlen, MAX_PROCESSOR_NAME)
+        })
+    }
+
+    fn MPI_Get_version / PMPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        let r = unsafe { put(version, 3).and_then(|()| put(subversion, 1)) };
+        finish("MPI_Get_version", COMM_WORLD, r)
+    }
+
+    fn MPI_Get_library_version / PMPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) -> c_int {
+        let text = concat!("mpr ", env!("CARGO_PKG_VERSION"), " (MPI 3.1 C ABI)");
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        finish("MPI_Get_library_version", COMM_WORLD, unsafe {
+            write_text(text, version, resultlen, MAX_LIBRARY_VERSION_STRING)
+        })
+    }
+
+    fn MPI_Error_string / PMPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) -> c_int {
+        let (class, slot) = (errorcode & 0xff, errorcode >> 8);
+        let detail = (slot > 0).then(|| {
+            let m = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
+            m.1.get(slot as usize - 1).cloned().unwrap_or_default()
+        });
+        let text = match detail {
+            Some(d) if !d.is_empty() => format!("{}: {d}", class_text(class)),
+            _ => class_text(class).to_string(),
+        };
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        finish("MPI_Error_string", COMM_WORLD, unsafe { write_text(&text, string, resultlen, MAX_ERROR_STRING) })
+    }
+
+    fn MPI_Error_class / PMPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
+        let r = if errorcode < 0 {
+            Err(Fail::new(ERR_ARG, format!("{errorcode} is not an error code")))
+        } else {
+            let class = errorcode & 0xff;
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            unsafe { put(errorclass, if class_text(class) == "unknown error" { ERR_UNKNOWN } else { class }) }
+        };
+        finish("MPI_Error_class", COMM_WORLD, r)
+    }
+
+    fn MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
+        let r = with_state("MPI_Comm_set_errhandler", |s| {
+            if !matches!(errhandler, ERRORS_ARE_FATAL | ERRORS_RETURN) {
+                return Err(Fail::new(ERR_ARG, format!("MPI_Comm_set_errhandler: {errhandler} is not an error handler")));
+            }
+            let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get_mut(i)).and_then(Option::as_mut);
+            let entry = entry.ok_or_else(|| Fail::new(ERR_COMM, format!("{comm} is not a communicator")))?;
+            entry.errhandler = errhandler;
+            Ok(())
+        });
+        finish("MPI_Comm_set_errhandler", comm, r.and_then(|r| r))
+    }
+
+    fn MPI_Comm_get_errhandler / PMPI_Comm_get_errhandler(comm: c_int, errhandler: *mut c_int) -> c_int {
+        let r = with_state("MPI_Comm_get_errhandler", |s| {
+            let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref);
+            entry.map(|e| e.errhandler).ok_or_else(|| Fail::new(ERR_COMM, format!("{comm} is not a communicator")))
+        });
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        finish("MPI_Comm_get_errhandler", comm, r.and_then(|r| r).and_then(|h| unsafe { put(errhandler, h) }))
+    }
+
+    fn MPI_Comm_rank / PMPI_Comm_rank(comm: c_int, rank: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        let r = comm_of("MPI_Comm_rank", comm).and_then(|c| unsafe { put(rank, c.rank() as c_int) });
+        finish("MPI_Comm_rank", comm, r)
+    }
+
+    fn MPI_Comm_size / PMPI_Comm_size(comm: c_int, size: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        let r = comm_of("MPI_Comm_size", comm).and_then(|c| unsafe { put(size, c.size() as c_int) });
+        finish("MPI_Comm_size", comm, r)
+    }
+
+    fn MPI_Type_size / PMPI_Type_size(datatype: c_int, size: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        let r = Datatype::of(datatype).and_then(|t| unsafe { put(size, t.size as c_int) });
+        finish("MPI_Type_size", COMM_WORLD, r)
+    }
+
+    fn MPI_Get_count / PMPI_Get_count(status: *const MpiStatus, datatype: c_int, count: *mut c_int) -> c_int {
+        let r = Datatype::of(datatype).and_then(|t| {
+            if status.is_null() {
+                return Err(Fail::new(ERR_ARG, "MPI_Get_count of MPI_STATUS_IGNORE"));
+            }
+            // SAFETY: not null (checked): the caller's MPI_Status.
+            let bytes = unsafe { (*status).bytes() };
+            let n = match t.size as u64 {
+                0 => 0,
+                size if bytes % size == 0 => c_int::try_from(bytes / size).unwrap_or(UNDEFINED),
+                _ => UNDEFINED,
+            };
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            unsafe { put(count, n) }
+        });
+        finish("MPI_Get_count", COMM_WORLD, r)
+    }
+
+    fn MPI_Send / PMPI_Send(
+        buf: *const c_void,
+        count: c_int,
+        datatype: c_int,
+        dest: c_int,
+        tag: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Send", comm)?;
+            let ty = Datatype::of(datatype)?;
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            let data = unsafe { bytes(buf, count_of(count)?, ty)? };
+            match peer(dest, false)? {
+                None => Ok(()),
+                Some(d) => Ok(c.send(data, d, tag)?),
+            }
+        })();
+        finish("MPI_Send", comm, r)
+    }
+
+    fn MPI_Recv / PMPI_Recv(
+        buf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+        status: *mut MpiStatus,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Recv", comm)?;
+            let ty = Datatype::of(datatype)?;
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            let data = unsafe { bytes_mut(buf, count_of(count)?, ty)? };
+            let st = match peer(source, true)? {
+                None => MpiStatus::proc_null(),
+                Some(s) => MpiStatus::of(c.recv(data, s, tag)?),
+            };
+            if !status.is_null() {
+                // SAFETY: the caller's MPI_Status (not null, checked).
+                unsafe { *status = st };
+            }
+            Ok(())
+        })();
+        finish("MPI_Recv", comm, r)
+    }
+
+    fn MPI_Sendrecv / PMPI_Sendrecv(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        dest: c_int,
+        sendtag: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        source: c_int,
+        recvtag: c_int,
+        comm: c_int,
+        status: *mut MpiStatus,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Sendrecv", comm)?;
+            let (st, rt) = (Datatype::of(sendtype)?, Datatype::of(recvtype)?);
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, st)? };
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            let recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, rt)? };
+            let got = match (peer(dest, false)?, peer(source, true)?) {
+                (Some(d), Some(s)) => MpiStatus::of(c.sendrecv(send, d, sendtag, recv, s, recvtag)?),
+                (Some(d), None) => {
+                    c.send(send, d, sendtag)?;
+                    MpiStatus::proc_null()
+                }
+                (None, Some(s)) => MpiStatus::of(c.recv(recv, s, recvtag)?),
+                (None, None) => MpiStatus::proc_null(),
+            };
+            if !status.is_null() {
+                // SAFETY: the caller's MPI_Status (not null, checked).
+                unsafe { *status = got };
+            }
+            Ok(())
+        })();
+        finish("MPI_Sendrecv", comm, r)
+    }
+
+    fn MPI_Probe / PMPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut MpiStatus) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Probe", comm)?;
+            match peer(source, true)? {
+                None => {
+                    if !status.is_null() {
+                        // SAFETY: the caller's MPI_Status (not null, checked).
+                        unsafe { *status = MpiStatus::proc_null() };
+                    }
+                }
+                // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+                Some(s) => unsafe { set_status(status, c.probe(s, tag)?) },
+            }
+            Ok(())
+        })();
+        finish("MPI_Probe", comm, r)
+    }
+
+    fn MPI_Iprobe / PMPI_Iprobe(source: c_int, tag: c_int, comm: c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Iprobe", comm)?;
+            let found = match peer(source, true)? {
+                None => {
+                    if !status.is_null() {
+                        // SAFETY: the caller's MPI_Status (not null, checked).
+                        unsafe { *status = MpiStatus::proc_null() };
+                    }
+                    true
+                }
+                Some(s) => match c.iprobe(s, tag)? {
+                    Some(st) => {
+                        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+                        unsafe { set_status(status, st) };
+                        true
+                    }
+                    None => false,
+                },
+            };
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            unsafe { put(flag, found as c_int) }
+        })();
+        finish("MPI_Iprobe", comm, r)
+    }
+
+    fn MPI_Barrier / PMPI_Barrier(comm: c_int) -> c_int {
+        finish("MPI_Barrier", comm, comm_of("MPI_Barrier", comm).and_then(|c| Ok(c.barrier()?)))
+    }
+
+    fn MPI_Bcast / PMPI_Bcast(buffer: *mut c_void, count: c_int, datatype: c_int, root: c_int, comm: c_int) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Bcast", comm)?;
+            let ty = Datatype::of(datatype)?;
+            let root = root_of(&c, root)?;
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            let data = unsafe { bytes_mut(buffer, count_of(count)?, ty)? };
+            Ok(c.bcast(data, root)?)
+        })();
+        finish("MPI_Bcast", comm, r)
+    }
+
+    fn MPI_Reduce / PMPI_Reduce(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        op: c_int,
+        root: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Reduce", comm)?;
+            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+            let root = root_of(&c, root)?;
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            unsafe { reduce(&c, sendbuf, recvbuf, count, ty, op, Some(root)) }
+        })();
+        finish("MPI_Reduce", comm, r)
+    }
+
+    fn MPI_Allreduce / PMPI_Allreduce(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        op: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Allreduce", comm)?;
+            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            unsafe { reduce(&c, sendbuf, recvbuf, count, ty, op, None) }
+        })();
+        finish("MPI_Allreduce", comm, r)
+    }
+}
+
+/// A root argument, checked against the communicator (`MPI_ERR_ROOT`).
+fn root_of(c: &Comm, root: c_int) -> Res<usize> {
+    usize::try_from(root)
+        .ok()
+        .filter(|&r| r < c.size())
+        .ok_or_else(|| Fail::new(ERR_ROOT, format!("invalid root {root}: the communicator has {} ranks", c.size())))
+}

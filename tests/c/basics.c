@@ -1,0 +1,210 @@
+/* The C ABI's environment, point-to-point, collectives and error classes, printed as
+ * "rank: what = value" lines. The test builds it with mprcc and with MPICH's mpicc and runs
+ * each with 3 ranks: the two outputs, sorted, must be the same. */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+static int rank, size;
+
+/* One line per call, written at once (launchers may forward output as it is written). */
+#define SAY(...)                                                                                                       \
+    do {                                                                                                               \
+        char line_[512];                                                                                               \
+        int n_ = snprintf(line_, sizeof line_, "%d: ", rank);                                                          \
+        n_ += snprintf(line_ + n_, sizeof line_ - n_ - 1, __VA_ARGS__);                                                \
+        line_[n_++] = '\n';                                                                                            \
+        fwrite(line_, 1, (size_t)n_, stdout);                                                                          \
+        fflush(stdout);                                                                                                \
+    } while (0)
+
+static void environment(void)
+{
+    int flag, v, sv, provided, len;
+    char name[MPI_MAX_PROCESSOR_NAME], version[MPI_MAX_LIBRARY_VERSION_STRING];
+    MPI_Initialized(&flag);
+    SAY("initialized = %d", flag);
+    MPI_Finalized(&flag);
+    SAY("finalized = %d", flag);
+    MPI_Get_version(&v, &sv);
+    SAY("version matches mpi.h = %d", v == MPI_VERSION && sv == MPI_SUBVERSION);
+    MPI_Query_thread(&provided);
+    SAY("thread level = %d", provided);
+    MPI_Is_thread_main(&flag);
+    SAY("thread main = %d", flag);
+    MPI_Get_processor_name(name, &len);
+    SAY("processor name ok = %d", len > 0 && (int)strlen(name) == len);
+    MPI_Get_library_version(version, &len);
+    SAY("library version ok = %d", len > 0 && (int)strlen(version) == len);
+    double t0 = MPI_Wtime(), t1 = MPI_Wtime();
+    SAY("wtime ok = %d, wtick ok = %d", t1 >= t0, MPI_Wtick() > 0 && MPI_Wtick() < 1);
+    MPI_Comm_rank(MPI_COMM_SELF, &v);
+    MPI_Comm_size(MPI_COMM_SELF, &sv);
+    SAY("self = %d of %d", v, sv);
+    MPI_Datatype types[] = {MPI_CHAR,       MPI_SIGNED_CHAR,   MPI_UNSIGNED_CHAR, MPI_BYTE,   MPI_SHORT,
+                            MPI_UNSIGNED_SHORT, MPI_INT,       MPI_UNSIGNED,      MPI_LONG,   MPI_UNSIGNED_LONG,
+                            MPI_LONG_LONG,  MPI_UNSIGNED_LONG_LONG, MPI_FLOAT,    MPI_DOUBLE, MPI_WCHAR,
+                            MPI_C_BOOL,     MPI_INT8_T,        MPI_INT16_T,       MPI_INT32_T, MPI_INT64_T,
+                            MPI_UINT8_T,    MPI_UINT16_T,      MPI_UINT32_T,      MPI_UINT64_T, MPI_AINT,
+                            MPI_OFFSET,     MPI_COUNT,         MPI_PACKED};
+    for (unsigned i = 0; i < sizeof types / sizeof types[0]; i++) {
+        MPI_Type_size(types[i], &len);
+        SAY("type %u size = %d", i, len);
+    }
+}
+
+static void point_to_point(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size, count;
+    int out[4] = {rank, rank * 10, rank * 100, -rank}, in[4] = {0};
+    MPI_Status st;
+    /* A ring: even ranks send first. */
+    if (rank % 2 == 0) {
+        MPI_Send(out, 4, MPI_INT, next, 7, MPI_COMM_WORLD);
+        MPI_Recv(in, 4, MPI_INT, prev, 7, MPI_COMM_WORLD, &st);
+    } else {
+        MPI_Recv(in, 4, MPI_INT, prev, 7, MPI_COMM_WORLD, &st);
+        MPI_Send(out, 4, MPI_INT, next, 7, MPI_COMM_WORLD);
+    }
+    MPI_Get_count(&st, MPI_INT, &count);
+    SAY("ring got %d %d %d %d from %d tag %d count %d", in[0], in[1], in[2], in[3], st.MPI_SOURCE, st.MPI_TAG, count);
+    MPI_Get_count(&st, MPI_DOUBLE, &count);
+    SAY("ring count as doubles = %d", count);
+    /* Sendrecv the other way, with a wildcard source, then a wildcard tag (from one source,
+     * whose messages arrive in order). */
+    double d = rank + 0.5, e = 0;
+    MPI_Sendrecv(&d, 1, MPI_DOUBLE, prev, 3, &e, 1, MPI_DOUBLE, MPI_ANY_SOURCE, 3, MPI_COMM_WORLD, &st);
+    SAY("sendrecv got %.1f from %d tag %d", e, st.MPI_SOURCE, st.MPI_TAG);
+    MPI_Sendrecv(&d, 1, MPI_DOUBLE, prev, 4, &e, 1, MPI_DOUBLE, next, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+    SAY("sendrecv got %.1f from %d tag %d", e, st.MPI_SOURCE, st.MPI_TAG);
+    /* MPI_PROC_NULL: nothing moves, the status says so. */
+    MPI_Sendrecv(&d, 1, MPI_DOUBLE, MPI_PROC_NULL, 3, &e, 1, MPI_DOUBLE, MPI_PROC_NULL, 3, MPI_COMM_WORLD, &st);
+    MPI_Get_count(&st, MPI_DOUBLE, &count);
+    SAY("proc null: source %d tag %d count %d", st.MPI_SOURCE == MPI_PROC_NULL, st.MPI_TAG == MPI_ANY_TAG, count);
+    /* Probe, then receive what it found. */
+    if (rank == 0) {
+        for (int r = 1; r < size; r++) {
+            int flag = 0;
+            MPI_Probe(MPI_ANY_SOURCE, 11, MPI_COMM_WORLD, &st);
+            MPI_Get_count(&st, MPI_CHAR, &count);
+            char text[64] = {0};
+            MPI_Recv(text, count, MPI_CHAR, st.MPI_SOURCE, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            SAY("probed %d chars: %s", count, text);
+            MPI_Iprobe(MPI_ANY_SOURCE, 12, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+            if (flag)
+                SAY("iprobe found a message it should not have");
+        }
+    } else {
+        char text[64];
+        snprintf(text, sizeof text, "hello from rank %d", rank);
+        MPI_Send(text, (int)strlen(text), MPI_CHAR, 0, 11, MPI_COMM_WORLD);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void collectives(void)
+{
+    double v[3] = {0};
+    if (rank == 1)
+        v[0] = 1.25, v[1] = -2, v[2] = 1e10;
+    MPI_Bcast(v, 3, MPI_DOUBLE, 1, MPI_COMM_WORLD);
+    SAY("bcast %.2f %.1f %.0f", v[0], v[1], v[2]);
+    int i = rank + 1, sum = -1;
+    MPI_Reduce(&i, &sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        SAY("reduce sum = %d", sum);
+    MPI_Op ops[] = {MPI_MAX, MPI_MIN, MPI_SUM, MPI_PROD, MPI_LAND, MPI_BAND, MPI_LOR, MPI_BOR, MPI_LXOR, MPI_BXOR};
+    for (unsigned k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        int x[2] = {rank + 3, rank % 2}, y[2];
+        MPI_Allreduce(x, y, 2, MPI_INT, ops[k], MPI_COMM_WORLD);
+        unsigned long long ux = (unsigned long long)rank * 6 + 5, uy;
+        MPI_Allreduce(&ux, &uy, 1, MPI_UNSIGNED_LONG_LONG, ops[k], MPI_COMM_WORLD);
+        signed char cx = (signed char)(rank - 2), cy;
+        MPI_Allreduce(&cx, &cy, 1, MPI_SIGNED_CHAR, ops[k], MPI_COMM_WORLD);
+        short sx = (short)(rank * 300 + 7), sy;
+        MPI_Allreduce(&sx, &sy, 1, MPI_SHORT, ops[k], MPI_COMM_WORLD);
+        SAY("op %u int %d %d ull %llu schar %d short %d", k, y[0], y[1], uy, cy, sy);
+    }
+    for (unsigned k = 0; k < 4; k++) {
+        float f = rank * 1.5f - 1, g;
+        double d[2] = {rank * 0.25, -rank - 0.5}, e[2];
+        MPI_Allreduce(&f, &g, 1, MPI_FLOAT, ops[k], MPI_COMM_WORLD);
+        MPI_Allreduce(d, e, 2, MPI_DOUBLE, ops[k], MPI_COMM_WORLD);
+        SAY("op %u float %.3f double %.3f %.3f", k, g, e[0], e[1]);
+    }
+    /* In place: everywhere for all-reduce, at the root for reduce. */
+    long l[3] = {rank, 2 * rank, 1L << 40};
+    MPI_Allreduce(MPI_IN_PLACE, l, 3, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    SAY("allreduce in place %ld %ld %ld", l[0], l[1], l[2]);
+    double m = rank * 2.0;
+    if (rank == 2)
+        MPI_Reduce(MPI_IN_PLACE, &m, 1, MPI_DOUBLE, MPI_MAX, 2, MPI_COMM_WORLD);
+    else
+        MPI_Reduce(&m, NULL, 1, MPI_DOUBLE, MPI_MAX, 2, MPI_COMM_WORLD);
+    if (rank == 2)
+        SAY("reduce in place max = %.1f", m);
+    /* A long vector: the collectives split it, between elements. */
+    static double big[100003], bigsum[100003];
+    for (int k = 0; k < 100003; k++)
+        big[k] = k % 7 + rank;
+    MPI_Allreduce(big, bigsum, 100003, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    int good = 1;
+    for (int k = 0; k < 100003; k++)
+        good &= bigsum[k] == 3.0 * (k % 7) + 3;
+    SAY("long allreduce ok = %d", good);
+}
+
+static void errors(void)
+{
+    int err, eclass, len, x = 1, y[2];
+    char text[MPI_MAX_ERROR_STRING];
+    MPI_Status st;
+    MPI_Errhandler h;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &h);
+    SAY("errhandler is errors-return = %d", h == MPI_ERRORS_RETURN);
+#define CLASS(what, call)                                                                                              \
+    do {                                                                                                               \
+        err = (call);                                                                                                  \
+        MPI_Error_class(err, &eclass);                                                                                  \
+        MPI_Error_string(err, text, &len);                                                                             \
+        SAY("%s: class %d, text ok %d", what, eclass, len > 0 && (int)strlen(text) == len);                             \
+    } while (0)
+    CLASS("send to rank size", MPI_Send(&x, 1, MPI_INT, size, 0, MPI_COMM_WORLD));
+    CLASS("send to rank -5", MPI_Send(&x, 1, MPI_INT, -5, 0, MPI_COMM_WORLD));
+    CLASS("negative tag", MPI_Send(&x, 1, MPI_INT, 0, -3, MPI_COMM_WORLD));
+    CLASS("negative count", MPI_Send(&x, -1, MPI_INT, 0, 0, MPI_COMM_WORLD));
+    CLASS("null communicator", MPI_Send(&x, 1, MPI_INT, 0, 0, MPI_COMM_NULL));
+    CLASS("null datatype", MPI_Send(&x, 1, MPI_DATATYPE_NULL, 0, 0, MPI_COMM_WORLD));
+    CLASS("bcast root size", MPI_Bcast(&x, 1, MPI_INT, size, MPI_COMM_WORLD));
+    CLASS("band on doubles", MPI_Allreduce(&x, y, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_SELF));
+    CLASS("null op", MPI_Allreduce(&x, y, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_SELF));
+    /* Truncation: two ints into room for one. */
+    int two[2] = {1, 2};
+    err = MPI_Sendrecv(two, 2, MPI_INT, rank, 5, y, 1, MPI_INT, rank, 5, MPI_COMM_WORLD, &st);
+    MPI_Error_class(err, &eclass);
+    SAY("truncated receive: class %d", eclass);
+    CLASS("success", MPI_SUCCESS);
+    SAY("classes: rank %d tag %d count %d comm %d type %d root %d op %d truncate %d", MPI_ERR_RANK, MPI_ERR_TAG,
+        MPI_ERR_COUNT, MPI_ERR_COMM, MPI_ERR_TYPE, MPI_ERR_ROOT, MPI_ERR_OP, MPI_ERR_TRUNCATE);
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    SAY("size = %d, provided = %d", size, provided);
+    environment();
+    point_to_point();
+    collectives();
+    errors();
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    int flag;
+    MPI_Finalized(&flag);
+    SAY("finalized after = %d", flag);
+    return 0;
+}

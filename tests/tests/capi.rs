@@ -1,0 +1,116 @@
+//! The C ABI (`mpi.h`, `libmpr`, `mprcc`): C programs of tests/c built with `mprcc` (and as
+//! C++ with `mprcxx`) and run under `mprun`, against the same programs built with MPICH's
+//! `mpicc` and run with its `mpiexec`: the outputs must be the same.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use mpr_tests::{bin_dir, mprun, text};
+
+fn source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("c").join(name)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mpr-capi-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// MPICH's compiler and launcher, if installed.
+fn mpich() -> bool {
+    let found = Command::new("mpicc.mpich").arg("-show").output().is_ok_and(|o| o.status.success());
+    if !found {
+        mpr_tests::cannot_run("MPICH's mpicc.mpich not installed (apt-get install mpich libmpich-dev)");
+    }
+    found
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    out
+}
+
+fn built(out: Output, what: &str) {
+    assert!(out.status.success(), "{what}: {}{}", text(&out.stdout), text(&out.stderr));
+}
+
+fn sorted(out: &Output) -> Vec<String> {
+    let mut l: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    l.sort();
+    l
+}
+
+#[test]
+fn c_programs_run_on_mpr_as_on_mpich() {
+    if !mpich() {
+        return;
+    }
+    let dir = scratch("basics");
+    let (mpr_c, mpr_cxx, ref_c) = (dir.join("basics.mpr"), dir.join("basics.cxx.mpr"), dir.join("basics.mpich"));
+    let src = source("basics.c");
+    let mprcc = bin_dir().join("mprcc");
+    built(run(Command::new(&mprcc).args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"]).arg(&mpr_c).arg(&src)), "mprcc");
+    // The header is C++-safe: the same program as C++.
+    let mprcxx = bin_dir().join("mprcxx");
+    built(run(Command::new(&mprcxx).args(["-O2", "-Wall", "-x", "c++", "-o"]).arg(&mpr_cxx).arg(&src)), "mprcxx");
+    built(run(Command::new("mpicc.mpich").args(["-O2", "-o"]).arg(&ref_c).arg(&src)), "mpicc.mpich");
+    let reference = run(Command::new("timeout").args(["120", "mpiexec.mpich", "-n", "3"]).arg(&ref_c));
+    assert!(reference.status.success(), "MPICH: {}", text(&reference.stderr));
+    let want = sorted(&reference);
+    assert!(want.len() > 100, "{want:?}");
+    for program in [&mpr_c, &mpr_cxx] {
+        let out = mprun(&["-np", "3", program.to_str().unwrap()], &[]);
+        assert!(out.status.success(), "{}: {}", program.display(), text(&out.stderr));
+        let got = sorted(&out);
+        let differ: Vec<_> = want.iter().zip(&got).filter(|(a, b)| a != b).take(10).collect();
+        assert!(got == want, "{}: lines differ from MPICH's (MPICH, mpr): {differ:#?}", program.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_error_under_errors_are_fatal_ends_the_job_naming_the_rank() {
+    if !mpich() {
+        return;
+    }
+    let dir = scratch("fatal");
+    let (mine, reference) = (dir.join("fatal.mpr"), dir.join("fatal.mpich"));
+    built(run(Command::new(bin_dir().join("mprcc")).arg("-o").arg(&mine).arg(source("fatal.c"))), "mprcc");
+    built(run(Command::new("mpicc.mpich").arg("-o").arg(&reference).arg(source("fatal.c"))), "mpicc.mpich");
+    let theirs = run(Command::new("timeout").args(["120", "mpiexec.mpich", "-n", "3"]).arg(&reference));
+    let ours = mprun(&["-np", "3", mine.to_str().unwrap()], &[]);
+    for (who, out) in [("MPICH", &theirs), ("mpr", &ours)] {
+        assert!(!out.status.success(), "{who}: the job went on: {}", text(&out.stdout));
+        assert!(!text(&out.stdout).contains("not reached"), "{who}: {}", text(&out.stdout));
+    }
+    let err = text(&ours.stderr);
+    assert!(err.contains("rank 1") && err.contains("MPI_Send") && err.contains("invalid rank 99"), "{err}");
+    assert_eq!(ours.status.code(), Some(6), "MPI_ERR_RANK as the exit code: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn mprcc_shows_compiles_and_links_in_steps() {
+    let dir = scratch("steps");
+    let mprcc = bin_dir().join("mprcc");
+    let show = run(Command::new(&mprcc).args(["-show", "-o", "x", "x.c"]));
+    let line = text(&show.stdout);
+    assert!(show.status.success() && line.starts_with("cc -I") && line.contains(" -lmpr"), "{line}");
+    let include = line.split_whitespace().find_map(|w| w.strip_prefix("-I")).unwrap();
+    assert!(Path::new(include).join("mpi.h").is_file(), "{line}");
+    // -c compiles without linking; the object then links through mprcc.
+    let (obj, exe) = (dir.join("fatal.o"), dir.join("fatal"));
+    let compile = run(Command::new(&mprcc).args(["-show", "-c"]).arg(source("fatal.c")));
+    assert!(!text(&compile.stdout).contains("-lmpr"), "{}", text(&compile.stdout));
+    built(run(Command::new(&mprcc).arg("-c").arg(source("fatal.c")).arg("-o").arg(&obj)), "mprcc -c");
+    built(run(Command::new(&mprcc).arg(&obj).arg("-o").arg(&exe)), "mprcc link");
+    // -E preprocesses: MPI_COMM_WORLD is mpr's handle 1.
+    let pre = run(Command::new(&mprcc).arg("-E").arg(source("fatal.c")));
+    assert!(pre.status.success() && text(&pre.stdout).contains("((MPI_Comm)1)"), "{}", text(&pre.stderr));
+    // A compiler error is the compiler's exit code.
+    std::fs::write(dir.join("bad.c"), "int main(void) { return undeclared; }\n").unwrap();
+    let bad = run(Command::new(&mprcc).arg("-c").arg(dir.join("bad.c")).arg("-o").arg(dir.join("bad.o")));
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
