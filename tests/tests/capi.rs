@@ -41,32 +41,72 @@ fn sorted(out: &Output) -> Vec<String> {
     l
 }
 
-#[test]
-fn c_programs_run_on_mpr_as_on_mpich() {
+/// Builds tests/c/`name` with mprcc (and as C++ with mprcxx) and with MPICH's mpicc, runs
+/// each on every `np` of `nps`, and checks mpr's output lines are MPICH's.
+fn same_as_mpich(name: &str, nps: &[&str]) {
     if !mpich() {
         return;
     }
-    let dir = scratch("basics");
-    let (mpr_c, mpr_cxx, ref_c) = (dir.join("basics.mpr"), dir.join("basics.cxx.mpr"), dir.join("basics.mpich"));
-    let src = source("basics.c");
+    let dir = scratch(name);
+    let (mpr_c, mpr_cxx, ref_c) = (dir.join("c.mpr"), dir.join("cxx.mpr"), dir.join("c.mpich"));
+    let src = source(name);
     let mprcc = bin_dir().join("mprcc");
     built(run(Command::new(&mprcc).args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"]).arg(&mpr_c).arg(&src)), "mprcc");
     // The header is C++-safe: the same program as C++.
     let mprcxx = bin_dir().join("mprcxx");
     built(run(Command::new(&mprcxx).args(["-O2", "-Wall", "-x", "c++", "-o"]).arg(&mpr_cxx).arg(&src)), "mprcxx");
     built(run(Command::new("mpicc.mpich").args(["-O2", "-o"]).arg(&ref_c).arg(&src)), "mpicc.mpich");
-    let reference = run(Command::new("timeout").args(["120", "mpiexec.mpich", "-n", "3"]).arg(&ref_c));
-    assert!(reference.status.success(), "MPICH: {}", text(&reference.stderr));
-    let want = sorted(&reference);
-    assert!(want.len() > 100, "{want:?}");
-    for program in [&mpr_c, &mpr_cxx] {
-        let out = mprun(&["-np", "3", program.to_str().unwrap()], &[]);
-        assert!(out.status.success(), "{}: {}", program.display(), text(&out.stderr));
-        let got = sorted(&out);
-        let differ: Vec<_> = want.iter().zip(&got).filter(|(a, b)| a != b).take(10).collect();
-        assert!(got == want, "{}: lines differ from MPICH's (MPICH, mpr): {differ:#?}", program.display());
+    for np in nps {
+        let reference = run(Command::new("timeout").args(["120", "mpiexec.mpich", "-n", np]).arg(&ref_c));
+        assert!(reference.status.success(), "{name} on MPICH: {}", text(&reference.stderr));
+        let want = sorted(&reference);
+        assert!(want.len() > 20, "{want:?}");
+        for program in [&mpr_c, &mpr_cxx] {
+            let out = mprun(&["-np", np, program.to_str().unwrap()], &[]);
+            assert!(out.status.success(), "{name} ({}) on {np}: {}", program.display(), text(&out.stderr));
+            let got = sorted(&out);
+            let differ: Vec<_> = want.iter().zip(&got).filter(|(a, b)| a != b).take(10).collect();
+            assert!(got == want, "{name} on {np}: lines differ from MPICH's (MPICH, mpr): {differ:#?}");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn environment_point_to_point_reductions_and_errors_as_on_mpich() {
+    same_as_mpich("basics.c", &["3"]);
+}
+
+#[test]
+fn collectives_and_communicators_as_on_mpich() {
+    same_as_mpich("coll.c", &["3", "4"]);
+}
+
+#[test]
+fn the_library_exports_what_the_header_declares() {
+    let header =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/include/mpi.h")).unwrap();
+    let mut declared: Vec<&str> = header
+        .lines()
+        .filter_map(|l| l.strip_prefix("int ").or_else(|| l.strip_prefix("double ")))
+        .filter_map(|l| l.split('(').next())
+        .filter(|n| n.starts_with("MPI_") || n.starts_with("PMPI_"))
+        .collect();
+    declared.sort_unstable();
+    let lib = bin_dir().join(mpr::info::C_LIBRARY);
+    let nm = run(Command::new("nm").args(["-D", "--defined-only"]).arg(&lib));
+    assert!(nm.status.success(), "nm {}: {}", lib.display(), text(&nm.stderr));
+    let listing = text(&nm.stdout);
+    let mut exported: Vec<&str> = listing
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|n| n.starts_with("MPI_") || n.starts_with("PMPI_"))
+        .collect();
+    exported.sort_unstable();
+    assert_eq!(declared, exported, "mpi.h's functions and libmpr's exports");
+    // Each MPI name has its profiling name.
+    let mpi: Vec<&&str> = declared.iter().filter(|n| n.starts_with("MPI_")).collect();
+    assert!(mpi.len() > 40 && mpi.len() * 2 == declared.len(), "{declared:?}");
 }
 
 #[test]

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::thread::ThreadId;
 
 use crate::{Comm, Error, ErrorClass, Status, Universe};
-use types::{Datatype, ReduceOp};
+use types::{Datatype, ReduceOp, Reduction};
 
 // Values shared with include/mpi.h.
 const MPI_SUCCESS: c_int = 0;
@@ -51,6 +51,7 @@ const ANY_SOURCE: c_int = -1;
 const PROC_NULL: c_int = -2;
 const ANY_TAG: c_int = -1;
 const UNDEFINED: c_int = -32766;
+const COMM_TYPE_SHARED: c_int = 1;
 const THREAD_FUNNELED: c_int = 1;
 const MAX_PROCESSOR_NAME: usize = 256;
 const MAX_ERROR_STRING: usize = 512;
@@ -358,35 +359,86 @@ fn init(name: &str, required: c_int) -> Res {
     Ok(())
 }
 
-/// A built-in reduction of `count` elements of `ty` by `op`, from `send` (or `recv` in place)
-/// into `recv`, on `comm`: `root` for MPI_Reduce, none for MPI_Allreduce.
+/// A reduction (`how`) by `op` of `count` elements of `ty` per rank (per block for
+/// `MPI_Reduce_scatter_block`), from `send` (or, `MPI_IN_PLACE`, from `recv`) into `recv`.
 ///
 /// # Safety
-/// The buffers hold `count` elements of `ty` (MPI's contract).
+/// The buffers hold what MPI's contract says for this reduction.
 unsafe fn reduce(
     comm: &Comm,
+    how: Reduction,
     send: *const c_void,
     recv: *mut c_void,
     count: c_int,
     ty: Datatype,
     op: ReduceOp,
-    root: Option<usize>,
 ) -> Res {
     let count = count_of(count)?;
-    let is_root = root.is_none_or(|r| r == comm.rank());
-    // SAFETY: MPI's contract: recv holds count elements of ty at the root (or everywhere
-    // for all-reduce); send does, unless it is MPI_IN_PLACE.
-    let recv = if is_root { Some(unsafe { bytes_mut(recv, count, ty)? }) } else { None };
-    let send = if send == IN_PLACE {
-        if !is_root {
-            return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE as the send buffer of a rank other than the root"));
-        }
-        None
-    } else {
-        // SAFETY: as above.
-        Some(unsafe { bytes(send, count, ty)? })
+    let lands = match how {
+        Reduction::Root(r) => r == comm.rank(),
+        _ => true,
     };
-    types::reduce(comm, send, recv, ty, op, root)
+    let in_place = send == IN_PLACE;
+    if in_place && (!lands || matches!(how, Reduction::Local)) {
+        return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE where this call takes no in-place input"));
+    }
+    let (send_n, recv_n) = match how {
+        Reduction::ScatterBlock => (count * comm.size(), if in_place { count * comm.size() } else { count }),
+        _ => (count, count),
+    };
+    // SAFETY: MPI's contract: recv holds recv_n elements of ty where the result lands; send
+    // holds send_n, unless it is MPI_IN_PLACE.
+    let recv = if lands { Some(unsafe { bytes_mut(recv, recv_n, ty)? }) } else { None };
+    // SAFETY: as above.
+    let send = if in_place { None } else { Some(unsafe { bytes(send, send_n, ty)? }) };
+    types::reduce(comm, how, send, recv, ty, op)
+}
+
+/// `n` C ints at `p` (counts or displacements), as element counts times `size` bytes.
+///
+/// # Safety
+/// `p` points to `n` ints (MPI's contract for count and displacement arrays).
+unsafe fn scaled(p: *const c_int, n: usize, size: usize, what: &str) -> Res<Vec<usize>> {
+    if p.is_null() {
+        return Err(Fail::new(ERR_ARG, format!("a null array of {what}")));
+    }
+    // SAFETY: not null (checked); the caller's array of n ints.
+    let v = unsafe { std::slice::from_raw_parts(p, n) };
+    v.iter()
+        .map(|&c| {
+            usize::try_from(c).map(|c| c * size).map_err(|_| Fail::new(ERR_COUNT, format!("negative {what}: {c}")))
+        })
+        .collect()
+}
+
+/// Bytes a vector collective's buffer spans: the furthest block end.
+fn span(counts: &[usize], displs: &[usize]) -> usize {
+    counts.iter().zip(displs).map(|(c, d)| c + d).max().unwrap_or(0)
+}
+
+/// A new communicator into the table (inheriting `errhandler`), its handle into `out`.
+///
+/// # Safety
+/// `out` is null (an error) or points to an `MPI_Comm`.
+unsafe fn new_comm(name: &str, made: Option<Comm>, errhandler: c_int, out: *mut c_int) -> Res {
+    let handle = match made {
+        None => 0,
+        Some(comm) => with_state(name, |s| {
+            s.comms.push(Some(CommEntry { comm, errhandler }));
+            (s.comms.len() - 1) as c_int
+        })?,
+    };
+    // SAFETY: the caller's MPI_Comm, or null (put checks).
+    unsafe { put(out, handle) }
+}
+
+fn errhandler_of(comm: c_int) -> c_int {
+    STATE.with(|s| {
+        s.borrow()
+            .as_ref()
+            .and_then(|s| s.comms.get(comm as usize).and_then(Option::as_ref).map(|e| e.errhandler))
+            .unwrap_or(ERRORS_ARE_FATAL)
+    })
 }
 
 mpi! {
@@ -719,7 +771,7 @@ mpi! {
             let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
             let root = root_of(&c, root)?;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            unsafe { reduce(&c, sendbuf, recvbuf, count, ty, op, Some(root)) }
+            unsafe { reduce(&c, Reduction::Root(root), sendbuf, recvbuf, count, ty, op) }
         })();
         finish("MPI_Reduce", comm, r)
     }
@@ -736,9 +788,389 @@ mpi! {
             let c = comm_of("MPI_Allreduce", comm)?;
             let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            unsafe { reduce(&c, sendbuf, recvbuf, count, ty, op, None) }
+            unsafe { reduce(&c, Reduction::All, sendbuf, recvbuf, count, ty, op) }
         })();
         finish("MPI_Allreduce", comm, r)
+    }
+
+    fn MPI_Scan / PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: c_int, op: c_int, comm: c_int) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Scan", comm)?;
+            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+            // SAFETY: MPI's contract for the buffers, passed on.
+            unsafe { reduce(&c, Reduction::Scan { inclusive: true }, sendbuf, recvbuf, count, ty, op) }
+        })();
+        finish("MPI_Scan", comm, r)
+    }
+
+    fn MPI_Exscan / PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: c_int, op: c_int, comm: c_int) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Exscan", comm)?;
+            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+            // SAFETY: MPI's contract for the buffers, passed on.
+            unsafe { reduce(&c, Reduction::Scan { inclusive: false }, sendbuf, recvbuf, count, ty, op) }
+        })();
+        finish("MPI_Exscan", comm, r)
+    }
+
+    fn MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        datatype: c_int,
+        op: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Reduce_scatter_block", comm)?;
+            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+            // SAFETY: MPI's contract for the buffers, passed on.
+            unsafe { reduce(&c, Reduction::ScatterBlock, sendbuf, recvbuf, recvcount, ty, op) }
+        })();
+        finish("MPI_Reduce_scatter_block", comm, r)
+    }
+
+    fn MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: c_int, op: c_int) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Reduce_local", COMM_WORLD)?;
+            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+            // SAFETY: MPI's contract for the buffers, passed on.
+            unsafe { reduce(&c, Reduction::Local, inbuf, inoutbuf, count, ty, op) }
+        })();
+        finish("MPI_Reduce_local", COMM_WORLD, r)
+    }
+
+    fn MPI_Gather / PMPI_Gather(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        root: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Gather", comm)?;
+            let root = root_of(&c, root)?;
+            let at_root = c.rank() == root;
+            if sendbuf == IN_PLACE && at_root {
+                let rt = Datatype::of(recvtype)?;
+                let n = count_of(recvcount)?;
+                // SAFETY: MPI's contract: the root's recvbuf holds size x recvcount elements.
+                let recv = unsafe { bytes_mut(recvbuf, n * c.size(), rt)? };
+                let mine = recv[root * n * rt.size..(root + 1) * n * rt.size].to_vec();
+                return Ok(c.gather(&mine, Some(recv), root)?);
+            }
+            let st = Datatype::of(sendtype)?;
+            // SAFETY: MPI's contract for sendbuf.
+            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, st)? };
+            let recv = if at_root {
+                let rt = Datatype::of(recvtype)?;
+                // SAFETY: MPI's contract: the root's recvbuf holds size x recvcount elements.
+                Some(unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), rt)? })
+            } else {
+                None
+            };
+            Ok(c.gather(send, recv, root)?)
+        })();
+        finish("MPI_Gather", comm, r)
+    }
+
+    fn MPI_Scatter / PMPI_Scatter(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        root: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Scatter", comm)?;
+            let root = root_of(&c, root)?;
+            let at_root = c.rank() == root;
+            let send = if at_root {
+                let st = Datatype::of(sendtype)?;
+                // SAFETY: MPI's contract: the root's sendbuf holds size x sendcount elements.
+                Some(unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), st)? })
+            } else {
+                None
+            };
+            if recvbuf == IN_PLACE.cast_mut() && at_root {
+                // The root's own block stays where it is.
+                let n = send.map_or(0, |s| s.len() / c.size());
+                let mut own = vec![0u8; n];
+                return Ok(c.scatter(send, &mut own, root)?);
+            }
+            let rt = Datatype::of(recvtype)?;
+            // SAFETY: MPI's contract for recvbuf.
+            let recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, rt)? };
+            Ok(c.scatter(send, recv, root)?)
+        })();
+        finish("MPI_Scatter", comm, r)
+    }
+
+    fn MPI_Allgather / PMPI_Allgather(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Allgather", comm)?;
+            let rt = Datatype::of(recvtype)?;
+            let n = count_of(recvcount)?;
+            // SAFETY: MPI's contract: recvbuf holds size x recvcount elements.
+            let recv = unsafe { bytes_mut(recvbuf, n * c.size(), rt)? };
+            if sendbuf == IN_PLACE {
+                let me = c.rank();
+                let mine = recv[me * n * rt.size..(me + 1) * n * rt.size].to_vec();
+                return Ok(c.allgather(&mine, recv)?);
+            }
+            let st = Datatype::of(sendtype)?;
+            // SAFETY: MPI's contract for sendbuf.
+            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, st)? };
+            Ok(c.allgather(send, recv)?)
+        })();
+        finish("MPI_Allgather", comm, r)
+    }
+
+    fn MPI_Alltoall / PMPI_Alltoall(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Alltoall", comm)?;
+            let rt = Datatype::of(recvtype)?;
+            // SAFETY: MPI's contract: recvbuf holds size x recvcount elements.
+            let recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), rt)? };
+            if sendbuf == IN_PLACE {
+                let mine = recv.to_vec();
+                return Ok(c.alltoall(&mine, recv)?);
+            }
+            let st = Datatype::of(sendtype)?;
+            // SAFETY: MPI's contract: sendbuf holds size x sendcount elements.
+            let send = unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), st)? };
+            Ok(c.alltoall(send, recv)?)
+        })();
+        finish("MPI_Alltoall", comm, r)
+    }
+
+    fn MPI_Gatherv / PMPI_Gatherv(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        displs: *const c_int,
+        recvtype: c_int,
+        root: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Gatherv", comm)?;
+            let root = root_of(&c, root)?;
+            if c.rank() != root {
+                let st = Datatype::of(sendtype)?;
+                // SAFETY: MPI's contract for sendbuf.
+                let send = unsafe { bytes(sendbuf, count_of(sendcount)?, st)? };
+                return Ok(c.gatherv(send, None, root)?);
+            }
+            let rt = Datatype::of(recvtype)?;
+            // SAFETY: MPI's contract: the root's arrays hold size ints.
+            let counts = unsafe { scaled(recvcounts, c.size(), rt.size, "receive counts")? };
+            // SAFETY: as above.
+            let displs = unsafe { scaled(displs, c.size(), rt.size, "displacements")? };
+            let n = span(&counts, &displs);
+            // SAFETY: MPI's contract: recvbuf spans every block.
+            let recv = unsafe { bytes_mut(recvbuf, n, Datatype::BYTE)? };
+            let mine = if sendbuf == IN_PLACE {
+                recv[displs[root]..displs[root] + counts[root]].to_vec()
+            } else {
+                // SAFETY: MPI's contract for sendbuf.
+                unsafe { bytes(sendbuf, count_of(sendcount)?, Datatype::of(sendtype)?)? }.to_vec()
+            };
+            Ok(c.gatherv(&mine, Some((recv, &counts, &displs)), root)?)
+        })();
+        finish("MPI_Gatherv", comm, r)
+    }
+
+    fn MPI_Scatterv / PMPI_Scatterv(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        displs: *const c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        root: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Scatterv", comm)?;
+            let root = root_of(&c, root)?;
+            let send = if c.rank() == root {
+                let st = Datatype::of(sendtype)?;
+                // SAFETY: MPI's contract: the root's arrays hold size ints.
+                let counts = unsafe { scaled(sendcounts, c.size(), st.size, "send counts")? };
+                // SAFETY: as above.
+                let displs = unsafe { scaled(displs, c.size(), st.size, "displacements")? };
+                // SAFETY: MPI's contract: sendbuf spans every block.
+                let buf = unsafe { bytes(sendbuf, span(&counts, &displs), Datatype::BYTE)? };
+                Some((buf, counts, displs))
+            } else {
+                None
+            };
+            let send_ref = send.as_ref().map(|(b, c, d)| (*b, &c[..], &d[..]));
+            if recvbuf == IN_PLACE.cast_mut() && c.rank() == root {
+                let n = send.as_ref().map_or(0, |(_, counts, _)| counts[root]);
+                let mut own = vec![0u8; n];
+                return Ok(c.scatterv(send_ref, &mut own, root)?);
+            }
+            // SAFETY: MPI's contract for recvbuf.
+            let recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, Datatype::of(recvtype)?)? };
+            Ok(c.scatterv(send_ref, recv, root)?)
+        })();
+        finish("MPI_Scatterv", comm, r)
+    }
+
+    fn MPI_Allgatherv / PMPI_Allgatherv(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        displs: *const c_int,
+        recvtype: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Allgatherv", comm)?;
+            let rt = Datatype::of(recvtype)?;
+            // SAFETY: MPI's contract: the arrays hold size ints.
+            let counts = unsafe { scaled(recvcounts, c.size(), rt.size, "receive counts")? };
+            // SAFETY: as above.
+            let displs = unsafe { scaled(displs, c.size(), rt.size, "displacements")? };
+            // SAFETY: MPI's contract: recvbuf spans every block.
+            let recv = unsafe { bytes_mut(recvbuf, span(&counts, &displs), Datatype::BYTE)? };
+            let me = c.rank();
+            let mine = if sendbuf == IN_PLACE {
+                recv[displs[me]..displs[me] + counts[me]].to_vec()
+            } else {
+                // SAFETY: MPI's contract for sendbuf.
+                unsafe { bytes(sendbuf, count_of(sendcount)?, Datatype::of(sendtype)?)? }.to_vec()
+            };
+            Ok(c.allgatherv(&mine, recv, &counts, &displs)?)
+        })();
+        finish("MPI_Allgatherv", comm, r)
+    }
+
+    fn MPI_Alltoallv / PMPI_Alltoallv(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        sdispls: *const c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        rdispls: *const c_int,
+        recvtype: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Alltoallv", comm)?;
+            let p = c.size();
+            let rt = Datatype::of(recvtype)?;
+            // SAFETY: MPI's contract: the arrays hold size ints.
+            let rcounts = unsafe { scaled(recvcounts, p, rt.size, "receive counts")? };
+            // SAFETY: as above.
+            let rdispls = unsafe { scaled(rdispls, p, rt.size, "receive displacements")? };
+            // SAFETY: MPI's contract: recvbuf spans every block.
+            let recv = unsafe { bytes_mut(recvbuf, span(&rcounts, &rdispls), Datatype::BYTE)? };
+            if sendbuf == IN_PLACE {
+                let mine = recv.to_vec();
+                return Ok(c.alltoallv(&mine, &rcounts, &rdispls, recv, &rcounts, &rdispls)?);
+            }
+            let st = Datatype::of(sendtype)?;
+            // SAFETY: MPI's contract: the arrays hold size ints.
+            let scounts = unsafe { scaled(sendcounts, p, st.size, "send counts")? };
+            // SAFETY: as above.
+            let sdispls = unsafe { scaled(sdispls, p, st.size, "send displacements")? };
+            // SAFETY: MPI's contract: sendbuf spans every block.
+            let send = unsafe { bytes(sendbuf, span(&scounts, &sdispls), Datatype::BYTE)? };
+            Ok(c.alltoallv(send, &scounts, &sdispls, recv, &rcounts, &rdispls)?)
+        })();
+        finish("MPI_Alltoallv", comm, r)
+    }
+
+    fn MPI_Comm_dup / PMPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
+        let r = comm_of("MPI_Comm_dup", comm).and_then(|c| {
+            let made = c.dup()?;
+            // SAFETY: MPI's contract: newcomm points to an MPI_Comm.
+            unsafe { new_comm("MPI_Comm_dup", Some(made), errhandler_of(comm), newcomm) }
+        });
+        finish("MPI_Comm_dup", comm, r)
+    }
+
+    fn MPI_Comm_split / PMPI_Comm_split(comm: c_int, color: c_int, key: c_int, newcomm: *mut c_int) -> c_int {
+        let r = comm_of("MPI_Comm_split", comm).and_then(|c| {
+            let color = match color {
+                UNDEFINED => None,
+                c if c >= 0 => Some(c as u32),
+                c => return Err(Fail::new(ERR_ARG, format!("MPI_Comm_split: color {c}"))),
+            };
+            let made = c.split(color, key)?;
+            // SAFETY: MPI's contract: newcomm points to an MPI_Comm.
+            unsafe { new_comm("MPI_Comm_split", made, errhandler_of(comm), newcomm) }
+        });
+        finish("MPI_Comm_split", comm, r)
+    }
+
+    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: c_int, split_type: c_int, key: c_int, _info: c_int, newcomm: *mut c_int) -> c_int {
+        let r = comm_of("MPI_Comm_split_type", comm).and_then(|c| {
+            let made = match split_type {
+                COMM_TYPE_SHARED => Some(c.split_shared(key)?),
+                // Taking part in the same split as the others, with no color.
+                UNDEFINED => c.split(None, key)?,
+                t => return Err(Fail::new(ERR_ARG, format!("MPI_Comm_split_type: split type {t}"))),
+            };
+            // SAFETY: MPI's contract: newcomm points to an MPI_Comm.
+            unsafe { new_comm("MPI_Comm_split_type", made, errhandler_of(comm), newcomm) }
+        });
+        finish("MPI_Comm_split_type", comm, r)
+    }
+
+    fn MPI_Comm_free / PMPI_Comm_free(comm: *mut c_int) -> c_int {
+        if comm.is_null() {
+            return finish("MPI_Comm_free", COMM_WORLD, Err(Fail::new(ERR_ARG, "a null MPI_Comm pointer")));
+        }
+        // SAFETY: not null (checked): the caller's MPI_Comm.
+        let h = unsafe { *comm };
+        let r = with_state("MPI_Comm_free", |s| {
+            let slot = usize::try_from(h).ok().filter(|&i| i > 2).and_then(|i| s.comms.get_mut(i));
+            match slot {
+                Some(slot @ Some(_)) => {
+                    *slot = None;
+                    Ok(())
+                }
+                _ => Err(Fail::new(ERR_COMM, format!("MPI_Comm_free: {h} is not a communicator this program made"))),
+            }
+        })
+        .and_then(|r| r);
+        if r.is_ok() {
+            // SAFETY: as above.
+            unsafe { *comm = 0 };
+        }
+        finish("MPI_Comm_free", h, r)
     }
 }
 

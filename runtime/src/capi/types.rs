@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_long};
 use bytemuck::Pod;
 
 use super::{Fail, Res, ERR_OP, ERR_TYPE};
-use crate::op::{Builtin, DynOp, ElemType};
+use crate::op::{Builtin, DynOp, ElemType, Op};
 use crate::{Comm, Error};
 
 /// A predefined datatype: its name, size in bytes and, for those reductions apply to, the
@@ -78,6 +78,9 @@ const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 29] = [
 ];
 
 impl Datatype {
+    /// Bytes, for buffers whose extent is worked out in bytes already.
+    pub(super) const BYTE: Datatype = Datatype { name: "MPI_BYTE", size: 1, elem: Some(ElemType::U8) };
+
     /// The datatype of handle `h` (`MPI_ERR_TYPE` if it is none).
     pub(super) fn of(h: c_int) -> Res<Datatype> {
         usize::try_from(h)
@@ -121,24 +124,39 @@ impl ReduceOp {
     }
 }
 
-/// Reduces by `op` over `comm` elements of `ty`: `send` (none: `MPI_IN_PLACE`, the input
-/// is in `recv`) into `recv` (at `root`, or everywhere with no root; `recv` is there
-/// exactly where the result lands).
+/// Which reduction: where the result lands and how the ranks' inputs combine.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Reduction {
+    /// At `root` (`MPI_Reduce`).
+    Root(usize),
+    /// Everywhere (`MPI_Allreduce`).
+    All,
+    /// Rank i gets ranks 0..=i (`MPI_Scan`), or 0..i (`MPI_Exscan`).
+    Scan { inclusive: bool },
+    /// Rank i gets block i of the reduction (`MPI_Reduce_scatter_block`); in place, `recv`
+    /// holds every block's input.
+    ScatterBlock,
+    /// No communication: `recv (op)= send` (`MPI_Reduce_local`).
+    Local,
+}
+
+/// Reduces by `op` elements of `ty`, `send` (none: `MPI_IN_PLACE`, the input is in `recv`)
+/// into `recv` (present exactly where a result lands), as `how` says.
 pub(super) fn reduce(
     comm: &Comm,
+    how: Reduction,
     send: Option<&[u8]>,
     recv: Option<&mut [u8]>,
     ty: Datatype,
     op: ReduceOp,
-    root: Option<usize>,
 ) -> Res {
     let unfit = || Fail::new(ERR_OP, format!("{} does not apply to {}", op.name, ty.name));
     let elem = ty.elem.ok_or_else(unfit)?;
     let r = match ty.size {
-        1 => run::<u8>(comm, send, recv, elem, op.op, root),
-        2 => run::<u16>(comm, send, recv, elem, op.op, root),
-        4 => run::<u32>(comm, send, recv, elem, op.op, root),
-        8 => run::<u64>(comm, send, recv, elem, op.op, root),
+        1 => run::<u8>(comm, how, send, recv, elem, op.op),
+        2 => run::<u16>(comm, how, send, recv, elem, op.op),
+        4 => run::<u32>(comm, how, send, recv, elem, op.op),
+        8 => run::<u64>(comm, how, send, recv, elem, op.op),
         _ => None,
     };
     r.ok_or_else(unfit)?.map_err(Fail::from)
@@ -148,11 +166,11 @@ pub(super) fn reduce(
 /// it, else copies); `None` if `op` does not apply to `elem`.
 fn run<C: Pod>(
     comm: &Comm,
+    how: Reduction,
     send: Option<&[u8]>,
     recv: Option<&mut [u8]>,
     elem: ElemType,
     op: Builtin,
-    root: Option<usize>,
 ) -> Option<Result<(), Error>> {
     let op = DynOp::<C>::new(op, elem)?;
     let aligned = |p: *const u8| p as usize % align_of::<C>() == 0;
@@ -165,15 +183,39 @@ fn run<C: Pod>(
         }
         None => None,
     };
-    let body = |recv: Option<&mut [C]>| match (root, send, recv) {
-        (None, Some(s), Some(r)) => comm.allreduce(s, r, op),
-        (None, None, Some(r)) => comm.allreduce_in_place(r, op),
-        (Some(root), Some(s), r) => comm.reduce(s, r, op, root),
-        (Some(root), None, Some(r)) => {
-            let s = r.to_vec();
-            comm.reduce(&s, Some(r), op, root)
+    let body = |recv: Option<&mut [C]>| {
+        let Some(r) = recv else {
+            return match (how, send) {
+                (Reduction::Root(root), Some(s)) => comm.reduce(s, None, op, root),
+                _ => Err(Error::Other("a reduction without its receive buffer".into())),
+            };
+        };
+        if let (Reduction::All, None) = (how, send) {
+            return comm.allreduce_in_place(r, op);
         }
-        _ => Err(Error::Other("a reduction without its receive buffer".into())),
+        // In place: the input is what the receive buffer holds.
+        let held;
+        let s = match send {
+            Some(s) => s,
+            None => {
+                held = r.to_vec();
+                &held
+            }
+        };
+        match how {
+            Reduction::Root(root) => comm.reduce(s, Some(r), op, root),
+            Reduction::All => comm.allreduce(s, r, op),
+            Reduction::Scan { inclusive: true } => comm.scan(s, r, op),
+            Reduction::Scan { inclusive: false } => comm.exscan(s, r, op),
+            Reduction::ScatterBlock => {
+                let n = s.len() / comm.size();
+                comm.reduce_scatter_block(s, &mut r[..n], op)
+            }
+            Reduction::Local => {
+                op.apply(r, s);
+                Ok(())
+            }
+        }
     };
     Some(match recv {
         Some(r) if !aligned(r.as_ptr()) => {

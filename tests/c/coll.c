@@ -1,0 +1,147 @@
+/* The C ABI's data-moving collectives (with their v-forms and MPI_IN_PLACE), scans,
+ * reduce-scatter, local reductions and communicator splits, printed as "rank: what = values"
+ * lines; the test compares them with MPICH's. */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+static int rank, size;
+
+/* One line per call, written at once (launchers may forward output as it is written). */
+static void say(const char *what, const int *v, int n)
+{
+    char line[1024];
+    int len = snprintf(line, sizeof line, "%d: %s =", rank, what);
+    for (int i = 0; i < n && len < (int)sizeof line - 16; i++)
+        len += snprintf(line + len, sizeof line - len, " %d", v[i]);
+    line[len++] = '\n';
+    fwrite(line, 1, (size_t)len, stdout);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int p = size, buf[64], out[64], counts[8], displs[8], rcounts[8], rdispls[8];
+
+    /* Gather and scatter, fixed and in place. */
+    int two[2] = {rank * 10 + 1, rank * 10 + 2};
+    memset(out, 0, sizeof out);
+    MPI_Gather(two, 2, MPI_INT, out, 2, MPI_INT, 1, MPI_COMM_WORLD);
+    if (rank == 1)
+        say("gather", out, 2 * p);
+    for (int i = 0; i < 2 * p; i++)
+        buf[i] = rank == 0 ? 100 + i : -1;
+    if (rank == 0)
+        MPI_Gather(MPI_IN_PLACE, 2, MPI_INT, buf, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    else
+        MPI_Gather(two, 2, MPI_INT, NULL, 0, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        say("gather in place", buf, 2 * p);
+    for (int i = 0; i < 3 * p; i++)
+        buf[i] = 1000 + i;
+    MPI_Scatter(buf, 3, MPI_INT, out, 3, MPI_INT, 2 % p, MPI_COMM_WORLD);
+    say("scatter", out, 3);
+    /* Allgather and alltoall. */
+    short s = (short)(rank * 7), ss[8];
+    MPI_Allgather(&s, 1, MPI_SHORT, ss, 1, MPI_SHORT, MPI_COMM_WORLD);
+    for (int i = 0; i < p; i++)
+        out[i] = ss[i];
+    say("allgather", out, p);
+    for (int i = 0; i < p; i++)
+        buf[i] = i == rank ? rank * 3 : -9;
+    MPI_Allgather(MPI_IN_PLACE, 1, MPI_INT, buf, 1, MPI_INT, MPI_COMM_WORLD);
+    say("allgather in place", buf, p);
+    for (int i = 0; i < 2 * p; i++)
+        buf[i] = rank * 100 + i;
+    MPI_Alltoall(buf, 2, MPI_INT, out, 2, MPI_INT, MPI_COMM_WORLD);
+    say("alltoall", out, 2 * p);
+    MPI_Alltoall(MPI_IN_PLACE, 2, MPI_INT, buf, 2, MPI_INT, MPI_COMM_WORLD);
+    say("alltoall in place", buf, 2 * p);
+    /* The v-forms: rank i gives i + 1 elements, placed with gaps. */
+    int mine[8];
+    for (int i = 0; i <= rank; i++)
+        mine[i] = rank * 10 + i;
+    for (int i = 0, at = 0; i < p; i++) {
+        counts[i] = i + 1;
+        displs[i] = at + 1;
+        at += i + 3;
+    }
+    memset(out, -1, sizeof out);
+    MPI_Gatherv(mine, rank + 1, MPI_INT, out, counts, displs, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        say("gatherv", out, displs[p - 1] + counts[p - 1]);
+    memset(out, -1, sizeof out);
+    MPI_Allgatherv(mine, rank + 1, MPI_INT, out, counts, displs, MPI_INT, MPI_COMM_WORLD);
+    say("allgatherv", out, displs[p - 1] + counts[p - 1]);
+    for (int i = 0; i < 32; i++)
+        buf[i] = 500 + i;
+    memset(out, -1, sizeof out);
+    MPI_Scatterv(buf, counts, displs, MPI_INT, out, rank + 1, MPI_INT, p - 1, MPI_COMM_WORLD);
+    say("scatterv", out, rank + 1);
+    /* Alltoallv: rank r sends j + 1 elements to rank j, receives r + 1 from each. */
+    for (int j = 0, at = 0; j < p; j++) {
+        counts[j] = j + 1;
+        displs[j] = at;
+        at += j + 1;
+        rcounts[j] = rank + 1;
+        rdispls[j] = j * (rank + 2);
+    }
+    for (int i = 0; i < 32; i++)
+        buf[i] = rank * 1000 + i;
+    memset(out, -1, sizeof out);
+    MPI_Alltoallv(buf, counts, displs, MPI_INT, out, rcounts, rdispls, MPI_INT, MPI_COMM_WORLD);
+    say("alltoallv", out, rdispls[p - 1] + rcounts[p - 1]);
+    /* Scans, reduce-scatter, local reduction. */
+    int x[2] = {rank + 1, 10 - rank}, y[2] = {-1, -1};
+    MPI_Scan(x, y, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    say("scan", y, 2);
+    MPI_Scan(MPI_IN_PLACE, x, 2, MPI_INT, MPI_PROD, MPI_COMM_WORLD);
+    say("scan in place", x, 2);
+    x[0] = rank + 1, x[1] = 10 - rank;
+    MPI_Exscan(x, y, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank > 0)
+        say("exscan", y, 2);
+    for (int i = 0; i < 2 * p; i++)
+        buf[i] = rank + i;
+    MPI_Reduce_scatter_block(buf, y, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    say("reduce_scatter_block", y, 2);
+    MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    say("reduce_scatter_block in place", buf, 2);
+    double din[3] = {1.5, -2, 4}, dio[3] = {2, 3, -1};
+    MPI_Reduce_local(din, dio, 3, MPI_DOUBLE, MPI_PROD);
+    for (int i = 0; i < 3; i++)
+        out[i] = (int)(dio[i] * 10);
+    say("reduce_local", out, 3);
+    /* Communicators: split by parity (reversed by key), dup, shared-memory split. */
+    MPI_Comm half, copy, node, none;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, -rank, &half);
+    int hr, hs, sum;
+    MPI_Comm_rank(half, &hr);
+    MPI_Comm_size(half, &hs);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, half);
+    int h[3] = {hr, hs, sum};
+    say("split rank size sum", h, 3);
+    MPI_Comm_dup(half, &copy);
+    MPI_Bcast(&rank, 0, MPI_INT, 0, copy);
+    int b = rank;
+    MPI_Bcast(&b, 1, MPI_INT, 0, copy);
+    say("dup bcast", &b, 1);
+    MPI_Comm_split(MPI_COMM_WORLD, rank == 0 ? MPI_UNDEFINED : 1, 0, &none);
+    int is_null = none == MPI_COMM_NULL;
+    say("undefined color gives null", &is_null, 1);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &hs);
+    say("shared size", &hs, 1);
+    MPI_Comm_free(&copy);
+    MPI_Comm_free(&half);
+    MPI_Comm_free(&node);
+    if (none != MPI_COMM_NULL)
+        MPI_Comm_free(&none);
+    int freed = copy == MPI_COMM_NULL && half == MPI_COMM_NULL;
+    say("freed", &freed, 1);
+    MPI_Finalize();
+    return 0;
+}
