@@ -37,21 +37,28 @@ pub struct CAbi {
 pub const C_LIBRARY: &str = if cfg!(target_os = "macos") { "libmpr.dylib" } else { "libmpr.so" };
 
 /// Finds the C ABI for a tool whose executable lies in `bin`: `MPR_HOME/{include,lib}` if
-/// set; else an installed tree (`bin/../include`, `bin/../lib`); else a build tree (the
-/// library beside the tool, as cargo puts it, and this crate's own `include`).
+/// set; else an installed tree (`bin/../include`, `bin/../lib`); else a build tree: this
+/// crate's own `include`, and the library cargo built last, beside the tool or in `deps`
+/// (`cargo test` builds it there without copying it up).
 pub fn c_abi(bin: &std::path::Path) -> CAbi {
-    let candidates = |sub: &str| -> Vec<std::path::PathBuf> {
-        match std::env::var_os("MPR_HOME") {
-            Some(home) => vec![std::path::PathBuf::from(home).join(sub)],
-            None => {
-                let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-                let built = if sub == "include" { source.join("include") } else { bin.to_path_buf() };
-                vec![bin.join("..").join(sub), built]
-            }
-        }
-    };
-    let find = |sub: &str, file: &str| candidates(sub).into_iter().find(|d| d.join(file).is_file());
-    CAbi { include: find("include", "mpi.h"), lib: find("lib", C_LIBRARY) }
+    use std::path::{Path, PathBuf};
+    let holds = |d: &Path, file: &str| d.join(file).is_file();
+    if let Some(home) = std::env::var_os("MPR_HOME") {
+        let home = PathBuf::from(home);
+        let (include, lib) = (home.join("include"), home.join("lib"));
+        return CAbi {
+            include: holds(&include, "mpi.h").then_some(include),
+            lib: holds(&lib, C_LIBRARY).then_some(lib),
+        };
+    }
+    let (include, lib) = (bin.join("../include"), bin.join("../lib"));
+    if holds(&include, "mpi.h") && holds(&lib, C_LIBRARY) {
+        return CAbi { include: Some(include), lib: Some(lib) };
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let modified = |d: &PathBuf| std::fs::metadata(d.join(C_LIBRARY)).and_then(|m| m.modified()).ok();
+    let lib = [bin.to_path_buf(), bin.join("deps")].into_iter().filter(|d| modified(d).is_some()).max_by_key(modified);
+    CAbi { include: holds(&source, "mpi.h").then_some(source), lib }
 }
 
 /// A transport compiled into this build.
