@@ -1,5 +1,6 @@
 /* The C ABI's data-moving collectives (with their v-forms and MPI_IN_PLACE), scans,
- * reduce-scatter, local reductions and communicator splits, printed as "rank: what = values"
+ * reduce-scatter, local reductions, communicator splits, groups and communicators made from
+ * them, comparisons, names and attributes, printed as "rank: what = values"
  * lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stdio.h>
@@ -142,6 +143,91 @@ int main(int argc, char **argv)
         MPI_Comm_free(&none);
     int freed = copy == MPI_COMM_NULL && half == MPI_COMM_NULL;
     say("freed", &freed, 1);
+    /* Groups, and communicators made from them. */
+    MPI_Group wg, evens, odds, rev, empty_copy;
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    int g[8], ng = 0, gsize, grank;
+    MPI_Group_size(wg, &gsize);
+    MPI_Group_rank(wg, &grank);
+    for (int i = 0; i < p; i += 2)
+        g[ng++] = i;
+    MPI_Group_incl(wg, ng, g, &evens);
+    MPI_Group_excl(wg, ng, g, &odds);
+    int er, os;
+    MPI_Group_rank(evens, &er);
+    MPI_Group_size(odds, &os);
+    int gi[4] = {gsize, grank, er == MPI_UNDEFINED ? -1 : er, os};
+    say("group size rank, evens rank, odds size", gi, 4);
+    int from[8], to[8];
+    for (int i = 0; i < ng; i++)
+        from[i] = i;
+    MPI_Group_translate_ranks(evens, ng, from, wg, to);
+    say("evens in world", to, ng);
+    int all[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    MPI_Group_translate_ranks(wg, p, all, odds, to);
+    for (int i = 0; i < p; i++)
+        to[i] = to[i] == MPI_UNDEFINED ? -1 : to[i];
+    say("world in odds", to, p);
+    for (int i = 0; i < p; i++)
+        g[i] = p - 1 - i;
+    MPI_Group_incl(wg, p, g, &rev);
+    int cmp[4];
+    MPI_Group_compare(wg, wg, &cmp[0]);
+    MPI_Group_compare(wg, rev, &cmp[1]);
+    MPI_Group_compare(wg, evens, &cmp[2]);
+    empty_copy = MPI_GROUP_EMPTY;
+    MPI_Group_size(empty_copy, &cmp[3]);
+    say("group compare ident similar unequal, empty size", cmp, 4);
+    MPI_Comm ec;
+    MPI_Comm_create(MPI_COMM_WORLD, evens, &ec);
+    if (ec == MPI_COMM_NULL) {
+        say("create: not a member", &rank, 1);
+    } else {
+        int esz, erk, esum;
+        MPI_Comm_size(ec, &esz);
+        MPI_Comm_rank(ec, &erk);
+        MPI_Allreduce(&rank, &esum, 1, MPI_INT, MPI_SUM, ec);
+        int e3[3] = {esz, erk, esum};
+        say("create: size rank sum", e3, 3);
+        MPI_Comm_free(&ec);
+    }
+    MPI_Comm dupw, revw, halfw;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dupw);
+    MPI_Comm_split(MPI_COMM_WORLD, 0, -rank, &revw);
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &halfw);
+    int cc[4];
+    MPI_Comm_compare(MPI_COMM_WORLD, MPI_COMM_WORLD, &cc[0]);
+    MPI_Comm_compare(MPI_COMM_WORLD, dupw, &cc[1]);
+    MPI_Comm_compare(MPI_COMM_WORLD, revw, &cc[2]);
+    MPI_Comm_compare(MPI_COMM_WORLD, halfw, &cc[3]);
+    int want[4] = {MPI_IDENT, MPI_CONGRUENT, MPI_SIMILAR, MPI_UNEQUAL};
+    for (int i = 0; i < 4; i++)
+        cc[i] = cc[i] == want[i];
+    say("comm compare as expected", cc, 4);
+    char cname[MPI_MAX_OBJECT_NAME];
+    int clen, named[3];
+    MPI_Comm_get_name(MPI_COMM_WORLD, cname, &clen);
+    named[0] = strcmp(cname, "MPI_COMM_WORLD") == 0 && clen == 14;
+    MPI_Comm_set_name(dupw, "my copy");
+    MPI_Comm_get_name(dupw, cname, &clen);
+    named[1] = strcmp(cname, "my copy") == 0 && clen == 7;
+    MPI_Comm_get_name(halfw, cname, &clen);
+    named[2] = clen == 0;
+    say("names", named, 3);
+    int *ub, found, *wg_attr, found2;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_WTIME_IS_GLOBAL, &wg_attr, &found2);
+    int at[3] = {found, found && *ub >= 32767, found2 ? (*wg_attr == 0 || *wg_attr == 1) : 1};
+    say("attributes", at, 3);
+    MPI_Comm_free(&dupw);
+    MPI_Comm_free(&revw);
+    MPI_Comm_free(&halfw);
+    MPI_Group_free(&wg);
+    MPI_Group_free(&evens);
+    MPI_Group_free(&odds);
+    MPI_Group_free(&rev);
+    int gfreed = wg == MPI_GROUP_NULL && rev == MPI_GROUP_NULL;
+    say("groups freed", &gfreed, 1);
     MPI_Finalize();
     return 0;
 }

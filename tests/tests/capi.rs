@@ -93,7 +93,8 @@ fn the_library_exports_what_the_header_declares() {
         .filter(|n| n.starts_with("MPI_") || n.starts_with("PMPI_"))
         .collect();
     declared.sort_unstable();
-    let lib = bin_dir().join(mpr::info::C_LIBRARY);
+    // Where mprcc links it from (cargo test leaves it in deps).
+    let lib = mpr::info::c_abi(&bin_dir()).lib.expect("libmpr built").join(mpr::info::C_LIBRARY);
     let nm = run(Command::new("nm").args(["-D", "--defined-only"]).arg(&lib));
     assert!(nm.status.success(), "nm {}: {}", lib.display(), text(&nm.stderr));
     let listing = text(&nm.stdout);

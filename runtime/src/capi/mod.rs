@@ -23,7 +23,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::thread::ThreadId;
 
-use crate::{Comm, Error, ErrorClass, Status, Universe};
+use crate::{Comm, Error, ErrorClass, Group, Status, Universe};
 use types::{Datatype, ReduceOp, Reduction};
 
 // Values shared with include/mpi.h.
@@ -52,6 +52,17 @@ const PROC_NULL: c_int = -2;
 const ANY_TAG: c_int = -1;
 const UNDEFINED: c_int = -32766;
 const COMM_TYPE_SHARED: c_int = 1;
+const GROUP_EMPTY: c_int = 1;
+const ERR_GROUP: c_int = 8;
+const IDENT: c_int = 0;
+const CONGRUENT: c_int = 1;
+const SIMILAR: c_int = 2;
+const UNEQUAL: c_int = 3;
+const MAX_OBJECT_NAME: usize = 128;
+const KEY_TAG_UB: c_int = 1;
+const KEY_WTIME_IS_GLOBAL: c_int = 2;
+const KEY_HOST: c_int = 3;
+const KEY_IO: c_int = 4;
 const THREAD_FUNNELED: c_int = 1;
 const MAX_PROCESSOR_NAME: usize = 256;
 const MAX_ERROR_STRING: usize = 512;
@@ -95,6 +106,8 @@ type Res<T = ()> = Result<T, Fail>;
 struct CommEntry {
     comm: Comm,
     errhandler: c_int,
+    /// `MPI_Comm_set_name`'s.
+    name: String,
 }
 
 /// This process's MPI state, owned by the thread that called `MPI_Init`.
@@ -103,6 +116,8 @@ struct State {
     universe: Universe,
     /// Indexed by handle: 0 is `MPI_COMM_NULL`, 1 `MPI_COMM_WORLD`, 2 `MPI_COMM_SELF`.
     comms: Vec<Option<CommEntry>>,
+    /// Indexed by handle: 0 is `MPI_GROUP_NULL`, 1 `MPI_GROUP_EMPTY`.
+    groups: Vec<Option<Group>>,
 }
 
 thread_local! {
@@ -140,6 +155,7 @@ fn class_text(class: c_int) -> &'static str {
         ERR_COMM => "invalid communicator",
         ERR_RANK => "invalid rank",
         ERR_ROOT => "invalid root",
+        ERR_GROUP => "invalid group",
         ERR_OP => "invalid reduce operation",
         ERR_ARG => "invalid argument",
         ERR_TRUNCATE => "message truncated",
@@ -194,9 +210,10 @@ fn finish(name: &str, comm: c_int, result: Res) -> c_int {
     match handled {
         Some((ERRORS_RETURN, _, _)) => code_of(&fail),
         Some((_, comm, rank)) => {
-            let why = format!("{name}: {} ({})", fail.message, class_text(fail.class));
-            eprintln!("mpr: rank {rank}: fatal error in {why}");
-            comm.abort_because(fail.class, &why)
+            eprintln!("mpr: rank {rank}: fatal error in {name}: {} ({})", fail.message, class_text(fail.class));
+            // The launcher's line names the call; the message is in the line above (PMI
+            // carries no spaces).
+            comm.abort_because(fail.class, name)
         }
         None => {
             // No MPI state (before MPI_Init, after MPI_Finalize, another thread): fatal.
@@ -351,11 +368,18 @@ fn init(name: &str, required: c_int) -> Res {
     let universe = crate::init()?;
     let world = universe.world();
     let solo = world.solo();
-    let entry = |comm| Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL });
+    let empty = world.comm_group().excl(&(0..world.size()).collect::<Vec<_>>())?;
+    let entry = |comm, name: &str| Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL, name: name.into() });
     let _ = MAIN_THREAD.set(std::thread::current().id());
     PROVIDED.store(required.clamp(0, THREAD_FUNNELED), Ordering::SeqCst);
     // MPI_COMM_NULL, MPI_COMM_WORLD, MPI_COMM_SELF.
-    STATE.with(|s| *s.borrow_mut() = Some(State { universe, comms: vec![None, entry(world), entry(solo)] }));
+    STATE.with(|s| {
+        *s.borrow_mut() = Some(State {
+            universe,
+            comms: vec![None, entry(world, "MPI_COMM_WORLD"), entry(solo, "MPI_COMM_SELF")],
+            groups: vec![None, Some(empty)],
+        })
+    });
     Ok(())
 }
 
@@ -424,7 +448,7 @@ unsafe fn new_comm(name: &str, made: Option<Comm>, errhandler: c_int, out: *mut 
     let handle = match made {
         None => 0,
         Some(comm) => with_state(name, |s| {
-            s.comms.push(Some(CommEntry { comm, errhandler }));
+            s.comms.push(Some(CommEntry { comm, errhandler, name: String::new() }));
             (s.comms.len() - 1) as c_int
         })?,
     };
@@ -440,6 +464,68 @@ fn errhandler_of(comm: c_int) -> c_int {
             .unwrap_or(ERRORS_ARE_FATAL)
     })
 }
+
+/// The group of handle `group` (a clone).
+fn group_of(name: &str, group: c_int) -> Res<Group> {
+    with_state(name, |s| {
+        usize::try_from(group)
+            .ok()
+            .and_then(|i| s.groups.get(i))
+            .and_then(Option::as_ref)
+            .cloned()
+            .ok_or_else(|| Fail::new(ERR_GROUP, format!("{name}: {group} is not a group")))
+    })?
+}
+
+/// A new group into the table, its handle into `out`.
+///
+/// # Safety
+/// `out` is null (an error) or points to an `MPI_Group`.
+unsafe fn new_group(name: &str, group: Group, out: *mut c_int) -> Res {
+    let handle = with_state(name, |s| {
+        s.groups.push(Some(group));
+        (s.groups.len() - 1) as c_int
+    })?;
+    // SAFETY: the caller's MPI_Group, or null (put checks).
+    unsafe { put(out, handle) }
+}
+
+/// This process's rank in `group`, or `MPI_UNDEFINED`.
+fn my_rank_in(name: &str, group: &Group) -> Res<c_int> {
+    let me = with_state(name, |s| s.universe.world().rank())?;
+    Ok(group.rank_of_world(me).map_or(UNDEFINED, |r| r as c_int))
+}
+
+/// How two groups compare (`MPI_IDENT`, `MPI_SIMILAR`, `MPI_UNEQUAL`).
+fn compare_groups(a: &Group, b: &Group) -> Res<c_int> {
+    if a == b {
+        return Ok(IDENT);
+    }
+    let all: Vec<usize> = (0..a.size()).collect();
+    let same_members = a.size() == b.size() && a.translate_ranks(&all, b)?.iter().all(Option::is_some);
+    Ok(if same_members { SIMILAR } else { UNEQUAL })
+}
+
+/// `n` ranks at `p`, checked non-negative.
+///
+/// # Safety
+/// `p` points to `n` ints.
+unsafe fn ranks_at(p: *const c_int, n: c_int) -> Res<Vec<usize>> {
+    let n = count_of(n)?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if p.is_null() {
+        return Err(Fail::new(ERR_ARG, "a null array of ranks"));
+    }
+    // SAFETY: not null (checked); the caller's n ints.
+    let v = unsafe { std::slice::from_raw_parts(p, n) };
+    v.iter().map(|&r| usize::try_from(r).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {r}")))).collect()
+}
+
+/// The value of a predefined attribute, kept for the life of the process (MPI hands out
+/// pointers to it).
+static ATTRIBUTES: [c_int; 4] = [crate::TAG_UB, 0, PROC_NULL, ANY_SOURCE];
 
 mpi! {
     fn MPI_Init / PMPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
@@ -1147,6 +1233,181 @@ mpi! {
             unsafe { new_comm("MPI_Comm_split_type", made, errhandler_of(comm), newcomm) }
         });
         finish("MPI_Comm_split_type", comm, r)
+    }
+
+    fn MPI_Comm_group / PMPI_Comm_group(comm: c_int, group: *mut c_int) -> c_int {
+        let r = comm_of("MPI_Comm_group", comm).and_then(|c| {
+            // SAFETY: MPI's contract: group points to an MPI_Group.
+            unsafe { new_group("MPI_Comm_group", c.comm_group(), group) }
+        });
+        finish("MPI_Comm_group", comm, r)
+    }
+
+    fn MPI_Group_size / PMPI_Group_size(group: c_int, size: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: size points to an int.
+        let r = group_of("MPI_Group_size", group).and_then(|g| unsafe { put(size, g.size() as c_int) });
+        finish("MPI_Group_size", COMM_WORLD, r)
+    }
+
+    fn MPI_Group_rank / PMPI_Group_rank(group: c_int, rank: *mut c_int) -> c_int {
+        let r = group_of("MPI_Group_rank", group).and_then(|g| {
+            let mine = my_rank_in("MPI_Group_rank", &g)?;
+            // SAFETY: MPI's contract: rank points to an int.
+            unsafe { put(rank, mine) }
+        });
+        finish("MPI_Group_rank", COMM_WORLD, r)
+    }
+
+    fn MPI_Group_incl / PMPI_Group_incl(group: c_int, n: c_int, ranks: *const c_int, newgroup: *mut c_int) -> c_int {
+        let r = group_of("MPI_Group_incl", group).and_then(|g| {
+            // SAFETY: MPI's contract: ranks holds n ints; newgroup points to an MPI_Group.
+            let made = g.incl(&unsafe { ranks_at(ranks, n)? })?;
+            // SAFETY: as above.
+            unsafe { new_group("MPI_Group_incl", made, newgroup) }
+        });
+        finish("MPI_Group_incl", COMM_WORLD, r)
+    }
+
+    fn MPI_Group_excl / PMPI_Group_excl(group: c_int, n: c_int, ranks: *const c_int, newgroup: *mut c_int) -> c_int {
+        let r = group_of("MPI_Group_excl", group).and_then(|g| {
+            // SAFETY: MPI's contract: ranks holds n ints; newgroup points to an MPI_Group.
+            let made = g.excl(&unsafe { ranks_at(ranks, n)? })?;
+            // SAFETY: as above.
+            unsafe { new_group("MPI_Group_excl", made, newgroup) }
+        });
+        finish("MPI_Group_excl", COMM_WORLD, r)
+    }
+
+    fn MPI_Group_translate_ranks / PMPI_Group_translate_ranks(
+        group1: c_int,
+        n: c_int,
+        ranks1: *const c_int,
+        group2: c_int,
+        ranks2: *mut c_int,
+    ) -> c_int {
+        let r = (|| {
+            let (a, b) = (group_of("MPI_Group_translate_ranks", group1)?, group_of("MPI_Group_translate_ranks", group2)?);
+            // SAFETY: MPI's contract: ranks1 holds n ints.
+            let from = unsafe { ranks_at(ranks1, n)? };
+            let to = a.translate_ranks(&from, &b)?;
+            if !to.is_empty() && ranks2.is_null() {
+                return Err(Fail::new(ERR_ARG, "a null array for the translated ranks"));
+            }
+            for (i, t) in to.iter().enumerate() {
+                // SAFETY: MPI's contract: ranks2 holds n ints (not null, checked).
+                unsafe { *ranks2.add(i) = t.map_or(UNDEFINED, |r| r as c_int) };
+            }
+            Ok(())
+        })();
+        finish("MPI_Group_translate_ranks", COMM_WORLD, r)
+    }
+
+    fn MPI_Group_compare / PMPI_Group_compare(group1: c_int, group2: c_int, result: *mut c_int) -> c_int {
+        let r = (|| {
+            let (a, b) = (group_of("MPI_Group_compare", group1)?, group_of("MPI_Group_compare", group2)?);
+            // SAFETY: MPI's contract: result points to an int.
+            unsafe { put(result, compare_groups(&a, &b)?) }
+        })();
+        finish("MPI_Group_compare", COMM_WORLD, r)
+    }
+
+    fn MPI_Group_free / PMPI_Group_free(group: *mut c_int) -> c_int {
+        if group.is_null() {
+            return finish("MPI_Group_free", COMM_WORLD, Err(Fail::new(ERR_ARG, "a null MPI_Group pointer")));
+        }
+        // SAFETY: not null (checked): the caller's MPI_Group.
+        let h = unsafe { *group };
+        let r = with_state("MPI_Group_free", |s| {
+            match usize::try_from(h).ok().filter(|&i| i > GROUP_EMPTY as usize).and_then(|i| s.groups.get_mut(i)) {
+                Some(slot @ Some(_)) => {
+                    *slot = None;
+                    Ok(())
+                }
+                _ => Err(Fail::new(ERR_GROUP, format!("MPI_Group_free: {h} is not a group this program made"))),
+            }
+        })
+        .and_then(|r| r);
+        if r.is_ok() {
+            // SAFETY: as above.
+            unsafe { *group = 0 };
+        }
+        finish("MPI_Group_free", COMM_WORLD, r)
+    }
+
+    fn MPI_Comm_create / PMPI_Comm_create(comm: c_int, group: c_int, newcomm: *mut c_int) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Comm_create", comm)?;
+            let g = group_of("MPI_Comm_create", group)?;
+            let made = c.create(&g)?;
+            // SAFETY: MPI's contract: newcomm points to an MPI_Comm.
+            unsafe { new_comm("MPI_Comm_create", made, errhandler_of(comm), newcomm) }
+        })();
+        finish("MPI_Comm_create", comm, r)
+    }
+
+    fn MPI_Comm_compare / PMPI_Comm_compare(comm1: c_int, comm2: c_int, result: *mut c_int) -> c_int {
+        let r = (|| {
+            let (a, b) = (comm_of("MPI_Comm_compare", comm1)?, comm_of("MPI_Comm_compare", comm2)?);
+            let how = match compare_groups(&a.comm_group(), &b.comm_group())? {
+                IDENT if comm1 == comm2 => IDENT,
+                IDENT => CONGRUENT,
+                other => other,
+            };
+            // SAFETY: MPI's contract: result points to an int.
+            unsafe { put(result, how) }
+        })();
+        finish("MPI_Comm_compare", comm1, r)
+    }
+
+    fn MPI_Comm_set_name / PMPI_Comm_set_name(comm: c_int, name: *const c_char) -> c_int {
+        let r = (|| {
+            if name.is_null() {
+                return Err(Fail::new(ERR_ARG, "a null name"));
+            }
+            // SAFETY: not null (checked); MPI's contract: a NUL-terminated string.
+            let text = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+            let text: String = text.chars().take(MAX_OBJECT_NAME - 1).collect();
+            with_state("MPI_Comm_set_name", |s| {
+                match usize::try_from(comm).ok().and_then(|i| s.comms.get_mut(i)).and_then(Option::as_mut) {
+                    Some(e) => {
+                        e.name = text;
+                        Ok(())
+                    }
+                    None => Err(Fail::new(ERR_COMM, format!("{comm} is not a communicator"))),
+                }
+            })?
+        })();
+        finish("MPI_Comm_set_name", comm, r)
+    }
+
+    fn MPI_Comm_get_name / PMPI_Comm_get_name(comm: c_int, name: *mut c_char, resultlen: *mut c_int) -> c_int {
+        let r = (|| {
+            let text = with_state("MPI_Comm_get_name", |s| {
+                usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref).map(|e| e.name.clone())
+            })?
+            .ok_or_else(|| Fail::new(ERR_COMM, format!("{comm} is not a communicator")))?;
+            // SAFETY: MPI's contract: name holds MPI_MAX_OBJECT_NAME chars.
+            unsafe { write_text(&text, name, resultlen, MAX_OBJECT_NAME) }
+        })();
+        finish("MPI_Comm_get_name", comm, r)
+    }
+
+    fn MPI_Comm_get_attr / PMPI_Comm_get_attr(comm: c_int, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
+        let r = (|| {
+            comm_of("MPI_Comm_get_attr", comm)?;
+            let found = match keyval {
+                KEY_TAG_UB | KEY_WTIME_IS_GLOBAL | KEY_HOST | KEY_IO => Some(&ATTRIBUTES[(keyval - 1) as usize]),
+                _ => None,
+            };
+            if let Some(v) = found {
+                // SAFETY: MPI's contract: value points to a pointer, which gets the
+                // attribute's address (a static: it outlives every use).
+                unsafe { put(value.cast::<*const c_int>(), v as *const c_int)? };
+            }
+            // SAFETY: MPI's contract: flag points to an int.
+            unsafe { put(flag, found.is_some() as c_int) }
+        })();
+        finish("MPI_Comm_get_attr", comm, r)
     }
 
     fn MPI_Comm_free / PMPI_Comm_free(comm: *mut c_int) -> c_int {
