@@ -465,6 +465,18 @@ fn errhandler_of(comm: c_int) -> c_int {
     })
 }
 
+/// Frees handle `h` of `table`, if it is one the program made (handles below `first` are
+/// predefined); whether it was.
+fn free_handle<T>(table: &mut [Option<T>], h: c_int, first: usize) -> bool {
+    match usize::try_from(h).ok().filter(|&i| i >= first).and_then(|i| table.get_mut(i)) {
+        Some(slot @ Some(_)) => {
+            *slot = None;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// The group of handle `group` (a clone).
 fn group_of(name: &str, group: c_int) -> Res<Group> {
     with_state(name, |s| {
@@ -1317,16 +1329,9 @@ mpi! {
         }
         // SAFETY: not null (checked): the caller's MPI_Group.
         let h = unsafe { *group };
-        let r = with_state("MPI_Group_free", |s| {
-            match usize::try_from(h).ok().filter(|&i| i > GROUP_EMPTY as usize).and_then(|i| s.groups.get_mut(i)) {
-                Some(slot @ Some(_)) => {
-                    *slot = None;
-                    Ok(())
-                }
-                _ => Err(Fail::new(ERR_GROUP, format!("MPI_Group_free: {h} is not a group this program made"))),
-            }
-        })
-        .and_then(|r| r);
+        let r = with_state("MPI_Group_free", |s| free_handle(&mut s.groups, h, GROUP_EMPTY as usize + 1)).and_then(|freed| {
+            freed.then_some(()).ok_or_else(|| Fail::new(ERR_GROUP, format!("MPI_Group_free: {h} is not a group this program made")))
+        });
         if r.is_ok() {
             // SAFETY: as above.
             unsafe { *group = 0 };
@@ -1416,17 +1421,12 @@ mpi! {
         }
         // SAFETY: not null (checked): the caller's MPI_Comm.
         let h = unsafe { *comm };
-        let r = with_state("MPI_Comm_free", |s| {
-            let slot = usize::try_from(h).ok().filter(|&i| i > 2).and_then(|i| s.comms.get_mut(i));
-            match slot {
-                Some(slot @ Some(_)) => {
-                    *slot = None;
-                    Ok(())
-                }
-                _ => Err(Fail::new(ERR_COMM, format!("MPI_Comm_free: {h} is not a communicator this program made"))),
-            }
-        })
-        .and_then(|r| r);
+        // Handles 0..=2 are MPI_COMM_NULL, MPI_COMM_WORLD and MPI_COMM_SELF.
+        let r = with_state("MPI_Comm_free", |s| free_handle(&mut s.comms, h, 3)).and_then(|freed| {
+            freed
+                .then_some(())
+                .ok_or_else(|| Fail::new(ERR_COMM, format!("MPI_Comm_free: {h} is not a communicator this program made")))
+        });
         if r.is_ok() {
             // SAFETY: as above.
             unsafe { *comm = 0 };
