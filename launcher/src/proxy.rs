@@ -476,14 +476,12 @@ impl Proxy {
 
     /// Sends mprun the incomplete lines their ranks have paused on.
     fn release_partial(&mut self) {
-        let (ranks, link) = (&mut self.ranks, &mut self.link);
-        let mut released = Vec::new();
-        ranks.release_partial(Instant::now(), &mut |local, stream, d| released.push((local, stream, d.to_vec())));
-        for (local, stream, data) in released {
+        let link = &mut self.link;
+        self.ranks.release_partial(Instant::now(), &mut |rank, stream, d| {
             if let Some(link) = link.as_mut() {
-                link.send(&Msg::Output { rank: ranks.rank(local) as u32, stream: stream as u8, data });
+                link.send(&Msg::Output { rank: rank as u32, stream: stream as u8, data: d.to_vec() });
             }
-        }
+        });
     }
 
     fn serve_pmi(&mut self, local: usize) {

@@ -195,15 +195,15 @@ impl Ranks {
         self.entries.iter().flat_map(|e| e.pipes.iter().flatten()).filter_map(|p| p.lines.partial_due()).min()
     }
 
-    /// Hands each incomplete line due by `now` to `emit` (local rank, stream, bytes).
+    /// Hands each incomplete line due by `now` to `emit` (global rank, stream, bytes).
     pub(crate) fn release_partial(&mut self, now: Instant, emit: &mut dyn FnMut(usize, usize, &[u8])) {
         let mut out = Vec::new();
-        for (local, entry) in self.entries.iter_mut().enumerate() {
+        for entry in &mut self.entries {
             for (stream, pipe) in entry.pipes.iter_mut().enumerate() {
                 if let Some(pipe) = pipe {
                     pipe.lines.release_due(now, &mut out);
                     if !out.is_empty() {
-                        emit(local, stream, &out);
+                        emit(entry.rank, stream, &out);
                         out.clear();
                     }
                 }

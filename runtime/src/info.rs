@@ -33,6 +33,11 @@ pub struct CAbi {
     pub lib: Option<std::path::PathBuf>,
 }
 
+/// The directory of the running program (where a tool looks for the C ABI beside it).
+pub fn program_dir() -> std::path::PathBuf {
+    std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.to_path_buf())).unwrap_or_default()
+}
+
 /// The shared library's file name on this platform.
 pub const C_LIBRARY: &str = if cfg!(target_os = "macos") { "libmpr.dylib" } else { "libmpr.so" };
 

@@ -52,14 +52,9 @@ fn report() -> String {
 
 /// Where `mprcc` finds mpi.h and libmpr (both from this tool's own directory).
 fn c_abi(out: &mut String) {
-    let bin = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.to_path_buf())).unwrap_or_default();
-    let abi = info::c_abi(&bin);
+    let abi = info::c_abi(&info::program_dir());
     let shown = |d: Option<std::path::PathBuf>| d.map_or("not found".to_string(), |d| d.display().to_string());
-    let _ = writeln!(
-        out,
-        "
-C ABI (mprcc, mprcxx):"
-    );
+    let _ = writeln!(out, "\nC ABI (mprcc, mprcxx):");
     let _ = writeln!(out, "  mpi.h      {}", shown(abi.include));
     let _ = writeln!(out, "  {:<10} {}", info::C_LIBRARY, shown(abi.lib));
 }

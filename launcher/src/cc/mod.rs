@@ -27,7 +27,7 @@ pub(crate) fn main(name: &str, env: &str, default: &str) -> ExitCode {
             _ => args.push(a),
         }
     }
-    let bin = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.to_path_buf())).unwrap_or_default();
+    let bin = mpr::info::program_dir();
     let abi = mpr::info::c_abi(&bin);
     let Some(include) = abi.include else {
         eprintln!("{name}: cannot find mpi.h beside {} (set MPR_HOME to mpr's installation)", bin.display());
