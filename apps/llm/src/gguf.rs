@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// A metadata value.
@@ -124,7 +123,6 @@ pub(crate) struct TensorInfo {
 #[derive(Debug)]
 pub(crate) struct Gguf {
     file: File,
-    map: memmap2::Mmap,
     pub(crate) meta: HashMap<String, Value>,
     pub(crate) tensors: HashMap<String, TensorInfo>,
 }
@@ -208,13 +206,14 @@ impl Gguf {
         let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         // SAFETY: the map is read only; a model file changed under a running job would give
         // wrong numbers, not unsafety in this process's own memory (the bytes are plain data,
-        // every read of them is bounds-checked against the map's length).
+        // every read of them is bounds-checked against the map's length). It lives only while
+        // the header is parsed: the tensors are mapped one by one, each rank its own rows.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::parse(file, map).map_err(|e| format!("{}: {e}", path.display()))
+        Self::parse(file, &map).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    fn parse(file: File, map: memmap2::Mmap) -> Result<Gguf, String> {
-        let mut c = Cursor { b: &map, pos: 0 };
+    fn parse(file: File, map: &[u8]) -> Result<Gguf, String> {
+        let mut c = Cursor { b: map, pos: 0 };
         let magic = c.take(4, "the magic number").map_err(|_| "not a GGUF file (too short)".to_string())?;
         if magic != b"GGUF" {
             return Err(format!("not a GGUF file (it starts with {magic:02x?}, not \"GGUF\")"));
@@ -284,19 +283,12 @@ impl Gguf {
             }
             tensors.insert(name, TensorInfo { dims, dtype, start, len });
         }
-        Ok(Gguf { file, map, meta, tensors })
+        Ok(Gguf { file, meta, tensors })
     }
 
-    /// A tensor's bytes.
-    pub(crate) fn bytes(&self, t: &TensorInfo) -> &[u8] {
-        &self.map[t.start..t.start + t.len]
-    }
-
-    /// `buf.len()` bytes of tensor `t` from byte `at` of it, read from the file (not through
-    /// the map: the pages stay in the page cache, shared, not in this process).
-    pub(crate) fn read_at(&self, t: &TensorInfo, at: usize, buf: &mut [u8]) -> std::io::Result<()> {
-        assert!(at + buf.len() <= t.len, "within the tensor");
-        self.file.read_exact_at(buf, (t.start + at) as u64)
+    /// The file that holds tensor `t`, the offset of its first byte in it, and its length.
+    pub(crate) fn place(&self, t: &TensorInfo) -> (&File, u64, usize) {
+        (&self.file, t.start as u64, t.len)
     }
 
     pub(crate) fn tensor(&self, name: &str) -> Result<&TensorInfo, String> {

@@ -1,11 +1,10 @@
 //! A Hugging Face model directory: `config.json`, the weights in one or more safetensors
 //! files (`model.safetensors`, or the shards `model.safetensors.index.json` lists), each
-//! memory-mapped and read where its tensors lie, never copied, and the tokenizer in
+//! tensor memory-mapped where it lies, and the tokenizer in
 //! `tokenizer.json` (its chat template and special tokens in `tokenizer_config.json`).
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -27,7 +26,6 @@ pub(crate) struct TensorInfo {
 #[derive(Debug)]
 pub(crate) struct HfDir {
     files: Vec<File>,
-    maps: Vec<memmap2::Mmap>,
     pub(crate) tensors: HashMap<String, TensorInfo>,
     pub(crate) config: Value,
     pub(crate) tokenizer: Value,
@@ -72,13 +70,14 @@ impl HfDir {
         } else {
             vec![dir.join("model.safetensors")]
         };
-        let (mut files, mut maps) = (Vec::new(), Vec::new());
+        let mut files = Vec::new();
         let mut tensors = HashMap::new();
         for path in paths {
             let file = File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             // SAFETY: the map is read only; a model file changed under a running job would
             // give wrong numbers, not unsafety in this process's own memory (the bytes are
-            // plain data, every tensor's range checked against the map's length below).
+            // plain data, every tensor's range checked against the map's length below). It
+            // lives only while the header is read: the tensors are mapped one by one.
             let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("{}: {e}", path.display()))?;
             let (header, meta) = safetensors::SafeTensors::read_metadata(&map)
                 .map_err(|e| format!("{}: not a safetensors file, or cut short: {e}", path.display()))?;
@@ -95,24 +94,17 @@ impl HfDir {
                     ));
                 }
                 let dtype = dtype(&name, info.dtype).map_err(|e| format!("{}: {e}", path.display()))?;
-                let t = TensorInfo { file: maps.len(), start: data + s, len: e - s, dtype, shape: info.shape.clone() };
+                let t = TensorInfo { file: files.len(), start: data + s, len: e - s, dtype, shape: info.shape.clone() };
                 tensors.insert(name, t);
             }
-            maps.push(map);
             files.push(file);
         }
-        Ok(HfDir { files, maps, tensors, config, tokenizer, tokenizer_config })
+        Ok(HfDir { files, tensors, config, tokenizer, tokenizer_config })
     }
 
-    pub(crate) fn bytes(&self, t: &TensorInfo) -> &[u8] {
-        &self.maps[t.file][t.start..t.start + t.len]
-    }
-
-    /// `buf.len()` bytes of tensor `t` from byte `at` of it, read from its file (not through
-    /// the map: the pages stay in the page cache, shared, not in this process).
-    pub(crate) fn read_at(&self, t: &TensorInfo, at: usize, buf: &mut [u8]) -> std::io::Result<()> {
-        assert!(at + buf.len() <= t.len, "within the tensor");
-        self.files[t.file].read_exact_at(buf, (t.start + at) as u64)
+    /// The file that holds tensor `t`, the offset of its first byte in it, and its length.
+    pub(crate) fn place(&self, t: &TensorInfo) -> (&File, u64, usize) {
+        (&self.files[t.file], t.start as u64, t.len)
     }
 
     pub(crate) fn tensor(&self, name: &str) -> Result<&TensorInfo, String> {

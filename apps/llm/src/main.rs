@@ -400,7 +400,7 @@ impl<'a, 'm> Turn<'a, 'm> {
         let (stage, stages) = self.stage;
         let (me, tp, d) = (self.world.rank(), self.group.size(), self.m.cfg.dim);
         let mut x = if stage == 0 {
-            self.m.embed(tokens)
+            self.m.embed(tokens).map_err(Failure::Say)?
         } else {
             let mut x = vec![0.0f32; tokens.len() * d];
             self.world.recv(&mut x, me - tp, TAG_ACT)?;

@@ -16,7 +16,7 @@ use mpr::{Comm, Error, Sum};
 
 use crate::gguf::Gguf;
 use crate::quant::Mat;
-use crate::weights::Weights;
+use crate::weights::{Tensor, Weights};
 
 /// The model's shape, from its metadata.
 #[derive(Debug, Clone)]
@@ -156,7 +156,7 @@ struct Layer<'a> {
 pub(crate) struct Model<'a> {
     pub(crate) cfg: Config,
     pub(crate) shard: Shard,
-    embd: Mat<'a>,
+    embd: Tensor<'a>,
     output: Mat<'a>,
     out_norm: Vec<f32>,
     layers: Vec<Layer<'a>>,
@@ -207,23 +207,28 @@ fn rope(x: &mut [f32], head_dim: usize, pos: usize, base: f32, pairs: RopePairs)
 impl<'a> Model<'a> {
     pub(crate) fn load(g: &'a Weights, cfg: Config, shard: Shard) -> Result<Model<'a>, String> {
         let (d, hd) = (cfg.dim, cfg.head_dim);
-        let embd = g.matrix("token_embd.weight", cfg.vocab, d)?;
-        // A model without its own output projection ties it to the embedding.
-        let output = if g.has("output.weight") { g.matrix("output.weight", cfg.vocab, d)? } else { embd.clone() };
+        let embd = g.tensor("token_embd.weight", cfg.vocab, d)?;
+        // A model without its own output projection ties it to the embedding. The last stage
+        // alone holds it, each rank its range of the vocabulary.
+        let name = if g.has("output.weight") { "output.weight" } else { "token_embd.weight" };
+        let vocab = if shard.layers.end == cfg.layers { shard.vocab.clone() } else { 0..0 };
+        let output = g.rows(name, cfg.vocab, d, vocab)?;
         let mut layers = Vec::with_capacity(shard.layers.len());
-        // O and down are split by columns: this rank's copied out (see Weights::columns).
-        let (qr, f) = (shard.heads.start * hd..shard.heads.end * hd, shard.ffn.clone());
+        // Q, K, V, gate and up: this rank's rows, mapped. O and down are split by columns:
+        // this rank's copied out (see Weights::columns).
+        let (qr, kvr, f) =
+            (shard.heads.start * hd..shard.heads.end * hd, shard.kv.start * hd..shard.kv.end * hd, shard.ffn.clone());
         for l in shard.layers.clone() {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             layers.push(Layer {
                 attn_norm: g.vector(&n("attn_norm"), d)?,
                 ffn_norm: g.vector(&n("ffn_norm"), d)?,
-                q: g.matrix(&n("attn_q"), cfg.heads * hd, d)?,
-                k: g.matrix(&n("attn_k"), cfg.kv_heads * hd, d)?,
-                v: g.matrix(&n("attn_v"), cfg.kv_heads * hd, d)?,
+                q: g.rows(&n("attn_q"), cfg.heads * hd, d, qr.clone())?,
+                k: g.rows(&n("attn_k"), cfg.kv_heads * hd, d, kvr.clone())?,
+                v: g.rows(&n("attn_v"), cfg.kv_heads * hd, d, kvr.clone())?,
                 o: g.columns(&n("attn_output"), d, cfg.heads * hd, qr.clone())?,
-                gate: g.matrix(&n("ffn_gate"), cfg.ffn, d)?,
-                up: g.matrix(&n("ffn_up"), cfg.ffn, d)?,
+                gate: g.rows(&n("ffn_gate"), cfg.ffn, d, f.clone())?,
+                up: g.rows(&n("ffn_up"), cfg.ffn, d, f.clone())?,
                 down: g.columns(&n("ffn_down"), d, cfg.ffn, f.clone())?,
             });
         }
@@ -231,28 +236,14 @@ impl<'a> Model<'a> {
         Ok(Model { cfg, shard, embd, output, out_norm, layers })
     }
 
-    /// Bytes of weights this rank reads (its shard).
+    /// Bytes of weights this rank holds (its shard).
     pub(crate) fn shard_bytes(&self) -> usize {
-        let (s, hd, d) = (&self.shard, self.cfg.head_dim, self.cfg.dim);
-        let q = s.heads.start * hd..s.heads.end * hd;
-        let kv = s.kv.start * hd..s.kv.end * hd;
-        let per_layer: usize = self
+        let layers: usize = self
             .layers
             .iter()
-            .map(|l| {
-                // O and down hold only this rank's columns.
-                l.q.bytes_of(q.clone())
-                    + l.k.bytes_of(kv.clone())
-                    + l.v.bytes_of(kv.clone())
-                    + l.o.bytes_of(0..d)
-                    + l.gate.bytes_of(s.ffn.clone())
-                    + l.up.bytes_of(s.ffn.clone())
-                    + l.down.bytes_of(0..d)
-            })
+            .map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].iter().map(|m| m.bytes()).sum::<usize>())
             .sum();
-        // The output projection is read by the last stage only.
-        let head = if s.layers.end == self.cfg.layers { self.output.bytes_of(s.vocab.clone()) } else { 0 };
-        per_layer + head
+        layers + self.output.bytes()
     }
 
     pub(crate) fn new_cache(&self) -> Cache {
@@ -270,8 +261,12 @@ impl<'a> Model<'a> {
     }
 
     /// The embeddings of `tokens`, a row each.
-    pub(crate) fn embed(&self, tokens: &[u32]) -> Vec<f32> {
-        tokens.iter().flat_map(|&t| self.embd.row(t as usize)).collect()
+    pub(crate) fn embed(&self, tokens: &[u32]) -> Result<Vec<f32>, String> {
+        let mut x = Vec::with_capacity(tokens.len() * self.cfg.dim);
+        for &t in tokens {
+            x.extend(self.embd.row(t as usize)?);
+        }
+        Ok(x)
     }
 
     /// This stage's layers over `x` (a row per token, at positions cache.len..), in place.
@@ -290,13 +285,13 @@ impl<'a> Model<'a> {
         let group = cfg.heads / cfg.kv_heads;
         let pos0 = cache.len;
         let mut h = vec![0.0; t_n * d];
-        let (qr, kvr) = (s.heads.start * hd..s.heads.end * hd, s.kv.start * hd..s.kv.end * hd);
+        let (nq, nk) = (nh * hd, nkv * hd);
         let mut q = vec![0.0; t_n * nh * hd];
         let mut k = vec![0.0; t_n * nkv * hd];
         let mut v = vec![0.0; t_n * nkv * hd];
         let mut att = vec![0.0; t_n * nh * hd];
         let mut o = vec![0.0; t_n * d];
-        let (f, nf) = (s.ffn.clone(), s.ffn.len());
+        let nf = s.ffn.len();
         let mut gate = vec![0.0; t_n * nf];
         let mut up = vec![0.0; t_n * nf];
         let scale = 1.0 / (hd as f32).sqrt();
@@ -304,9 +299,9 @@ impl<'a> Model<'a> {
             for t in 0..t_n {
                 rms_norm(&x[t * d..(t + 1) * d], &l.attn_norm, cfg.eps, &mut h[t * d..(t + 1) * d]);
             }
-            l.q.matmul(qr.clone(), 0..d, &h, &mut q);
-            l.k.matmul(kvr.clone(), 0..d, &h, &mut k);
-            l.v.matmul(kvr.clone(), 0..d, &h, &mut v);
+            l.q.matmul(0..nq, 0..d, &h, &mut q);
+            l.k.matmul(0..nk, 0..d, &h, &mut k);
+            l.v.matmul(0..nk, 0..d, &h, &mut v);
             for t in 0..t_n {
                 rope(&mut q[t * nh * hd..(t + 1) * nh * hd], hd, pos0 + t, cfg.rope_base, cfg.rope);
                 rope(&mut k[t * nkv * hd..(t + 1) * nkv * hd], hd, pos0 + t, cfg.rope_base, cfg.rope);
@@ -343,7 +338,7 @@ impl<'a> Model<'a> {
                     }
                 }
             });
-            l.o.matmul(0..d, 0..qr.len(), &att, &mut o);
+            l.o.matmul(0..d, 0..nq, &att, &mut o);
             Self::allreduce(comm, &mut o, stats)?;
             for (x, o) in x.iter_mut().zip(&o) {
                 *x += o;
@@ -351,8 +346,8 @@ impl<'a> Model<'a> {
             for t in 0..t_n {
                 rms_norm(&x[t * d..(t + 1) * d], &l.ffn_norm, cfg.eps, &mut h[t * d..(t + 1) * d]);
             }
-            l.gate.matmul(f.clone(), 0..d, &h, &mut gate);
-            l.up.matmul(f.clone(), 0..d, &h, &mut up);
+            l.gate.matmul(0..nf, 0..d, &h, &mut gate);
+            l.up.matmul(0..nf, 0..d, &h, &mut up);
             for (g, u) in gate.iter_mut().zip(&up) {
                 *g = *g / (1.0 + (-*g).exp()) * u;
             }
@@ -378,7 +373,7 @@ impl<'a> Model<'a> {
             rms_norm(&x[t * d..(t + 1) * d], &self.out_norm, cfg.eps, &mut h[(t - first) * d..(t - first + 1) * d]);
         }
         let mut part = vec![0.0; rows * s.vocab.len()];
-        self.output.matmul(s.vocab.clone(), 0..d, &h[..rows * d], &mut part);
+        self.output.matmul(0..s.vocab.len(), 0..d, &h[..rows * d], &mut part);
         // The full vocabulary on every rank: each fills its range, the sum assembles them.
         let mut logits = vec![0.0; rows * cfg.vocab];
         for t in 0..rows {

@@ -3,8 +3,8 @@
 //! The loops are plain Rust compiled for the CPU's vector unit at run time ([`vectorized`]:
 //! AVX-512 or AVX2 here, NEON on Apple silicon).
 
-use std::borrow::Cow;
-use std::ops::Range;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
 
 use half::bf16;
 
@@ -24,7 +24,45 @@ pub(crate) struct Mat<'a> {
     pub(crate) dtype: DType,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
-    data: Cow<'a, [u8]>,
+    data: Bytes<'a>,
+}
+
+/// Where a matrix's bytes are: a map of exactly its rows in the file (shared by clones),
+/// this process's own copy, or borrowed.
+#[derive(Debug, Clone)]
+pub(crate) enum Bytes<'a> {
+    Mapped(Arc<memmap2::Mmap>),
+    Owned(Vec<u8>),
+    Borrowed(&'a [u8]),
+}
+
+impl Deref for Bytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+            Bytes::Borrowed(b) => b,
+        }
+    }
+}
+
+impl From<Vec<u8>> for Bytes<'_> {
+    fn from(v: Vec<u8>) -> Self {
+        Bytes::Owned(v)
+    }
+}
+
+impl<'a> From<&'a [u8]> for Bytes<'a> {
+    fn from(b: &'a [u8]) -> Self {
+        Bytes::Borrowed(b)
+    }
+}
+
+impl From<memmap2::Mmap> for Bytes<'_> {
+    fn from(m: memmap2::Mmap) -> Self {
+        Bytes::Mapped(Arc::new(m))
+    }
 }
 
 /// An IEEE half to f32, by its bits: inlined into the block loops (a call there would spill
@@ -76,7 +114,7 @@ fn fixed<const N: usize, T>(s: &[T]) -> &[T; N] {
 
 impl<'a> Mat<'a> {
     /// `data` holds rows x cols elements of `dtype` (checked).
-    pub(crate) fn new(dtype: DType, rows: usize, cols: usize, data: impl Into<Cow<'a, [u8]>>) -> Mat<'a> {
+    pub(crate) fn new(dtype: DType, rows: usize, cols: usize, data: impl Into<Bytes<'a>>) -> Mat<'a> {
         let data = data.into();
         let (per, bytes) = dtype.block();
         assert!(cols.is_multiple_of(per), "rows of {cols} do not fill blocks of {per}");
@@ -89,9 +127,9 @@ impl<'a> Mat<'a> {
         self.cols / per * bytes
     }
 
-    /// Resident bytes of rows `rows` (what a shard touches).
-    pub(crate) fn bytes_of(&self, rows: Range<usize>) -> usize {
-        rows.len() * self.row_bytes()
+    /// The bytes the matrix holds.
+    pub(crate) fn bytes(&self) -> usize {
+        self.data.len()
     }
 
     /// Row r, columns `cols` (block-aligned), dotted with x (x.len() == cols.len()).
@@ -323,7 +361,7 @@ mod tests {
             cases.push((t, bytes, back));
         }
         for (t, bytes, back) in cases {
-            let m = Mat::new(t, rows, cols, &bytes);
+            let m = Mat::new(t, rows, cols, &bytes[..]);
             for r in 0..rows {
                 assert_eq!(m.row(r), back[r * cols..(r + 1) * cols], "{} row {r}", t.name());
                 let want: f32 = (0..cols).map(|c| back[r * cols + c] * x[c]).sum();

@@ -71,6 +71,15 @@ fn the_capital_of_france_is_paris_on_every_split() {
         let n: f64 = np.parse().unwrap();
         assert!(rss.len() == n as usize && shard.len() == n as usize && rss.iter().all(|&m| m > 10.0), "{err}");
         let (rss1, shard1) = *mem1.get_or_insert((rss[0], shard[0]));
+        // What a rank holds beyond its weights (heap, binary, rings) does not grow with the
+        // split: it holds none of its neighbours' weights (a map of the whole file held up to
+        // 40 MiB of them, by the kernel's mapping of whole cached folios around each fault).
+        for (r, (m, w)) in rss.iter().zip(&shard).enumerate() {
+            assert!(
+                m - w <= rss1 - shard1 + 10.0,
+                "{what}: rank {r} holds {m} MiB for a shard of {w}; 1 rank: {rss1} for {shard1}"
+            );
+        }
         if pp == "1" {
             // Tensor parallel: the weights fall as 1/N (a KV head shared by two ranks is
             // held by both), and so, above the process's own baseline, does the memory.
