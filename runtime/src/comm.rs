@@ -281,6 +281,51 @@ impl Comm {
         }
     }
 
+    fn start_ssend(&self, bytes: RawBuf, dest: usize, tag: i32) -> Result<ReqId, Error> {
+        let peer = self.check_dest(dest, tag)?;
+        Ok(self.inner.rt.borrow_mut().issend(self.inner.ctx, self.inner.rank as u32, tag, peer, bytes))
+    }
+
+    /// Sends `buf` to rank `dest` with `tag` in synchronous mode (`MPI_Ssend`): returns once
+    /// a receive on `dest` has matched it (and `buf` may be reused).
+    pub fn ssend<T: Pod>(&self, buf: &[T], dest: usize, tag: i32) -> Result<(), Error> {
+        // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
+        let id = self.start_ssend(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)?;
+        self.inner.rt.borrow_mut().wait(id).map(|_| ())
+    }
+
+    /// Starts a synchronous send (`MPI_Issend`); `buf` stays borrowed until the scope ends.
+    pub fn issend<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        buf: &'a [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'a>, Error> {
+        // SAFETY: `buf` is borrowed for 'a, the lifetime of `scope`, which completes the request
+        // before 'a ends (see request.rs).
+        let id = self.start_ssend(unsafe { RawBuf::new(bytemuck::cast_slice(buf)) }, dest, tag)?;
+        Ok(Request::new(&self.inner.rt, scope, id))
+    }
+
+    /// As [`Comm::isend_unscoped`], in synchronous mode (`MPI_Issend`).
+    ///
+    /// # Safety
+    /// As [`Comm::isend_unscoped`].
+    pub unsafe fn issend_unscoped<T: Pod>(
+        &self,
+        buf: *const T,
+        count: usize,
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'static>, Error> {
+        // SAFETY: the caller guarantees validity until completion (this function's contract).
+        let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, count * std::mem::size_of::<T>()) };
+        // SAFETY: as above.
+        let id = self.start_ssend(unsafe { RawBuf::new(bytes) }, dest, tag)?;
+        Ok(Request::started(&self.inner.rt, None, Started::Req(id)))
+    }
+
     /// Receives into `buf` from `src` (or [`ANY_SOURCE`]) with `tag` (or [`ANY_TAG`])
     /// (`MPI_Recv`). A message larger than `buf` is an [`Error::Truncate`].
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: usize, tag: i32) -> Result<Status, Error> {

@@ -468,6 +468,15 @@ impl Runtime {
         Ok(Started::Req(id))
     }
 
+    /// Starts a synchronous send (`MPI_Issend`): always a request, done once a receive has
+    /// matched the message.
+    pub(crate) fn issend(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, buf: RawBuf) -> ReqId {
+        self.p2p[2] += 1;
+        let id = self.engine.issend(ctx, src, tag, peer, buf);
+        self.flush();
+        id
+    }
+
     /// Starts a receive (`MPI_Irecv`). A message already here whole is received at once,
     /// with no request.
     pub(crate) fn irecv(

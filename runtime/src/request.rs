@@ -176,6 +176,17 @@ impl<'a> Request<'a> {
     }
 }
 
+impl Request<'static> {
+    /// Lets the operation go on with nobody waiting for it (`MPI_Request_free`): it
+    /// completes in the background, and its result is dropped. Only an unscoped request
+    /// (whose buffer its caller keeps valid) can be freed: a scope waits for its own.
+    pub fn free(self) {
+        if let Live::InFlight { rt, id } = self.state {
+            rt.borrow_mut().engine.detach(id);
+        }
+    }
+}
+
 /// Waits for all requests (`MPI_Waitall`); every request is completed even if one fails, and
 /// the first error is returned. The runtime's lock is taken once for all the requests of
 /// one runtime, not once per request (a window of small messages waits in one call).

@@ -313,7 +313,7 @@ impl Engine {
     pub(crate) fn isend(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, buf: RawBuf) -> ReqId {
         let env = Envelope { ctx, src, tag };
         if peer == self.me {
-            return self.send_self(env, buf);
+            return self.send_self(env, buf, false);
         }
         let lim = self.limits[peer];
         if buf.len() <= lim.eager.min(lim.max_payload) {
@@ -321,18 +321,36 @@ impl Engine {
             self.push(peer, Frame::Eager(env), buf, Some(id));
             id
         } else {
-            // With a key to get first, the address goes in when the driver exposes the buffer.
-            let direct = lim.bulk_read && !lim.expose;
-            let head = lim.streamed_head().min(buf.len() - 1);
-            let id = self.reqs.insert(State::SendRndv { peer, buf, exposed: direct, key: None, head });
-            let saddr = if direct { buf.addr() } else { 0 };
-            let rts = Frame::Rts { env, len: buf.len() as u64, sreq: id.to_wire(), saddr, skey: 0 };
-            self.push_owned(peer, rts, buf.slice(0, head), id, false);
-            if lim.bulk_read && lim.expose {
-                self.outbox.back_mut().expect("just pushed").expose = true;
-            }
-            id
+            self.send_rndv(env, peer, buf)
         }
+    }
+
+    /// Starts a synchronous send (`MPI_Issend`): it completes once a receive has matched it,
+    /// so it always goes as a rendezvous, whatever its size (the receiver's `Fin` ends it;
+    /// to self, it waits in the unexpected queue until a receive takes it).
+    pub(crate) fn issend(&mut self, ctx: u32, src: u32, tag: i32, peer: usize, buf: RawBuf) -> ReqId {
+        let env = Envelope { ctx, src, tag };
+        if peer == self.me {
+            return self.send_self(env, buf, true);
+        }
+        self.send_rndv(env, peer, buf)
+    }
+
+    /// A rendezvous send: an `Rts` (with the first bytes, where they stream), the rest when
+    /// the receiver asks or reads.
+    fn send_rndv(&mut self, env: Envelope, peer: usize, buf: RawBuf) -> ReqId {
+        let lim = self.limits[peer];
+        // With a key to get first, the address goes in when the driver exposes the buffer.
+        let direct = lim.bulk_read && !lim.expose;
+        let head = lim.streamed_head().min(buf.len().saturating_sub(1));
+        let id = self.reqs.insert(State::SendRndv { peer, buf, exposed: direct, key: None, head });
+        let saddr = if direct { buf.addr() } else { 0 };
+        let rts = Frame::Rts { env, len: buf.len() as u64, sreq: id.to_wire(), saddr, skey: 0 };
+        self.push_owned(peer, rts, buf.slice(0, head), id, false);
+        if lim.bulk_read && lim.expose {
+            self.outbox.back_mut().expect("just pushed").expose = true;
+        }
+        id
     }
 
     /// The header of an eager message to `peer`, if a message of `len` bytes goes eagerly
@@ -350,7 +368,9 @@ impl Engine {
             .then(|| wire::eager_header(&Envelope { ctx, src, tag }))
     }
 
-    fn send_self(&mut self, env: Envelope, buf: RawBuf) -> ReqId {
+    /// A send to this rank: delivered to a posted receive at once, else copied into the
+    /// unexpected queue if small (and not `sync`), else parked there until a receive takes it.
+    fn send_self(&mut self, env: Envelope, buf: RawBuf, sync: bool) -> ReqId {
         let status = Status { source: env.src as usize, tag: env.tag, bytes: buf.len() };
         if let Some(i) = self.find_posted(&env) {
             let p = self.posted.take(i);
@@ -358,7 +378,7 @@ impl Engine {
             return self.reqs.insert(State::Done(Ok(status)));
         }
         let len = buf.len();
-        if len <= self.limits[self.me].eager {
+        if len <= self.limits[self.me].eager && !sync {
             let body = Body::Eager(self.pool.copy_of(buf.bytes()));
             self.unexpected.push(env.ctx, Some(env.src), Unexpected { env, len, body });
             self.reqs.insert(State::Done(Ok(status)))
@@ -468,6 +488,12 @@ impl Engine {
         if len > buf.len() {
             self.reqs.complete(id, Err(Error::Truncate { message: len, buffer: buf.len() }));
             self.push(peer, Frame::Fin { sreq, flags: FLAG_TRUNCATED }, RawBuf::EMPTY, None);
+            return;
+        }
+        if len == 0 {
+            // A synchronous send of nothing: matched is all it waits for.
+            self.reqs.complete(id, Ok(status));
+            self.push(peer, Frame::Fin { sreq, flags: 0 }, RawBuf::EMPTY, None);
             return;
         }
         if let Some(s) = self.reqs.get_mut(id) {
@@ -627,7 +653,8 @@ impl Engine {
                 }
             }
             Frame::Rts { env, len, sreq, saddr, skey } => {
-                if payload.len() as u64 >= len || (saddr != 0 && !payload.is_empty()) {
+                // (An empty message goes as a rendezvous only when synchronous.)
+                if (len > 0 && payload.len() as u64 >= len) || (saddr != 0 && !payload.is_empty()) {
                     return Err(proto_err(peer, "RTS carrying the whole message, or bytes it lets us read"));
                 }
                 let status = Status { source: env.src as usize, tag: env.tag, bytes: len as usize };
@@ -712,6 +739,12 @@ impl Engine {
         self.reqs.take_done(id)
     }
 
+    /// Nobody will collect request `id` (`MPI_Request_free`): it goes on, and is dropped
+    /// when it ends.
+    pub(crate) fn detach(&mut self, id: ReqId) {
+        self.reqs.detach(id);
+    }
+
     /// The world rank request `id` waits on, if it waits on one peer.
     pub(crate) fn waits_on(&self, id: ReqId) -> Option<usize> {
         self.reqs.get(id)?.peer()
@@ -733,12 +766,6 @@ impl Engine {
             _ => None,
         };
         match self.reqs.get(id) {
-            Some(State::RmaRemote { detached: true, .. }) => {
-                // Nobody waits for it.
-                self.reqs.complete(id, Err(err));
-                self.reqs.take_done(id);
-                return None;
-            }
             Some(&State::RmaAnswer { peer, .. }) => {
                 // Its answer will not come: the origin awaits it no more.
                 self.awaited(peer).1 += 1;

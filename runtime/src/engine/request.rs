@@ -47,9 +47,8 @@ pub(crate) enum State {
     /// A one-sided operation whose answer `peer` sends into `buf` (`got` bytes so far).
     RmaAnswer { peer: usize, buf: RawBufMut, got: usize },
     /// A one-sided transfer the transport does without the peer's CPU (RDMA WRITE or READ);
-    /// a read lands in `buf`. `detached`: nobody waits for it (a write whose bytes the
-    /// transport copied at the start), so it is dropped when it ends.
-    RmaRemote { peer: usize, buf: RawBufMut, detached: bool },
+    /// a read lands in `buf`.
+    RmaRemote { peer: usize, buf: RawBufMut },
     /// Finished; waiting for its owner to collect the result.
     Done(Result<Status, Error>),
 }
@@ -73,6 +72,9 @@ impl State {
 struct Slot {
     gen: u32,
     state: State,
+    /// Nobody will collect the result (`MPI_Request_free`, a one-sided write whose bytes
+    /// the transport copied at the start): the slot goes when the request ends.
+    detached: bool,
 }
 
 /// All live requests of one engine.
@@ -87,7 +89,7 @@ impl Requests {
     pub(crate) fn insert(&mut self, state: State) -> ReqId {
         self.next_gen = self.next_gen.wrapping_add(1);
         let gen = self.next_gen;
-        let key = self.slots.insert(Slot { gen, state }) as u32;
+        let key = self.slots.insert(Slot { gen, state, detached: false }) as u32;
         ReqId { key, gen }
     }
 
@@ -107,11 +109,24 @@ impl Requests {
         }
     }
 
-    /// Moves the request to `Done(result)`.
+    /// Moves the request to `Done(result)`; a detached one is gone instead.
     #[inline(always)]
     pub(crate) fn complete(&mut self, id: ReqId, result: Result<Status, Error>) {
-        if let Some(s) = self.get_mut(id) {
-            *s = State::Done(result);
+        match self.slots.get_mut(id.key as usize) {
+            Some(s) if s.gen == id.gen && s.detached => {
+                self.slots.remove(id.key as usize);
+            }
+            Some(s) if s.gen == id.gen => s.state = State::Done(result),
+            _ => {}
+        }
+    }
+
+    /// Nobody will collect request `id`: dropped now if done, else when it ends.
+    pub(crate) fn detach(&mut self, id: ReqId) {
+        if self.take_done(id).is_none() {
+            if let Some(s) = self.slots.get_mut(id.key as usize).filter(|s| s.gen == id.gen) {
+                s.detached = true;
+            }
         }
     }
 

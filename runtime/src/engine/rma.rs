@@ -377,7 +377,7 @@ impl Engine {
     /// `buf`), counted as started.
     pub(crate) fn rma_remote_begin(&mut self, peer: usize, buf: RawBufMut) -> ReqId {
         self.awaited(peer).0 += 1;
-        self.reqs.insert(State::RmaRemote { peer, buf, detached: false })
+        self.reqs.insert(State::RmaRemote { peer, buf })
     }
 
     /// The transfer of `id` could not start: counted as ended, and its request dropped.
@@ -395,12 +395,7 @@ impl Engine {
 
     /// Nobody will wait for the transfer of `id`: dropped when it ends.
     pub(crate) fn rma_remote_detach(&mut self, id: ReqId) {
-        match self.reqs.get_mut(id) {
-            Some(State::RmaRemote { detached, .. }) => *detached = true,
-            _ => {
-                self.reqs.take_done(id);
-            }
-        }
+        self.reqs.detach(id);
     }
 
     /// One-sided operations to `peer` whose end this rank awaits, started and ended so far.
@@ -419,11 +414,10 @@ impl Engine {
     pub(super) fn on_remote_done(&mut self, peer: usize, token: u64, result: Result<Option<&[u8]>, Error>) {
         self.awaited(peer).1 += 1;
         let id = ReqId::from_wire(token);
-        let Some(State::RmaRemote { buf, detached, .. }) = self.reqs.get_mut(id) else {
+        let Some(State::RmaRemote { buf, .. }) = self.reqs.get_mut(id) else {
             // Failed already (its peer was declared gone): nothing waits for it.
             return;
         };
-        let detached = *detached;
         let len = buf.len();
         if let Ok(Some(bytes)) = result {
             buf.write_at(0, bytes);
@@ -431,9 +425,6 @@ impl Engine {
         let st = self.rma_status(len);
         let result = result.map(|_| st);
         self.reqs.complete(id, result);
-        if detached {
-            self.reqs.take_done(id);
-        }
     }
 
     fn rma_status(&self, bytes: usize) -> Status {

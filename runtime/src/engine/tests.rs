@@ -787,3 +787,68 @@ fn a_get_answer_is_placed_in_its_buffer() {
     assert_eq!(e.rma_awaited(1), (1, 1));
     assert!(dst[..1000].iter().all(|&b| b == 6) && dst[1000..].iter().all(|&b| b == 5));
 }
+
+#[test]
+fn a_synchronous_send_ends_only_once_a_receive_matched_it() {
+    for heads in [false, true] {
+        let mut net = Net::new(2, 64, 100, 2);
+        if heads {
+            net = net.with_heads();
+        }
+        // Empty, small (eager for an ordinary send) and large, each unexpected at first.
+        let msgs: Vec<Vec<u8>> = [0usize, 10, 1000].iter().enumerate().map(|(i, &n)| data(i, n)).collect();
+        let mut bufs: Vec<Vec<u8>> = msgs.iter().map(|m| vec![0u8; m.len()]).collect();
+        let sends: Vec<ReqId> =
+            msgs.iter().enumerate().map(|(i, m)| net.engines[0].issend(0, 0, i as i32, 1, rb(m))).collect();
+        for _ in 0..20 {
+            net.step(3);
+        }
+        assert!(sends.iter().all(|&s| !net.engines[0].is_done(s)), "no receive yet: no send has ended");
+        let recvs: Vec<ReqId> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| net.engines[1].irecv(0, Some(0), Some(i as i32), Some(0), rbm(b)))
+            .collect();
+        net.run_until(|n| {
+            sends.iter().all(|&s| n.engines[0].is_done(s)) && recvs.iter().all(|&r| n.engines[1].is_done(r))
+        });
+        assert_eq!(bufs, msgs);
+        for (i, r) in recvs.into_iter().enumerate() {
+            assert_eq!(net.engines[1].take(r).unwrap().unwrap().bytes, msgs[i].len());
+        }
+        // The sends' requests are freed before they end: they go when they do.
+        for s in sends {
+            net.engines[0].detach(s);
+        }
+        assert_eq!(net.engines[0].live_requests() + net.engines[1].live_requests(), 0);
+    }
+    // To self: parked until the receive, which it then completes.
+    let mut e = Engine::new(
+        0,
+        vec![PeerLimits {
+            max_payload: 100,
+            eager: 64,
+            bulk_read: false,
+            expose: false,
+            bulk_write: false,
+            split_min: usize::MAX,
+            head: 0,
+        }],
+    );
+    let m = data(9, 5);
+    let s = e.issend(0, 0, 3, 0, rb(&m));
+    assert!(!e.is_done(s), "nobody received it yet");
+    let mut b = vec![0u8; 5];
+    let r = e.irecv(0, Some(0), Some(3), Some(0), rbm(&mut b));
+    assert!(e.is_done(s) && e.is_done(r) && b == m);
+    // A request freed while in flight leaves nothing once it ends.
+    let mut b2 = vec![0u8; 5];
+    let r2 = e.irecv(0, Some(0), Some(4), Some(0), rbm(&mut b2));
+    e.detach(r2);
+    let s2 = e.isend(0, 0, 4, 0, rb(&m));
+    assert!(e.is_done(s2) && b2 == m);
+    e.take(s).unwrap().unwrap();
+    e.take(r).unwrap().unwrap();
+    e.take(s2).unwrap().unwrap();
+    assert_eq!(e.live_requests(), 0);
+}
