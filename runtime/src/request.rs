@@ -159,6 +159,14 @@ impl<'a> Request<'a> {
         r.ok_or(self)
     }
 
+    /// Makes progress once; whether the operation has completed (without collecting it).
+    pub fn poll(&self) -> Result<bool, Error> {
+        if let Live::InFlight { rt, .. } = &self.state {
+            rt.borrow_mut().progress()?;
+        }
+        Ok(self.is_complete())
+    }
+
     /// Whether the operation has completed (without collecting it).
     pub fn is_complete(&self) -> bool {
         match &self.state {

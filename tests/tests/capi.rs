@@ -42,8 +42,9 @@ fn sorted(out: &Output) -> Vec<String> {
 }
 
 /// Builds tests/c/`name` with mprcc (and as C++ with mprcxx) and with MPICH's mpicc, runs
-/// each on every `np` of `nps`, and checks mpr's output lines are MPICH's.
-fn same_as_mpich(name: &str, nps: &[&str]) {
+/// each on every `np` of `nps` (mpr's also with each of `options`, on the first `np`), and
+/// checks mpr's output lines are MPICH's.
+fn same_as_mpich(name: &str, nps: &[&str], options: &[&[&str]]) {
     if !mpich() {
         return;
     }
@@ -61,12 +62,17 @@ fn same_as_mpich(name: &str, nps: &[&str]) {
         assert!(reference.status.success(), "{name} on MPICH: {}", text(&reference.stderr));
         let want = sorted(&reference);
         assert!(want.len() > 20, "{want:?}");
-        for program in [&mpr_c, &mpr_cxx] {
-            let out = mprun(&["-np", np, program.to_str().unwrap()], &[]);
-            assert!(out.status.success(), "{name} ({}) on {np}: {}", program.display(), text(&out.stderr));
+        let mut runs: Vec<(&PathBuf, &[&str])> = vec![(&mpr_c, &[]), (&mpr_cxx, &[])];
+        if np == &nps[0] {
+            runs.extend(options.iter().map(|o| (&mpr_c, *o)));
+        }
+        for (program, opts) in runs {
+            let out = mprun(&[opts, &["-np", np, program.to_str().unwrap()]].concat(), &[]);
+            let what = format!("{name} ({} {opts:?}) on {np}", program.display());
+            assert!(out.status.success(), "{what}: {}", text(&out.stderr));
             let got = sorted(&out);
             let differ: Vec<_> = want.iter().zip(&got).filter(|(a, b)| a != b).take(10).collect();
-            assert!(got == want, "{name} on {np}: lines differ from MPICH's (MPICH, mpr): {differ:#?}");
+            assert!(got == want, "{what}: lines differ from MPICH's (MPICH, mpr): {differ:#?}");
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -74,12 +80,27 @@ fn same_as_mpich(name: &str, nps: &[&str]) {
 
 #[test]
 fn environment_point_to_point_reductions_and_errors_as_on_mpich() {
-    same_as_mpich("basics.c", &["3"]);
+    same_as_mpich("basics.c", &["3"], &[]);
 }
 
 #[test]
 fn collectives_and_communicators_as_on_mpich() {
-    same_as_mpich("coll.c", &["3", "4"]);
+    same_as_mpich("coll.c", &["3", "4"], &[]);
+}
+
+#[test]
+fn requests_and_send_modes_as_on_mpich() {
+    // Over shared memory, TCP, and RDMA through the software providers (Thunderbolt's UC
+    // device, and an RC NIC's, whose receiver reads large messages itself).
+    same_as_mpich(
+        "p2p.c",
+        &["3", "4"],
+        &[
+            &["--transports", "tcp"],
+            &["--transports", "rdma", "--env", "MPR_VERBS_PROVIDER=soft"],
+            &["--transports", "rdma", "--env", "MPR_VERBS_PROVIDER=soft-rc"],
+        ],
+    );
 }
 
 #[test]

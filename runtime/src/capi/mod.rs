@@ -41,6 +41,8 @@ const ERR_UNKNOWN: c_int = 13;
 const ERR_TRUNCATE: c_int = 14;
 const ERR_OTHER: c_int = 15;
 const ERR_INTERN: c_int = 16;
+const ERR_IN_STATUS: c_int = 17;
+const ERR_REQUEST: c_int = 19;
 const ERR_RMA_SYNC: c_int = 50;
 const ERR_RMA_RANGE: c_int = 55;
 const ERRX_PROC_FAILED: c_int = 101;
@@ -118,6 +120,10 @@ struct State {
     comms: Vec<Option<CommEntry>>,
     /// Indexed by handle: 0 is `MPI_GROUP_NULL`, 1 `MPI_GROUP_EMPTY`.
     groups: Vec<Option<Group>>,
+    /// Handle h is slot h - 1 (0 is `MPI_REQUEST_NULL`).
+    requests: slab::Slab<p2p::CReq>,
+    /// `MPI_Buffer_attach`'s buffer and the buffered sends in flight.
+    attached: p2p::Attached,
 }
 
 thread_local! {
@@ -161,6 +167,8 @@ fn class_text(class: c_int) -> &'static str {
         ERR_TRUNCATE => "message truncated",
         ERR_OTHER => "other error",
         ERR_INTERN => "internal error",
+        ERR_IN_STATUS => "error code is in status",
+        ERR_REQUEST => "invalid request",
         ERR_RMA_SYNC => "wrong synchronization of RMA calls",
         ERR_RMA_RANGE => "target memory is not part of the window",
         ERRX_PROC_FAILED => "process failure",
@@ -282,6 +290,29 @@ unsafe fn set_status(status: *mut MpiStatus, st: Status) {
     }
 }
 
+/// The elements of `datatype` in the message `status` tells of (`MPI_UNDEFINED` if not a
+/// whole number of them), into `count`.
+///
+/// # Safety
+/// `status` is null (an error) or the caller's status; `count` points to an int.
+unsafe fn count_in(name: &str, status: *const MpiStatus, datatype: c_int, count: *mut c_int) -> c_int {
+    let r = Datatype::of(datatype).and_then(|t| {
+        if status.is_null() {
+            return Err(Fail::new(ERR_ARG, format!("{name} of MPI_STATUS_IGNORE")));
+        }
+        // SAFETY: not null (checked): the caller's MPI_Status.
+        let bytes = unsafe { (*status).bytes() };
+        let n = match t.size as u64 {
+            0 => 0,
+            size if bytes % size == 0 => c_int::try_from(bytes / size).unwrap_or(UNDEFINED),
+            _ => UNDEFINED,
+        };
+        // SAFETY: this function's contract.
+        unsafe { put(count, n) }
+    });
+    finish(name, COMM_WORLD, r)
+}
+
 /// `MPI_Status` as include/mpi.h lays it out.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -361,6 +392,8 @@ macro_rules! mpi {
     )*};
 }
 
+mod p2p;
+
 fn init(name: &str, required: c_int) -> Res {
     if INITIALIZED.swap(true, Ordering::SeqCst) {
         return Err(Fail::new(ERR_OTHER, format!("{name}: MPI is already initialized")));
@@ -378,6 +411,8 @@ fn init(name: &str, required: c_int) -> Res {
             universe,
             comms: vec![None, entry(world, "MPI_COMM_WORLD"), entry(solo, "MPI_COMM_SELF")],
             groups: vec![None, Some(empty)],
+            requests: slab::Slab::new(),
+            attached: p2p::Attached::default(),
         })
     });
     Ok(())
@@ -559,10 +594,19 @@ mpi! {
     fn MPI_Finalize / PMPI_Finalize() -> c_int {
         let r = with_state("MPI_Finalize", |_| ()).and_then(|()| {
             let state = STATE.with(|s| s.borrow_mut().take()).expect("checked above");
-            // The communicators go before the universe that drives them.
+            // Buffered sends complete (MPI_Finalize waits for them, as MPI_Buffer_detach).
+            let mut first = None;
+            for (req, _copy) in state.attached.sends {
+                if let Err(e) = req.wait() {
+                    first.get_or_insert(e);
+                }
+            }
+            // The requests and communicators go before the universe that drives them.
+            drop(state.requests);
             drop(state.comms);
             FINALIZED.store(true, Ordering::SeqCst);
-            state.universe.finalize().map_err(Fail::from)
+            state.universe.finalize().map_err(Fail::from)?;
+            first.map_or(Ok(()), |e| Err(Fail::from(e)))
         });
         finish("MPI_Finalize", COMM_WORLD, r)
     }
@@ -691,21 +735,14 @@ mpi! {
     }
 
     fn MPI_Get_count / PMPI_Get_count(status: *const MpiStatus, datatype: c_int, count: *mut c_int) -> c_int {
-        let r = Datatype::of(datatype).and_then(|t| {
-            if status.is_null() {
-                return Err(Fail::new(ERR_ARG, "MPI_Get_count of MPI_STATUS_IGNORE"));
-            }
-            // SAFETY: not null (checked): the caller's MPI_Status.
-            let bytes = unsafe { (*status).bytes() };
-            let n = match t.size as u64 {
-                0 => 0,
-                size if bytes % size == 0 => c_int::try_from(bytes / size).unwrap_or(UNDEFINED),
-                _ => UNDEFINED,
-            };
-            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            unsafe { put(count, n) }
-        });
-        finish("MPI_Get_count", COMM_WORLD, r)
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        unsafe { count_in("MPI_Get_count", status, datatype, count) }
+    }
+
+    fn MPI_Get_elements / PMPI_Get_elements(status: *const MpiStatus, datatype: c_int, count: *mut c_int) -> c_int {
+        // A predefined type is its own basic element.
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        unsafe { count_in("MPI_Get_elements", status, datatype, count) }
     }
 
     fn MPI_Send / PMPI_Send(

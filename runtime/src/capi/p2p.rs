@@ -1,0 +1,878 @@
+//! Point-to-point beyond the blocking calls: requests (`MPI_Request`), the nonblocking,
+//! synchronous, ready and buffered sends, persistent requests, and the Wait/Test family.
+//!
+//! A request handle is 1 + a slot of the state's request table (0 is `MPI_REQUEST_NULL`).
+//! The request itself is the Rust API's unscoped [`Request`]: the C caller keeps the buffer
+//! valid until the request completes, as MPI's contract says.
+
+use std::ffi::{c_int, c_void};
+
+use super::types::Datatype;
+use super::{
+    bytes, bytes_mut, comm_of, count_of, finish, peer, put, with_state, Fail, MpiStatus, Res, ANY_SOURCE, ANY_TAG,
+    COMM_WORLD, ERR_ARG, ERR_BUFFER, ERR_IN_STATUS, ERR_REQUEST, MPI_SUCCESS, UNDEFINED,
+};
+use crate::Request;
+
+pub(super) const REQUEST_NULL: c_int = 0;
+/// Bytes of the attached buffer a buffered send takes beyond its message
+/// (`MPI_BSEND_OVERHEAD`).
+const BSEND_OVERHEAD: usize = 64;
+
+/// How a send is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `MPI_Send`, and `MPI_Rsend` (a ready send may be a standard one).
+    Standard,
+    /// `MPI_Ssend`: ends once a receive matched it.
+    Sync,
+    /// `MPI_Bsend`: copied into the attached buffer, ends at once.
+    Buffered,
+}
+
+/// One operation, as its call named it (a persistent request keeps it to start again).
+#[derive(Debug, Clone, Copy)]
+struct Call {
+    /// `None` for a receive.
+    send: Option<Mode>,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    peer: c_int,
+    tag: c_int,
+    comm: c_int,
+}
+
+/// An operation started.
+#[derive(Debug)]
+enum Op {
+    Live(Request<'static>),
+    /// Nothing in flight: to `MPI_PROC_NULL`, or a buffered send (copied).
+    Done(MpiStatus),
+}
+
+/// A request of the table.
+#[derive(Debug)]
+pub(super) struct CReq {
+    comm: c_int,
+    /// `None`: a persistent request not started.
+    op: Option<Op>,
+    /// A persistent request's operation.
+    persistent: Option<Call>,
+}
+
+/// The buffer of `MPI_Buffer_attach`, and the buffered sends that hold part of it.
+#[derive(Debug, Default)]
+pub(super) struct Attached {
+    buf: Option<(*mut c_void, usize)>,
+    /// Each buffered send in flight, with its copy of the message.
+    pub(super) sends: Vec<(Request<'static>, Vec<u8>)>,
+}
+
+impl Attached {
+    /// Bytes of the buffer the buffered sends in flight hold (forgetting those that ended).
+    fn used(&mut self) -> usize {
+        self.sends.retain(|(r, _)| !r.is_complete());
+        self.sends.iter().map(|(_, b)| b.len() + BSEND_OVERHEAD).sum()
+    }
+}
+
+/// The status of a request that completed with nothing to report (`MPI_Wait` on a send, a
+/// null or inactive request).
+fn empty() -> MpiStatus {
+    MpiStatus { source: ANY_SOURCE, tag: ANY_TAG, error: MPI_SUCCESS, count_lo: 0, count_hi: 0 }
+}
+
+/// Starts `call`.
+///
+/// # Safety
+/// `call.buf` holds `call.count` elements of its datatype, valid until the operation ends.
+unsafe fn start(name: &str, call: &Call) -> Res<Op> {
+    let c = comm_of(name, call.comm)?;
+    let ty = Datatype::of(call.datatype)?;
+    let n = count_of(call.count)?;
+    match call.send {
+        Some(mode) => {
+            // SAFETY: the caller's buffer (this function's contract).
+            let data = unsafe { bytes(call.buf, n, ty)? };
+            let Some(dest) = peer(call.peer, false)? else { return Ok(Op::Done(MpiStatus::proc_null())) };
+            let (p, len) = (data.as_ptr(), data.len());
+            Ok(match mode {
+                // SAFETY: as above: valid until the operation ends.
+                Mode::Standard => Op::Live(unsafe { c.isend_unscoped(p, len, dest, call.tag)? }),
+                // SAFETY: as above.
+                Mode::Sync => Op::Live(unsafe { c.issend_unscoped(p, len, dest, call.tag)? }),
+                Mode::Buffered => {
+                    buffered(name, &c, data, dest, call.tag)?;
+                    Op::Done(empty())
+                }
+            })
+        }
+        None => {
+            // SAFETY: the caller's buffer (this function's contract).
+            let data = unsafe { bytes_mut(call.buf, n, ty)? };
+            let Some(src) = peer(call.peer, true)? else { return Ok(Op::Done(MpiStatus::proc_null())) };
+            // SAFETY: as above: valid and not otherwise touched until the operation ends.
+            Ok(Op::Live(unsafe { c.irecv_unscoped(data.as_mut_ptr(), data.len(), src, call.tag)? }))
+        }
+    }
+}
+
+/// A buffered send (`MPI_Bsend`): `data` copied, within the attached buffer's room, and
+/// sent from the copy; the call returns at once.
+fn buffered(name: &str, c: &crate::Comm, data: &[u8], dest: usize, tag: c_int) -> Res {
+    with_state(name, |s| {
+        let room = s.attached.buf.map_or(0, |(_, size)| size);
+        let used = s.attached.used();
+        if used + data.len() + BSEND_OVERHEAD > room {
+            return Err(Fail::new(
+                ERR_BUFFER,
+                format!(
+                    "{name}: {} bytes (+{BSEND_OVERHEAD}) do not fit the attached buffer ({used} of {room} bytes in \
+                     use)",
+                    data.len()
+                ),
+            ));
+        }
+        Ok(())
+    })??;
+    let copy = data.to_vec();
+    // SAFETY: the copy stays in the state's list until the send completes (Attached::used
+    // drops it only then; MPI_Buffer_detach and MPI_Finalize wait for it).
+    let req = unsafe { c.isend_unscoped(copy.as_ptr(), copy.len(), dest, tag)? };
+    with_state(name, |s| s.attached.sends.push((req, copy)))
+}
+
+/// A new handle for `req`, written to `out`.
+///
+/// # Safety
+/// `out` points to an `MPI_Request`.
+unsafe fn new_request(name: &str, req: CReq, out: *mut c_int) -> Res {
+    if out.is_null() {
+        return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
+    }
+    let h = with_state(name, |s| s.requests.insert(req) as c_int + 1)?;
+    // SAFETY: not null (checked): the caller's MPI_Request.
+    unsafe { put(out, h) }
+}
+
+/// Starts `call` as a new request in `*request`.
+///
+/// # Safety
+/// As [`start`]; `request` points to an `MPI_Request`.
+unsafe fn immediate(name: &str, call: Call, request: *mut c_int) -> c_int {
+    let r = (|| {
+        // SAFETY: this function's contract.
+        let op = unsafe { start(name, &call)? };
+        // SAFETY: this function's contract.
+        unsafe { new_request(name, CReq { comm: call.comm, op: Some(op), persistent: None }, request) }
+    })();
+    finish(name, call.comm, r)
+}
+
+/// Makes `call` a persistent request in `*request`, not started.
+///
+/// # Safety
+/// `request` points to an `MPI_Request`.
+unsafe fn persistent(name: &str, call: Call, request: *mut c_int) -> c_int {
+    let r = (|| {
+        comm_of(name, call.comm)?;
+        Datatype::of(call.datatype)?;
+        count_of(call.count)?;
+        // SAFETY: this function's contract.
+        unsafe { new_request(name, CReq { comm: call.comm, op: None, persistent: Some(call) }, request) }
+    })();
+    finish(name, call.comm, r)
+}
+
+/// A blocking send (`call.send` is its mode).
+///
+/// # Safety
+/// `call.buf` holds `call.count` elements of its datatype.
+unsafe fn blocking(name: &str, call: Call) -> c_int {
+    let r = (|| {
+        let c = comm_of(name, call.comm)?;
+        let ty = Datatype::of(call.datatype)?;
+        // SAFETY: this function's contract.
+        let data = unsafe { bytes(call.buf, count_of(call.count)?, ty)? };
+        let Some(d) = peer(call.peer, false)? else { return Ok(()) };
+        match call.send {
+            Some(Mode::Sync) => c.ssend(data, d, call.tag)?,
+            Some(Mode::Buffered) => buffered(name, &c, data, d, call.tag)?,
+            _ => c.send(data, d, call.tag)?,
+        }
+        Ok(())
+    })();
+    finish(name, call.comm, r)
+}
+
+/// The key of handle `h` in the table.
+fn key(name: &str, h: c_int) -> Res<usize> {
+    usize::try_from(h - 1).map_err(|_| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))
+}
+
+/// Request `h`'s operation, taken out of the table to be tested or waited for (the table is
+/// not borrowed meanwhile), with its communicator. `None`: a null handle.
+fn take_op(name: &str, h: c_int) -> Res<Option<(Option<Op>, c_int)>> {
+    if h == REQUEST_NULL {
+        return Ok(None);
+    }
+    let k = key(name, h)?;
+    with_state(name, |s| match s.requests.get_mut(k) {
+        Some(r) => Ok(Some((r.op.take(), r.comm))),
+        None => Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request"))),
+    })?
+}
+
+/// What testing a request found.
+enum Outcome {
+    /// Not complete.
+    Pending,
+    /// Complete (or null, or inactive), with its status; an error is in it and beside it.
+    Complete(MpiStatus, Option<(Fail, c_int)>),
+}
+
+/// Tests request `*h` (with `wait`, waits for it). Complete, a request is freed (`*h`
+/// becomes `MPI_REQUEST_NULL`) or, persistent, goes inactive.
+///
+/// # Safety
+/// `h` points to an `MPI_Request`.
+unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
+    if h.is_null() {
+        return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
+    }
+    // SAFETY: not null (checked): the caller's MPI_Request.
+    let handle = unsafe { *h };
+    let Some((op, comm)) = take_op(name, handle)? else { return Ok(Outcome::Complete(empty(), None)) };
+    let result = match op {
+        // Persistent and inactive: complete, nothing changes.
+        None => return Ok(Outcome::Complete(empty(), None)),
+        Some(Op::Done(st)) => Ok(st),
+        Some(Op::Live(req)) if wait => req.wait().map(MpiStatus::of),
+        Some(Op::Live(req)) => match req.test() {
+            Ok(r) => r.map(MpiStatus::of),
+            Err(req) => {
+                with_state(name, |s| s.requests[handle as usize - 1].op = Some(Op::Live(req)))?;
+                return Ok(Outcome::Pending);
+            }
+        },
+    };
+    let persistent = with_state(name, |s| {
+        let k = handle as usize - 1;
+        let p = s.requests[k].persistent.is_some();
+        if !p {
+            s.requests.remove(k);
+        }
+        p
+    })?;
+    if !persistent {
+        // SAFETY: the caller's MPI_Request (checked above).
+        unsafe { *h = REQUEST_NULL };
+    }
+    Ok(match result {
+        Ok(st) => Outcome::Complete(st, None),
+        Err(e) => {
+            let fail = Fail::from(e);
+            let mut st = empty();
+            st.error = fail.class;
+            Outcome::Complete(st, Some((fail, comm)))
+        }
+    })
+}
+
+/// Writes status `st` to `statuses[i]` unless `MPI_STATUSES_IGNORE`.
+///
+/// # Safety
+/// `statuses` is null or holds more than `i` statuses.
+unsafe fn store(statuses: *mut MpiStatus, i: usize, st: MpiStatus) {
+    if !statuses.is_null() {
+        // SAFETY: the caller's array of statuses (this function's contract).
+        unsafe { *statuses.add(i) = st };
+    }
+}
+
+/// The requests `reqs[..count]` as a slice.
+///
+/// # Safety
+/// `reqs` holds `count` requests.
+unsafe fn handles<'a>(name: &str, count: c_int, reqs: *mut c_int) -> Res<&'a mut [c_int]> {
+    let n = count_of(count)?;
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if reqs.is_null() {
+        return Err(Fail::new(ERR_ARG, format!("{name}: a null array of requests")));
+    }
+    // SAFETY: the caller's array of `n` requests (this function's contract).
+    Ok(unsafe { std::slice::from_raw_parts_mut(reqs, n) })
+}
+
+/// Whether request `h` is null, inactive or complete, without progress or collecting it.
+fn is_settled(name: &str, h: c_int) -> Res<bool> {
+    if h == REQUEST_NULL {
+        return Ok(true);
+    }
+    let k = key(name, h)?;
+    with_state(name, |s| match s.requests.get(k) {
+        Some(r) => Ok(match &r.op {
+            None | Some(Op::Done(_)) => true,
+            Some(Op::Live(req)) => req.is_complete(),
+        }),
+        None => Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request"))),
+    })?
+}
+
+/// Makes progress once (through request `h`, if it is in flight).
+fn poll(name: &str, h: c_int) -> Res {
+    if h == REQUEST_NULL {
+        return Ok(());
+    }
+    let k = key(name, h)?;
+    let op = with_state(name, |s| s.requests.get_mut(k).map(|r| r.op.take()))?
+        .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))?;
+    let polled = match &op {
+        Some(Op::Live(req)) => req.poll().map(|_| ()),
+        _ => Ok(()),
+    };
+    with_state(name, |s| s.requests[k].op = op)?;
+    Ok(polled?)
+}
+
+/// Whether request `h` is active (neither null nor an inactive persistent request).
+fn is_active(name: &str, h: c_int) -> Res<bool> {
+    if h == REQUEST_NULL {
+        return Ok(false);
+    }
+    let k = key(name, h)?;
+    with_state(name, |s| s.requests.get(k).map(|r| r.op.is_some()))?
+        .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))
+}
+
+/// Settles every request of `hs` that is complete, or (with `wait`) all of them; the
+/// statuses go to `statuses`. An error: `MPI_ERR_IN_STATUS`, each status telling its own.
+///
+/// # Safety
+/// `statuses` is null or holds `hs.len()` statuses.
+unsafe fn settle_all(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -> Res<Option<(Fail, c_int)>> {
+    let mut first: Option<(Fail, c_int)> = None;
+    for (i, h) in hs.iter_mut().enumerate() {
+        // SAFETY: a handle of the caller's array.
+        match unsafe { settle(name, h, true)? } {
+            Outcome::Complete(st, e) => {
+                // SAFETY: this function's contract.
+                unsafe { store(statuses, i, st) };
+                if let (None, Some(e)) = (&first, e) {
+                    first = Some(e);
+                }
+            }
+            Outcome::Pending => unreachable!("waited for"),
+        }
+    }
+    Ok(first.map(|(f, comm)| (Fail::new(ERR_IN_STATUS, format!("{name}: a request failed: {}", f.message)), comm)))
+}
+
+/// The return code of a call on several requests: `fail` under its communicator's handler.
+fn finish_many(name: &str, r: Res<Option<(Fail, c_int)>>) -> c_int {
+    match r {
+        Ok(None) => MPI_SUCCESS,
+        Ok(Some((fail, comm))) => finish(name, comm, Err(fail)),
+        Err(fail) => finish(name, COMM_WORLD, Err(fail)),
+    }
+}
+
+/// Waits (or tests) until one of `hs` completes: its index and status, or `None` if all are
+/// null or inactive (with `wait`) or none is complete (without).
+///
+/// # Safety
+/// `hs` are the caller's handles.
+unsafe fn settle_any(name: &str, hs: &mut [c_int], wait: bool) -> Res<Option<(usize, Outcome)>> {
+    loop {
+        let mut active = false;
+        for (i, h) in hs.iter_mut().enumerate() {
+            if !is_active(name, *h)? {
+                continue;
+            }
+            active = true;
+            // SAFETY: a handle of the caller's array.
+            if let o @ Outcome::Complete(..) = unsafe { settle(name, h, false)? } {
+                return Ok(Some((i, o)));
+            }
+        }
+        if !active || !wait {
+            return Ok(None);
+        }
+    }
+}
+
+/// Writes what `settle_any` found: `index` (MPI_UNDEFINED if none) and the status.
+///
+/// # Safety
+/// `index` points to an int; `status` is null or points to a status.
+unsafe fn report_any(
+    found: Option<(usize, Outcome)>,
+    index: *mut c_int,
+    status: *mut MpiStatus,
+) -> Res<Option<(Fail, c_int)>> {
+    match found {
+        Some((i, Outcome::Complete(st, e))) => {
+            // SAFETY: this function's contract.
+            unsafe {
+                put(index, i as c_int)?;
+                store(status, 0, st);
+            }
+            Ok(e)
+        }
+        _ => {
+            // SAFETY: this function's contract.
+            unsafe {
+                put(index, UNDEFINED)?;
+                store(status, 0, empty());
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Settles every complete request of `hs` (with `wait`, at least one, unless none is
+/// active): their indices and statuses into `indices` and `statuses`, their number into
+/// `outcount` (`MPI_UNDEFINED` if none is active).
+///
+/// # Safety
+/// `outcount` points to an int; `indices` and `statuses` hold `hs.len()` entries
+/// (`statuses` may be null).
+unsafe fn settle_some(
+    name: &str,
+    hs: &mut [c_int],
+    wait: bool,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+) -> Res<Option<(Fail, c_int)>> {
+    loop {
+        let (mut active, mut done, mut first) = (false, 0usize, None);
+        for (i, h) in hs.iter_mut().enumerate() {
+            if !is_active(name, *h)? {
+                continue;
+            }
+            active = true;
+            // SAFETY: a handle of the caller's array.
+            if let Outcome::Complete(st, e) = unsafe { settle(name, h, false)? } {
+                if indices.is_null() {
+                    return Err(Fail::new(ERR_ARG, format!("{name}: a null array of indices")));
+                }
+                // SAFETY: the caller's arrays of hs.len() entries (this function's contract).
+                unsafe {
+                    *indices.add(done) = i as c_int;
+                    store(statuses, done, st);
+                }
+                done += 1;
+                if first.is_none() {
+                    first = e;
+                }
+            }
+        }
+        if !active {
+            // SAFETY: this function's contract.
+            unsafe { put(outcount, UNDEFINED)? };
+            return Ok(None);
+        }
+        if done > 0 || !wait {
+            // SAFETY: this function's contract.
+            unsafe { put(outcount, done as c_int)? };
+            return Ok(first.map(|(f, comm): (Fail, c_int)| {
+                (Fail::new(ERR_IN_STATUS, format!("{name}: a request failed: {}", f.message)), comm)
+            }));
+        }
+    }
+}
+
+/// Starts persistent request `h`.
+fn start_persistent(name: &str, h: c_int) -> Res<c_int> {
+    let k = key(name, h)?;
+    let (call, busy) = with_state(name, |s| s.requests.get(k).map(|r| (r.persistent, r.op.is_some())))?
+        .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))?;
+    let Some(call) = call else {
+        return Err(Fail::new(ERR_REQUEST, format!("{name}: request {h} is not persistent")));
+    };
+    if busy {
+        return Err(Fail::new(ERR_REQUEST, format!("{name}: request {h} is active already")));
+    }
+    // SAFETY: MPI's contract: the buffer of a persistent request stays valid while it is
+    // active.
+    let op = unsafe { start(name, &call)? };
+    with_state(name, |s| s.requests[k].op = Some(op))?;
+    Ok(call.comm)
+}
+
+macro_rules! send_calls {
+    ($($name:ident / $pname:ident / $init:ident / $pinit:ident / $iname:ident / $piname:ident: $mode:expr, $s:literal, $si:literal, $sn:literal;)*) => {$(
+        mpi! {
+            fn $name / $pname(buf: *const c_void, count: c_int, datatype: c_int, dest: c_int, tag: c_int, comm: c_int) -> c_int {
+                let call = Call { send: Some($mode), buf: buf.cast_mut(), count, datatype, peer: dest, tag, comm };
+                // SAFETY: MPI's contract: the caller's buffer holds what it says.
+                unsafe { blocking($s, call) }
+            }
+
+            fn $iname / $piname(
+                buf: *const c_void,
+                count: c_int,
+                datatype: c_int,
+                dest: c_int,
+                tag: c_int,
+                comm: c_int,
+                request: *mut c_int,
+            ) -> c_int {
+                let call = Call { send: Some($mode), buf: buf.cast_mut(), count, datatype, peer: dest, tag, comm };
+                // SAFETY: MPI's contract: the buffer stays valid until the request completes.
+                unsafe { immediate($sn, call, request) }
+            }
+
+            fn $init / $pinit(
+                buf: *const c_void,
+                count: c_int,
+                datatype: c_int,
+                dest: c_int,
+                tag: c_int,
+                comm: c_int,
+                request: *mut c_int,
+            ) -> c_int {
+                let call = Call { send: Some($mode), buf: buf.cast_mut(), count, datatype, peer: dest, tag, comm };
+                // SAFETY: MPI's contract: the caller's MPI_Request.
+                unsafe { persistent($si, call, request) }
+            }
+        }
+    )*};
+}
+
+send_calls! {
+    MPI_Ssend / PMPI_Ssend / MPI_Ssend_init / PMPI_Ssend_init / MPI_Issend / PMPI_Issend:
+        Mode::Sync, "MPI_Ssend", "MPI_Ssend_init", "MPI_Issend";
+    MPI_Rsend / PMPI_Rsend / MPI_Rsend_init / PMPI_Rsend_init / MPI_Irsend / PMPI_Irsend:
+        Mode::Standard, "MPI_Rsend", "MPI_Rsend_init", "MPI_Irsend";
+    MPI_Bsend / PMPI_Bsend / MPI_Bsend_init / PMPI_Bsend_init / MPI_Ibsend / PMPI_Ibsend:
+        Mode::Buffered, "MPI_Bsend", "MPI_Bsend_init", "MPI_Ibsend";
+}
+
+mpi! {
+    fn MPI_Isend / PMPI_Isend(
+        buf: *const c_void,
+        count: c_int,
+        datatype: c_int,
+        dest: c_int,
+        tag: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        let call = Call { send: Some(Mode::Standard), buf: buf.cast_mut(), count, datatype, peer: dest, tag, comm };
+        // SAFETY: MPI's contract: the buffer stays valid until the request completes.
+        unsafe { immediate("MPI_Isend", call, request) }
+    }
+
+    fn MPI_Irecv / PMPI_Irecv(
+        buf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        let call = Call { send: None, buf, count, datatype, peer: source, tag, comm };
+        // SAFETY: MPI's contract: the buffer stays valid until the request completes.
+        unsafe { immediate("MPI_Irecv", call, request) }
+    }
+
+    fn MPI_Send_init / PMPI_Send_init(
+        buf: *const c_void,
+        count: c_int,
+        datatype: c_int,
+        dest: c_int,
+        tag: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        let call = Call { send: Some(Mode::Standard), buf: buf.cast_mut(), count, datatype, peer: dest, tag, comm };
+        // SAFETY: MPI's contract: the caller's MPI_Request.
+        unsafe { persistent("MPI_Send_init", call, request) }
+    }
+
+    fn MPI_Recv_init / PMPI_Recv_init(
+        buf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        let call = Call { send: None, buf, count, datatype, peer: source, tag, comm };
+        // SAFETY: MPI's contract: the caller's MPI_Request.
+        unsafe { persistent("MPI_Recv_init", call, request) }
+    }
+
+    fn MPI_Start / PMPI_Start(request: *mut c_int) -> c_int {
+        if request.is_null() {
+            return finish("MPI_Start", COMM_WORLD, Err(Fail::new(ERR_ARG, "MPI_Start: a null request pointer")));
+        }
+        // SAFETY: not null (checked): the caller's MPI_Request.
+        match start_persistent("MPI_Start", unsafe { *request }) {
+            Ok(_) => MPI_SUCCESS,
+            Err(f) => finish("MPI_Start", COMM_WORLD, Err(f)),
+        }
+    }
+
+    fn MPI_Startall / PMPI_Startall(count: c_int, requests: *mut c_int) -> c_int {
+        let r = (|| {
+            // SAFETY: MPI's contract: the caller's array of `count` requests.
+            for &h in unsafe { handles("MPI_Startall", count, requests)? }.iter() {
+                start_persistent("MPI_Startall", h)?;
+            }
+            Ok(())
+        })();
+        finish("MPI_Startall", COMM_WORLD, r)
+    }
+
+    fn MPI_Request_free / PMPI_Request_free(request: *mut c_int) -> c_int {
+        let r = (|| {
+            if request.is_null() {
+                return Err(Fail::new(ERR_ARG, "MPI_Request_free: a null request pointer"));
+            }
+            // SAFETY: not null (checked): the caller's MPI_Request.
+            let h = unsafe { *request };
+            let k = key("MPI_Request_free", h)?;
+            let req = with_state("MPI_Request_free", |s| s.requests.try_remove(k))?
+                .ok_or_else(|| Fail::new(ERR_REQUEST, format!("MPI_Request_free: {h} is not a request")))?;
+            if let Some(Op::Live(r)) = req.op {
+                r.free();
+            }
+            // SAFETY: as above.
+            unsafe { *request = REQUEST_NULL };
+            Ok(())
+        })();
+        finish("MPI_Request_free", COMM_WORLD, r)
+    }
+
+    fn MPI_Request_get_status / PMPI_Request_get_status(request: c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
+        let r = (|| {
+            let done = is_settled("MPI_Request_get_status", request)?;
+            if done && request != REQUEST_NULL {
+                let k = key("MPI_Request_get_status", request)?;
+                let st = with_state("MPI_Request_get_status", |s| match &s.requests[k].op {
+                    Some(Op::Done(st)) => *st,
+                    _ => empty(),
+                })?;
+                // A completed receive's status is known only once it is waited for; what
+                // MPI asks of this call is the flag.
+                // SAFETY: MPI's contract: null or the caller's MPI_Status.
+                unsafe { store(status, 0, st) };
+            } else if done {
+                // SAFETY: as above.
+                unsafe { store(status, 0, empty()) };
+            }
+            // SAFETY: MPI's contract: the caller's flag.
+            unsafe { put(flag, done as c_int) }
+        })();
+        finish("MPI_Request_get_status", COMM_WORLD, r)
+    }
+
+    fn MPI_Wait / PMPI_Wait(request: *mut c_int, status: *mut MpiStatus) -> c_int {
+        // SAFETY: MPI's contract: the caller's MPI_Request.
+        match unsafe { settle("MPI_Wait", request, true) } {
+            Ok(Outcome::Complete(st, e)) => {
+                // SAFETY: MPI's contract: null or the caller's MPI_Status.
+                unsafe { store(status, 0, st) };
+                match e {
+                    None => MPI_SUCCESS,
+                    Some((fail, comm)) => finish("MPI_Wait", comm, Err(fail)),
+                }
+            }
+            Ok(Outcome::Pending) => unreachable!("waited for"),
+            Err(fail) => finish("MPI_Wait", COMM_WORLD, Err(fail)),
+        }
+    }
+
+    fn MPI_Test / PMPI_Test(request: *mut c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
+        // SAFETY: MPI's contract: the caller's MPI_Request.
+        let r = match unsafe { settle("MPI_Test", request, false) } {
+            Ok(Outcome::Complete(st, e)) => {
+                // SAFETY: MPI's contract: null or the caller's MPI_Status; the flag.
+                unsafe { store(status, 0, st) };
+                // SAFETY: as above.
+                unsafe { put(flag, 1) }.map(|()| e)
+            }
+            // SAFETY: MPI's contract: the caller's flag.
+            Ok(Outcome::Pending) => unsafe { put(flag, 0) }.map(|()| None),
+            Err(fail) => Err(fail),
+        };
+        finish_many("MPI_Test", r)
+    }
+
+    fn MPI_Waitall / PMPI_Waitall(count: c_int, requests: *mut c_int, statuses: *mut MpiStatus) -> c_int {
+        let r = (|| {
+            // SAFETY: MPI's contract: the caller's arrays of `count` entries.
+            let hs = unsafe { handles("MPI_Waitall", count, requests)? };
+            // SAFETY: as above.
+            unsafe { settle_all("MPI_Waitall", hs, statuses) }
+        })();
+        finish_many("MPI_Waitall", r)
+    }
+
+    fn MPI_Testall / PMPI_Testall(count: c_int, requests: *mut c_int, flag: *mut c_int, statuses: *mut MpiStatus) -> c_int {
+        let r = (|| {
+            // SAFETY: MPI's contract: the caller's arrays of `count` entries.
+            let hs = unsafe { handles("MPI_Testall", count, requests)? };
+            // Progress once, then all or nothing.
+            if let Some(&h) = hs.first() {
+                poll("MPI_Testall", h)?;
+            }
+            let all = hs.iter().try_fold(true, |a, &h| is_settled("MPI_Testall", h).map(|d| a && d))?;
+            // SAFETY: MPI's contract: the caller's flag.
+            unsafe { put(flag, all as c_int)? };
+            if !all {
+                return Ok(None);
+            }
+            // SAFETY: as above.
+            unsafe { settle_all("MPI_Testall", hs, statuses) }
+        })();
+        finish_many("MPI_Testall", r)
+    }
+
+    fn MPI_Waitany / PMPI_Waitany(count: c_int, requests: *mut c_int, index: *mut c_int, status: *mut MpiStatus) -> c_int {
+        let r = (|| {
+            // SAFETY: MPI's contract: the caller's array of `count` requests.
+            let hs = unsafe { handles("MPI_Waitany", count, requests)? };
+            // SAFETY: the caller's handles, index and status.
+            unsafe { report_any(settle_any("MPI_Waitany", hs, true)?, index, status) }
+        })();
+        finish_many("MPI_Waitany", r)
+    }
+
+    fn MPI_Testany / PMPI_Testany(
+        count: c_int,
+        requests: *mut c_int,
+        index: *mut c_int,
+        flag: *mut c_int,
+        status: *mut MpiStatus,
+    ) -> c_int {
+        let r = (|| {
+            // SAFETY: MPI's contract: the caller's array of `count` requests.
+            let hs = unsafe { handles("MPI_Testany", count, requests)? };
+            let any_active = hs.iter().try_fold(false, |a, &h| is_active("MPI_Testany", h).map(|x| a || x))?;
+            // SAFETY: the caller's handles.
+            let found = unsafe { settle_any("MPI_Testany", hs, false)? };
+            // With no active request, the flag is true and the index MPI_UNDEFINED.
+            // SAFETY: MPI's contract: the caller's flag.
+            unsafe { put(flag, (found.is_some() || !any_active) as c_int)? };
+            if found.is_none() && any_active {
+                // SAFETY: as above.
+                return unsafe { put(index, UNDEFINED) }.map(|()| None);
+            }
+            // SAFETY: the caller's index and status.
+            unsafe { report_any(found, index, status) }
+        })();
+        finish_many("MPI_Testany", r)
+    }
+
+    fn MPI_Waitsome / PMPI_Waitsome(
+        incount: c_int,
+        requests: *mut c_int,
+        outcount: *mut c_int,
+        indices: *mut c_int,
+        statuses: *mut MpiStatus,
+    ) -> c_int {
+        let r = (|| {
+            // SAFETY: MPI's contract: the caller's arrays of `incount` entries.
+            let hs = unsafe { handles("MPI_Waitsome", incount, requests)? };
+            // SAFETY: as above.
+            unsafe { settle_some("MPI_Waitsome", hs, true, outcount, indices, statuses) }
+        })();
+        finish_many("MPI_Waitsome", r)
+    }
+
+    fn MPI_Testsome / PMPI_Testsome(
+        incount: c_int,
+        requests: *mut c_int,
+        outcount: *mut c_int,
+        indices: *mut c_int,
+        statuses: *mut MpiStatus,
+    ) -> c_int {
+        let r = (|| {
+            // SAFETY: MPI's contract: the caller's arrays of `incount` entries.
+            let hs = unsafe { handles("MPI_Testsome", incount, requests)? };
+            // SAFETY: as above.
+            unsafe { settle_some("MPI_Testsome", hs, false, outcount, indices, statuses) }
+        })();
+        finish_many("MPI_Testsome", r)
+    }
+
+    fn MPI_Buffer_attach / PMPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+        let r = (|| {
+            let size = count_of(size)?;
+            with_state("MPI_Buffer_attach", |s| match s.attached.buf {
+                Some(_) => Err(Fail::new(ERR_BUFFER, "MPI_Buffer_attach: a buffer is attached already")),
+                None => {
+                    s.attached.buf = Some((buffer, size));
+                    Ok(())
+                }
+            })?
+        })();
+        finish("MPI_Buffer_attach", COMM_WORLD, r)
+    }
+
+    fn MPI_Buffer_detach / PMPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+        let r = (|| {
+            // The buffered sends in flight complete first.
+            let (buf, sends) = with_state("MPI_Buffer_detach", |s| (s.attached.buf.take(), std::mem::take(&mut s.attached.sends)))?;
+            let Some((p, n)) = buf else {
+                return Err(Fail::new(ERR_BUFFER, "MPI_Buffer_detach: no buffer is attached"));
+            };
+            let mut first = None;
+            for (req, copy) in sends {
+                if let Err(e) = req.wait() {
+                    first.get_or_insert(e);
+                }
+                drop(copy);
+            }
+            // SAFETY: MPI's contract: `buffer_addr` points to a pointer; `size` to an int.
+            unsafe {
+                put(buffer_addr.cast::<*mut c_void>(), p)?;
+                put(size, n as c_int)?;
+            }
+            first.map_or(Ok(()), |e| Err(Fail::from(e)))
+        })();
+        finish("MPI_Buffer_detach", COMM_WORLD, r)
+    }
+
+    fn MPI_Sendrecv_replace / PMPI_Sendrecv_replace(
+        buf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        dest: c_int,
+        sendtag: c_int,
+        source: c_int,
+        recvtag: c_int,
+        comm: c_int,
+        status: *mut MpiStatus,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Sendrecv_replace", comm)?;
+            let ty = Datatype::of(datatype)?;
+            // SAFETY: MPI's contract: the caller's buffer of `count` elements.
+            let data = unsafe { bytes_mut(buf, count_of(count)?, ty)? };
+            let send = data.to_vec();
+            let got = match (peer(dest, false)?, peer(source, true)?) {
+                (Some(d), Some(s)) => MpiStatus::of(c.sendrecv(&send[..], d, sendtag, data, s, recvtag)?),
+                (Some(d), None) => {
+                    c.send(&send[..], d, sendtag)?;
+                    MpiStatus::proc_null()
+                }
+                (None, Some(s)) => MpiStatus::of(c.recv(data, s, recvtag)?),
+                (None, None) => MpiStatus::proc_null(),
+            };
+            // SAFETY: MPI's contract: null or the caller's MPI_Status.
+            unsafe { store(status, 0, got) };
+            Ok(())
+        })();
+        finish("MPI_Sendrecv_replace", comm, r)
+    }
+}

@@ -1,0 +1,320 @@
+/* The C ABI's requests: nonblocking, synchronous, ready and buffered sends, persistent
+ * requests, the Wait/Test family, MPI_PROC_NULL and null requests, and the errors requests
+ * report, printed as "rank: what = value" lines. The test builds it with mprcc and with
+ * MPICH's mpicc and runs each with 3 and 4 ranks: the outputs, sorted, must be the same. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, size;
+
+/* One line per call, written at once (launchers may forward output as it is written). */
+#define SAY(...)                                                                                                       \
+    do {                                                                                                               \
+        char line_[512];                                                                                               \
+        int n_ = snprintf(line_, sizeof line_, "%d: ", rank);                                                          \
+        n_ += snprintf(line_ + n_, sizeof line_ - n_ - 1, __VA_ARGS__);                                                \
+        line_[n_++] = '\n';                                                                                            \
+        fwrite(line_, 1, (size_t)n_, stdout);                                                                          \
+        fflush(stdout);                                                                                                \
+    } while (0)
+
+#define BIG 100000 /* ints: large enough for a rendezvous on every transport */
+
+static int class_of(int code)
+{
+    int c;
+    MPI_Error_class(code, &c);
+    return c;
+}
+
+/* Sum of a buffer filled by fill(). */
+static long check(const int *b, int n, int seed)
+{
+    long bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += b[i] != seed * 7 + i;
+    return bad;
+}
+
+static void fill(int *b, int n, int seed)
+{
+    for (int i = 0; i < n; i++)
+        b[i] = seed * 7 + i;
+}
+
+static void nonblocking(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size, count;
+    int *out = (int *)malloc(BIG * sizeof(int)), *in = (int *)malloc(BIG * sizeof(int));
+    int small_out = rank * 3, small_in = -1;
+    MPI_Request reqs[4];
+    MPI_Status sts[4];
+    fill(out, BIG, rank);
+    MPI_Irecv(in, BIG, MPI_INT, prev, 1, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Irecv(&small_in, 1, MPI_INT, MPI_ANY_SOURCE, 2, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Isend(out, BIG, MPI_INT, next, 1, MPI_COMM_WORLD, &reqs[2]);
+    MPI_Isend(&small_out, 1, MPI_INT, next, 2, MPI_COMM_WORLD, &reqs[3]);
+    MPI_Waitall(4, reqs, sts);
+    MPI_Get_count(&sts[0], MPI_INT, &count);
+    SAY("ring big: from %d tag %d count %d bad %ld", sts[0].MPI_SOURCE, sts[0].MPI_TAG, count, check(in, BIG, prev));
+    MPI_Get_elements(&sts[1], MPI_INT, &count);
+    SAY("ring small: from %d value %d elements %d", sts[1].MPI_SOURCE, small_in, count);
+    SAY("requests null after waitall = %d", reqs[0] == MPI_REQUEST_NULL && reqs[1] == MPI_REQUEST_NULL &&
+                                                 reqs[2] == MPI_REQUEST_NULL && reqs[3] == MPI_REQUEST_NULL);
+
+    /* Test until done, one request at a time. */
+    int flag = 0;
+    MPI_Irecv(in, BIG, MPI_INT, next, 3, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Isend(out, BIG, MPI_INT, prev, 3, MPI_COMM_WORLD, &reqs[1]);
+    while (!flag)
+        MPI_Test(&reqs[0], &flag, &sts[0]);
+    MPI_Wait(&reqs[1], MPI_STATUS_IGNORE);
+    SAY("test loop: from %d bad %ld null %d", sts[0].MPI_SOURCE, check(in, BIG, next), reqs[0] == MPI_REQUEST_NULL);
+
+    /* Testall: all or nothing. */
+    MPI_Irecv(&small_in, 1, MPI_INT, prev, 4, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Isend(&small_out, 1, MPI_INT, next, 4, MPI_COMM_WORLD, &reqs[1]);
+    flag = 0;
+    while (!flag)
+        MPI_Testall(2, reqs, &flag, MPI_STATUSES_IGNORE);
+    SAY("testall: value %d", small_in);
+
+    /* From and to MPI_PROC_NULL: complete at once, the status says so. */
+    MPI_Irecv(in, 5, MPI_INT, MPI_PROC_NULL, 5, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Isend(out, 5, MPI_INT, MPI_PROC_NULL, 5, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Wait(&reqs[0], &sts[0]);
+    MPI_Wait(&reqs[1], MPI_STATUS_IGNORE);
+    /* (MPICH reports source 0 and tag 0 here, the standard MPI_PROC_NULL and MPI_ANY_TAG,
+     * as mpr does: only the count is compared.) */
+    MPI_Get_count(&sts[0], MPI_INT, &count);
+    SAY("proc null: count %d", count);
+
+    /* A null request: complete, with an empty status (whose source MPICH and the standard
+     * tell differently: not printed). */
+    MPI_Request none = MPI_REQUEST_NULL;
+    MPI_Wait(&none, &sts[0]);
+    MPI_Get_count(&sts[0], MPI_INT, &count);
+    SAY("null wait: tag %d count %d", sts[0].MPI_TAG, count);
+    MPI_Test(&none, &flag, &sts[0]);
+    SAY("null test: flag %d", flag);
+    free(out);
+    free(in);
+}
+
+static void any_and_some(void)
+{
+    /* Every rank sends its rank to every other; the receives complete in any order. */
+    int n = size - 1, got[16], vals[16], idx, outcount, indices[16];
+    MPI_Request recvs[16], sends[16];
+    MPI_Status sts[16];
+    for (int i = 0, p = 0; p < size; p++) {
+        if (p == rank)
+            continue;
+        MPI_Irecv(&got[i], 1, MPI_INT, p, 6, MPI_COMM_WORLD, &recvs[i]);
+        vals[i] = rank * 1000 + p;
+        MPI_Isend(&vals[i], 1, MPI_INT, p, 6, MPI_COMM_WORLD, &sends[i]);
+        i++;
+    }
+    long sum = 0;
+    for (int k = 0; k < n; k++) {
+        MPI_Waitany(n, recvs, &idx, &sts[0]);
+        sum += got[idx];
+        if (got[idx] != sts[0].MPI_SOURCE * 1000 + rank)
+            SAY("waitany: wrong value %d from %d", got[idx], sts[0].MPI_SOURCE);
+    }
+    SAY("waitany: sum %ld", sum);
+    MPI_Waitany(n, recvs, &idx, &sts[0]);
+    SAY("waitany on all null: index is undefined = %d", idx == MPI_UNDEFINED);
+    MPI_Waitall(n, sends, MPI_STATUSES_IGNORE);
+
+    for (int i = 0, p = 0; p < size; p++) {
+        if (p == rank)
+            continue;
+        MPI_Irecv(&got[i], 1, MPI_INT, p, 7, MPI_COMM_WORLD, &recvs[i]);
+        MPI_Isend(&vals[i], 1, MPI_INT, p, 7, MPI_COMM_WORLD, &sends[i]);
+        i++;
+    }
+    int done = 0;
+    sum = 0;
+    while (done < n) {
+        MPI_Waitsome(n, recvs, &outcount, indices, sts);
+        for (int k = 0; k < outcount; k++)
+            sum += got[indices[k]];
+        done += outcount;
+    }
+    SAY("waitsome: sum %ld", sum);
+    MPI_Testsome(n, recvs, &outcount, indices, sts);
+    SAY("testsome on all null: outcount is undefined = %d", outcount == MPI_UNDEFINED);
+    int flag = 0;
+    MPI_Testany(n, recvs, &idx, &flag, &sts[0]);
+    SAY("testany on all null: flag %d index undefined %d", flag, idx == MPI_UNDEFINED);
+    done = 0;
+    while (done < n) {
+        MPI_Testsome(n, sends, &outcount, indices, MPI_STATUSES_IGNORE);
+        if (outcount != MPI_UNDEFINED)
+            done += outcount;
+    }
+    SAY("testsome: sends done %d", done);
+}
+
+static void modes(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size, v = -1, flag;
+    MPI_Request req;
+    /* A synchronous send is not complete before its receive is posted. */
+    if (rank == 0) {
+        int x = 42;
+        MPI_Issend(&x, 1, MPI_INT, 1, 8, MPI_COMM_WORLD, &req);
+        MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+        SAY("issend done before the receive = %d", flag);
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        SAY("issend done after = %d", req == MPI_REQUEST_NULL);
+    } else if (rank == 1) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Recv(&v, 1, MPI_INT, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        SAY("issend received %d", v);
+    } else {
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    /* Ssend of nothing, and of a large message, around the ring. */
+    int *big = (int *)malloc(BIG * sizeof(int)), *in = (int *)malloc(BIG * sizeof(int));
+    fill(big, BIG, rank + 50);
+    if (rank % 2 == 0) {
+        MPI_Ssend(NULL, 0, MPI_INT, next, 9, MPI_COMM_WORLD);
+        MPI_Recv(NULL, 0, MPI_INT, prev, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+        MPI_Recv(NULL, 0, MPI_INT, prev, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Ssend(NULL, 0, MPI_INT, next, 9, MPI_COMM_WORLD);
+    }
+    SAY("empty ssend ring done");
+    MPI_Request r2;
+    MPI_Irecv(in, BIG, MPI_INT, prev, 10, MPI_COMM_WORLD, &r2);
+    MPI_Ssend(big, BIG, MPI_INT, next, 10, MPI_COMM_WORLD);
+    MPI_Wait(&r2, MPI_STATUS_IGNORE);
+    SAY("big ssend: bad %ld", check(in, BIG, prev + 50));
+    /* Ready send: the receive is posted first (a barrier orders it). */
+    MPI_Irecv(&v, 1, MPI_INT, prev, 11, MPI_COMM_WORLD, &r2);
+    MPI_Barrier(MPI_COMM_WORLD);
+    int x = rank + 500;
+    MPI_Rsend(&x, 1, MPI_INT, next, 11, MPI_COMM_WORLD);
+    MPI_Wait(&r2, MPI_STATUS_IGNORE);
+    SAY("rsend: %d", v);
+
+    /* Buffered sends from an attached buffer. */
+    int room = 2 * (BIG * (int)sizeof(int) + MPI_BSEND_OVERHEAD);
+    char *attached = (char *)malloc((size_t)room);
+    MPI_Buffer_attach(attached, room);
+    MPI_Bsend(big, BIG, MPI_INT, next, 12, MPI_COMM_WORLD);
+    MPI_Ibsend(&x, 1, MPI_INT, next, 13, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    MPI_Recv(in, BIG, MPI_INT, prev, 12, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Recv(&v, 1, MPI_INT, prev, 13, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    SAY("bsend: bad %ld, ibsend %d", check(in, BIG, prev + 50), v);
+    void *back;
+    int back_size;
+    MPI_Buffer_detach(&back, &back_size);
+    SAY("detach gives the buffer back = %d", back == (void *)attached && back_size == room);
+    /* Without a buffer, a buffered send has no room. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int err = MPI_Bsend(&x, 1, MPI_INT, next, 14, MPI_COMM_WORLD);
+    SAY("bsend without a buffer: class %d", class_of(err));
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    free(attached);
+
+    /* Sendrecv_replace around the ring. */
+    int ring = rank * 11;
+    MPI_Status st;
+    MPI_Sendrecv_replace(&ring, 1, MPI_INT, next, 15, prev, 15, MPI_COMM_WORLD, &st);
+    SAY("sendrecv_replace: %d from %d", ring, st.MPI_SOURCE);
+    free(big);
+    free(in);
+}
+
+static void persistent(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    int out[3], in[3];
+    MPI_Request reqs[2];
+    MPI_Status sts[2];
+    MPI_Recv_init(in, 3, MPI_INT, prev, 16, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Send_init(out, 3, MPI_INT, next, 16, MPI_COMM_WORLD, &reqs[1]);
+    for (int it = 0; it < 3; it++) {
+        out[0] = rank, out[1] = it, out[2] = rank * it;
+        MPI_Startall(2, reqs);
+        MPI_Waitall(2, reqs, sts);
+        SAY("persistent %d: %d %d %d from %d, still a request %d", it, in[0], in[1], in[2], sts[0].MPI_SOURCE,
+            reqs[0] != MPI_REQUEST_NULL && reqs[1] != MPI_REQUEST_NULL);
+    }
+    /* One started alone, and an inactive one waited for: complete at once. */
+    MPI_Start(&reqs[0]);
+    MPI_Send(out, 3, MPI_INT, next, 16, MPI_COMM_WORLD);
+    MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+    int flag;
+    MPI_Test(&reqs[1], &flag, MPI_STATUS_IGNORE);
+    SAY("inactive test: flag %d", flag);
+    MPI_Request_free(&reqs[0]);
+    MPI_Request_free(&reqs[1]);
+    SAY("freed = %d", reqs[0] == MPI_REQUEST_NULL && reqs[1] == MPI_REQUEST_NULL);
+    /* A synchronous persistent send. */
+    MPI_Request s;
+    MPI_Ssend_init(out, 3, MPI_INT, next, 17, MPI_COMM_WORLD, &s);
+    MPI_Start(&s);
+    MPI_Recv(in, 3, MPI_INT, prev, 17, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Wait(&s, MPI_STATUS_IGNORE);
+    MPI_Request_free(&s);
+    SAY("ssend_init: %d %d %d", in[0], in[1], in[2]);
+    /* A send freed while in flight still arrives. */
+    int v = rank + 900, w = -1;
+    MPI_Request f;
+    MPI_Isend(&v, 1, MPI_INT, next, 18, MPI_COMM_WORLD, &f);
+    MPI_Request_free(&f);
+    MPI_Recv(&w, 1, MPI_INT, prev, 18, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Barrier(MPI_COMM_WORLD);
+    SAY("freed send arrived: %d", w);
+}
+
+static void errors(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    int out[8] = {0}, in[2];
+    MPI_Request reqs[2];
+    MPI_Status sts[2];
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    /* A message too long for its receive: Wait reports the truncation. */
+    MPI_Irecv(in, 2, MPI_INT, prev, 19, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Send(out, 8, MPI_INT, next, 19, MPI_COMM_WORLD);
+    int err = MPI_Wait(&reqs[0], &sts[0]);
+    SAY("wait on a truncated receive: class %d", class_of(err));
+    /* In Waitall: MPI_ERR_IN_STATUS, each status telling its own. */
+    MPI_Irecv(in, 2, MPI_INT, prev, 20, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Isend(out, 8, MPI_INT, next, 20, MPI_COMM_WORLD, &reqs[1]);
+    err = MPI_Waitall(2, reqs, sts);
+    SAY("waitall with a truncated receive: class %d, status classes %d", class_of(err),
+        class_of(sts[0].MPI_ERROR));
+    /* Bad arguments of a nonblocking call. */
+    MPI_Request r;
+    SAY("isend to rank 99: class %d", class_of(MPI_Isend(out, 1, MPI_INT, 99, 0, MPI_COMM_WORLD, &r)));
+    SAY("irecv with tag -5: class %d", class_of(MPI_Irecv(in, 1, MPI_INT, 0, -5, MPI_COMM_WORLD, &r)));
+    SAY("isend on communicator 77: class %d", class_of(MPI_Isend(out, 1, MPI_INT, 0, 0, 77, &r)));
+    SAY("irecv of datatype 999: class %d", class_of(MPI_Irecv(in, 1, 999, 0, 0, MPI_COMM_WORLD, &r)));
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    nonblocking();
+    any_and_some();
+    modes();
+    persistent();
+    errors();
+    MPI_Barrier(MPI_COMM_WORLD);
+    SAY("done");
+    MPI_Finalize();
+    return 0;
+}
