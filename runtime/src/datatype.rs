@@ -357,3 +357,67 @@ mod tests {
         }
     }
 }
+
+/// An accumulate's operation and element type chosen at run time, for a window of bytes
+/// (the C ABI's `MPI_Op` x `MPI_Datatype`): the same codes, and so the same kernels, as the
+/// typed [`Elem`] and [`RmaOp`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DynAcc {
+    pub(crate) op: OpCode,
+    pub(crate) dtype: Dtype,
+}
+
+/// What a [`DynAcc`] does: a built-in operation, or `MPI_REPLACE`, or `MPI_NO_OP`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccOp {
+    /// A reduction.
+    Builtin(crate::coll::op::Builtin),
+    /// `MPI_REPLACE`.
+    Replace,
+    /// `MPI_NO_OP`.
+    NoOp,
+}
+
+impl DynAcc {
+    /// `op` on elements of `ty`; `None` where MPI defines no such accumulate (a bitwise or
+    /// logical operation on floating point, or `MPI_LXOR`, which one-sided operations do not
+    /// carry).
+    pub fn new(op: AccOp, ty: crate::coll::op::ElemType) -> Option<DynAcc> {
+        use crate::coll::op::{Builtin as B, ElemType as E};
+        let dtype = match ty {
+            E::I8 => 1,
+            E::I16 => 2,
+            E::I32 => 3,
+            E::I64 => 4,
+            E::U8 => 5,
+            E::U16 => 6,
+            E::U32 => 7,
+            E::U64 => 8,
+            E::F32 => 9,
+            E::F64 => 10,
+        };
+        let float = matches!(ty, E::F32 | E::F64);
+        let op = match op {
+            AccOp::Replace => code::REPLACE,
+            AccOp::NoOp => code::NO_OP,
+            AccOp::Builtin(b) => match b {
+                B::Sum => code::SUM,
+                B::Prod => code::PROD,
+                B::Min => code::MIN,
+                B::Max => code::MAX,
+                B::BitAnd if !float => code::BAND,
+                B::BitOr if !float => code::BOR,
+                B::BitXor if !float => code::BXOR,
+                B::LogicalAnd if !float => code::LAND,
+                B::LogicalOr if !float => code::LOR,
+                _ => return None,
+            },
+        };
+        Some(DynAcc { op, dtype })
+    }
+
+    /// Bytes of one element.
+    pub fn elem(&self) -> usize {
+        size_of(self.dtype).expect("a known type")
+    }
+}

@@ -56,7 +56,7 @@ pub use error::{Error, ErrorClass, Result};
 pub use group::Group;
 pub use half;
 pub use request::{scope, test_all, wait_all, wait_any, Request, Scope};
-pub use rma::{Assert, Elem, LockType, NoOp, Replace, RmaOp, Window};
+pub use rma::{AccOp, Assert, DynAcc, Elem, LockType, NoOp, Replace, RmaOp, Window};
 pub use status::Status;
 
 /// The README's example runs as a doctest (a job of one rank), so it cannot go stale.

@@ -33,7 +33,7 @@ use bytemuck::Pod;
 use crate::buf::{RawBuf, RawBufMut};
 use crate::comm::Comm;
 use crate::datatype::code;
-pub use crate::datatype::{Elem, NoOp, Replace, RmaOp};
+pub use crate::datatype::{AccOp, DynAcc, Elem, NoOp, Replace, RmaOp};
 use crate::engine::rma::{ctl, AccLock, At, Combine, Counts};
 use crate::error::Error;
 use crate::request::{Request, Scope};
@@ -315,6 +315,14 @@ impl<'a, T: Pod> Window<'a, T> {
         }
         let (base, _) = self.seg.as_ref()?.part(rank)?;
         Some((base.cast(), self.sizes[rank]))
+    }
+
+    /// Where this rank's memory in the window starts (null if it has none): what
+    /// `MPI_Win_allocate` gives the program. Loads and stores through it are `unsafe` and
+    /// follow MPI's rules for local accesses to a window (separated from the others' by
+    /// its synchronisation).
+    pub fn local_ptr(&self) -> *mut T {
+        self.mem.addr_at(0) as *mut T
     }
 
     /// Elements in this rank's window.
@@ -831,14 +839,7 @@ impl<T: Elem> Window<'_, T> {
     /// Combines `data` into elements `disp..` of `target`'s window with `op`
     /// (`MPI_Accumulate`), atomically per element. Returns when `data` may be reused.
     pub fn accumulate<O: RmaOp<T>>(&self, data: &[T], target: usize, disp: usize, _op: O) -> Result<(), Error> {
-        let at = self.access("accumulate", target, disp, data.len())?;
-        if self.direct(target, at, Direct::Acc(combine::<T, O>(), bytemuck::cast_slice(data), None)) {
-            return Ok(());
-        }
-        self.dirty(target);
-        // SAFETY: `data` stays borrowed until the request completes: `run` waits for it.
-        let src = unsafe { RawBuf::new(bytemuck::cast_slice(data)) };
-        self.run(|e| e.rma_put(at, combine::<T, O>(), src))
+        self.accumulate_as(combine::<T, O>(), data, target, disp)
     }
 
     /// Starts an accumulate (`MPI_Raccumulate`); the request completes when `data` may be
@@ -911,17 +912,7 @@ impl<T: Elem> Window<'_, T> {
     }
 
     fn fetch<O: RmaOp<T>>(&self, target: usize, at: At, data: &[T], result: &mut [T], _op: O) -> Result<(), Error> {
-        let how = combine::<T, O>();
-        if self.direct(target, at, Direct::Acc(how, bytemuck::cast_slice(data), Some(bytemuck::cast_slice_mut(result))))
-        {
-            self.poll();
-            return Ok(());
-        }
-        // Not marked for a flush: its answer comes once the target has applied it.
-        // SAFETY: both stay borrowed until the request completes: `run` waits for it.
-        let (src, dst) =
-            unsafe { (RawBuf::new(bytemuck::cast_slice(data)), RawBufMut::new(bytemuck::cast_slice_mut(result))) };
-        self.run(|e| e.rma_fetch(at, combine::<T, O>(), src, dst))
+        self.fetch_as(combine::<T, O>(), target, at, data, result)
     }
 
     /// Combines `value` into element `disp` of `target`'s window with `op` and returns the
@@ -938,17 +929,100 @@ impl<T: Elem> Window<'_, T> {
     /// (`MPI_Compare_and_swap`).
     pub fn compare_and_swap(&self, value: T, compare: T, target: usize, disp: usize) -> Result<T, Error> {
         let at = self.access("compare_and_swap", target, disp, 1)?;
-        let pair = [compare, value];
         let mut old = [T::zeroed()];
-        if self.direct(target, at, Direct::Cas(bytemuck::cast_slice(&pair), bytemuck::cast_slice_mut(&mut old))) {
+        self.cas_as(T::DTYPE, target, at, &[compare, value], &mut old)?;
+        Ok(old[0])
+    }
+}
+
+/// The operations whose operation and element type come at run time (`DynAcc`), and the
+/// typed ones, through the same paths.
+impl<T: Pod> Window<'_, T> {
+    fn accumulate_as(&self, how: Combine, data: &[T], target: usize, disp: usize) -> Result<(), Error> {
+        let at = self.access("accumulate", target, disp, data.len())?;
+        if self.direct(target, at, Direct::Acc(how, bytemuck::cast_slice(data), None)) {
+            return Ok(());
+        }
+        self.dirty(target);
+        // SAFETY: `data` stays borrowed until the request completes: `run` waits for it.
+        let src = unsafe { RawBuf::new(bytemuck::cast_slice(data)) };
+        self.run(|e| e.rma_put(at, how, src))
+    }
+
+    fn fetch_as(&self, how: Combine, target: usize, at: At, data: &[T], result: &mut [T]) -> Result<(), Error> {
+        if self.direct(target, at, Direct::Acc(how, bytemuck::cast_slice(data), Some(bytemuck::cast_slice_mut(result))))
+        {
             self.poll();
-            return Ok(old[0]);
+            return Ok(());
+        }
+        // Not marked for a flush: its answer comes once the target has applied it.
+        // SAFETY: both stay borrowed until the request completes: `run` waits for it.
+        let (src, dst) =
+            unsafe { (RawBuf::new(bytemuck::cast_slice(data)), RawBufMut::new(bytemuck::cast_slice_mut(result))) };
+        self.run(|e| e.rma_fetch(at, how, src, dst))
+    }
+
+    /// Compare-and-swap of one element of type `dtype`: `pair` is the comparand then the
+    /// value, `old` gets the element as it was.
+    fn cas_as(&self, dtype: u8, target: usize, at: At, pair: &[T], old: &mut [T]) -> Result<(), Error> {
+        if self.direct(target, at, Direct::Cas(bytemuck::cast_slice(pair), bytemuck::cast_slice_mut(old))) {
+            self.poll();
+            return Ok(());
         }
         // SAFETY: both stay borrowed until the request completes: `run` waits for it.
         let (src, dst) =
-            unsafe { (RawBuf::new(bytemuck::cast_slice(&pair)), RawBufMut::new(bytemuck::cast_slice_mut(&mut old))) };
-        self.run(|e| e.rma_cas(at, T::DTYPE, src, dst))?;
-        Ok(old[0])
+            unsafe { (RawBuf::new(bytemuck::cast_slice(pair)), RawBufMut::new(bytemuck::cast_slice_mut(old))) };
+        self.run(|e| e.rma_cas(at, dtype, src, dst))
+    }
+}
+
+/// A window of bytes, whose accumulates name their operation and element type at run time
+/// (the C ABI's windows): displacements are in bytes, operands whole elements.
+impl Window<'_, u8> {
+    fn dyn_combine(how: DynAcc, len: usize) -> Result<Combine, Error> {
+        let elem = how.elem();
+        if len % elem != 0 {
+            return Err(Error::Other(format!("an accumulate of {len} bytes, not whole elements of {elem}")));
+        }
+        Ok(Combine { op: how.op, dtype: how.dtype, elem })
+    }
+
+    /// [`Window::accumulate`] with `how` chosen at run time; `disp` in bytes.
+    pub fn accumulate_dyn(&self, how: DynAcc, data: &[u8], target: usize, disp: usize) -> Result<(), Error> {
+        self.accumulate_as(Self::dyn_combine(how, data.len())?, data, target, disp)
+    }
+
+    /// [`Window::get_accumulate`] with `how` chosen at run time; `disp` in bytes.
+    pub fn get_accumulate_dyn(
+        &self,
+        how: DynAcc,
+        data: &[u8],
+        result: &mut [u8],
+        target: usize,
+        disp: usize,
+    ) -> Result<(), Error> {
+        let c = Self::dyn_combine(how, data.len())?;
+        let at = self.fetch_access("get_accumulate", target, disp, data.len(), result.len())?;
+        self.fetch_as(c, target, at, data, result)
+    }
+
+    /// [`Window::compare_and_swap`] of one element of `how`'s type (its operation is
+    /// ignored), `compare`, `value` and `old` each its bytes; `disp` in bytes.
+    pub fn compare_and_swap_dyn(
+        &self,
+        how: DynAcc,
+        value: &[u8],
+        compare: &[u8],
+        old: &mut [u8],
+        target: usize,
+        disp: usize,
+    ) -> Result<(), Error> {
+        let n = how.elem();
+        if value.len() != n || compare.len() != n || old.len() != n {
+            return Err(Error::Other(format!("compare_and_swap of elements of {n} bytes")));
+        }
+        let at = self.access("compare_and_swap", target, disp, n)?;
+        self.cas_as(how.dtype, target, at, &[compare, value].concat(), old)
     }
 }
 

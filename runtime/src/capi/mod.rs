@@ -43,6 +43,10 @@ const ERR_OTHER: c_int = 15;
 const ERR_INTERN: c_int = 16;
 const ERR_IN_STATUS: c_int = 17;
 const ERR_REQUEST: c_int = 19;
+const ERR_NO_MEM: c_int = 34;
+const ERR_WIN: c_int = 45;
+const ERR_SIZE: c_int = 51;
+const ERR_DISP: c_int = 52;
 const ERR_RMA_SYNC: c_int = 50;
 const ERR_RMA_RANGE: c_int = 55;
 const ERRX_PROC_FAILED: c_int = 101;
@@ -124,6 +128,8 @@ struct State {
     requests: slab::Slab<p2p::CReq>,
     /// `MPI_Buffer_attach`'s buffer and the buffered sends in flight.
     attached: p2p::Attached,
+    /// Indexed by handle: 0 is `MPI_WIN_NULL`.
+    wins: Vec<Option<win::WinEntry>>,
 }
 
 thread_local! {
@@ -169,6 +175,10 @@ fn class_text(class: c_int) -> &'static str {
         ERR_INTERN => "internal error",
         ERR_IN_STATUS => "error code is in status",
         ERR_REQUEST => "invalid request",
+        ERR_NO_MEM => "out of memory",
+        ERR_WIN => "invalid window",
+        ERR_SIZE => "invalid size",
+        ERR_DISP => "invalid displacement",
         ERR_RMA_SYNC => "wrong synchronization of RMA calls",
         ERR_RMA_RANGE => "target memory is not part of the window",
         ERRX_PROC_FAILED => "process failure",
@@ -393,6 +403,7 @@ macro_rules! mpi {
 }
 
 mod p2p;
+mod win;
 
 fn init(name: &str, required: c_int) -> Res {
     if INITIALIZED.swap(true, Ordering::SeqCst) {
@@ -413,6 +424,7 @@ fn init(name: &str, required: c_int) -> Res {
             groups: vec![None, Some(empty)],
             requests: slab::Slab::new(),
             attached: p2p::Attached::default(),
+            wins: vec![None],
         })
     });
     Ok(())
@@ -601,8 +613,10 @@ mpi! {
                     first.get_or_insert(e);
                 }
             }
-            // The requests and communicators go before the universe that drives them.
+            // The requests, windows and communicators go before the universe that drives
+            // them.
             drop(state.requests);
+            drop(state.wins);
             drop(state.comms);
             FINALIZED.store(true, Ordering::SeqCst);
             state.universe.finalize().map_err(Fail::from)?;

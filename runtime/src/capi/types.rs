@@ -124,6 +124,23 @@ impl ReduceOp {
     }
 }
 
+/// `MPI_REPLACE` and `MPI_NO_OP`: operations of one-sided accumulates only.
+pub(super) const OP_REPLACE: c_int = 11;
+pub(super) const OP_NO_OP: c_int = 12;
+
+/// The accumulate of operation `op` on elements of `ty` (`MPI_ERR_OP` where MPI defines
+/// none, `MPI_ERR_TYPE` for a type that is no single element).
+pub(super) fn accumulate_of(op: c_int, ty: Datatype) -> Res<crate::DynAcc> {
+    let how = match op {
+        OP_REPLACE => crate::AccOp::Replace,
+        OP_NO_OP => crate::AccOp::NoOp,
+        op => crate::AccOp::Builtin(ReduceOp::of(op)?.op),
+    };
+    let elem = ty.elem.ok_or_else(|| Fail::new(ERR_TYPE, format!("{} is not a type accumulates combine", ty.name)))?;
+    crate::DynAcc::new(how, elem)
+        .ok_or_else(|| Fail::new(ERR_OP, format!("operation {op} does not apply to {} in an accumulate", ty.name)))
+}
+
 /// Which reduction: where the result lands and how the ranks' inputs combine.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Reduction {

@@ -1,0 +1,532 @@
+//! One-sided communication: windows (`MPI_Win`) over the Rust API's [`Window`] of bytes.
+//! A displacement is `disp x` the target's displacement unit (every rank's unit is learnt
+//! when the window is made); an accumulate names its operation and element type at run
+//! time ([`crate::DynAcc`], the same kernels the typed API uses). `MPI_Alloc_mem`,
+//! `MPI_Free_mem` and `MPI_Get_address` are here too.
+
+use std::ffi::{c_int, c_void};
+
+use super::types::{accumulate_of, Datatype};
+use super::{
+    bytes, bytes_mut, comm_of, count_of, finish, group_of, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_DISP,
+    ERR_NO_MEM, ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN,
+};
+use crate::rma::{Assert, LockType, Window};
+use crate::Comm;
+
+const WIN_BASE: c_int = 5;
+const WIN_SIZE: c_int = 6;
+const WIN_DISP_UNIT: c_int = 7;
+const LOCK_EXCLUSIVE: c_int = 234;
+const LOCK_SHARED: c_int = 235;
+/// `MPI_MODE_*`, as include/mpi.h numbers them.
+const MODES: [(c_int, Assert); 5] =
+    [(1, Assert::NOCHECK), (2, Assert::NOSTORE), (4, Assert::NOPUT), (8, Assert::NOPRECEDE), (16, Assert::NOSUCCEED)];
+
+/// A window of the table.
+#[derive(Debug)]
+pub(super) struct WinEntry {
+    win: Window<'static, u8>,
+    /// Each rank's displacement unit, by rank in the window's communicator.
+    units: Vec<usize>,
+    /// What `MPI_Win_get_attr` points at: this rank's base, size and unit.
+    base: *mut c_void,
+    size: Box<isize>,
+    unit: Box<c_int>,
+}
+
+/// The assertion of a `MPI_MODE_*` combination.
+fn assert_of(bits: c_int) -> Res<Assert> {
+    let known: c_int = MODES.iter().map(|m| m.0).sum();
+    if bits & !known != 0 {
+        return Err(Fail::new(ERR_ARG, format!("assertion {bits:#x} names no MPI_MODE_ flag mpr knows")));
+    }
+    Ok(MODES.iter().filter(|m| bits & m.0 != 0).fold(Assert::NONE, |a, m| a | m.1))
+}
+
+/// Runs `f` on window `win` of the table (taken out meanwhile, so that `f` may use the
+/// state: groups, communicators).
+fn with_win<R>(name: &str, win: c_int, f: impl FnOnce(&WinEntry) -> Res<R>) -> Res<R> {
+    let slot = usize::try_from(win).ok().filter(|&i| i > 0);
+    let entry = with_state(name, |s| slot.and_then(|i| s.wins.get_mut(i)).and_then(Option::take))?
+        .ok_or_else(|| Fail::new(ERR_WIN, format!("{name}: {win} is not a window")))?;
+    let r = f(&entry);
+    with_state(name, |s| s.wins[win as usize] = Some(entry))?;
+    r
+}
+
+/// Makes a window: every rank's displacement unit is exchanged, the handle written to `out`.
+///
+/// # Safety
+/// `out` points to an `MPI_Win`.
+unsafe fn new_win(name: &str, comm: &Comm, win: Window<'static, u8>, unit: c_int, out: *mut c_int) -> Res {
+    let unit = usize::try_from(unit)
+        .ok()
+        .filter(|&u| u > 0)
+        .ok_or_else(|| Fail::new(ERR_ARG, format!("{name}: displacement unit {unit}")))?;
+    let mut units = vec![0u64; comm.size()];
+    comm.allgather(&[unit as u64], &mut units)?;
+    let (base, size) = (win.local_ptr().cast::<c_void>(), Box::new(win.local_len() as isize));
+    let units = units.into_iter().map(|u| u as usize).collect();
+    let entry = WinEntry { win, units, base, size, unit: Box::new(unit as c_int) };
+    let h = with_state(name, |s| {
+        s.wins.push(Some(entry));
+        (s.wins.len() - 1) as c_int
+    })?;
+    // SAFETY: this function's contract.
+    unsafe { put(out, h) }
+}
+
+/// The byte displacement of `disp` units at `target`, and `count` elements of `ty` there.
+fn target_bytes(w: &WinEntry, target: c_int, disp: isize, count: c_int, ty: Datatype) -> Res<(usize, usize, usize)> {
+    let t = usize::try_from(target)
+        .ok()
+        .filter(|&t| t < w.units.len())
+        .ok_or_else(|| Fail::new(ERR_RANK, format!("invalid target rank {target} of {}", w.units.len())))?;
+    let at = usize::try_from(disp)
+        .ok()
+        .and_then(|d| d.checked_mul(w.units[t]))
+        .ok_or_else(|| Fail::new(ERR_DISP, format!("invalid displacement {disp}")))?;
+    Ok((t, at, count_of(count)? * ty.size))
+}
+
+/// Checks that an origin of `origin` bytes matches a target of `target` bytes (mpr moves
+/// predefined, contiguous types: both sides' bytes must agree).
+fn same(name: &str, origin: usize, target: usize) -> Res {
+    if origin != target {
+        return Err(Fail::new(ERR_ARG, format!("{name}: {origin} bytes at the origin, {target} at the target")));
+    }
+    Ok(())
+}
+
+/// `MPI_Win_lock`'s type.
+fn lock_type(t: c_int) -> Res<LockType> {
+    match t {
+        LOCK_EXCLUSIVE => Ok(LockType::Exclusive),
+        LOCK_SHARED => Ok(LockType::Shared),
+        _ => Err(Fail::new(ERR_ARG, format!("lock type {t}"))),
+    }
+}
+
+/// The ranks of `group` in the window's communicator (for post and start).
+fn ranks_in(name: &str, w: &WinEntry, group: c_int) -> Res<Vec<usize>> {
+    let g = group_of(name, group)?;
+    let all: Vec<usize> = (0..g.size()).collect();
+    g.translate_ranks(&all, &w.win.comm().comm_group())?
+        .into_iter()
+        .map(|r| r.ok_or_else(|| Fail::new(ERR_RANK, format!("{name}: the group has a rank outside the window"))))
+        .collect()
+}
+
+/// Runs window call `name` on `win` and returns its code.
+fn call(name: &str, win: c_int, f: impl FnOnce(&WinEntry) -> Res) -> c_int {
+    finish(name, COMM_WORLD, with_win(name, win, f))
+}
+
+mpi! {
+    fn MPI_Win_create / PMPI_Win_create(
+        base: *mut c_void,
+        size: isize,
+        disp_unit: c_int,
+        _info: c_int,
+        comm: c_int,
+        win: *mut c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Win_create", comm)?;
+            let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_create: size {size}")))?;
+            // SAFETY: MPI's contract: `base` holds `size` bytes, valid until the window is
+            // freed (the window stops the engine touching them then).
+            let mem: &'static mut [u8] = unsafe { bytes_mut(base, n, Datatype::BYTE)? };
+            let w = Window::create(&c, mem)?;
+            // SAFETY: MPI's contract: `win` points to an MPI_Win.
+            unsafe { new_win("MPI_Win_create", &c, w, disp_unit, win) }
+        })();
+        finish("MPI_Win_create", comm, r)
+    }
+
+    fn MPI_Win_allocate / PMPI_Win_allocate(
+        size: isize,
+        disp_unit: c_int,
+        _info: c_int,
+        comm: c_int,
+        baseptr: *mut c_void,
+        win: *mut c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Win_allocate", comm)?;
+            let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_allocate: size {size}")))?;
+            let w = Window::<u8>::allocate(&c, n)?;
+            let base = w.local_ptr().cast::<c_void>();
+            // SAFETY: MPI's contract: `baseptr` points to a pointer, `win` to an MPI_Win.
+            unsafe {
+                put(baseptr.cast::<*mut c_void>(), base)?;
+                new_win("MPI_Win_allocate", &c, w, disp_unit, win)
+            }
+        })();
+        finish("MPI_Win_allocate", comm, r)
+    }
+
+    fn MPI_Win_allocate_shared / PMPI_Win_allocate_shared(
+        size: isize,
+        disp_unit: c_int,
+        _info: c_int,
+        comm: c_int,
+        baseptr: *mut c_void,
+        win: *mut c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Win_allocate_shared", comm)?;
+            let n = usize::try_from(size)
+                .map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_allocate_shared: size {size}")))?;
+            let w = Window::<u8>::allocate_shared(&c, n)?;
+            let base = w.local_ptr().cast::<c_void>();
+            // SAFETY: MPI's contract: `baseptr` points to a pointer, `win` to an MPI_Win.
+            unsafe {
+                put(baseptr.cast::<*mut c_void>(), base)?;
+                new_win("MPI_Win_allocate_shared", &c, w, disp_unit, win)
+            }
+        })();
+        finish("MPI_Win_allocate_shared", comm, r)
+    }
+
+    fn MPI_Win_shared_query / PMPI_Win_shared_query(
+        win: c_int,
+        rank: c_int,
+        size: *mut isize,
+        disp_unit: *mut c_int,
+        baseptr: *mut c_void,
+    ) -> c_int {
+        call("MPI_Win_shared_query", win, |w| {
+            let r = usize::try_from(rank)
+                .ok()
+                .filter(|&r| r < w.units.len())
+                .ok_or_else(|| Fail::new(ERR_RANK, format!("MPI_Win_shared_query: rank {rank}")))?;
+            let (p, n) = w
+                .win
+                .shared_query(r)
+                .ok_or_else(|| Fail::new(ERR_OTHER, format!("MPI_Win_shared_query: rank {r}'s memory is not shared")))?;
+            // SAFETY: MPI's contract: the caller's output pointers.
+            unsafe {
+                put(size, n as isize)?;
+                put(disp_unit, w.units[r] as c_int)?;
+                put(baseptr.cast::<*mut c_void>(), p.cast::<c_void>())
+            }
+        })
+    }
+
+    fn MPI_Win_create_dynamic / PMPI_Win_create_dynamic(_info: c_int, comm: c_int, win: *mut c_int) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Win_create_dynamic", comm)?;
+            let w = Window::create_dynamic(&c)?;
+            // SAFETY: MPI's contract: `win` points to an MPI_Win.
+            unsafe { new_win("MPI_Win_create_dynamic", &c, w, 1, win) }
+        })();
+        finish("MPI_Win_create_dynamic", comm, r)
+    }
+
+    fn MPI_Win_attach / PMPI_Win_attach(win: c_int, base: *mut c_void, size: isize) -> c_int {
+        call("MPI_Win_attach", win, |w| {
+            let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_attach: size {size}")))?;
+            // SAFETY: MPI's contract: `base` holds `size` bytes, valid until detached (the
+            // window stops the engine touching them then).
+            let mem: &'static mut [u8] = unsafe { bytes_mut(base, n, Datatype::BYTE)? };
+            w.win.attach(mem)?;
+            Ok(())
+        })
+    }
+
+    fn MPI_Win_detach / PMPI_Win_detach(win: c_int, base: *const c_void) -> c_int {
+        call("MPI_Win_detach", win, |w| Ok(w.win.detach(base as usize)?))
+    }
+
+    fn MPI_Win_free / PMPI_Win_free(win: *mut c_int) -> c_int {
+        let r = (|| {
+            if win.is_null() {
+                return Err(Fail::new(ERR_ARG, "MPI_Win_free: a null window pointer"));
+            }
+            // SAFETY: not null (checked): the caller's MPI_Win.
+            let h = unsafe { *win };
+            let entry = with_state("MPI_Win_free", |s| {
+                usize::try_from(h).ok().filter(|&i| i > 0).and_then(|i| s.wins.get_mut(i)).and_then(Option::take)
+            })?
+            .ok_or_else(|| Fail::new(ERR_WIN, format!("MPI_Win_free: {h} is not a window")))?;
+            entry.win.free()?;
+            // SAFETY: as above.
+            unsafe { *win = 0 };
+            Ok(())
+        })();
+        finish("MPI_Win_free", COMM_WORLD, r)
+    }
+
+    fn MPI_Win_get_group / PMPI_Win_get_group(win: c_int, group: *mut c_int) -> c_int {
+        call("MPI_Win_get_group", win, |w| {
+            let g = w.win.comm().comm_group();
+            // SAFETY: MPI's contract: `group` points to an MPI_Group.
+            unsafe { super::new_group("MPI_Win_get_group", g, group) }
+        })
+    }
+
+    fn MPI_Win_get_attr / PMPI_Win_get_attr(win: c_int, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
+        call("MPI_Win_get_attr", win, |w| {
+            let value: *mut c_void = match keyval {
+                WIN_BASE => w.base,
+                WIN_SIZE => (&*w.size as *const isize).cast_mut().cast(),
+                WIN_DISP_UNIT => (&*w.unit as *const c_int).cast_mut().cast(),
+                _ => return Err(Fail::new(ERR_ARG, format!("MPI_Win_get_attr: key {keyval}"))),
+            };
+            // SAFETY: MPI's contract: `attribute_val` points to a pointer, `flag` to an int;
+            // the values pointed at live as long as the window.
+            unsafe {
+                put(attribute_val.cast::<*mut c_void>(), value)?;
+                put(flag, 1)
+            }
+        })
+    }
+
+    fn MPI_Put / PMPI_Put(
+        origin_addr: *const c_void,
+        origin_count: c_int,
+        origin_datatype: c_int,
+        target_rank: c_int,
+        target_disp: isize,
+        target_count: c_int,
+        target_datatype: c_int,
+        win: c_int,
+    ) -> c_int {
+        call("MPI_Put", win, |w| {
+            let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
+            // SAFETY: MPI's contract: the origin buffer holds what it says.
+            let data = unsafe { bytes(origin_addr, count_of(origin_count)?, ot)? };
+            let (t, at, n) = target_bytes(w, target_rank, target_disp, target_count, tt)?;
+            same("MPI_Put", data.len(), n)?;
+            Ok(w.win.put(data, t, at)?)
+        })
+    }
+
+    fn MPI_Get / PMPI_Get(
+        origin_addr: *mut c_void,
+        origin_count: c_int,
+        origin_datatype: c_int,
+        target_rank: c_int,
+        target_disp: isize,
+        target_count: c_int,
+        target_datatype: c_int,
+        win: c_int,
+    ) -> c_int {
+        call("MPI_Get", win, |w| {
+            let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
+            // SAFETY: MPI's contract: the origin buffer holds what it says.
+            let buf = unsafe { bytes_mut(origin_addr, count_of(origin_count)?, ot)? };
+            let (t, at, n) = target_bytes(w, target_rank, target_disp, target_count, tt)?;
+            same("MPI_Get", buf.len(), n)?;
+            Ok(w.win.get(buf, t, at)?)
+        })
+    }
+
+    fn MPI_Accumulate / PMPI_Accumulate(
+        origin_addr: *const c_void,
+        origin_count: c_int,
+        origin_datatype: c_int,
+        target_rank: c_int,
+        target_disp: isize,
+        target_count: c_int,
+        target_datatype: c_int,
+        op: c_int,
+        win: c_int,
+    ) -> c_int {
+        call("MPI_Accumulate", win, |w| {
+            let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
+            let how = accumulate_of(op, tt)?;
+            // SAFETY: MPI's contract: the origin buffer holds what it says.
+            let data = unsafe { bytes(origin_addr, count_of(origin_count)?, ot)? };
+            let (t, at, n) = target_bytes(w, target_rank, target_disp, target_count, tt)?;
+            same("MPI_Accumulate", data.len(), n)?;
+            Ok(w.win.accumulate_dyn(how, data, t, at)?)
+        })
+    }
+
+    fn MPI_Get_accumulate / PMPI_Get_accumulate(
+        origin_addr: *const c_void,
+        origin_count: c_int,
+        origin_datatype: c_int,
+        result_addr: *mut c_void,
+        result_count: c_int,
+        result_datatype: c_int,
+        target_rank: c_int,
+        target_disp: isize,
+        target_count: c_int,
+        target_datatype: c_int,
+        op: c_int,
+        win: c_int,
+    ) -> c_int {
+        call("MPI_Get_accumulate", win, |w| {
+            let (ot, rt, tt) =
+                (Datatype::of(origin_datatype)?, Datatype::of(result_datatype)?, Datatype::of(target_datatype)?);
+            let how = accumulate_of(op, tt)?;
+            // SAFETY: MPI's contract: the result buffer holds what it says.
+            let result = unsafe { bytes_mut(result_addr, count_of(result_count)?, rt)? };
+            let (t, at, n) = target_bytes(w, target_rank, target_disp, target_count, tt)?;
+            same("MPI_Get_accumulate", result.len(), n)?;
+            // With MPI_NO_OP the origin is not read (and may be null): zeros stand in.
+            let zeros;
+            let data = if op == super::types::OP_NO_OP {
+                zeros = vec![0u8; n];
+                &zeros[..]
+            } else {
+                // SAFETY: MPI's contract: the origin buffer holds what it says.
+                unsafe { bytes(origin_addr, count_of(origin_count)?, ot)? }
+            };
+            same("MPI_Get_accumulate", data.len(), n)?;
+            Ok(w.win.get_accumulate_dyn(how, data, result, t, at)?)
+        })
+    }
+
+    fn MPI_Fetch_and_op / PMPI_Fetch_and_op(
+        origin_addr: *const c_void,
+        result_addr: *mut c_void,
+        datatype: c_int,
+        target_rank: c_int,
+        target_disp: isize,
+        op: c_int,
+        win: c_int,
+    ) -> c_int {
+        call("MPI_Fetch_and_op", win, |w| {
+            let ty = Datatype::of(datatype)?;
+            let how = accumulate_of(op, ty)?;
+            // SAFETY: MPI's contract: the result holds one element.
+            let result = unsafe { bytes_mut(result_addr, 1, ty)? };
+            let (t, at, _) = target_bytes(w, target_rank, target_disp, 1, ty)?;
+            let zeros = vec![0u8; ty.size];
+            let data = if op == super::types::OP_NO_OP {
+                &zeros[..]
+            } else {
+                // SAFETY: MPI's contract: the origin holds one element.
+                unsafe { bytes(origin_addr, 1, ty)? }
+            };
+            Ok(w.win.get_accumulate_dyn(how, data, result, t, at)?)
+        })
+    }
+
+    fn MPI_Compare_and_swap / PMPI_Compare_and_swap(
+        origin_addr: *const c_void,
+        compare_addr: *const c_void,
+        result_addr: *mut c_void,
+        datatype: c_int,
+        target_rank: c_int,
+        target_disp: isize,
+        win: c_int,
+    ) -> c_int {
+        call("MPI_Compare_and_swap", win, |w| {
+            let ty = Datatype::of(datatype)?;
+            let how = accumulate_of(super::types::OP_REPLACE, ty)?;
+            // SAFETY: MPI's contract: each holds one element.
+            let (value, compare, result) =
+                unsafe { (bytes(origin_addr, 1, ty)?, bytes(compare_addr, 1, ty)?, bytes_mut(result_addr, 1, ty)?) };
+            let (t, at, _) = target_bytes(w, target_rank, target_disp, 1, ty)?;
+            Ok(w.win.compare_and_swap_dyn(how, value, compare, result, t, at)?)
+        })
+    }
+
+    fn MPI_Win_fence / PMPI_Win_fence(assert: c_int, win: c_int) -> c_int {
+        call("MPI_Win_fence", win, |w| Ok(w.win.fence_with(assert_of(assert)?)?))
+    }
+
+    fn MPI_Win_lock / PMPI_Win_lock(lock_kind: c_int, rank: c_int, assert: c_int, win: c_int) -> c_int {
+        call("MPI_Win_lock", win, |w| {
+            let r = usize::try_from(rank).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {rank}")))?;
+            Ok(w.win.lock_with(lock_type(lock_kind)?, r, assert_of(assert)?)?)
+        })
+    }
+
+    fn MPI_Win_unlock / PMPI_Win_unlock(rank: c_int, win: c_int) -> c_int {
+        call("MPI_Win_unlock", win, |w| {
+            let r = usize::try_from(rank).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {rank}")))?;
+            Ok(w.win.unlock(r)?)
+        })
+    }
+
+    fn MPI_Win_lock_all / PMPI_Win_lock_all(assert: c_int, win: c_int) -> c_int {
+        call("MPI_Win_lock_all", win, |w| Ok(w.win.lock_all_with(assert_of(assert)?)?))
+    }
+
+    fn MPI_Win_unlock_all / PMPI_Win_unlock_all(win: c_int) -> c_int {
+        call("MPI_Win_unlock_all", win, |w| Ok(w.win.unlock_all()?))
+    }
+
+    fn MPI_Win_flush / PMPI_Win_flush(rank: c_int, win: c_int) -> c_int {
+        call("MPI_Win_flush", win, |w| {
+            let r = usize::try_from(rank).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {rank}")))?;
+            Ok(w.win.flush(r)?)
+        })
+    }
+
+    fn MPI_Win_flush_all / PMPI_Win_flush_all(win: c_int) -> c_int {
+        call("MPI_Win_flush_all", win, |w| Ok(w.win.flush_all()?))
+    }
+
+    fn MPI_Win_flush_local / PMPI_Win_flush_local(rank: c_int, win: c_int) -> c_int {
+        call("MPI_Win_flush_local", win, |w| {
+            let r = usize::try_from(rank).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {rank}")))?;
+            Ok(w.win.flush_local(r)?)
+        })
+    }
+
+    fn MPI_Win_flush_local_all / PMPI_Win_flush_local_all(win: c_int) -> c_int {
+        call("MPI_Win_flush_local_all", win, |w| Ok(w.win.flush_local_all()?))
+    }
+
+    fn MPI_Win_sync / PMPI_Win_sync(win: c_int) -> c_int {
+        call("MPI_Win_sync", win, |w| Ok(w.win.sync()?))
+    }
+
+    fn MPI_Win_post / PMPI_Win_post(group: c_int, assert: c_int, win: c_int) -> c_int {
+        call("MPI_Win_post", win, |w| Ok(w.win.post_with(&ranks_in("MPI_Win_post", w, group)?, assert_of(assert)?)?))
+    }
+
+    fn MPI_Win_start / PMPI_Win_start(group: c_int, assert: c_int, win: c_int) -> c_int {
+        call("MPI_Win_start", win, |w| Ok(w.win.start_with(&ranks_in("MPI_Win_start", w, group)?, assert_of(assert)?)?))
+    }
+
+    fn MPI_Win_complete / PMPI_Win_complete(win: c_int) -> c_int {
+        call("MPI_Win_complete", win, |w| Ok(w.win.complete()?))
+    }
+
+    fn MPI_Win_wait / PMPI_Win_wait(win: c_int) -> c_int {
+        call("MPI_Win_wait", win, |w| Ok(w.win.wait()?))
+    }
+
+    fn MPI_Win_test / PMPI_Win_test(win: c_int, flag: *mut c_int) -> c_int {
+        call("MPI_Win_test", win, |w| {
+            let done = w.win.test()?;
+            // SAFETY: MPI's contract: `flag` points to an int.
+            unsafe { put(flag, done as c_int) }
+        })
+    }
+
+    fn MPI_Get_address / PMPI_Get_address(location: *const c_void, address: *mut isize) -> c_int {
+        // SAFETY: MPI's contract: `address` points to an MPI_Aint.
+        finish("MPI_Get_address", COMM_WORLD, unsafe { put(address, location as isize) })
+    }
+
+    fn MPI_Alloc_mem / PMPI_Alloc_mem(size: isize, _info: c_int, baseptr: *mut c_void) -> c_int {
+        let r = (|| {
+            let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Alloc_mem: size {size}")))?;
+            // SAFETY: malloc of at least one byte (MPI allows size 0; a valid pointer is
+            // returned all the same); checked for failure below.
+            let p = unsafe { libc::malloc(n.max(1)) };
+            if p.is_null() {
+                return Err(Fail::new(ERR_NO_MEM, format!("MPI_Alloc_mem: {n} bytes")));
+            }
+            // SAFETY: MPI's contract: `baseptr` points to a pointer.
+            unsafe { put(baseptr.cast::<*mut c_void>(), p) }
+        })();
+        finish("MPI_Alloc_mem", COMM_WORLD, r)
+    }
+
+    fn MPI_Free_mem / PMPI_Free_mem(base: *mut c_void) -> c_int {
+        // SAFETY: MPI's contract: `base` came from MPI_Alloc_mem (malloc), or is null.
+        unsafe { libc::free(base) };
+        0
+    }
+}
