@@ -421,3 +421,28 @@ impl DynAcc {
         size_of(self.dtype).expect("a known type")
     }
 }
+
+#[cfg(test)]
+mod dyn_tests {
+    use super::{apply, AccOp, DynAcc};
+    use crate::coll::op::{Builtin, ElemType};
+
+    #[test]
+    fn run_time_accumulates_name_the_typed_kernels() {
+        let sum = DynAcc::new(AccOp::Builtin(Builtin::Sum), ElemType::I32).unwrap();
+        assert_eq!(sum.elem(), 4);
+        let (mut dst, src) = ([1i32, -2, 3], [10i32, 20, 30]);
+        assert!(apply(sum.op, sum.dtype, bytemuck::cast_slice_mut(&mut dst), bytemuck::cast_slice(&src)));
+        assert_eq!(dst, [11, 18, 33]);
+        let max = DynAcc::new(AccOp::Builtin(Builtin::Max), ElemType::F64).unwrap();
+        let (mut d, s) = ([1.5f64, 7.0], [2.5f64, -1.0]);
+        assert!(apply(max.op, max.dtype, bytemuck::cast_slice_mut(&mut d), bytemuck::cast_slice(&s)));
+        assert_eq!(d, [2.5, 7.0]);
+        // What MPI does not define, or one-sided operations do not carry.
+        assert!(DynAcc::new(AccOp::Builtin(Builtin::BitAnd), ElemType::F64).is_none());
+        assert!(DynAcc::new(AccOp::Builtin(Builtin::LogicalXor), ElemType::I32).is_none());
+        assert!(
+            DynAcc::new(AccOp::Replace, ElemType::F32).is_some() && DynAcc::new(AccOp::NoOp, ElemType::U8).is_some()
+        );
+    }
+}

@@ -216,6 +216,11 @@ fn comm_of(name: &str, comm: c_int) -> Res<Comm> {
 /// the communicator's error handler (`MPI_ERRORS_ARE_FATAL` ends the job, naming the rank
 /// and the error; `MPI_ERRORS_RETURN` returns its code).
 fn finish(name: &str, comm: c_int, result: Res) -> c_int {
+    finish_under(name, comm, None, result)
+}
+
+/// As [`finish`], under `errhandler` if given (a window's) rather than `comm`'s.
+fn finish_under(name: &str, comm: c_int, errhandler: Option<c_int>, result: Res) -> c_int {
     let Err(fail) = result else { return MPI_SUCCESS };
     let handled = STATE.with(|s| {
         let s = s.borrow();
@@ -223,7 +228,7 @@ fn finish(name: &str, comm: c_int, result: Res) -> c_int {
         let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref);
         // An error on no valid communicator goes to MPI_COMM_WORLD's handler.
         let entry = entry.or(s.comms[COMM_WORLD as usize].as_ref())?;
-        Some((entry.errhandler, entry.comm.clone(), s.universe.world().rank()))
+        Some((errhandler.unwrap_or(entry.errhandler), entry.comm.clone(), s.universe.world().rank()))
     });
     match handled {
         Some((ERRORS_RETURN, _, _)) => code_of(&fail),

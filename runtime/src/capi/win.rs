@@ -8,8 +8,8 @@ use std::ffi::{c_int, c_void};
 
 use super::types::{accumulate_of, Datatype};
 use super::{
-    bytes, bytes_mut, comm_of, count_of, finish, group_of, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_DISP,
-    ERR_NO_MEM, ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN,
+    bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, put, with_state, Fail, Res, COMM_WORLD,
+    ERRORS_ARE_FATAL, ERRORS_RETURN, ERR_ARG, ERR_DISP, ERR_NO_MEM, ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN,
 };
 use crate::rma::{Assert, LockType, Window};
 use crate::Comm;
@@ -33,6 +33,8 @@ pub(super) struct WinEntry {
     base: *mut c_void,
     size: Box<isize>,
     unit: Box<c_int>,
+    /// `MPI_Win_set_errhandler`'s (a window's errors go to it, not to a communicator's).
+    errhandler: c_int,
 }
 
 /// The assertion of a `MPI_MODE_*` combination.
@@ -46,11 +48,11 @@ fn assert_of(bits: c_int) -> Res<Assert> {
 
 /// Runs `f` on window `win` of the table (taken out meanwhile, so that `f` may use the
 /// state: groups, communicators).
-fn with_win<R>(name: &str, win: c_int, f: impl FnOnce(&WinEntry) -> Res<R>) -> Res<R> {
+fn with_win<R>(name: &str, win: c_int, f: impl FnOnce(&mut WinEntry) -> Res<R>) -> Res<R> {
     let slot = usize::try_from(win).ok().filter(|&i| i > 0);
-    let entry = with_state(name, |s| slot.and_then(|i| s.wins.get_mut(i)).and_then(Option::take))?
+    let mut entry = with_state(name, |s| slot.and_then(|i| s.wins.get_mut(i)).and_then(Option::take))?
         .ok_or_else(|| Fail::new(ERR_WIN, format!("{name}: {win} is not a window")))?;
-    let r = f(&entry);
+    let r = f(&mut entry);
     with_state(name, |s| s.wins[win as usize] = Some(entry))?;
     r
 }
@@ -68,7 +70,7 @@ unsafe fn new_win(name: &str, comm: &Comm, win: Window<'static, u8>, unit: c_int
     comm.allgather(&[unit as u64], &mut units)?;
     let (base, size) = (win.local_ptr().cast::<c_void>(), Box::new(win.local_len() as isize));
     let units = units.into_iter().map(|u| u as usize).collect();
-    let entry = WinEntry { win, units, base, size, unit: Box::new(unit as c_int) };
+    let entry = WinEntry { win, units, base, size, unit: Box::new(unit as c_int), errhandler: ERRORS_ARE_FATAL };
     let h = with_state(name, |s| {
         s.wins.push(Some(entry));
         (s.wins.len() - 1) as c_int
@@ -118,9 +120,15 @@ fn ranks_in(name: &str, w: &WinEntry, group: c_int) -> Res<Vec<usize>> {
         .collect()
 }
 
-/// Runs window call `name` on `win` and returns its code.
-fn call(name: &str, win: c_int, f: impl FnOnce(&WinEntry) -> Res) -> c_int {
-    finish(name, COMM_WORLD, with_win(name, win, f))
+/// Runs window call `name` on `win` and returns its code, an error under the window's
+/// error handler (`MPI_COMM_WORLD`'s for a handle that is no window).
+fn call(name: &str, win: c_int, f: impl FnOnce(&mut WinEntry) -> Res) -> c_int {
+    let mut errhandler = None;
+    let r = with_win(name, win, |w| {
+        errhandler = Some(w.errhandler);
+        f(w)
+    });
+    finish_under(name, COMM_WORLD, errhandler, r)
 }
 
 mpi! {
@@ -265,6 +273,21 @@ mpi! {
             // SAFETY: MPI's contract: `group` points to an MPI_Group.
             unsafe { super::new_group("MPI_Win_get_group", g, group) }
         })
+    }
+
+    fn MPI_Win_set_errhandler / PMPI_Win_set_errhandler(win: c_int, errhandler: c_int) -> c_int {
+        call("MPI_Win_set_errhandler", win, |w| match errhandler {
+            ERRORS_ARE_FATAL | ERRORS_RETURN => {
+                w.errhandler = errhandler;
+                Ok(())
+            }
+            _ => Err(Fail::new(ERR_ARG, format!("MPI_Win_set_errhandler: {errhandler} is not an error handler"))),
+        })
+    }
+
+    fn MPI_Win_get_errhandler / PMPI_Win_get_errhandler(win: c_int, errhandler: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: `errhandler` points to an MPI_Errhandler.
+        call("MPI_Win_get_errhandler", win, |w| unsafe { put(errhandler, w.errhandler) })
     }
 
     fn MPI_Win_get_attr / PMPI_Win_get_attr(win: c_int, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
