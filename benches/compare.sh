@@ -8,6 +8,9 @@
 #
 # For each WHAT it runs, REPEATS times and interleaved (the order rotating every repeat),
 #   mpr:     target/release/mprun -np NP target/release/mpr-bench WHAT
+#   mprc:    target/release/mprun -np NP benches/c/build/osu_mini.mprc WHAT
+#            (the same C program as MPICH's and Open MPI's, built with mprcc against mpr's
+#            C ABI: mpr/mprc is the cost of the C layer over the Rust API)
 #   MPICH:   mpiexec.mpich -n NP benches/c/build/osu_mini.mpich WHAT
 #   Open MPI mpirun.openmpi --allow-run-as-root --oversubscribe -np NP benches/c/build/osu_mini.openmpi WHAT
 # takes the median per size and implementation, and prints one table
@@ -59,7 +62,7 @@ read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-IMPLS=(mpr mpich openmpi)
+IMPLS=(mpr mprc mpich openmpi)
 KNOWN="latency bw bibw mbw_mr allreduce bcast allgather alltoall barrier startup \
 put_latency get_latency acc_latency fop_latency cas_latency put_bw get_bw"
 
@@ -90,7 +93,7 @@ else
 fi
 
 # ---------------------------------------------------------------- build
-declare -A OK=([mpr]=0 [mpich]=0 [openmpi]=0)
+declare -A OK=([mpr]=0 [mprc]=0 [mpich]=0 [openmpi]=0)
 
 mkdir -p "$BUILD"
 for impl in mpich openmpi; do
@@ -107,11 +110,16 @@ command -v mpiexec.mpich >/dev/null || OK[mpich]=0
 command -v mpirun.openmpi >/dev/null || OK[openmpi]=0
 
 if [[ $MPR_BUILD != 0 ]]; then
-    log "compare.sh: cargo build --release (mprun, mpr-bench)"
-    (cd "$ROOT" && cargo build --release --bin mprun --bin mpr-bench) ||
+    log "compare.sh: cargo build --release (mprun, mpr-bench, mprcc, libmpr)"
+    (cd "$ROOT" && cargo build --release --bin mprun --bin mpr-bench --bin mprcc && cargo build --release -p mpr --lib) ||
         log "compare.sh: cargo build failed; using whatever is in $TARGET"
 fi
 [[ -x $TARGET/mprun ]] && OK[mpr]=1 || log "compare.sh: no $TARGET/mprun; mpr column will be n/a"
+if [[ ${OK[mpr]} == 1 && -x $TARGET/mprcc ]] && "$TARGET/mprcc" -O2 -Wall -o "$BUILD/osu_mini.mprc" "$SRC"; then
+    OK[mprc]=1
+else
+    log "compare.sh: building osu_mini with mprcc failed; mprc column will be n/a"
+fi
 
 # ---------------------------------------------------------------- running
 # launcher IMPL: prints nothing, sets LAUNCH to the launcher prefix for IMPL.
@@ -122,14 +130,14 @@ fi
 launcher() {
     if [[ ${TRANSPORT:-} == tcp ]]; then
         case $1 in
-            mpr) LAUNCH=(env MPR_TRANSPORTS=tcp "$TARGET/mprun" -np "$NP") ;;
+            mpr | mprc) LAUNCH=(env MPR_TRANSPORTS=tcp "$TARGET/mprun" -np "$NP") ;;
             mpich) LAUNCH=(env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self UCX_NET_DEVICES=lo mpiexec.mpich -n "$NP") ;;
             openmpi) LAUNCH=(mpirun.openmpi --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl tcp,self --mca osc pt2pt -np "$NP") ;;
         esac
         return
     fi
     case $1 in
-        mpr) LAUNCH=("$TARGET/mprun" -np "$NP") ;;
+        mpr | mprc) LAUNCH=("$TARGET/mprun" -np "$NP") ;;
         mpich) LAUNCH=(mpiexec.mpich -n "$NP") ;;
         openmpi) LAUNCH=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$NP") ;;
     esac
@@ -197,7 +205,8 @@ run_startup() {
     log "compare.sh: startup: $STARTUP_RUNS runs of -np $NP /bin/true per launcher"
     for ((i = 1; i <= STARTUP_RUNS; i++)); do
         for impl in "${IMPLS[@]}"; do
-            [[ ${OK[$impl]} == 1 ]] || continue
+            # (mprc starts as mpr does: the same launcher.)
+            [[ ${OK[$impl]} == 1 && $impl != mprc ]] || continue
             launcher "$impl"
             t0=$(now_us)
             if timeout -k 10 "$TIMEOUT" "${LAUNCH[@]}" /bin/true >/dev/null 2>"$RAW/startup.err" </dev/null; then

@@ -196,3 +196,57 @@ fn mprcc_shows_compiles_and_links_in_steps() {
     assert_eq!(bad.status.code(), Some(1), "{}", text(&bad.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// tests/c/build, copied to a scratch directory.
+fn build_project(name: &str) -> PathBuf {
+    let dir = scratch(name);
+    for f in ["ring.c", "Makefile", "configure.ac", "Makefile.conf.in"] {
+        std::fs::copy(source("build").join(f), dir.join(f)).unwrap();
+    }
+    dir
+}
+
+fn ring_runs(dir: &Path, np: &str) {
+    let out = mprun(&["-np", np, dir.join("ring").to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let want = format!("token came back as {} after {np} ranks\n", 1 << (np.parse::<u32>().unwrap() - 1));
+    assert_eq!(text(&out.stdout), want);
+}
+
+#[test]
+fn a_makefile_builds_with_cc_mprcc() {
+    let dir = build_project("make");
+    let mprcc = bin_dir().join("mprcc");
+    let out = run(Command::new("make").arg(format!("CC={}", mprcc.display())).current_dir(&dir));
+    built(out, "make CC=mprcc");
+    ring_runs(&dir, "3");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_autoconf_configure_probes_compile_link_and_run_with_mprcc() {
+    let found = Command::new("autoconf").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        mpr_tests::cannot_run("autoconf not installed (apt-get install autoconf)");
+        return;
+    }
+    let dir = build_project("autoconf");
+    built(run(Command::new("autoconf").current_dir(&dir)), "autoconf");
+    let mprcc = bin_dir().join("mprcc");
+    let out = run(Command::new("./configure").arg(format!("CC={}", mprcc.display())).current_dir(&dir));
+    let log = text(&out.stdout);
+    built(out, "./configure CC=mprcc");
+    // Its compile probe (mpi.h), link probes (a function there, one absent) and run probe.
+    for line in [
+        "checking for mpi.h... yes",
+        "checking for library containing MPI_Init... none required",
+        "checking for MPI_Win_allocate... yes",
+        "checking for MPI_File_open... no",
+        "checking for MPI 3... yes",
+    ] {
+        assert!(log.contains(line), "{line:?} not in:\n{log}");
+    }
+    built(run(Command::new("make").args(["-f", "Makefile.conf"]).current_dir(&dir)), "make");
+    ring_runs(&dir, "4");
+    let _ = std::fs::remove_dir_all(&dir);
+}
