@@ -55,7 +55,7 @@ pub use comm::{Comm, Communicator, ANY_SOURCE, ANY_TAG, TAG_UB};
 pub use error::{Error, ErrorClass, Result};
 pub use group::Group;
 pub use half;
-pub use request::{scope, test_all, wait_all, wait_any, Request, Scope};
+pub use request::{scope, test_all, unscoped, wait_all, wait_any, Request, Scope};
 pub use rma::{AccOp, Assert, DynAcc, Elem, LockType, NoOp, Replace, RmaOp, Window};
 pub use status::Status;
 

@@ -18,6 +18,8 @@ use crate::status::Status;
 /// The region within which nonblocking operations may borrow buffers for `'a`.
 pub struct Scope<'a> {
     started: RefCell<Vec<(Arc<Shared>, Handle)>>,
+    /// Whether it waits, when it ends, for what started in it (all but [`unscoped`]'s).
+    waits: bool,
     // Invariant in 'a, so the borrow cannot be shortened after the fact.
     _marker: PhantomData<&'a mut &'a ()>,
 }
@@ -47,9 +49,20 @@ impl std::fmt::Debug for Scope<'_> {
 /// # Ok(()) }
 /// ```
 pub fn scope<'a, R>(f: impl FnOnce(&Scope<'a>) -> R) -> R {
-    let s = Scope { started: RefCell::new(Vec::new()), _marker: PhantomData };
+    let s = Scope { started: RefCell::new(Vec::new()), waits: true, _marker: PhantomData };
     f(&s)
     // `s` drops here (also on unwind) and completes what is still in flight.
+}
+
+/// A scope that waits for nothing, for operations whose buffers their caller keeps valid
+/// itself (the C ABI's nonblocking collectives, whose requests MPI's program waits for).
+///
+/// # Safety
+/// Every buffer given to an operation started in this scope must stay valid (and, for a
+/// buffer the operation writes, untouched by anything else) until the operation's request
+/// has completed, even if the request is dropped.
+pub unsafe fn unscoped() -> Scope<'static> {
+    Scope { started: RefCell::new(Vec::new()), waits: false, _marker: PhantomData }
 }
 
 /// What a scope waits for.
@@ -70,6 +83,9 @@ impl Handle {
 
 impl Scope<'_> {
     pub(crate) fn register(&self, rt: &Arc<Shared>, h: Handle) {
+        if !self.waits {
+            return;
+        }
         let mut v = self.started.borrow_mut();
         // Forget requests already collected, so long-running scopes stay small.
         if v.len() >= 64 && v.len().is_power_of_two() {

@@ -20,6 +20,66 @@ static void say(const char *what, const int *v, int n)
     fflush(stdout);
 }
 
+/* Nonblocking collectives, several in flight at once and beside point-to-point requests,
+ * waited for together. */
+static void nonblocking(void)
+{
+    int p = size, next = (rank + 1) % p, prev = (rank + p - 1) % p;
+    MPI_Request r[12];
+    int bc[4] = {0}, ar[2] = {rank + 1, -rank}, arsum[2], inplace[2] = {rank, 2 * rank}, red[2] = {0, 0};
+    double dmax = rank * 1.5, dres = 0;
+    int ag[16], ip[16], a2a_s[16], a2a_r[16], gat[16], sc_s[16], sc_r[2], token = rank * 9, got = -1;
+    if (rank == 1 % p)
+        for (int i = 0; i < 4; i++)
+            bc[i] = 40 + i;
+    for (int i = 0; i < p; i++) {
+        ip[i] = i == rank ? rank * 5 : -7;
+        a2a_s[i] = rank * 100 + i;
+    }
+    for (int i = 0; i < 2 * p; i++)
+        sc_s[i] = 700 + i;
+    int n = 0;
+    MPI_Ibcast(bc, 4, MPI_INT, 1 % p, MPI_COMM_WORLD, &r[n++]);
+    MPI_Iallreduce(ar, arsum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r[n++]);
+    MPI_Iallreduce(MPI_IN_PLACE, inplace, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &r[n++]);
+    MPI_Ireduce(&dmax, &dres, 1, MPI_DOUBLE, MPI_MAX, 2 % p, MPI_COMM_WORLD, &r[n++]);
+    MPI_Iallgather(&token, 1, MPI_INT, ag, 1, MPI_INT, MPI_COMM_WORLD, &r[n++]);
+    MPI_Iallgather(MPI_IN_PLACE, 1, MPI_INT, ip, 1, MPI_INT, MPI_COMM_WORLD, &r[n++]);
+    MPI_Ialltoall(a2a_s, 1, MPI_INT, a2a_r, 1, MPI_INT, MPI_COMM_WORLD, &r[n++]);
+    MPI_Igather(ar, 2, MPI_INT, gat, 2, MPI_INT, 0, MPI_COMM_WORLD, &r[n++]);
+    MPI_Iscatter(sc_s, 2, MPI_INT, sc_r, 2, MPI_INT, p - 1, MPI_COMM_WORLD, &r[n++]);
+    MPI_Irecv(&got, 1, MPI_INT, prev, 77, MPI_COMM_WORLD, &r[n++]);
+    MPI_Isend(&token, 1, MPI_INT, next, 77, MPI_COMM_WORLD, &r[n++]);
+    MPI_Ireduce(ar, red, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD, &r[n++]);
+    MPI_Waitall(n, r, MPI_STATUSES_IGNORE);
+    say("ibcast", bc, 4);
+    say("iallreduce", arsum, 2);
+    say("iallreduce in place", inplace, 2);
+    if (rank == 2 % p) {
+        int d = (int)(dres * 10);
+        say("ireduce max", &d, 1);
+    }
+    if (rank == 0) {
+        say("ireduce sum", red, 2);
+        say("igather", gat, 2 * p);
+    }
+    say("iallgather", ag, p);
+    say("iallgather in place", ip, p);
+    say("ialltoall", a2a_r, p);
+    say("iscatter", sc_r, 2);
+    say("p2p beside them", &got, 1);
+    /* A barrier tested until done; a broadcast waited for alone. */
+    int flag = 0;
+    MPI_Request b;
+    MPI_Ibarrier(MPI_COMM_WORLD, &b);
+    while (!flag)
+        MPI_Test(&b, &flag, MPI_STATUS_IGNORE);
+    int v = rank == 0 ? 31 : 0;
+    MPI_Ibcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD, &b);
+    MPI_Wait(&b, MPI_STATUS_IGNORE);
+    say("ibarrier then ibcast", &v, 1);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -228,6 +288,7 @@ int main(int argc, char **argv)
     MPI_Group_free(&rev);
     int gfreed = wg == MPI_GROUP_NULL && rev == MPI_GROUP_NULL;
     say("groups freed", &gfreed, 1);
+    nonblocking();
     MPI_Finalize();
     return 0;
 }

@@ -89,7 +89,16 @@ fn environment_point_to_point_reductions_and_errors_as_on_mpich() {
 
 #[test]
 fn collectives_and_communicators_as_on_mpich() {
-    same_as_mpich("coll.c", &["3", "4"], &[]);
+    // Blocking and nonblocking collectives over TCP and RDMA too (ranks that may not share
+    // memory make a shared communicator each).
+    same_as_mpich(
+        "coll.c",
+        &["3", "4"],
+        &[
+            (&["--transports", "tcp"], "shared size"),
+            (&["--transports", "rdma", "--env", "MPR_VERBS_PROVIDER=soft"], "shared size"),
+        ],
+    );
 }
 
 #[test]

@@ -407,6 +407,7 @@ macro_rules! mpi {
     )*};
 }
 
+mod icoll;
 mod p2p;
 mod win;
 

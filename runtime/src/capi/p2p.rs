@@ -47,6 +47,8 @@ struct Call {
 #[derive(Debug)]
 enum Op {
     Live(Request<'static>),
+    /// A nonblocking collective, with the copy it works from (an `MPI_IN_PLACE` input).
+    Coll(crate::CollRequest<'static>, Vec<u64>),
     /// Nothing in flight: to `MPI_PROC_NULL`, or a buffered send (copied).
     Done(MpiStatus),
 }
@@ -156,6 +158,22 @@ unsafe fn new_request(name: &str, req: CReq, out: *mut c_int) -> Res {
     unsafe { put(out, h) }
 }
 
+/// A new request for nonblocking collective `req` on `comm` (keeping `keep` alive while it
+/// runs), written to `out`.
+///
+/// # Safety
+/// `out` points to an `MPI_Request`.
+pub(super) unsafe fn new_coll_request(
+    name: &str,
+    comm: c_int,
+    req: crate::CollRequest<'static>,
+    keep: Vec<u64>,
+    out: *mut c_int,
+) -> Res {
+    // SAFETY: this function's contract.
+    unsafe { new_request(name, CReq { comm, op: Some(Op::Coll(req, keep)), persistent: None }, out) }
+}
+
 /// Starts `call` as a new request in `*request`.
 ///
 /// # Safety
@@ -256,6 +274,14 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
                 return Ok(Outcome::Pending);
             }
         },
+        Some(Op::Coll(req, _keep)) if wait => req.wait().map(|()| empty()),
+        Some(Op::Coll(req, keep)) => match req.test() {
+            Ok(r) => r.map(|()| empty()),
+            Err(req) => {
+                with_state(name, |s| s.requests[handle as usize - 1].op = Some(Op::Coll(req, keep)))?;
+                return Ok(Outcome::Pending);
+            }
+        },
     };
     let persistent = with_state(name, |s| {
         let k = handle as usize - 1;
@@ -317,6 +343,7 @@ fn is_settled(name: &str, h: c_int) -> Res<bool> {
         Some(r) => Ok(match &r.op {
             None | Some(Op::Done(_)) => true,
             Some(Op::Live(req)) => req.is_complete(),
+            Some(Op::Coll(req, _)) => req.is_complete(),
         }),
         None => Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request"))),
     })?
@@ -332,6 +359,7 @@ fn poll(name: &str, h: c_int) -> Res {
         .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))?;
     let polled = match &op {
         Some(Op::Live(req)) => req.poll().map(|_| ()),
+        Some(Op::Coll(req, _)) => req.poll().map(|_| ()),
         _ => Ok(()),
     };
     with_state(name, |s| s.requests[k].op = op)?;
@@ -640,8 +668,12 @@ mpi! {
             // SAFETY: not null (checked): the caller's MPI_Request.
             let h = unsafe { *request };
             let k = key("MPI_Request_free", h)?;
-            let req = with_state("MPI_Request_free", |s| s.requests.try_remove(k))?
+            let coll = with_state("MPI_Request_free", |s| s.requests.get(k).map(|r| matches!(r.op, Some(Op::Coll(..)))))?
                 .ok_or_else(|| Fail::new(ERR_REQUEST, format!("MPI_Request_free: {h} is not a request")))?;
+            if coll {
+                return Err(Fail::new(ERR_REQUEST, "MPI_Request_free of a nonblocking collective's request"));
+            }
+            let req = with_state("MPI_Request_free", |s| s.requests.remove(k))?;
             if let Some(Op::Live(r)) = req.op {
                 r.free();
             }

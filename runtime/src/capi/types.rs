@@ -94,8 +94,8 @@ impl Datatype {
 /// A predefined reduction operation.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ReduceOp {
-    name: &'static str,
-    op: Builtin,
+    pub(super) name: &'static str,
+    pub(super) op: Builtin,
 }
 
 /// Indexed by handle (include/mpi.h): 0 is `MPI_OP_NULL`.

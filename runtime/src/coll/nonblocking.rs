@@ -35,6 +35,17 @@ impl<'a> CollRequest<'a> {
         self.rt.borrow_mut().wait_sched(self.id)
     }
 
+    /// Whether the collective has completed on this rank (without collecting it).
+    pub fn is_complete(&self) -> bool {
+        self.rt.borrow().sched_done(self.id)
+    }
+
+    /// Makes progress once; whether the collective has completed (without collecting it).
+    pub fn poll(&self) -> Result<bool, Error> {
+        self.rt.borrow_mut().progress()?;
+        Ok(self.is_complete())
+    }
+
     /// Makes progress once; returns the result if complete, or the request back (`MPI_Test`).
     pub fn test(self) -> Result<Result<(), Error>, CollRequest<'a>> {
         let r = self.rt.borrow_mut().test_sched(self.id);
