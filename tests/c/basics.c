@@ -190,6 +190,44 @@ static void errors(void)
         MPI_ERR_COUNT, MPI_ERR_COMM, MPI_ERR_TYPE, MPI_ERR_ROOT, MPI_ERR_OP, MPI_ERR_TRUNCATE);
 }
 
+static void info(void)
+{
+    MPI_Info in, copy;
+    char value[MPI_MAX_INFO_VAL + 1], key[MPI_MAX_INFO_KEY + 1];
+    int flag, n, len;
+    MPI_Info_create(&in);
+    MPI_Info_set(in, "alpha", "1");
+    MPI_Info_set(in, "beta", "two words");
+    MPI_Info_set(in, "alpha", "replaced");
+    MPI_Info_get_nkeys(in, &n);
+    SAY("info keys = %d", n);
+    for (int i = 0; i < n; i++) {
+        MPI_Info_get_nthkey(in, i, key);
+        MPI_Info_get(in, key, MPI_MAX_INFO_VAL, value, &flag);
+        SAY("info %d: %s = %s (%d)", i, key, value, flag);
+    }
+    MPI_Info_get_valuelen(in, "beta", &len, &flag);
+    SAY("info valuelen of beta = %d (%d)", len, flag);
+    MPI_Info_get(in, "beta", 3, value, &flag);
+    SAY("info beta cut to 3 = %s", value);
+    MPI_Info_get(in, "gamma", MPI_MAX_INFO_VAL, value, &flag);
+    SAY("info gamma found = %d", flag);
+    MPI_Info_dup(in, &copy);
+    MPI_Info_delete(in, "alpha");
+    MPI_Info_get_nkeys(in, &n);
+    int m;
+    MPI_Info_get_nkeys(copy, &m);
+    SAY("info after delete = %d, the copy keeps = %d", n, m);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int err = MPI_Info_delete(in, "alpha"), cls;
+    MPI_Error_class(err, &cls);
+    SAY("info delete of a missing key: class %d", cls);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Info_free(&in);
+    MPI_Info_free(&copy);
+    SAY("info freed = %d", in == MPI_INFO_NULL && copy == MPI_INFO_NULL);
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -201,6 +239,7 @@ int main(int argc, char **argv)
     point_to_point();
     collectives();
     errors();
+    info();
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     int flag;

@@ -130,6 +130,8 @@ struct State {
     attached: p2p::Attached,
     /// Indexed by handle: 0 is `MPI_WIN_NULL`.
     wins: Vec<Option<win::WinEntry>>,
+    /// Indexed by handle: 0 is `MPI_INFO_NULL`, 1 `MPI_INFO_ENV`.
+    infos: Vec<Option<info::Pairs>>,
 }
 
 thread_local! {
@@ -176,6 +178,10 @@ fn class_text(class: c_int) -> &'static str {
         ERR_IN_STATUS => "error code is in status",
         ERR_REQUEST => "invalid request",
         ERR_NO_MEM => "out of memory",
+        28 => "invalid info object",
+        29 => "invalid info key",
+        30 => "invalid info value",
+        31 => "no such info key",
         ERR_WIN => "invalid window",
         ERR_SIZE => "invalid size",
         ERR_DISP => "invalid displacement",
@@ -408,6 +414,7 @@ macro_rules! mpi {
 }
 
 mod icoll;
+mod info;
 mod p2p;
 mod win;
 
@@ -431,6 +438,7 @@ fn init(name: &str, required: c_int) -> Res {
             requests: slab::Slab::new(),
             attached: p2p::Attached::default(),
             wins: vec![None],
+            infos: info::predefined(),
         })
     });
     Ok(())
