@@ -5,18 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int rank, size;
-
-/* One line per call, written at once (launchers may forward output as it is written). */
-#define SAY(...)                                                                                                       \
-    do {                                                                                                               \
-        char line_[512];                                                                                               \
-        int n_ = snprintf(line_, sizeof line_, "%d: ", rank);                                                          \
-        n_ += snprintf(line_ + n_, sizeof line_ - n_ - 1, __VA_ARGS__);                                                \
-        line_[n_++] = '\n';                                                                                            \
-        fwrite(line_, 1, (size_t)n_, stdout);                                                                          \
-        fflush(stdout);                                                                                                \
-    } while (0)
+#include "say.h"
 
 static void environment(void)
 {

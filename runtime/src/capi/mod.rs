@@ -334,6 +334,27 @@ unsafe fn count_in(name: &str, status: *const MpiStatus, datatype: c_int, count:
     finish(name, COMM_WORLD, r)
 }
 
+/// `MPI_Sendrecv`'s exchange of bytes, either side of which may be `MPI_PROC_NULL`.
+fn sendrecv_bytes(
+    c: &Comm,
+    send: &[u8],
+    dest: c_int,
+    sendtag: c_int,
+    recv: &mut [u8],
+    source: c_int,
+    recvtag: c_int,
+) -> Res<MpiStatus> {
+    Ok(match (peer(dest, false)?, peer(source, true)?) {
+        (Some(d), Some(s)) => MpiStatus::of(c.sendrecv(send, d, sendtag, recv, s, recvtag)?),
+        (Some(d), None) => {
+            c.send(send, d, sendtag)?;
+            MpiStatus::proc_null()
+        }
+        (None, Some(s)) => MpiStatus::of(c.recv(recv, s, recvtag)?),
+        (None, None) => MpiStatus::proc_null(),
+    })
+}
+
 /// `MPI_Status` as include/mpi.h lays it out.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -842,15 +863,7 @@ mpi! {
             let send = unsafe { bytes(sendbuf, count_of(sendcount)?, st)? };
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
             let recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, rt)? };
-            let got = match (peer(dest, false)?, peer(source, true)?) {
-                (Some(d), Some(s)) => MpiStatus::of(c.sendrecv(send, d, sendtag, recv, s, recvtag)?),
-                (Some(d), None) => {
-                    c.send(send, d, sendtag)?;
-                    MpiStatus::proc_null()
-                }
-                (None, Some(s)) => MpiStatus::of(c.recv(recv, s, recvtag)?),
-                (None, None) => MpiStatus::proc_null(),
-            };
+            let got = sendrecv_bytes(&c, send, dest, sendtag, recv, source, recvtag)?;
             if !status.is_null() {
                 // SAFETY: the caller's MPI_Status (not null, checked).
                 unsafe { *status = got };

@@ -892,15 +892,7 @@ mpi! {
             // SAFETY: MPI's contract: the caller's buffer of `count` elements.
             let data = unsafe { bytes_mut(buf, count_of(count)?, ty)? };
             let send = data.to_vec();
-            let got = match (peer(dest, false)?, peer(source, true)?) {
-                (Some(d), Some(s)) => MpiStatus::of(c.sendrecv(&send[..], d, sendtag, data, s, recvtag)?),
-                (Some(d), None) => {
-                    c.send(&send[..], d, sendtag)?;
-                    MpiStatus::proc_null()
-                }
-                (None, Some(s)) => MpiStatus::of(c.recv(data, s, recvtag)?),
-                (None, None) => MpiStatus::proc_null(),
-            };
+            let got = super::sendrecv_bytes(&c, &send, dest, sendtag, data, source, recvtag)?;
             // SAFETY: MPI's contract: null or the caller's MPI_Status.
             unsafe { store(status, 0, got) };
             Ok(())
