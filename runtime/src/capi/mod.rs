@@ -128,8 +128,8 @@ struct State {
     requests: slab::Slab<p2p::CReq>,
     /// `MPI_Buffer_attach`'s buffer and the buffered sends in flight.
     attached: p2p::Attached,
-    /// Indexed by handle: 0 is `MPI_WIN_NULL`.
-    wins: Vec<Option<win::WinEntry>>,
+    /// Indexed by handle: 0 is `MPI_WIN_NULL` (boxed: a call takes its window out and puts it back).
+    wins: Vec<Option<Box<win::WinEntry>>>,
     /// Indexed by handle: 0 is `MPI_INFO_NULL`, 1 `MPI_INFO_ENV`.
     infos: Vec<Option<info::Pairs>>,
 }

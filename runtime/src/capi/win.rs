@@ -72,7 +72,7 @@ unsafe fn new_win(name: &str, comm: &Comm, win: Window<'static, u8>, unit: c_int
     let units = units.into_iter().map(|u| u as usize).collect();
     let entry = WinEntry { win, units, base, size, unit: Box::new(unit as c_int), errhandler: ERRORS_ARE_FATAL };
     let h = with_state(name, |s| {
-        s.wins.push(Some(entry));
+        s.wins.push(Some(Box::new(entry)));
         (s.wins.len() - 1) as c_int
     })?;
     // SAFETY: this function's contract.
