@@ -320,9 +320,7 @@ impl Comm {
         tag: i32,
     ) -> Result<Request<'static>, Error> {
         // SAFETY: the caller guarantees validity until completion (this function's contract).
-        let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, count * std::mem::size_of::<T>()) };
-        // SAFETY: as above.
-        let id = self.start_ssend(unsafe { RawBuf::new(bytes) }, dest, tag)?;
+        let id = self.start_ssend(unsafe { raw_parts(buf, count) }, dest, tag)?;
         Ok(Request::started(&self.inner.rt, None, Started::Req(id)))
     }
 
@@ -409,9 +407,7 @@ impl Comm {
         tag: i32,
     ) -> Result<Request<'static>, Error> {
         // SAFETY: the caller guarantees validity until completion (this function's contract).
-        let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, count * std::mem::size_of::<T>()) };
-        // SAFETY: as above.
-        let started = self.start_send(unsafe { RawBuf::new(bytes) }, dest, tag, false)?;
+        let started = self.start_send(unsafe { raw_parts(buf, count) }, dest, tag, false)?;
         Ok(Request::started(&self.inner.rt, None, started))
     }
 
@@ -494,4 +490,13 @@ fn local_copy(rt: &mut Runtime, copy: LocalCopy<'_>) -> Result<(), Error> {
         }
     }
     result
+}
+
+/// `count` elements at `buf` as the engine's view of a send buffer.
+///
+/// # Safety
+/// `buf..buf+count` is valid for reads until the operation using the view has completed.
+unsafe fn raw_parts<T: Pod>(buf: *const T, count: usize) -> RawBuf {
+    // SAFETY: this function's contract.
+    unsafe { RawBuf::new(std::slice::from_raw_parts(buf.cast::<u8>(), count * std::mem::size_of::<T>())) }
 }

@@ -139,16 +139,16 @@ impl Shard {
 }
 
 #[derive(Debug)]
-struct Layer<'a> {
+struct Layer {
     attn_norm: Vec<f32>,
     ffn_norm: Vec<f32>,
-    q: Mat<'a>,
-    k: Mat<'a>,
-    v: Mat<'a>,
-    o: Mat<'a>,
-    gate: Mat<'a>,
-    up: Mat<'a>,
-    down: Mat<'a>,
+    q: Mat,
+    k: Mat,
+    v: Mat,
+    o: Mat,
+    gate: Mat,
+    up: Mat,
+    down: Mat,
 }
 
 /// The model as this rank holds it.
@@ -157,9 +157,9 @@ pub(crate) struct Model<'a> {
     pub(crate) cfg: Config,
     pub(crate) shard: Shard,
     embd: Tensor<'a>,
-    output: Mat<'a>,
+    output: Mat,
     out_norm: Vec<f32>,
-    layers: Vec<Layer<'a>>,
+    layers: Vec<Layer>,
 }
 
 /// The keys and values seen so far, per layer: position-major, this rank's KV heads.

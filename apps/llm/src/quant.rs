@@ -20,46 +20,38 @@ pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
 /// A matrix of `rows` rows of `cols` elements, row-major, in its stored type (a vector is
 /// one row): the file's own bytes (memory-mapped), or a copy of some of its columns.
 #[derive(Debug, Clone)]
-pub(crate) struct Mat<'a> {
+pub(crate) struct Mat {
     pub(crate) dtype: DType,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
-    data: Bytes<'a>,
+    data: Bytes,
 }
 
-/// Where a matrix's bytes are: a map of exactly its rows in the file (shared by clones),
-/// this process's own copy, or borrowed.
+/// Where a matrix's bytes are: a map of exactly its rows in the file (shared by clones), or
+/// this process's own copy.
 #[derive(Debug, Clone)]
-pub(crate) enum Bytes<'a> {
+pub(crate) enum Bytes {
     Mapped(Arc<memmap2::Mmap>),
     Owned(Vec<u8>),
-    Borrowed(&'a [u8]),
 }
 
-impl Deref for Bytes<'_> {
+impl Deref for Bytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match self {
             Bytes::Mapped(m) => m,
             Bytes::Owned(v) => v,
-            Bytes::Borrowed(b) => b,
         }
     }
 }
 
-impl From<Vec<u8>> for Bytes<'_> {
+impl From<Vec<u8>> for Bytes {
     fn from(v: Vec<u8>) -> Self {
         Bytes::Owned(v)
     }
 }
 
-impl<'a> From<&'a [u8]> for Bytes<'a> {
-    fn from(b: &'a [u8]) -> Self {
-        Bytes::Borrowed(b)
-    }
-}
-
-impl From<memmap2::Mmap> for Bytes<'_> {
+impl From<memmap2::Mmap> for Bytes {
     fn from(m: memmap2::Mmap) -> Self {
         Bytes::Mapped(Arc::new(m))
     }
@@ -112,9 +104,9 @@ fn fixed<const N: usize, T>(s: &[T]) -> &[T; N] {
     s.try_into().expect("a whole block")
 }
 
-impl<'a> Mat<'a> {
+impl Mat {
     /// `data` holds rows x cols elements of `dtype` (checked).
-    pub(crate) fn new(dtype: DType, rows: usize, cols: usize, data: impl Into<Bytes<'a>>) -> Mat<'a> {
+    pub(crate) fn new(dtype: DType, rows: usize, cols: usize, data: impl Into<Bytes>) -> Mat {
         let data = data.into();
         let (per, bytes) = dtype.block();
         assert!(cols.is_multiple_of(per), "rows of {cols} do not fill blocks of {per}");
@@ -239,15 +231,15 @@ impl<'a> Mat<'a> {
 
 /// One [`Mat::matmul`], as pulp runs it: `with_simd` is compiled once per vector unit with
 /// that unit's instructions enabled, and everything it calls is inlined into it.
-struct MatMul<'a, 'b> {
-    m: &'b Mat<'a>,
+struct MatMul<'b> {
+    m: &'b Mat,
     rows: Range<usize>,
     cols: Range<usize>,
     xs: &'b [f32],
     ys: &'b mut [f32],
 }
 
-impl pulp::WithSimd for MatMul<'_, '_> {
+impl pulp::WithSimd for MatMul<'_> {
     type Output = ();
 
     #[inline(always)]
@@ -361,7 +353,7 @@ mod tests {
             cases.push((t, bytes, back));
         }
         for (t, bytes, back) in cases {
-            let m = Mat::new(t, rows, cols, &bytes[..]);
+            let m = Mat::new(t, rows, cols, bytes.clone());
             for r in 0..rows {
                 assert_eq!(m.row(r), back[r * cols..(r + 1) * cols], "{} row {r}", t.name());
                 let want: f32 = (0..cols).map(|c| back[r * cols + c] * x[c]).sum();

@@ -63,7 +63,7 @@ impl Weights {
     /// rows. The kernel maps a whole cached folio around a fault (up to 2 MiB, much more than
     /// a row), but never beyond the map, so the pages a rank holds are its own rows', not its
     /// neighbours' (through one map of the file, a tensor-parallel rank held most of them).
-    pub(crate) fn rows(&self, name: &str, rows: usize, cols: usize, part: Range<usize>) -> Result<Mat<'_>, String> {
+    pub(crate) fn rows(&self, name: &str, rows: usize, cols: usize, part: Range<usize>) -> Result<Mat, String> {
         let t = self.tensor(name, rows, cols)?;
         if part.end > rows {
             return Err(format!("tensor {}: rows {part:?} of {rows}", t.name));
@@ -84,7 +84,7 @@ impl Weights {
     /// from the file into this process's own memory. For O and down, whose tensor-parallel
     /// shards are columns: mapped, a rank would hold every page of them. All the columns:
     /// mapped, as [`Weights::rows`].
-    pub(crate) fn columns(&self, name: &str, rows: usize, cols: usize, part: Range<usize>) -> Result<Mat<'_>, String> {
+    pub(crate) fn columns(&self, name: &str, rows: usize, cols: usize, part: Range<usize>) -> Result<Mat, String> {
         if part == (0..cols) {
             return self.rows(name, rows, cols, 0..rows);
         }

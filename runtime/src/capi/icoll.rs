@@ -31,6 +31,9 @@ fn held_mut(b: &[u8]) -> (Vec<u64>, &'static mut [u8]) {
     (v, view)
 }
 
+/// A collective's request, and the copy it works from (an `MPI_IN_PLACE` input) if any.
+type Started = (CollRequest<'static>, Vec<u64>);
+
 /// Runs `start` in a scope that waits for nothing and files its request in `*request`.
 ///
 /// # Safety
@@ -39,19 +42,50 @@ fn held_mut(b: &[u8]) -> (Vec<u64>, &'static mut [u8]) {
 unsafe fn launch(
     name: &str,
     comm: c_int,
-    keep: Vec<u64>,
     request: *mut c_int,
-    start: impl FnOnce(&Comm, &crate::Scope<'static>) -> Res<CollRequest<'static>>,
+    start: impl FnOnce(&Comm, &crate::Scope<'static>) -> Res<Started>,
 ) -> c_int {
     let r = (|| {
         let c = comm_of(name, comm)?;
         // SAFETY: this function's contract: the caller's buffers outlive the request.
         let scope = unsafe { crate::unscoped() };
-        let req = start(&c, &scope)?;
+        let (req, keep) = start(&c, &scope)?;
         // SAFETY: this function's contract.
         unsafe { new_coll_request(name, comm, req, keep, request) }
     })();
     finish(name, comm, r)
+}
+
+/// A send buffer, or (`MPI_IN_PLACE`) a copy of `own`, the caller's part of its receive
+/// buffer, with the storage to keep.
+///
+/// # Safety
+/// Not in place, `buf` holds `count` elements of `ty` until the request completes.
+unsafe fn input<'b>(
+    buf: *const c_void,
+    count: c_int,
+    ty: c_int,
+    own: impl FnOnce() -> Res<&'b [u8]>,
+) -> Res<(Vec<u64>, &'static [u8])> {
+    if buf == IN_PLACE {
+        return Ok(held(own()?));
+    }
+    // SAFETY: this function's contract.
+    Ok((Vec::new(), unsafe { bytes(buf, count_of(count)?, Datatype::of(ty)?)? }))
+}
+
+/// A receive buffer of `count` elements of `ty`.
+///
+/// # Safety
+/// `buf` holds them until the request completes.
+unsafe fn output(buf: *mut c_void, count: usize, ty: c_int) -> Res<&'static mut [u8]> {
+    // SAFETY: this function's contract.
+    unsafe { bytes_mut(buf, count, Datatype::of(ty)?) }
+}
+
+/// `MPI_IN_PLACE` where only the root may give it.
+fn not_root() -> Fail {
+    Fail::new(ERR_BUFFER, "MPI_IN_PLACE at a rank that is not the root")
 }
 
 /// `f` with the reduction of `op` on `ty` carried as the unsigned type of its size; an
@@ -115,7 +149,7 @@ macro_rules! with_carrier {
 mpi! {
     fn MPI_Ibarrier / PMPI_Ibarrier(comm: c_int, request: *mut c_int) -> c_int {
         // SAFETY: no buffers; `request` is the caller's MPI_Request.
-        unsafe { launch("MPI_Ibarrier", comm, Vec::new(), request, |c, s| Ok(c.ibarrier(s)?)) }
+        unsafe { launch("MPI_Ibarrier", comm, request, |c, s| Ok((c.ibarrier(s)?, Vec::new()))) }
     }
 
     fn MPI_Ibcast / PMPI_Ibcast(
@@ -128,10 +162,10 @@ mpi! {
     ) -> c_int {
         // SAFETY: MPI's contract: the buffer holds `count` elements until the request completes.
         unsafe {
-            launch("MPI_Ibcast", comm, Vec::new(), request, |c, s| {
+            launch("MPI_Ibcast", comm, request, |c, s| {
                 let root = root_of(c, root)?;
-                let buf: &'static mut [u8] = bytes_mut(buffer, count_of(count)?, Datatype::of(datatype)?)?;
-                Ok(c.ibcast(s, buf, root)?)
+                let buf = output(buffer, count_of(count)?, datatype)?;
+                Ok((c.ibcast(s, buf, root)?, Vec::new()))
             })
         }
     }
@@ -145,28 +179,18 @@ mpi! {
         comm: c_int,
         request: *mut c_int,
     ) -> c_int {
-        let r = (|| {
-            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
-            let n = count_of(count)?;
-            // SAFETY: MPI's contract: both buffers hold `count` elements until completion.
-            let recv: &'static mut [u8] = unsafe { bytes_mut(recvbuf, n, ty)? };
-            let (keep, send): (Vec<u64>, &'static [u8]) = if sendbuf == IN_PLACE {
-                held(recv)
-            } else {
-                // SAFETY: as above.
-                (Vec::new(), unsafe { bytes(sendbuf, n, ty)? })
-            };
-            Ok((ty, op, recv, keep, send))
-        })();
-        let (ty, op, recv, keep, send) = match r {
-            Ok(v) => v,
-            Err(f) => return finish("MPI_Iallreduce", comm, Err(f)),
-        };
-        let ptrs = [send.as_ptr(), recv.as_ptr()];
-        // SAFETY: the buffers checked above; the in-place copy lives with the request.
+        // SAFETY: MPI's contract: both buffers hold `count` elements until the request
+        // completes; the in-place copy lives with the request.
         unsafe {
-            launch("MPI_Iallreduce", comm, keep, request, |c, s| {
-                carried(ty, op, &ptrs, |k| with_carrier!(k, |o, T| c.iallreduce(s, cast::<T>(send), cast_mut::<T>(recv), o)))
+            launch("MPI_Iallreduce", comm, request, |c, s| {
+                let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+                let recv = output(recvbuf, count_of(count)?, datatype)?;
+                let (keep, send) = input(sendbuf, count, datatype, || Ok(&*recv))?;
+                let ptrs = [send.as_ptr(), recv.as_ptr()];
+                let req = carried(ty, op, &ptrs, |k| {
+                    with_carrier!(k, |o, T| c.iallreduce(s, cast::<T>(send), cast_mut::<T>(recv), o))
+                })?;
+                Ok((req, keep))
             })
         }
     }
@@ -181,37 +205,20 @@ mpi! {
         comm: c_int,
         request: *mut c_int,
     ) -> c_int {
-        let r = (|| {
-            let c = comm_of("MPI_Ireduce", comm)?;
-            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
-            let n = count_of(count)?;
-            let root = root_of(&c, root)?;
-            let recv: Option<&'static mut [u8]> = if c.rank() == root {
-                // SAFETY: MPI's contract: the root's buffer holds `count` elements until completion.
-                Some(unsafe { bytes_mut(recvbuf, n, ty)? })
-            } else {
-                None
-            };
-            let (keep, send): (Vec<u64>, &'static [u8]) = match (&recv, sendbuf == IN_PLACE) {
-                (Some(r), true) => held(r),
-                (None, true) => return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE at a rank that is not the root")),
-                // SAFETY: as above, the send buffer.
-                (_, false) => (Vec::new(), unsafe { bytes(sendbuf, n, ty)? }),
-            };
-            Ok((ty, op, root, recv, keep, send))
-        })();
-        let (ty, op, root, recv, keep, send) = match r {
-            Ok(v) => v,
-            Err(f) => return finish("MPI_Ireduce", comm, Err(f)),
-        };
-        let mut ptrs = vec![send.as_ptr()];
-        ptrs.extend(recv.as_ref().map(|r| r.as_ptr()));
-        // SAFETY: the buffers checked above; the in-place copy lives with the request.
+        // SAFETY: MPI's contract: the buffers hold `count` elements (the receive buffer at
+        // the root) until the request completes; the in-place copy lives with the request.
         unsafe {
-            launch("MPI_Ireduce", comm, keep, request, |c, s| {
-                carried(ty, op, &ptrs, |k| {
+            launch("MPI_Ireduce", comm, request, |c, s| {
+                let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+                let root = root_of(c, root)?;
+                let recv = if c.rank() == root { Some(output(recvbuf, count_of(count)?, datatype)?) } else { None };
+                let (keep, send) = input(sendbuf, count, datatype, || recv.as_deref().ok_or_else(not_root))?;
+                let mut ptrs = vec![send.as_ptr()];
+                ptrs.extend(recv.as_ref().map(|r| r.as_ptr()));
+                let req = carried(ty, op, &ptrs, |k| {
                     with_carrier!(k, |o, T| c.ireduce(s, cast::<T>(send), recv.map(cast_mut::<T>), o, root))
-                })
+                })?;
+                Ok((req, keep))
             })
         }
     }
@@ -226,27 +233,18 @@ mpi! {
         comm: c_int,
         request: *mut c_int,
     ) -> c_int {
-        let r = (|| {
-            let c = comm_of("MPI_Iallgather", comm)?;
-            let rt = Datatype::of(recvtype)?;
-            let n = count_of(recvcount)? * rt.size;
-            // SAFETY: MPI's contract: recvbuf holds size x recvcount elements until completion.
-            let recv: &'static mut [u8] = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), rt)? };
-            Ok(if sendbuf == IN_PLACE {
+        // SAFETY: MPI's contract: recvbuf holds size x recvcount elements and sendbuf
+        // sendcount until the request completes; the in-place copy lives with the request.
+        unsafe {
+            launch("MPI_Iallgather", comm, request, |c, s| {
+                let n = count_of(recvcount)?;
+                let recv = output(recvbuf, n * c.size(), recvtype)?;
+                let block = recv.len() / c.size().max(1);
                 let me = c.rank();
-                held(&recv[me * n..(me + 1) * n])
-            } else {
-                // SAFETY: as above, the send buffer.
-                (Vec::new(), unsafe { bytes(sendbuf, count_of(sendcount)?, Datatype::of(sendtype)?)? })
+                let (keep, send) = input(sendbuf, sendcount, sendtype, || Ok(&recv[me * block..(me + 1) * block]))?;
+                Ok((c.iallgather(s, send, recv)?, keep))
             })
-            .map(|(k, s)| (k, s, recv))
-        })();
-        let (keep, send, recv) = match r {
-            Ok(v) => v,
-            Err(f) => return finish("MPI_Iallgather", comm, Err(f)),
-        };
-        // SAFETY: the buffers checked above; the in-place copy lives with the request.
-        unsafe { launch("MPI_Iallgather", comm, keep, request, |c, s| Ok(c.iallgather(s, send, recv)?)) }
+        }
     }
 
     fn MPI_Ialltoall / PMPI_Ialltoall(
@@ -259,26 +257,16 @@ mpi! {
         comm: c_int,
         request: *mut c_int,
     ) -> c_int {
-        let r = (|| {
-            let c = comm_of("MPI_Ialltoall", comm)?;
-            let rt = Datatype::of(recvtype)?;
-            // SAFETY: MPI's contract: recvbuf holds size x recvcount elements until completion.
-            let recv: &'static mut [u8] = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), rt)? };
-            Ok(if sendbuf == IN_PLACE {
-                held(recv)
-            } else {
-                let st = Datatype::of(sendtype)?;
-                // SAFETY: as above, the send buffer.
-                (Vec::new(), unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), st)? })
+        // SAFETY: MPI's contract: both buffers hold size x count elements until the request
+        // completes; the in-place copy lives with the request.
+        unsafe {
+            launch("MPI_Ialltoall", comm, request, |c, s| {
+                let recv = output(recvbuf, count_of(recvcount)? * c.size(), recvtype)?;
+                let sends = count_of(sendcount)? * c.size();
+                let (keep, send) = input(sendbuf, sends as c_int, sendtype, || Ok(&*recv))?;
+                Ok((c.ialltoall(s, send, recv)?, keep))
             })
-            .map(|(k, s)| (k, s, recv))
-        })();
-        let (keep, send, recv) = match r {
-            Ok(v) => v,
-            Err(f) => return finish("MPI_Ialltoall", comm, Err(f)),
-        };
-        // SAFETY: the buffers checked above; the in-place copy lives with the request.
-        unsafe { launch("MPI_Ialltoall", comm, keep, request, |c, s| Ok(c.ialltoall(s, send, recv)?)) }
+        }
     }
 
     fn MPI_Igather / PMPI_Igather(
@@ -292,36 +280,21 @@ mpi! {
         comm: c_int,
         request: *mut c_int,
     ) -> c_int {
-        let r = (|| {
-            let c = comm_of("MPI_Igather", comm)?;
-            let root = root_of(&c, root)?;
-            let recv: Option<&'static mut [u8]> = if c.rank() == root {
-                let rt = Datatype::of(recvtype)?;
-                // SAFETY: MPI's contract: the root's recvbuf holds size x recvcount elements.
-                Some(unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), rt)? })
-            } else {
-                None
-            };
-            let (keep, send) = match (&recv, sendbuf == IN_PLACE) {
-                (Some(r), true) => {
-                    let n = r.len() / c.size();
-                    held(&r[root * n..(root + 1) * n])
-                }
-                (None, true) => return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE at a rank that is not the root")),
-                (_, false) => {
-                    let st = Datatype::of(sendtype)?;
-                    // SAFETY: MPI's contract: the send buffer until completion.
-                    (Vec::new(), unsafe { bytes(sendbuf, count_of(sendcount)?, st)? })
-                }
-            };
-            Ok((root, recv, keep, send))
-        })();
-        let (root, recv, keep, send) = match r {
-            Ok(v) => v,
-            Err(f) => return finish("MPI_Igather", comm, Err(f)),
-        };
-        // SAFETY: the buffers checked above; the in-place copy lives with the request.
-        unsafe { launch("MPI_Igather", comm, keep, request, |c, s| Ok(c.igather(s, send, recv, root)?)) }
+        // SAFETY: MPI's contract: the root's recvbuf holds size x recvcount elements and
+        // sendbuf sendcount until the request completes; the in-place copy lives with it.
+        unsafe {
+            launch("MPI_Igather", comm, request, |c, s| {
+                let root = root_of(c, root)?;
+                let n = count_of(recvcount)?;
+                let recv = if c.rank() == root { Some(output(recvbuf, n * c.size(), recvtype)?) } else { None };
+                let (keep, send) = input(sendbuf, sendcount, sendtype, || {
+                    let r = recv.as_deref().ok_or_else(not_root)?;
+                    let block = r.len() / c.size();
+                    Ok(&r[root * block..(root + 1) * block])
+                })?;
+                Ok((c.igather(s, send, recv, root)?, keep))
+            })
+        }
     }
 
     fn MPI_Iscatter / PMPI_Iscatter(
@@ -335,34 +308,27 @@ mpi! {
         comm: c_int,
         request: *mut c_int,
     ) -> c_int {
-        let r = (|| {
-            let c = comm_of("MPI_Iscatter", comm)?;
-            let root = root_of(&c, root)?;
-            let at_root = c.rank() == root;
-            let send: Option<&'static [u8]> = if at_root {
-                let st = Datatype::of(sendtype)?;
-                // SAFETY: MPI's contract: the root's sendbuf holds size x sendcount elements.
-                Some(unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), st)? })
-            } else {
-                None
-            };
-            let (keep, recv): (Vec<u64>, &'static mut [u8]) = if at_root && recvbuf == IN_PLACE.cast_mut() {
-                // The root's block stays where it is: the schedule copies it into a scratch.
-                let s = send.expect("at the root");
-                let n = s.len() / c.size();
-                held_mut(&s[root * n..(root + 1) * n])
-            } else {
-                let rt = Datatype::of(recvtype)?;
-                // SAFETY: MPI's contract: recvbuf holds recvcount elements until completion.
-                (Vec::new(), unsafe { bytes_mut(recvbuf, count_of(recvcount)?, rt)? })
-            };
-            Ok((root, send, keep, recv))
-        })();
-        let (root, send, keep, recv) = match r {
-            Ok(v) => v,
-            Err(f) => return finish("MPI_Iscatter", comm, Err(f)),
-        };
-        // SAFETY: the buffers checked above; the in-place scratch lives with the request.
-        unsafe { launch("MPI_Iscatter", comm, keep, request, |c, s| Ok(c.iscatter(s, send, recv, root)?)) }
+        // SAFETY: MPI's contract: the root's sendbuf holds size x sendcount elements and
+        // recvbuf recvcount until the request completes; the in-place scratch lives with it.
+        unsafe {
+            launch("MPI_Iscatter", comm, request, |c, s| {
+                let root = root_of(c, root)?;
+                let at_root = c.rank() == root;
+                let send: Option<&'static [u8]> = if at_root {
+                    Some(bytes(sendbuf, count_of(sendcount)? * c.size(), Datatype::of(sendtype)?)?)
+                } else {
+                    None
+                };
+                let (keep, recv) = match send {
+                    // The root's block stays where it is: the schedule copies it into a scratch.
+                    Some(sb) if recvbuf == IN_PLACE.cast_mut() => {
+                        let block = sb.len() / c.size();
+                        held_mut(&sb[root * block..(root + 1) * block])
+                    }
+                    _ => (Vec::new(), output(recvbuf, count_of(recvcount)?, recvtype)?),
+                };
+                Ok((c.iscatter(s, send, recv, root)?, keep))
+            })
+        }
     }
 }

@@ -532,15 +532,24 @@ fn start_persistent(name: &str, h: c_int) -> Res<c_int> {
     Ok(call.comm)
 }
 
-macro_rules! send_calls {
-    ($($name:ident / $pname:ident / $init:ident / $pinit:ident / $iname:ident / $piname:ident: $mode:expr, $s:literal, $si:literal, $sn:literal;)*) => {$(
+/// The blocking sends of a mode other than the standard one (MPI_Send is with the blocking
+/// point-to-point calls).
+macro_rules! blocking_sends {
+    ($($name:ident / $pname:ident: $mode:expr;)*) => {$(
         mpi! {
             fn $name / $pname(buf: *const c_void, count: c_int, datatype: c_int, dest: c_int, tag: c_int, comm: c_int) -> c_int {
                 let call = Call { send: Some($mode), buf: buf.cast_mut(), count, datatype, peer: dest, tag, comm };
                 // SAFETY: MPI's contract: the caller's buffer holds what it says.
-                unsafe { blocking($s, call) }
+                unsafe { blocking(stringify!($name), call) }
             }
+        }
+    )*};
+}
 
+/// A mode's nonblocking send and its persistent request.
+macro_rules! send_requests {
+    ($($iname:ident / $piname:ident, $init:ident / $pinit:ident: $mode:expr;)*) => {$(
+        mpi! {
             fn $iname / $piname(
                 buf: *const c_void,
                 count: c_int,
@@ -552,7 +561,7 @@ macro_rules! send_calls {
             ) -> c_int {
                 let call = Call { send: Some($mode), buf: buf.cast_mut(), count, datatype, peer: dest, tag, comm };
                 // SAFETY: MPI's contract: the buffer stays valid until the request completes.
-                unsafe { immediate($sn, call, request) }
+                unsafe { immediate(stringify!($iname), call, request) }
             }
 
             fn $init / $pinit(
@@ -566,36 +575,26 @@ macro_rules! send_calls {
             ) -> c_int {
                 let call = Call { send: Some($mode), buf: buf.cast_mut(), count, datatype, peer: dest, tag, comm };
                 // SAFETY: MPI's contract: the caller's MPI_Request.
-                unsafe { persistent($si, call, request) }
+                unsafe { persistent(stringify!($init), call, request) }
             }
         }
     )*};
 }
 
-send_calls! {
-    MPI_Ssend / PMPI_Ssend / MPI_Ssend_init / PMPI_Ssend_init / MPI_Issend / PMPI_Issend:
-        Mode::Sync, "MPI_Ssend", "MPI_Ssend_init", "MPI_Issend";
-    MPI_Rsend / PMPI_Rsend / MPI_Rsend_init / PMPI_Rsend_init / MPI_Irsend / PMPI_Irsend:
-        Mode::Standard, "MPI_Rsend", "MPI_Rsend_init", "MPI_Irsend";
-    MPI_Bsend / PMPI_Bsend / MPI_Bsend_init / PMPI_Bsend_init / MPI_Ibsend / PMPI_Ibsend:
-        Mode::Buffered, "MPI_Bsend", "MPI_Bsend_init", "MPI_Ibsend";
+blocking_sends! {
+    MPI_Ssend / PMPI_Ssend: Mode::Sync;
+    MPI_Rsend / PMPI_Rsend: Mode::Standard;
+    MPI_Bsend / PMPI_Bsend: Mode::Buffered;
+}
+
+send_requests! {
+    MPI_Isend / PMPI_Isend, MPI_Send_init / PMPI_Send_init: Mode::Standard;
+    MPI_Issend / PMPI_Issend, MPI_Ssend_init / PMPI_Ssend_init: Mode::Sync;
+    MPI_Irsend / PMPI_Irsend, MPI_Rsend_init / PMPI_Rsend_init: Mode::Standard;
+    MPI_Ibsend / PMPI_Ibsend, MPI_Bsend_init / PMPI_Bsend_init: Mode::Buffered;
 }
 
 mpi! {
-    fn MPI_Isend / PMPI_Isend(
-        buf: *const c_void,
-        count: c_int,
-        datatype: c_int,
-        dest: c_int,
-        tag: c_int,
-        comm: c_int,
-        request: *mut c_int,
-    ) -> c_int {
-        let call = Call { send: Some(Mode::Standard), buf: buf.cast_mut(), count, datatype, peer: dest, tag, comm };
-        // SAFETY: MPI's contract: the buffer stays valid until the request completes.
-        unsafe { immediate("MPI_Isend", call, request) }
-    }
-
     fn MPI_Irecv / PMPI_Irecv(
         buf: *mut c_void,
         count: c_int,
@@ -608,20 +607,6 @@ mpi! {
         let call = Call { send: None, buf, count, datatype, peer: source, tag, comm };
         // SAFETY: MPI's contract: the buffer stays valid until the request completes.
         unsafe { immediate("MPI_Irecv", call, request) }
-    }
-
-    fn MPI_Send_init / PMPI_Send_init(
-        buf: *const c_void,
-        count: c_int,
-        datatype: c_int,
-        dest: c_int,
-        tag: c_int,
-        comm: c_int,
-        request: *mut c_int,
-    ) -> c_int {
-        let call = Call { send: Some(Mode::Standard), buf: buf.cast_mut(), count, datatype, peer: dest, tag, comm };
-        // SAFETY: MPI's contract: the caller's MPI_Request.
-        unsafe { persistent("MPI_Send_init", call, request) }
     }
 
     fn MPI_Recv_init / PMPI_Recv_init(

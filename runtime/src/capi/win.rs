@@ -101,6 +101,11 @@ fn same(name: &str, origin: usize, target: usize) -> Res {
     Ok(())
 }
 
+/// A target rank argument (the window checks it against its communicator).
+fn rank_arg(rank: c_int) -> Res<usize> {
+    usize::try_from(rank).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {rank}")))
+}
+
 /// `MPI_Win_lock`'s type.
 fn lock_type(t: c_int) -> Res<LockType> {
     match t {
@@ -420,9 +425,10 @@ mpi! {
             // SAFETY: MPI's contract: the result holds one element.
             let result = unsafe { bytes_mut(result_addr, 1, ty)? };
             let (t, at, _) = target_bytes(w, target_rank, target_disp, 1, ty)?;
-            let zeros = vec![0u8; ty.size];
+            // With MPI_NO_OP the origin is not read (and may be null): zeros stand in.
+            let zeros = [0u8; 16];
             let data = if op == super::types::OP_NO_OP {
-                &zeros[..]
+                &zeros[..ty.size.min(16)]
             } else {
                 // SAFETY: MPI's contract: the origin holds one element.
                 unsafe { bytes(origin_addr, 1, ty)? }
@@ -457,14 +463,14 @@ mpi! {
 
     fn MPI_Win_lock / PMPI_Win_lock(lock_kind: c_int, rank: c_int, assert: c_int, win: c_int) -> c_int {
         call("MPI_Win_lock", win, |w| {
-            let r = usize::try_from(rank).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {rank}")))?;
+            let r = rank_arg(rank)?;
             Ok(w.win.lock_with(lock_type(lock_kind)?, r, assert_of(assert)?)?)
         })
     }
 
     fn MPI_Win_unlock / PMPI_Win_unlock(rank: c_int, win: c_int) -> c_int {
         call("MPI_Win_unlock", win, |w| {
-            let r = usize::try_from(rank).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {rank}")))?;
+            let r = rank_arg(rank)?;
             Ok(w.win.unlock(r)?)
         })
     }
@@ -479,7 +485,7 @@ mpi! {
 
     fn MPI_Win_flush / PMPI_Win_flush(rank: c_int, win: c_int) -> c_int {
         call("MPI_Win_flush", win, |w| {
-            let r = usize::try_from(rank).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {rank}")))?;
+            let r = rank_arg(rank)?;
             Ok(w.win.flush(r)?)
         })
     }
@@ -490,7 +496,7 @@ mpi! {
 
     fn MPI_Win_flush_local / PMPI_Win_flush_local(rank: c_int, win: c_int) -> c_int {
         call("MPI_Win_flush_local", win, |w| {
-            let r = usize::try_from(rank).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {rank}")))?;
+            let r = rank_arg(rank)?;
             Ok(w.win.flush_local(r)?)
         })
     }
