@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytemuck::Pod;
 
 use crate::buf::{RawBuf, RawBufMut};
-use crate::engine::ReqId;
+use crate::engine::{ReqId, Staging};
 use crate::error::Error;
 use crate::progress::{Runtime, Shared, Started};
 use crate::request::{Request, Scope};
@@ -429,6 +429,50 @@ impl Comm {
         let bytes = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count * std::mem::size_of::<T>()) };
         // SAFETY: as above.
         let started = self.start_recv(unsafe { RawBufMut::new(bytes) }, src, tag)?;
+        Ok(Request::started(&self.inner.rt, None, started))
+    }
+
+    /// Starts sending `bytes`, which the engine owns until the send ends: nothing of the
+    /// caller's stays borrowed (a message packed from a derived datatype, see
+    /// [`crate::Layout`]). `sync`: a synchronous send (`MPI_Issend`).
+    pub fn isend_owned(&self, bytes: Vec<u8>, dest: usize, tag: i32, sync: bool) -> Result<Request<'static>, Error> {
+        // SAFETY: the bytes move into the request's staging below and stay there until it
+        // ends (a vector's heap memory does not move with it); a send done at once was
+        // copied by the transport.
+        let raw = unsafe { RawBuf::new(&bytes) };
+        let started = if sync {
+            Started::Req(self.start_ssend(raw, dest, tag)?)
+        } else {
+            self.start_send(raw, dest, tag, false)?
+        };
+        if let Started::Req(id) = started {
+            self.inner.rt.borrow_mut().engine.stage(id, Staging { bytes, unpack: None });
+        }
+        Ok(Request::started(&self.inner.rt, None, started))
+    }
+
+    /// Starts receiving a message of up to `len` bytes into memory the engine owns, and hands
+    /// the bytes that arrived to `unpack` when the receive completes, before any wait or test
+    /// reports it (a derived datatype's receive, see [`crate::Layout::unpack`]). A receive
+    /// that fails hands over nothing.
+    pub fn irecv_staged(
+        &self,
+        len: usize,
+        src: usize,
+        tag: i32,
+        unpack: impl FnOnce(&[u8]) + 'static,
+    ) -> Result<Request<'static>, Error> {
+        let mut bytes = vec![0u8; len];
+        // SAFETY: the bytes move into the request's staging below and stay there until it
+        // ends (a vector's heap memory does not move with it); nothing else touches them.
+        let raw = unsafe { RawBufMut::new(&mut bytes) };
+        let started = self.start_recv(raw, src, tag)?;
+        match started {
+            Started::Done(st) => unpack(&bytes[..st.bytes.min(len)]),
+            Started::Req(id) => {
+                self.inner.rt.borrow_mut().engine.stage(id, Staging { bytes, unpack: Some(Box::new(unpack)) });
+            }
+        }
         Ok(Request::started(&self.inner.rt, None, started))
     }
 

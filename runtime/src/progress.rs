@@ -108,7 +108,8 @@ pub(crate) struct Runtime {
 
 // SAFETY: the runtime holds raw views of buffers the application lent to requests in flight
 // (`RawBuf`), transports with pointers into their mappings, and handles of C libraries
-// (verbs). None of them is tied to the thread that made it: the buffers stay valid until
+// (verbs), and the closures that unpack a staged receive into such a buffer. None of them
+// is tied to the thread that made it: the buffers stay valid until
 // their requests complete, whichever thread completes them, and the mappings and handles
 // live as long as the runtime. The runtime is only ever reached through the lock of
 // `shared::Shared`, so one thread at a time uses it.

@@ -4,37 +4,51 @@
 //! table as point-to-point ones. An `MPI_IN_PLACE` input is copied, and the copy lives with
 //! the request.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 
 use bytemuck::Pod;
 
 use super::p2p::new_coll_request;
 use super::types::{Datatype, ReduceOp};
-use super::{bytes, bytes_mut, comm_of, count_of, finish, root_of, Fail, Res, ERR_BUFFER, ERR_OP, IN_PLACE};
+use super::{bytes, bytes_mut, comm_of, count_of, finish, root_of, Fail, Landing, Res, ERR_BUFFER, ERR_OP, IN_PLACE};
 use crate::op::DynOp;
 use crate::{CollRequest, Comm, Error};
 
-/// A copy of `b`, 8-byte aligned (the width of every carrier), and a view of it.
-fn held(b: &[u8]) -> (Vec<u64>, &'static [u8]) {
-    let (v, view) = held_mut(b);
-    (v, view)
+/// What a nonblocking collective works from beside the caller's buffers, kept with its
+/// request until it completes: copies (an `MPI_IN_PLACE` input, a packed derived datatype),
+/// and landings of derived datatypes, unpacked into the caller's memory when dropped.
+#[derive(Debug, Default)]
+pub(super) struct Keep {
+    copies: Vec<Vec<u64>>,
+    landings: Vec<Landing<'static>>,
+}
+
+thread_local! {
+    /// What the collective being started keeps (moved to its request by [`launch`]).
+    static KEEP: RefCell<Keep> = RefCell::new(Keep::default());
+}
+
+/// A copy of `b`, 8-byte aligned (the width of every carrier), kept with the request.
+fn held(b: &[u8]) -> &'static [u8] {
+    held_mut(b)
 }
 
 /// As [`held`], writable (a scratch the collective writes).
-fn held_mut(b: &[u8]) -> (Vec<u64>, &'static mut [u8]) {
+fn held_mut(b: &[u8]) -> &'static mut [u8] {
     let mut v = vec![0u64; b.len().div_ceil(8)];
     let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut v)[..b.len()];
     bytes.copy_from_slice(b);
     // SAFETY: the vector's heap buffer does not move when the vector does, and lives with
-    // the request that uses this view (new_coll_request keeps it).
+    // the request that uses this view (KEEP, then the request's table entry).
     let view = unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr(), b.len()) };
-    (v, view)
+    KEEP.with(|k| k.borrow_mut().copies.push(v));
+    view
 }
 
-/// A collective's request, and the copy it works from (an `MPI_IN_PLACE` input) if any.
-type Started = (CollRequest<'static>, Vec<u64>);
-
-/// Runs `start` in a scope that waits for nothing and files its request in `*request`.
+/// Runs `start` in a scope that waits for nothing and files its request, with what it
+/// keeps, in `*request`.
 ///
 /// # Safety
 /// The buffers `start` gives the collective stay valid until its request completes (MPI's
@@ -43,21 +57,23 @@ unsafe fn launch(
     name: &str,
     comm: c_int,
     request: *mut c_int,
-    start: impl FnOnce(&Comm, &crate::Scope<'static>) -> Res<Started>,
+    start: impl FnOnce(&Comm, &crate::Scope<'static>) -> Res<CollRequest<'static>>,
 ) -> c_int {
     let r = (|| {
         let c = comm_of(name, comm)?;
         // SAFETY: this function's contract: the caller's buffers outlive the request.
         let scope = unsafe { crate::unscoped() };
-        let (req, keep) = start(&c, &scope)?;
+        let started = start(&c, &scope);
+        // What a failed start kept goes now (its landings unpack what they hold, unchanged).
+        let keep = KEEP.with(|k| std::mem::take(&mut *k.borrow_mut()));
         // SAFETY: this function's contract.
-        unsafe { new_coll_request(name, comm, req, keep, request) }
+        unsafe { new_coll_request(name, comm, started?, keep, request) }
     })();
     finish(name, comm, r)
 }
 
 /// A send buffer, or (`MPI_IN_PLACE`) a copy of `own`, the caller's part of its receive
-/// buffer, with the storage to keep.
+/// buffer.
 ///
 /// # Safety
 /// Not in place, `buf` holds `count` elements of `ty` until the request completes.
@@ -66,12 +82,15 @@ unsafe fn input<'b>(
     count: c_int,
     ty: c_int,
     own: impl FnOnce() -> Res<&'b [u8]>,
-) -> Res<(Vec<u64>, &'static [u8])> {
+) -> Res<&'static [u8]> {
     if buf == IN_PLACE {
         return Ok(held(own()?));
     }
     // SAFETY: this function's contract.
-    Ok((Vec::new(), unsafe { bytes(buf, count_of(count)?, Datatype::of(ty)?)? }))
+    Ok(match unsafe { bytes(buf, count_of(count)?, &Datatype::of(ty)?)? } {
+        Cow::Borrowed(b) => b,
+        Cow::Owned(packed) => held(&packed),
+    })
 }
 
 /// A receive buffer of `count` elements of `ty`.
@@ -80,7 +99,15 @@ unsafe fn input<'b>(
 /// `buf` holds them until the request completes.
 unsafe fn output(buf: *mut c_void, count: usize, ty: c_int) -> Res<&'static mut [u8]> {
     // SAFETY: this function's contract.
-    unsafe { bytes_mut(buf, count, Datatype::of(ty)?) }
+    let mut landing = unsafe { bytes_mut(buf, count, &Datatype::of(ty)?)? };
+    // SAFETY: the bytes are the caller's (valid until the request completes), or the
+    // landing's own, whose heap buffer stays put when it moves to KEEP and lives there, then
+    // with the request, until the request completes.
+    let view = unsafe { std::slice::from_raw_parts_mut(landing.as_mut_ptr(), landing.len()) };
+    if let Landing::Staged { .. } = landing {
+        KEEP.with(|k| k.borrow_mut().landings.push(landing));
+    }
+    Ok(view)
 }
 
 /// `MPI_IN_PLACE` where only the root may give it.
@@ -90,17 +117,25 @@ fn not_root() -> Fail {
 
 /// `f` with the reduction of `op` on `ty` carried as the unsigned type of its size; an
 /// operand not aligned for it is an error (C's buffers of a type are aligned for it).
-fn carried<R>(ty: Datatype, op: ReduceOp, bufs: &[*const u8], f: impl FnOnce(Carrier) -> Result<R, Error>) -> Res<R> {
+fn carried<R>(ty: &Datatype, op: &ReduceOp, bufs: &[*const u8], f: impl FnOnce(Carrier) -> Result<R, Error>) -> Res<R> {
     let unfit = || Fail::new(ERR_OP, format!("{} does not apply to {}", op.name, ty.name));
+    let b = op.builtin().ok_or_else(|| {
+        Fail::new(
+            ERR_OP,
+            format!("{} in a nonblocking reduction (predefined arithmetic, bitwise and logical ones only)", op.name),
+        )
+    })?;
+    // A derived type's packed data is a run of its basic type's elements.
+    let (ty, _) = ty.as_basic(1).ok_or_else(unfit)?;
     let elem = ty.elem.ok_or_else(unfit)?;
     if bufs.iter().any(|&p| p as usize % ty.size.max(1) != 0) {
         return Err(Fail::new(ERR_BUFFER, format!("a buffer of {} not aligned for it", ty.name)));
     }
     let c = match ty.size {
-        1 => Carrier::U8(DynOp::new(op.op, elem).ok_or_else(unfit)?),
-        2 => Carrier::U16(DynOp::new(op.op, elem).ok_or_else(unfit)?),
-        4 => Carrier::U32(DynOp::new(op.op, elem).ok_or_else(unfit)?),
-        8 => Carrier::U64(DynOp::new(op.op, elem).ok_or_else(unfit)?),
+        1 => Carrier::U8(DynOp::new(b, elem).ok_or_else(unfit)?),
+        2 => Carrier::U16(DynOp::new(b, elem).ok_or_else(unfit)?),
+        4 => Carrier::U32(DynOp::new(b, elem).ok_or_else(unfit)?),
+        8 => Carrier::U64(DynOp::new(b, elem).ok_or_else(unfit)?),
         _ => return Err(unfit()),
     };
     f(c).map_err(Fail::from)
@@ -149,7 +184,7 @@ macro_rules! with_carrier {
 mpi! {
     fn MPI_Ibarrier / PMPI_Ibarrier(comm: c_int, request: *mut c_int) -> c_int {
         // SAFETY: no buffers; `request` is the caller's MPI_Request.
-        unsafe { launch("MPI_Ibarrier", comm, request, |c, s| Ok((c.ibarrier(s)?, Vec::new()))) }
+        unsafe { launch("MPI_Ibarrier", comm, request, |c, s| Ok(c.ibarrier(s)?)) }
     }
 
     fn MPI_Ibcast / PMPI_Ibcast(
@@ -165,7 +200,7 @@ mpi! {
             launch("MPI_Ibcast", comm, request, |c, s| {
                 let root = root_of(c, root)?;
                 let buf = output(buffer, count_of(count)?, datatype)?;
-                Ok((c.ibcast(s, buf, root)?, Vec::new()))
+                Ok(c.ibcast(s, buf, root)?)
             })
         }
     }
@@ -185,12 +220,12 @@ mpi! {
             launch("MPI_Iallreduce", comm, request, |c, s| {
                 let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
                 let recv = output(recvbuf, count_of(count)?, datatype)?;
-                let (keep, send) = input(sendbuf, count, datatype, || Ok(&*recv))?;
+                let send = input(sendbuf, count, datatype, || Ok(&*recv))?;
                 let ptrs = [send.as_ptr(), recv.as_ptr()];
-                let req = carried(ty, op, &ptrs, |k| {
+                let req = carried(&ty, &op, &ptrs, |k| {
                     with_carrier!(k, |o, T| c.iallreduce(s, cast::<T>(send), cast_mut::<T>(recv), o))
                 })?;
-                Ok((req, keep))
+                Ok(req)
             })
         }
     }
@@ -212,13 +247,13 @@ mpi! {
                 let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
                 let root = root_of(c, root)?;
                 let recv = if c.rank() == root { Some(output(recvbuf, count_of(count)?, datatype)?) } else { None };
-                let (keep, send) = input(sendbuf, count, datatype, || recv.as_deref().ok_or_else(not_root))?;
+                let send = input(sendbuf, count, datatype, || recv.as_deref().ok_or_else(not_root))?;
                 let mut ptrs = vec![send.as_ptr()];
                 ptrs.extend(recv.as_ref().map(|r| r.as_ptr()));
-                let req = carried(ty, op, &ptrs, |k| {
+                let req = carried(&ty, &op, &ptrs, |k| {
                     with_carrier!(k, |o, T| c.ireduce(s, cast::<T>(send), recv.map(cast_mut::<T>), o, root))
                 })?;
-                Ok((req, keep))
+                Ok(req)
             })
         }
     }
@@ -241,8 +276,8 @@ mpi! {
                 let recv = output(recvbuf, n * c.size(), recvtype)?;
                 let block = recv.len() / c.size().max(1);
                 let me = c.rank();
-                let (keep, send) = input(sendbuf, sendcount, sendtype, || Ok(&recv[me * block..(me + 1) * block]))?;
-                Ok((c.iallgather(s, send, recv)?, keep))
+                let send = input(sendbuf, sendcount, sendtype, || Ok(&recv[me * block..(me + 1) * block]))?;
+                Ok(c.iallgather(s, send, recv)?)
             })
         }
     }
@@ -263,8 +298,8 @@ mpi! {
             launch("MPI_Ialltoall", comm, request, |c, s| {
                 let recv = output(recvbuf, count_of(recvcount)? * c.size(), recvtype)?;
                 let sends = count_of(sendcount)? * c.size();
-                let (keep, send) = input(sendbuf, sends as c_int, sendtype, || Ok(&*recv))?;
-                Ok((c.ialltoall(s, send, recv)?, keep))
+                let send = input(sendbuf, sends as c_int, sendtype, || Ok(&*recv))?;
+                Ok(c.ialltoall(s, send, recv)?)
             })
         }
     }
@@ -287,12 +322,12 @@ mpi! {
                 let root = root_of(c, root)?;
                 let n = count_of(recvcount)?;
                 let recv = if c.rank() == root { Some(output(recvbuf, n * c.size(), recvtype)?) } else { None };
-                let (keep, send) = input(sendbuf, sendcount, sendtype, || {
+                let send = input(sendbuf, sendcount, sendtype, || {
                     let r = recv.as_deref().ok_or_else(not_root)?;
                     let block = r.len() / c.size();
                     Ok(&r[root * block..(root + 1) * block])
                 })?;
-                Ok((c.igather(s, send, recv, root)?, keep))
+                Ok(c.igather(s, send, recv, root)?)
             })
         }
     }
@@ -315,19 +350,21 @@ mpi! {
                 let root = root_of(c, root)?;
                 let at_root = c.rank() == root;
                 let send: Option<&'static [u8]> = if at_root {
-                    Some(bytes(sendbuf, count_of(sendcount)? * c.size(), Datatype::of(sendtype)?)?)
+                    let n = count_of(sendcount)? * c.size();
+                    let no = || Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE as a send buffer"));
+                    Some(input(sendbuf, n as c_int, sendtype, no)?)
                 } else {
                     None
                 };
-                let (keep, recv) = match send {
+                let recv = match send {
                     // The root's block stays where it is: the schedule copies it into a scratch.
                     Some(sb) if recvbuf == IN_PLACE.cast_mut() => {
                         let block = sb.len() / c.size();
                         held_mut(&sb[root * block..(root + 1) * block])
                     }
-                    _ => (Vec::new(), output(recvbuf, count_of(recvcount)?, recvtype)?),
+                    _ => output(recvbuf, count_of(recvcount)?, recvtype)?,
                 };
-                Ok((c.iscatter(s, send, recv, root)?, keep))
+                Ok(c.iscatter(s, send, recv, root)?)
             })
         }
     }

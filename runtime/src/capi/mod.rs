@@ -18,12 +18,14 @@
 
 mod types;
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::thread::ThreadId;
 
-use crate::{Comm, Error, ErrorClass, Group, Status, Universe};
+use crate::{Comm, Error, ErrorClass, Group, Layout, Status, Universe};
 use types::{Datatype, ReduceOp, Reduction};
 
 // Values shared with include/mpi.h.
@@ -267,37 +269,110 @@ fn count_of(count: c_int) -> Res<usize> {
     usize::try_from(count).map_err(|_| Fail::new(ERR_COUNT, format!("negative count {count}")))
 }
 
-/// `count` elements of `ty` at `buf`, as bytes.
+/// The message `count` elements of `ty` at `buf` make: the caller's bytes where they are
+/// one run, else a packed copy.
 ///
 /// # Safety
 /// `buf` must point to `count` elements of `ty` (MPI's contract with the caller).
-unsafe fn bytes<'a>(buf: *const c_void, count: usize, ty: Datatype) -> Res<&'a [u8]> {
+unsafe fn bytes<'a>(buf: *const c_void, count: usize, ty: &Datatype) -> Res<Cow<'a, [u8]>> {
+    ty.usable()?;
     let n = count * ty.size;
     if n == 0 {
-        return Ok(&[]);
+        return Ok(Cow::Borrowed(&[]));
     }
-    if buf.is_null() {
-        return Err(Fail::new(ERR_BUFFER, "a null buffer for a non-empty message"));
+    match (ty.contiguous_at(count), &ty.derived) {
+        (Some(off), _) => {
+            let at = buf.cast::<u8>().wrapping_offset(off);
+            if at.is_null() {
+                return Err(Fail::new(ERR_BUFFER, "a null buffer for a non-empty message"));
+            }
+            // SAFETY: the caller promises `n` readable bytes of data from `at`, not null
+            // (checked).
+            Ok(Cow::Borrowed(unsafe { std::slice::from_raw_parts(at, n) }))
+        }
+        (None, Some(d)) => {
+            let mut v = vec![0u8; n];
+            // SAFETY: the caller promises the elements' data is readable.
+            unsafe { d.layout.pack(buf.cast(), count, &mut v) };
+            Ok(Cow::Owned(v))
+        }
+        (None, None) => unreachable!("a predefined type is contiguous"),
     }
-    // SAFETY: the caller promises `n` readable bytes at `buf`, not null (checked).
-    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) })
 }
 
-/// As [`bytes`], writable.
+/// `n` bytes at `buf` (a window's memory).
 ///
 /// # Safety
-/// As [`bytes`], and the bytes must be writable and not otherwise borrowed.
-unsafe fn bytes_mut<'a>(buf: *mut c_void, count: usize, ty: Datatype) -> Res<&'a mut [u8]> {
-    let n = count * ty.size;
+/// `buf` must point to `n` writable bytes, not otherwise borrowed while the slice lives.
+unsafe fn raw_mut<'a>(buf: *mut c_void, n: usize) -> Res<&'a mut [u8]> {
     if n == 0 {
         return Ok(&mut []);
     }
     if buf.is_null() {
-        return Err(Fail::new(ERR_BUFFER, "a null buffer for a non-empty message"));
+        return Err(Fail::new(ERR_BUFFER, "a null buffer of a non-empty size"));
     }
     // SAFETY: the caller promises `n` writable bytes at `buf`, not null (checked), that
-    // nothing else refers to while this call runs.
+    // nothing else refers to while the slice lives.
     Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) })
+}
+
+/// Where a message for `count` elements of `ty` at `buf` lands: the caller's bytes where
+/// they are one run, else a copy of their data that goes back into them when dropped
+/// ([`Landing`]).
+///
+/// # Safety
+/// As [`bytes`], and the data must be writable and not otherwise borrowed while the
+/// landing lives.
+unsafe fn bytes_mut<'a>(buf: *mut c_void, count: usize, ty: &Datatype) -> Res<Landing<'a>> {
+    // SAFETY: this function's contract.
+    Ok(match unsafe { bytes(buf, count, ty)? } {
+        // SAFETY: the caller promises the bytes writable and not otherwise borrowed.
+        Cow::Borrowed(b) => Landing::Direct(unsafe { std::slice::from_raw_parts_mut(b.as_ptr().cast_mut(), b.len()) }),
+        Cow::Owned(bytes) => Landing::Staged {
+            bytes,
+            base: buf.cast(),
+            count,
+            derived: ty.derived.clone().expect("only a derived type is packed"),
+        },
+    })
+}
+
+/// The bytes a message lands in: the caller's own, or a packed copy of a derived datatype's
+/// data (taken when made, so what the message does not cover stays as it was), unpacked into
+/// the caller's memory when dropped.
+#[derive(Debug)]
+enum Landing<'a> {
+    Direct(&'a mut [u8]),
+    Staged { bytes: Vec<u8>, base: *mut u8, count: usize, derived: Rc<types::Derived> },
+}
+
+impl std::ops::Deref for Landing<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Landing::Direct(b) => b,
+            Landing::Staged { bytes, .. } => bytes,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Landing<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Landing::Direct(b) => b,
+            Landing::Staged { bytes, .. } => bytes,
+        }
+    }
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        if let Landing::Staged { bytes, base, count, derived } = self {
+            // SAFETY: made by bytes_mut, whose caller promised the data writable and not
+            // otherwise borrowed while this lives.
+            unsafe { derived.layout.unpack(bytes, *base, *count) };
+        }
+    }
 }
 
 /// Fills `*status` (if not `MPI_STATUS_IGNORE`) from a completed receive or probe.
@@ -434,6 +509,7 @@ macro_rules! mpi {
     )*};
 }
 
+mod dtype;
 mod icoll;
 mod info;
 mod p2p;
@@ -494,32 +570,61 @@ unsafe fn reduce(
     };
     // SAFETY: MPI's contract: recv holds recv_n elements of ty where the result lands; send
     // holds send_n, unless it is MPI_IN_PLACE.
-    let recv = if lands { Some(unsafe { bytes_mut(recv, recv_n, ty)? }) } else { None };
+    let mut recv = if lands { Some(unsafe { bytes_mut(recv, recv_n, &ty)? }) } else { None };
     // SAFETY: as above.
-    let send = if in_place { None } else { Some(unsafe { bytes(send, send_n, ty)? }) };
-    types::reduce(comm, how, send, recv, ty, op)
+    let send = if in_place { None } else { Some(unsafe { bytes(send, send_n, &ty)? }) };
+    types::reduce(comm, how, send.as_deref(), recv.as_deref_mut(), &ty, op)
 }
 
-/// `n` C ints at `p` (counts or displacements), as element counts times `size` bytes.
+/// `n` C ints at `p` (counts or displacements).
 ///
 /// # Safety
 /// `p` points to `n` ints (MPI's contract for count and displacement arrays).
-unsafe fn scaled(p: *const c_int, n: usize, size: usize, what: &str) -> Res<Vec<usize>> {
+unsafe fn ints_at<'a>(p: *const c_int, n: usize, what: &str) -> Res<&'a [c_int]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
     if p.is_null() {
         return Err(Fail::new(ERR_ARG, format!("a null array of {what}")));
     }
     // SAFETY: not null (checked); the caller's array of n ints.
-    let v = unsafe { std::slice::from_raw_parts(p, n) };
-    v.iter()
-        .map(|&c| {
-            usize::try_from(c).map(|c| c * size).map_err(|_| Fail::new(ERR_COUNT, format!("negative {what}: {c}")))
-        })
-        .collect()
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
-/// Bytes a vector collective's buffer spans: the furthest block end.
-fn span(counts: &[usize], displs: &[usize]) -> usize {
-    counts.iter().zip(displs).map(|(c, d)| c + d).max().unwrap_or(0)
+/// The blocks of a vector collective's buffer (`MPI_Gatherv` ...), as the Rust API takes
+/// them: `count` elements of `ty` at the buffer hold every block's data, which is at `displs`
+/// and `counts` bytes of that data. For a type of plain bytes, the buffer's bytes up to the
+/// furthest block; for another, the blocks packed in order (a layout of every block).
+struct Blocks {
+    ty: Datatype,
+    count: usize,
+    counts: Vec<usize>,
+    displs: Vec<usize>,
+}
+
+/// [`Blocks`] of `n` blocks of `ty`, `counts` elements each at `displs` extents.
+///
+/// # Safety
+/// `counts` and `displs` point to `n` ints each (MPI's contract).
+unsafe fn blocks(counts: *const c_int, displs: *const c_int, n: usize, ty: &Datatype) -> Res<Blocks> {
+    // SAFETY: this function's contract.
+    let (c, d) = unsafe { (ints_at(counts, n, "counts")?, ints_at(displs, n, "displacements")?) };
+    let counts: Vec<usize> = c.iter().map(|&c| count_of(c).map(|c| c * ty.size)).collect::<Res<_>>()?;
+    let Some(derived) = &ty.derived else {
+        let displs: Vec<usize> = d
+            .iter()
+            .map(|&d| {
+                usize::try_from(d).map(|d| d * ty.size).map_err(|_| Fail::new(ERR_ARG, format!("displacement {d}")))
+            })
+            .collect::<Res<_>>()?;
+        let count = counts.iter().zip(&displs).map(|(c, d)| c + d).max().unwrap_or(0);
+        return Ok(Blocks { ty: Datatype::BYTE, count, counts, displs });
+    };
+    let ext = derived.layout.extent();
+    let parts: Vec<(usize, isize)> = c.iter().zip(d).map(|(&c, &d)| (c.max(0) as usize, d as isize * ext)).collect();
+    let displs = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+    let ty = types::derived(Layout::hindexed(&parts, &derived.layout), derived.basic);
+    Ok(Blocks { ty, count: 1, counts, displs })
 }
 
 /// A new communicator into the table (inheriting `errhandler`), its handle into `out`.
@@ -789,9 +894,24 @@ mpi! {
     }
 
     fn MPI_Get_elements / PMPI_Get_elements(status: *const MpiStatus, datatype: c_int, count: *mut c_int) -> c_int {
-        // A predefined type is its own basic element.
-        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-        unsafe { count_in("MPI_Get_elements", status, datatype, count) }
+        let r = Datatype::of(datatype).and_then(|t| {
+            if status.is_null() {
+                return Err(Fail::new(ERR_ARG, "MPI_Get_elements of MPI_STATUS_IGNORE"));
+            }
+            // SAFETY: not null (checked): the caller's MPI_Status.
+            let bytes = unsafe { (*status).bytes() } as usize;
+            // Whole elements, then the basic elements of a part (of one basic type).
+            let basic = t.as_basic(1).map_or(0, |(b, _)| b.size);
+            let n = match t.size {
+                0 => 0,
+                size if bytes % size == 0 => bytes / size * t.elements(),
+                _ if basic > 0 && bytes % basic == 0 => bytes / basic,
+                _ => UNDEFINED as usize,
+            };
+            // SAFETY: MPI's contract: count points to an int.
+            unsafe { put(count, c_int::try_from(n).unwrap_or(UNDEFINED)) }
+        });
+        finish("MPI_Get_elements", COMM_WORLD, r)
     }
 
     fn MPI_Send / PMPI_Send(
@@ -806,10 +926,10 @@ mpi! {
             let c = comm_of("MPI_Send", comm)?;
             let ty = Datatype::of(datatype)?;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let data = unsafe { bytes(buf, count_of(count)?, ty)? };
+            let data = unsafe { bytes(buf, count_of(count)?, &ty)? };
             match peer(dest, false)? {
                 None => Ok(()),
-                Some(d) => Ok(c.send(data, d, tag)?),
+                Some(d) => Ok(c.send(&data, d, tag)?),
             }
         })();
         finish("MPI_Send", comm, r)
@@ -828,10 +948,10 @@ mpi! {
             let c = comm_of("MPI_Recv", comm)?;
             let ty = Datatype::of(datatype)?;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let data = unsafe { bytes_mut(buf, count_of(count)?, ty)? };
+            let mut data = unsafe { bytes_mut(buf, count_of(count)?, &ty)? };
             let st = match peer(source, true)? {
                 None => MpiStatus::proc_null(),
-                Some(s) => MpiStatus::of(c.recv(data, s, tag)?),
+                Some(s) => MpiStatus::of(c.recv(&mut data, s, tag)?),
             };
             if !status.is_null() {
                 // SAFETY: the caller's MPI_Status (not null, checked).
@@ -860,10 +980,10 @@ mpi! {
             let c = comm_of("MPI_Sendrecv", comm)?;
             let (st, rt) = (Datatype::of(sendtype)?, Datatype::of(recvtype)?);
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, st)? };
+            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, &st)? };
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, rt)? };
-            let got = sendrecv_bytes(&c, send, dest, sendtag, recv, source, recvtag)?;
+            let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, &rt)? };
+            let got = sendrecv_bytes(&c, &send, dest, sendtag, &mut recv, source, recvtag)?;
             if !status.is_null() {
                 // SAFETY: the caller's MPI_Status (not null, checked).
                 unsafe { *status = got };
@@ -927,8 +1047,8 @@ mpi! {
             let ty = Datatype::of(datatype)?;
             let root = root_of(&c, root)?;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let data = unsafe { bytes_mut(buffer, count_of(count)?, ty)? };
-            Ok(c.bcast(data, root)?)
+            let mut data = unsafe { bytes_mut(buffer, count_of(count)?, &ty)? };
+            Ok(c.bcast(&mut data, root)?)
         })();
         finish("MPI_Bcast", comm, r)
     }
@@ -1006,6 +1126,72 @@ mpi! {
         finish("MPI_Reduce_scatter_block", comm, r)
     }
 
+    fn MPI_Reduce_scatter / PMPI_Reduce_scatter(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        datatype: c_int,
+        op: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Reduce_scatter", comm)?;
+            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+            // SAFETY: MPI's contract: recvcounts holds size ints.
+            let counts = unsafe { ints_at(recvcounts, c.size(), "receive counts")? };
+            let counts: Vec<usize> = counts.iter().map(|&n| count_of(n)).collect::<Res<_>>()?;
+            let (total, me) = (counts.iter().sum::<usize>(), c.rank());
+            let at = counts[..me].iter().sum::<usize>() * ty.size;
+            // The whole reduction, of which this rank keeps its block (in place: the input
+            // is the receive buffer, all blocks of it).
+            let input = if sendbuf == IN_PLACE { recvbuf.cast_const() } else { sendbuf };
+            // SAFETY: MPI's contract: the input holds every block's elements.
+            let input = unsafe { bytes(input, total, &ty)?.into_owned() };
+            let mut all = vec![0u8; input.len()];
+            types::reduce(&c, Reduction::All, Some(&input), Some(&mut all), &ty, op)?;
+            // SAFETY: MPI's contract: recvbuf holds this rank's count of elements.
+            let mut mine = unsafe { bytes_mut(recvbuf, counts[me], &ty)? };
+            let n = mine.len();
+            mine.copy_from_slice(&all[at..at + n]);
+            Ok(())
+        })();
+        finish("MPI_Reduce_scatter", comm, r)
+    }
+
+    fn MPI_Op_create / PMPI_Op_create(user_fn: Option<types::UserFn>, commute: c_int, op: *mut c_int) -> c_int {
+        let r = (|| {
+            let f = user_fn.ok_or_else(|| Fail::new(ERR_ARG, "MPI_Op_create: a null function"))?;
+            // SAFETY: MPI's contract: op points to an MPI_Op.
+            unsafe { put(op, ReduceOp::insert(types::UserOp { f, commute: commute != 0 })) }
+        })();
+        finish("MPI_Op_create", COMM_WORLD, r)
+    }
+
+    fn MPI_Op_free / PMPI_Op_free(op: *mut c_int) -> c_int {
+        let r = (|| {
+            if op.is_null() {
+                return Err(Fail::new(ERR_ARG, "MPI_Op_free: a null pointer"));
+            }
+            // SAFETY: not null (checked): the caller's MPI_Op.
+            ReduceOp::free(unsafe { *op })?;
+            // SAFETY: as above.
+            unsafe { put(op, 0) }
+        })();
+        finish("MPI_Op_free", COMM_WORLD, r)
+    }
+
+    fn MPI_Op_commutative / PMPI_Op_commutative(op: c_int, commute: *mut c_int) -> c_int {
+        let r = ReduceOp::of(op).and_then(|o| {
+            let yes = match o.how {
+                types::Combine::User(u) => u.commute,
+                _ => true,
+            };
+            // SAFETY: MPI's contract: commute points to an int.
+            unsafe { put(commute, yes as c_int) }
+        });
+        finish("MPI_Op_commutative", COMM_WORLD, r)
+    }
+
     fn MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: c_int, op: c_int) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Reduce_local", COMM_WORLD)?;
@@ -1034,21 +1220,21 @@ mpi! {
                 let rt = Datatype::of(recvtype)?;
                 let n = count_of(recvcount)?;
                 // SAFETY: MPI's contract: the root's recvbuf holds size x recvcount elements.
-                let recv = unsafe { bytes_mut(recvbuf, n * c.size(), rt)? };
+                let mut recv = unsafe { bytes_mut(recvbuf, n * c.size(), &rt)? };
                 let mine = recv[root * n * rt.size..(root + 1) * n * rt.size].to_vec();
-                return Ok(c.gather(&mine, Some(recv), root)?);
+                return Ok(c.gather(&mine, Some(&mut recv), root)?);
             }
             let st = Datatype::of(sendtype)?;
             // SAFETY: MPI's contract for sendbuf.
-            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, st)? };
-            let recv = if at_root {
+            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, &st)? };
+            let mut recv = if at_root {
                 let rt = Datatype::of(recvtype)?;
                 // SAFETY: MPI's contract: the root's recvbuf holds size x recvcount elements.
-                Some(unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), rt)? })
+                Some(unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), &rt)? })
             } else {
                 None
             };
-            Ok(c.gather(send, recv, root)?)
+            Ok(c.gather(&send, recv.as_deref_mut(), root)?)
         })();
         finish("MPI_Gather", comm, r)
     }
@@ -1070,20 +1256,20 @@ mpi! {
             let send = if at_root {
                 let st = Datatype::of(sendtype)?;
                 // SAFETY: MPI's contract: the root's sendbuf holds size x sendcount elements.
-                Some(unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), st)? })
+                Some(unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), &st)? })
             } else {
                 None
             };
             if recvbuf == IN_PLACE.cast_mut() && at_root {
                 // The root's own block stays where it is.
-                let n = send.map_or(0, |s| s.len() / c.size());
+                let n = send.as_ref().map_or(0, |s| s.len() / c.size());
                 let mut own = vec![0u8; n];
-                return Ok(c.scatter(send, &mut own, root)?);
+                return Ok(c.scatter(send.as_deref(), &mut own, root)?);
             }
             let rt = Datatype::of(recvtype)?;
             // SAFETY: MPI's contract for recvbuf.
-            let recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, rt)? };
-            Ok(c.scatter(send, recv, root)?)
+            let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, &rt)? };
+            Ok(c.scatter(send.as_deref(), &mut recv, root)?)
         })();
         finish("MPI_Scatter", comm, r)
     }
@@ -1102,16 +1288,16 @@ mpi! {
             let rt = Datatype::of(recvtype)?;
             let n = count_of(recvcount)?;
             // SAFETY: MPI's contract: recvbuf holds size x recvcount elements.
-            let recv = unsafe { bytes_mut(recvbuf, n * c.size(), rt)? };
+            let mut recv = unsafe { bytes_mut(recvbuf, n * c.size(), &rt)? };
             if sendbuf == IN_PLACE {
                 let me = c.rank();
                 let mine = recv[me * n * rt.size..(me + 1) * n * rt.size].to_vec();
-                return Ok(c.allgather(&mine, recv)?);
+                return Ok(c.allgather(&mine, &mut recv)?);
             }
             let st = Datatype::of(sendtype)?;
             // SAFETY: MPI's contract for sendbuf.
-            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, st)? };
-            Ok(c.allgather(send, recv)?)
+            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, &st)? };
+            Ok(c.allgather(&send, &mut recv)?)
         })();
         finish("MPI_Allgather", comm, r)
     }
@@ -1129,15 +1315,15 @@ mpi! {
             let c = comm_of("MPI_Alltoall", comm)?;
             let rt = Datatype::of(recvtype)?;
             // SAFETY: MPI's contract: recvbuf holds size x recvcount elements.
-            let recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), rt)? };
+            let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), &rt)? };
             if sendbuf == IN_PLACE {
                 let mine = recv.to_vec();
-                return Ok(c.alltoall(&mine, recv)?);
+                return Ok(c.alltoall(&mine, &mut recv)?);
             }
             let st = Datatype::of(sendtype)?;
             // SAFETY: MPI's contract: sendbuf holds size x sendcount elements.
-            let send = unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), st)? };
-            Ok(c.alltoall(send, recv)?)
+            let send = unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), &st)? };
+            Ok(c.alltoall(&send, &mut recv)?)
         })();
         finish("MPI_Alltoall", comm, r)
     }
@@ -1159,24 +1345,21 @@ mpi! {
             if c.rank() != root {
                 let st = Datatype::of(sendtype)?;
                 // SAFETY: MPI's contract for sendbuf.
-                let send = unsafe { bytes(sendbuf, count_of(sendcount)?, st)? };
-                return Ok(c.gatherv(send, None, root)?);
+                let send = unsafe { bytes(sendbuf, count_of(sendcount)?, &st)? };
+                return Ok(c.gatherv(&send, None, root)?);
             }
-            let rt = Datatype::of(recvtype)?;
             // SAFETY: MPI's contract: the root's arrays hold size ints.
-            let counts = unsafe { scaled(recvcounts, c.size(), rt.size, "receive counts")? };
-            // SAFETY: as above.
-            let displs = unsafe { scaled(displs, c.size(), rt.size, "displacements")? };
-            let n = span(&counts, &displs);
+            let v = unsafe { blocks(recvcounts, displs, c.size(), &Datatype::of(recvtype)?)? };
+            let (counts, displs) = (&v.counts, &v.displs);
             // SAFETY: MPI's contract: recvbuf spans every block.
-            let recv = unsafe { bytes_mut(recvbuf, n, Datatype::BYTE)? };
+            let mut recv = unsafe { bytes_mut(recvbuf, v.count, &v.ty)? };
             let mine = if sendbuf == IN_PLACE {
                 recv[displs[root]..displs[root] + counts[root]].to_vec()
             } else {
                 // SAFETY: MPI's contract for sendbuf.
-                unsafe { bytes(sendbuf, count_of(sendcount)?, Datatype::of(sendtype)?)? }.to_vec()
+                unsafe { bytes(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)? }.to_vec()
             };
-            Ok(c.gatherv(&mine, Some((recv, &counts, &displs)), root)?)
+            Ok(c.gatherv(&mine, Some((&mut recv, counts, displs)), root)?)
         })();
         finish("MPI_Gatherv", comm, r)
     }
@@ -1196,26 +1379,23 @@ mpi! {
             let c = comm_of("MPI_Scatterv", comm)?;
             let root = root_of(&c, root)?;
             let send = if c.rank() == root {
-                let st = Datatype::of(sendtype)?;
                 // SAFETY: MPI's contract: the root's arrays hold size ints.
-                let counts = unsafe { scaled(sendcounts, c.size(), st.size, "send counts")? };
-                // SAFETY: as above.
-                let displs = unsafe { scaled(displs, c.size(), st.size, "displacements")? };
+                let v = unsafe { blocks(sendcounts, displs, c.size(), &Datatype::of(sendtype)?)? };
                 // SAFETY: MPI's contract: sendbuf spans every block.
-                let buf = unsafe { bytes(sendbuf, span(&counts, &displs), Datatype::BYTE)? };
-                Some((buf, counts, displs))
+                let buf = unsafe { bytes(sendbuf, v.count, &v.ty)? };
+                Some((buf, v.counts, v.displs))
             } else {
                 None
             };
-            let send_ref = send.as_ref().map(|(b, c, d)| (*b, &c[..], &d[..]));
+            let send_ref = send.as_ref().map(|(b, c, d)| (&b[..], &c[..], &d[..]));
             if recvbuf == IN_PLACE.cast_mut() && c.rank() == root {
                 let n = send.as_ref().map_or(0, |(_, counts, _)| counts[root]);
                 let mut own = vec![0u8; n];
                 return Ok(c.scatterv(send_ref, &mut own, root)?);
             }
             // SAFETY: MPI's contract for recvbuf.
-            let recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, Datatype::of(recvtype)?)? };
-            Ok(c.scatterv(send_ref, recv, root)?)
+            let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, &Datatype::of(recvtype)?)? };
+            Ok(c.scatterv(send_ref, &mut recv, root)?)
         })();
         finish("MPI_Scatterv", comm, r)
     }
@@ -1232,21 +1412,19 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Allgatherv", comm)?;
-            let rt = Datatype::of(recvtype)?;
             // SAFETY: MPI's contract: the arrays hold size ints.
-            let counts = unsafe { scaled(recvcounts, c.size(), rt.size, "receive counts")? };
-            // SAFETY: as above.
-            let displs = unsafe { scaled(displs, c.size(), rt.size, "displacements")? };
+            let v = unsafe { blocks(recvcounts, displs, c.size(), &Datatype::of(recvtype)?)? };
+            let (counts, displs) = (&v.counts, &v.displs);
             // SAFETY: MPI's contract: recvbuf spans every block.
-            let recv = unsafe { bytes_mut(recvbuf, span(&counts, &displs), Datatype::BYTE)? };
+            let mut recv = unsafe { bytes_mut(recvbuf, v.count, &v.ty)? };
             let me = c.rank();
             let mine = if sendbuf == IN_PLACE {
                 recv[displs[me]..displs[me] + counts[me]].to_vec()
             } else {
                 // SAFETY: MPI's contract for sendbuf.
-                unsafe { bytes(sendbuf, count_of(sendcount)?, Datatype::of(sendtype)?)? }.to_vec()
+                unsafe { bytes(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)? }.to_vec()
             };
-            Ok(c.allgatherv(&mine, recv, &counts, &displs)?)
+            Ok(c.allgatherv(&mine, &mut recv, counts, displs)?)
         })();
         finish("MPI_Allgatherv", comm, r)
     }
@@ -1265,25 +1443,19 @@ mpi! {
         let r = (|| {
             let c = comm_of("MPI_Alltoallv", comm)?;
             let p = c.size();
-            let rt = Datatype::of(recvtype)?;
             // SAFETY: MPI's contract: the arrays hold size ints.
-            let rcounts = unsafe { scaled(recvcounts, p, rt.size, "receive counts")? };
-            // SAFETY: as above.
-            let rdispls = unsafe { scaled(rdispls, p, rt.size, "receive displacements")? };
+            let r = unsafe { blocks(recvcounts, rdispls, p, &Datatype::of(recvtype)?)? };
             // SAFETY: MPI's contract: recvbuf spans every block.
-            let recv = unsafe { bytes_mut(recvbuf, span(&rcounts, &rdispls), Datatype::BYTE)? };
+            let mut recv = unsafe { bytes_mut(recvbuf, r.count, &r.ty)? };
             if sendbuf == IN_PLACE {
                 let mine = recv.to_vec();
-                return Ok(c.alltoallv(&mine, &rcounts, &rdispls, recv, &rcounts, &rdispls)?);
+                return Ok(c.alltoallv(&mine, &r.counts, &r.displs, &mut recv, &r.counts, &r.displs)?);
             }
-            let st = Datatype::of(sendtype)?;
             // SAFETY: MPI's contract: the arrays hold size ints.
-            let scounts = unsafe { scaled(sendcounts, p, st.size, "send counts")? };
-            // SAFETY: as above.
-            let sdispls = unsafe { scaled(sdispls, p, st.size, "send displacements")? };
+            let s = unsafe { blocks(sendcounts, sdispls, p, &Datatype::of(sendtype)?)? };
             // SAFETY: MPI's contract: sendbuf spans every block.
-            let send = unsafe { bytes(sendbuf, span(&scounts, &sdispls), Datatype::BYTE)? };
-            Ok(c.alltoallv(send, &scounts, &sdispls, recv, &rcounts, &rdispls)?)
+            let send = unsafe { bytes(sendbuf, s.count, &s.ty)? };
+            Ok(c.alltoallv(&send, &s.counts, &s.displs, &mut recv, &r.counts, &r.displs)?)
         })();
         finish("MPI_Alltoallv", comm, r)
     }

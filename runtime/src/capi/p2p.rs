@@ -5,6 +5,7 @@
 //! The request itself is the Rust API's unscoped [`Request`]: the C caller keeps the buffer
 //! valid until the request completes, as MPI's contract says.
 
+use std::borrow::Cow;
 use std::ffi::{c_int, c_void};
 
 use super::types::Datatype;
@@ -48,7 +49,7 @@ struct Call {
 enum Op {
     Live(Request<'static>),
     /// A nonblocking collective, with the copy it works from (an `MPI_IN_PLACE` input).
-    Coll(crate::CollRequest<'static>, Vec<u64>),
+    Coll(crate::CollRequest<'static>, super::icoll::Keep),
     /// Nothing in flight: to `MPI_PROC_NULL`, or a buffered send (copied).
     Done(MpiStatus),
 }
@@ -96,29 +97,51 @@ unsafe fn start(name: &str, call: &Call) -> Res<Op> {
     match call.send {
         Some(mode) => {
             // SAFETY: the caller's buffer (this function's contract).
-            let data = unsafe { bytes(call.buf, n, ty)? };
+            let data = unsafe { bytes(call.buf, n, &ty)? };
             let Some(dest) = peer(call.peer, false)? else { return Ok(Op::Done(MpiStatus::proc_null())) };
-            let (p, len) = (data.as_ptr(), data.len());
-            Ok(match mode {
-                // SAFETY: as above: valid until the operation ends.
-                Mode::Standard => Op::Live(unsafe { c.isend_unscoped(p, len, dest, call.tag)? }),
-                // SAFETY: as above.
-                Mode::Sync => Op::Live(unsafe { c.issend_unscoped(p, len, dest, call.tag)? }),
-                Mode::Buffered => {
-                    buffered(name, &c, data, dest, call.tag)?;
+            let sync = mode == Mode::Sync;
+            Ok(match (mode, data) {
+                (Mode::Buffered, data) => {
+                    buffered(name, &c, &data, dest, call.tag)?;
                     Op::Done(empty())
                 }
+                // A derived datatype's packed message: the engine owns it.
+                (_, Cow::Owned(packed)) => Op::Live(c.isend_owned(packed, dest, call.tag, sync)?),
+                (_, Cow::Borrowed(d)) if sync => {
+                    // SAFETY: as above: valid until the operation ends.
+                    Op::Live(unsafe { c.issend_unscoped(d.as_ptr(), d.len(), dest, call.tag)? })
+                }
+                // SAFETY: as above.
+                (_, Cow::Borrowed(d)) => Op::Live(unsafe { c.isend_unscoped(d.as_ptr(), d.len(), dest, call.tag)? }),
             })
         }
         None => {
-            // SAFETY: the caller's buffer (this function's contract).
-            let data = unsafe { bytes_mut(call.buf, n, ty)? };
+            ty.usable()?;
             let Some(src) = peer(call.peer, true)? else { return Ok(Op::Done(MpiStatus::proc_null())) };
+            if let (None, Some(d)) = (ty.contiguous_at(n), &ty.derived) {
+                // A derived datatype with gaps: the engine receives into its own bytes and
+                // unpacks them into the caller's memory when the receive completes.
+                let (d, base) = (d.clone(), SendPtr(call.buf.cast::<u8>()));
+                let unpack = move |got: &[u8]| {
+                    let base = base;
+                    // SAFETY: the caller's buffer, valid and untouched until the operation
+                    // ends (this function's contract), which is when this runs.
+                    unsafe { d.layout.unpack(got, base.0, n) }
+                };
+                return Ok(Op::Live(c.irecv_staged(n * ty.size, src, call.tag, unpack)?));
+            }
+            // SAFETY: the caller's buffer (this function's contract).
+            let mut data = unsafe { bytes_mut(call.buf, n, &ty)? };
             // SAFETY: as above: valid and not otherwise touched until the operation ends.
             Ok(Op::Live(unsafe { c.irecv_unscoped(data.as_mut_ptr(), data.len(), src, call.tag)? }))
         }
     }
 }
+
+/// A pointer to the caller's memory, carried by a closure the engine runs when a request
+/// completes.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
 
 /// A buffered send (`MPI_Bsend`): `data` copied, within the attached buffer's room, and
 /// sent from the copy; the call returns at once.
@@ -167,7 +190,7 @@ pub(super) unsafe fn new_coll_request(
     name: &str,
     comm: c_int,
     req: crate::CollRequest<'static>,
-    keep: Vec<u64>,
+    keep: super::icoll::Keep,
     out: *mut c_int,
 ) -> Res {
     // SAFETY: this function's contract.
@@ -212,12 +235,12 @@ unsafe fn blocking(name: &str, call: Call) -> c_int {
         let c = comm_of(name, call.comm)?;
         let ty = Datatype::of(call.datatype)?;
         // SAFETY: this function's contract.
-        let data = unsafe { bytes(call.buf, count_of(call.count)?, ty)? };
+        let data = unsafe { bytes(call.buf, count_of(call.count)?, &ty)? };
         let Some(d) = peer(call.peer, false)? else { return Ok(()) };
         match call.send {
-            Some(Mode::Sync) => c.ssend(data, d, call.tag)?,
-            Some(Mode::Buffered) => buffered(name, &c, data, d, call.tag)?,
-            _ => c.send(data, d, call.tag)?,
+            Some(Mode::Sync) => c.ssend(&data, d, call.tag)?,
+            Some(Mode::Buffered) => buffered(name, &c, &data, d, call.tag)?,
+            _ => c.send(&data, d, call.tag)?,
         }
         Ok(())
     })();
@@ -875,9 +898,9 @@ mpi! {
             let c = comm_of("MPI_Sendrecv_replace", comm)?;
             let ty = Datatype::of(datatype)?;
             // SAFETY: MPI's contract: the caller's buffer of `count` elements.
-            let data = unsafe { bytes_mut(buf, count_of(count)?, ty)? };
+            let mut data = unsafe { bytes_mut(buf, count_of(count)?, &ty)? };
             let send = data.to_vec();
-            let got = super::sendrecv_bytes(&c, &send, dest, sendtag, data, source, recvtag)?;
+            let got = super::sendrecv_bytes(&c, &send, dest, sendtag, &mut data, source, recvtag)?;
             // SAFETY: MPI's contract: null or the caller's MPI_Status.
             unsafe { store(status, 0, got) };
             Ok(())

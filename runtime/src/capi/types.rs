@@ -3,21 +3,46 @@
 //! ([`crate::op::DynOp`]), over carriers of the element's size so that collectives split
 //! buffers between elements.
 
-use std::ffi::{c_int, c_long};
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_int, c_long, c_void};
+use std::rc::Rc;
 
 use bytemuck::Pod;
 
 use super::{Fail, Res, ERR_OP, ERR_TYPE};
 use crate::op::{Builtin, DynOp, ElemType, Op};
-use crate::{Comm, Error};
+use crate::{Comm, Error, Layout};
 
-/// A predefined datatype: its name, size in bytes and, for those reductions apply to, the
-/// element type.
-#[derive(Debug, Clone, Copy)]
+/// A datatype: its name, the bytes of data in one element and, for those reductions apply
+/// to, the basic element type; a derived one (and a pair type of `MPI_MINLOC`) also its
+/// layout and how it was made.
+#[derive(Debug, Clone)]
 pub(super) struct Datatype {
+    /// Its handle (0 for a layout outside the table).
+    pub(super) handle: c_int,
     pub(super) name: &'static str,
     pub(super) size: usize,
     pub(super) elem: Option<ElemType>,
+    pub(super) derived: Option<Rc<Derived>>,
+}
+
+/// A datatype made by a constructor (`MPI_Type_vector` ...), or a predefined one whose
+/// layout is not plain bytes (the value-index pairs).
+#[derive(Debug)]
+pub(super) struct Derived {
+    pub(super) layout: Layout,
+    /// The predefined type every basic element is, if one (reductions apply to it).
+    pub(super) basic: Option<c_int>,
+    /// Basic elements in one element (`MPI_Get_elements`).
+    pub(super) elements: usize,
+    /// `MPI_Type_get_envelope`'s combiner and `MPI_Type_get_contents`' arguments.
+    pub(super) combiner: c_int,
+    pub(super) ints: Vec<c_int>,
+    pub(super) aints: Vec<isize>,
+    pub(super) types: Vec<c_int>,
+    pub(super) committed: Cell<bool>,
+    /// A value-index pair (`MPI_DOUBLE_INT` ...): the value's type.
+    pub(super) pair: Option<ElemType>,
 }
 
 /// A signed C integer type of `bytes` bytes.
@@ -43,6 +68,9 @@ const fn unsigned(bytes: usize) -> ElemType {
 const LONG: usize = size_of::<c_long>();
 const WCHAR: usize = 4;
 const AINT: usize = size_of::<isize>();
+/// C's `long double`: 80-bit x87 in 16 bytes on x86-64, binary128 on Linux on aarch64,
+/// a `double` on Apple silicon.
+const LONG_DOUBLE: usize = if cfg!(all(target_arch = "aarch64", target_vendor = "apple")) { 8 } else { 16 };
 
 /// Indexed by handle (include/mpi.h): 0 is `MPI_DATATYPE_NULL`.
 const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 29] = [
@@ -77,25 +105,238 @@ const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 29] = [
     Some(("MPI_PACKED", 1, None)),
 ];
 
+/// The first handle of the table of datatypes with a layout (the pair types, then the
+/// derived ones).
+const FIRST_LAID_OUT: c_int = PREDEFINED.len() as c_int;
+/// The first handle of a derived datatype.
+pub(super) const FIRST_DERIVED: c_int = 64;
+
+/// `MPI_COMBINER_NAMED` ... (include/mpi.h).
+pub(super) const COMBINER_NAMED: c_int = 1;
+
+thread_local! {
+    /// Datatypes with a layout, by handle from [`FIRST_LAID_OUT`].
+    static TYPES: RefCell<Vec<Option<Datatype>>> = RefCell::new(pairs());
+}
+
+/// The predefined value-index pairs of `MPI_MINLOC` and `MPI_MAXLOC` (include/mpi.h:
+/// `MPI_FLOAT_INT` ... ), each a struct of the value and a C int, as C lays it out; then
+/// empty slots up to the first derived handle.
+fn pairs() -> Vec<Option<Datatype>> {
+    let int = Layout::basic(4, 4);
+    let pair = |name: &'static str, value: usize, elem: ElemType, at: isize| {
+        let layout = Layout::structure(&[(1, 0, &Layout::basic(value, value)), (1, at, &int)]);
+        let d = Derived {
+            basic: None,
+            elements: 2,
+            combiner: COMBINER_NAMED,
+            ints: Vec::new(),
+            aints: Vec::new(),
+            types: Vec::new(),
+            committed: Cell::new(true),
+            pair: Some(elem),
+            layout,
+        };
+        Some(Datatype { handle: 0, name, size: d.layout.size(), elem: None, derived: Some(Rc::new(d)) })
+    };
+    let data = |name: &'static str, size: usize, align: usize| {
+        let d = Derived {
+            layout: Layout::basic(size, align),
+            basic: None,
+            elements: 1,
+            combiner: COMBINER_NAMED,
+            ints: Vec::new(),
+            aints: Vec::new(),
+            types: Vec::new(),
+            committed: Cell::new(true),
+            pair: None,
+        };
+        Some(Datatype { handle: 0, name, size, elem: None, derived: Some(Rc::new(d)) })
+    };
+    let mut v = vec![
+        pair("MPI_FLOAT_INT", 4, ElemType::F32, 4),
+        pair("MPI_DOUBLE_INT", 8, ElemType::F64, 8),
+        pair("MPI_LONG_INT", LONG, signed(LONG), LONG as isize),
+        pair("MPI_2INT", 4, ElemType::I32, 4),
+        pair("MPI_SHORT_INT", 2, ElemType::I16, 4),
+        // Moved as bytes; no reduction applies to them here (MPI_ERR_OP).
+        data("MPI_LONG_DOUBLE", LONG_DOUBLE, LONG_DOUBLE),
+        data("MPI_C_FLOAT_COMPLEX", 8, 4),
+        data("MPI_C_DOUBLE_COMPLEX", 16, 8),
+    ];
+    for (i, t) in v.iter_mut().enumerate() {
+        if let Some(t) = t {
+            t.handle = FIRST_LAID_OUT + i as c_int;
+        }
+    }
+    v.resize((FIRST_DERIVED - FIRST_LAID_OUT) as usize, None);
+    v
+}
+
+fn t_handle(t: &Option<Datatype>) -> c_int {
+    t.as_ref().map_or(0, |t| t.handle)
+}
+
+/// A committed datatype of `layout` outside the table (the blocks of a vector collective),
+/// whose elements are all `basic` if that is some.
+pub(super) fn derived(layout: Layout, basic: Option<c_int>) -> Datatype {
+    let d = Derived {
+        layout,
+        basic,
+        elements: 0,
+        combiner: COMBINER_NAMED,
+        ints: Vec::new(),
+        aints: Vec::new(),
+        types: Vec::new(),
+        committed: Cell::new(true),
+        pair: None,
+    };
+    Datatype { handle: 0, name: "a derived datatype", size: d.layout.size(), elem: None, derived: Some(Rc::new(d)) }
+}
+
 impl Datatype {
     /// Bytes, for buffers whose extent is worked out in bytes already.
-    pub(super) const BYTE: Datatype = Datatype { name: "MPI_BYTE", size: 1, elem: Some(ElemType::U8) };
+    pub(super) const BYTE: Datatype =
+        Datatype { handle: 4, name: "MPI_BYTE", size: 1, elem: Some(ElemType::U8), derived: None };
 
     /// The datatype of handle `h` (`MPI_ERR_TYPE` if it is none).
     pub(super) fn of(h: c_int) -> Res<Datatype> {
+        let none = || Fail::new(ERR_TYPE, format!("{h} is not a datatype"));
+        if h >= FIRST_LAID_OUT {
+            return TYPES.with(|t| t.borrow().get((h - FIRST_LAID_OUT) as usize).cloned().flatten()).ok_or_else(none);
+        }
         usize::try_from(h)
             .ok()
             .and_then(|i| PREDEFINED.get(i).copied().flatten())
-            .map(|(name, size, elem)| Datatype { name, size, elem })
-            .ok_or_else(|| Fail::new(ERR_TYPE, format!("{h} is not a datatype")))
+            .map(|(name, size, elem)| Datatype { handle: h, name, size, elem, derived: None })
+            .ok_or_else(none)
+    }
+
+    /// A new derived datatype into the table, its handle.
+    pub(super) fn insert(d: Derived) -> c_int {
+        let elem = d.basic.and_then(|b| Datatype::of(b).ok()).and_then(|b| b.elem);
+        let mut t =
+            Datatype { handle: 0, name: "a derived datatype", size: d.layout.size(), elem, derived: Some(Rc::new(d)) };
+        TYPES.with(|types| {
+            let mut types = types.borrow_mut();
+            let first = (FIRST_DERIVED - FIRST_LAID_OUT) as usize;
+            let i = match types[first..].iter().position(Option::is_none) {
+                Some(i) => first + i,
+                None => {
+                    types.push(None);
+                    types.len() - 1
+                }
+            };
+            t.handle = i as c_int + FIRST_LAID_OUT;
+            types[i] = Some(t);
+            t_handle(&types[i])
+        })
+    }
+
+    /// Frees derived datatype `h` (`MPI_ERR_TYPE` for a predefined one or none).
+    pub(super) fn free(h: c_int) -> Res {
+        TYPES.with(|types| {
+            let mut types = types.borrow_mut();
+            match usize::try_from(h - FIRST_LAID_OUT).ok().filter(|_| h >= FIRST_DERIVED).and_then(|i| types.get_mut(i))
+            {
+                Some(slot @ Some(_)) => {
+                    *slot = None;
+                    Ok(())
+                }
+                _ => Err(Fail::new(ERR_TYPE, format!("{h} is not a derived datatype"))),
+            }
+        })
+    }
+
+    /// Its layout (a predefined type's: its bytes, aligned as their size).
+    pub(super) fn layout(&self) -> Layout {
+        match &self.derived {
+            Some(d) => d.layout.clone(),
+            None => Layout::basic(self.size, self.size.min(8)),
+        }
+    }
+
+    /// Basic elements in one element.
+    pub(super) fn elements(&self) -> usize {
+        self.derived.as_ref().map_or(1, |d| d.elements)
+    }
+
+    /// Its lower bound and extent.
+    pub(super) fn bounds(&self) -> (isize, isize) {
+        match &self.derived {
+            Some(d) => (d.layout.lb(), d.layout.extent()),
+            None => (0, self.size as isize),
+        }
+    }
+
+    /// The offset of the data of `count` elements in a buffer, if they are one run of bytes
+    /// there (sent and received in place); `None` if they need packing.
+    pub(super) fn contiguous_at(&self, count: usize) -> Option<isize> {
+        match &self.derived {
+            Some(d) => d.layout.contiguous_at(count),
+            None => Some(0),
+        }
+    }
+
+    /// Whether it may carry data: predefined, or derived and committed.
+    pub(super) fn usable(&self) -> Res {
+        match &self.derived {
+            Some(d) if !d.committed.get() => Err(Fail::new(ERR_TYPE, "a datatype not committed (MPI_Type_commit)")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The predefined type its data is made of, and how many of those `count` elements hold,
+    /// for a reduction (`None`: a type mixing basic types).
+    pub(super) fn as_basic(&self, count: usize) -> Option<(Datatype, usize)> {
+        match &self.derived {
+            None => Some((self.clone(), count)),
+            Some(d) => {
+                let b = Datatype::of(d.basic?).ok()?;
+                let n = count * self.size / b.size.max(1);
+                Some((b, n))
+            }
+        }
     }
 }
 
-/// A predefined reduction operation.
-#[derive(Debug, Clone, Copy)]
+/// A reduction operation: predefined, or made by `MPI_Op_create`.
+#[derive(Debug, Clone)]
 pub(super) struct ReduceOp {
     pub(super) name: &'static str,
-    pub(super) op: Builtin,
+    pub(super) how: Combine,
+}
+
+/// How a reduction combines two operands.
+#[derive(Debug, Clone)]
+pub(super) enum Combine {
+    /// Arithmetic, bitwise and logical operations: the core's run-time table.
+    Builtin(Builtin),
+    /// `MPI_MINLOC` (`min`) and `MPI_MAXLOC`, on value-index pairs.
+    Loc { min: bool },
+    /// A C function (`MPI_Op_create`).
+    User(UserOp),
+}
+
+/// `MPI_User_function`: `inoutvec[i] = invec[i] (op) inoutvec[i]` for `*len` elements of
+/// `*datatype`.
+pub(super) type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
+
+/// An operation of `MPI_Op_create`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct UserOp {
+    pub(super) f: UserFn,
+    pub(super) commute: bool,
+}
+
+/// `MPI_MINLOC`, `MPI_MAXLOC` (include/mpi.h), and the first handle of a user's operation.
+const OP_MINLOC: c_int = 13;
+const OP_MAXLOC: c_int = 14;
+pub(super) const FIRST_USER_OP: c_int = 32;
+
+thread_local! {
+    /// Operations of `MPI_Op_create`, by handle from [`FIRST_USER_OP`].
+    static USER_OPS: RefCell<Vec<Option<UserOp>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Indexed by handle (include/mpi.h): 0 is `MPI_OP_NULL`.
@@ -116,11 +357,51 @@ const OPS: [Option<(&str, Builtin)>; 11] = [
 impl ReduceOp {
     /// The operation of handle `h` (`MPI_ERR_OP` if it is none).
     pub(super) fn of(h: c_int) -> Res<ReduceOp> {
-        usize::try_from(h)
-            .ok()
-            .and_then(|i| OPS.get(i).copied().flatten())
-            .map(|(name, op)| ReduceOp { name, op })
-            .ok_or_else(|| Fail::new(ERR_OP, format!("{h} is not a reduction operation")))
+        let none = || Fail::new(ERR_OP, format!("{h} is not a reduction operation"));
+        match h {
+            OP_MINLOC => Ok(ReduceOp { name: "MPI_MINLOC", how: Combine::Loc { min: true } }),
+            OP_MAXLOC => Ok(ReduceOp { name: "MPI_MAXLOC", how: Combine::Loc { min: false } }),
+            h if h >= FIRST_USER_OP => USER_OPS
+                .with(|t| t.borrow().get((h - FIRST_USER_OP) as usize).copied().flatten())
+                .map(|u| ReduceOp { name: "a user's operation", how: Combine::User(u) })
+                .ok_or_else(none),
+            h => usize::try_from(h)
+                .ok()
+                .and_then(|i| OPS.get(i).copied().flatten())
+                .map(|(name, op)| ReduceOp { name, how: Combine::Builtin(op) })
+                .ok_or_else(none),
+        }
+    }
+
+    /// The core's operation, for a predefined arithmetic, bitwise or logical one.
+    pub(super) fn builtin(&self) -> Option<Builtin> {
+        match self.how {
+            Combine::Builtin(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// A new operation of `MPI_Op_create`, its handle.
+    pub(super) fn insert(op: UserOp) -> c_int {
+        USER_OPS.with(|t| {
+            let mut t = t.borrow_mut();
+            let i = t.iter().position(Option::is_none).unwrap_or_else(|| {
+                t.push(None);
+                t.len() - 1
+            });
+            t[i] = Some(op);
+            i as c_int + FIRST_USER_OP
+        })
+    }
+
+    /// Frees operation `h` of `MPI_Op_create` (`MPI_ERR_OP` for another).
+    pub(super) fn free(h: c_int) -> Res {
+        USER_OPS.with(|t| {
+            match usize::try_from(h - FIRST_USER_OP).ok().and_then(|i| t.borrow_mut().get_mut(i).map(Option::take)) {
+                Some(Some(_)) => Ok(()),
+                _ => Err(Fail::new(ERR_OP, format!("{h} is not an operation of MPI_Op_create"))),
+            }
+        })
     }
 }
 
@@ -130,11 +411,13 @@ pub(super) const OP_NO_OP: c_int = 12;
 
 /// The accumulate of operation `op` on elements of `ty` (`MPI_ERR_OP` where MPI defines
 /// none, `MPI_ERR_TYPE` for a type that is no single element).
-pub(super) fn accumulate_of(op: c_int, ty: Datatype) -> Res<crate::DynAcc> {
+pub(super) fn accumulate_of(op: c_int, ty: &Datatype) -> Res<crate::DynAcc> {
     let how = match op {
         OP_REPLACE => crate::AccOp::Replace,
         OP_NO_OP => crate::AccOp::NoOp,
-        op => crate::AccOp::Builtin(ReduceOp::of(op)?.op),
+        h => crate::AccOp::Builtin(ReduceOp::of(h)?.builtin().ok_or_else(|| {
+            Fail::new(ERR_OP, format!("operation {h} in an accumulate (MPI allows predefined ones only)"))
+        })?),
     };
     let elem = ty.elem.ok_or_else(|| Fail::new(ERR_TYPE, format!("{} is not a type accumulates combine", ty.name)))?;
     crate::DynAcc::new(how, elem)
@@ -164,16 +447,30 @@ pub(super) fn reduce(
     how: Reduction,
     send: Option<&[u8]>,
     recv: Option<&mut [u8]>,
-    ty: Datatype,
+    ty: &Datatype,
     op: ReduceOp,
 ) -> Res {
     let unfit = || Fail::new(ERR_OP, format!("{} does not apply to {}", op.name, ty.name));
-    let elem = ty.elem.ok_or_else(unfit)?;
-    let r = match ty.size {
-        1 => run::<u8>(comm, how, send, recv, elem, op.op),
-        2 => run::<u16>(comm, how, send, recv, elem, op.op),
-        4 => run::<u32>(comm, how, send, recv, elem, op.op),
-        8 => run::<u64>(comm, how, send, recv, elem, op.op),
+    let b = match &op.how {
+        Combine::Builtin(b) => *b,
+        Combine::Loc { min } => {
+            let elem = ty.derived.as_ref().and_then(|d| d.pair).ok_or_else(unfit)?;
+            let f = move |x: &[u8], acc: &mut [u8]| loc(*min, elem, x, acc);
+            return gathered(comm, how, send, recv, &f);
+        }
+        Combine::User(u) => {
+            let f = |x: &[u8], acc: &mut [u8]| call_user(*u, ty, x, acc);
+            return gathered(comm, how, send, recv, &f);
+        }
+    };
+    // A derived type's packed data is a run of its basic type's elements.
+    let (basic, _) = ty.as_basic(1).ok_or_else(unfit)?;
+    let elem = basic.elem.ok_or_else(unfit)?;
+    let r = match basic.size {
+        1 => run::<u8>(comm, how, send, recv, elem, b),
+        2 => run::<u16>(comm, how, send, recv, elem, b),
+        4 => run::<u32>(comm, how, send, recv, elem, b),
+        8 => run::<u64>(comm, how, send, recv, elem, b),
         _ => None,
     };
     r.ok_or_else(unfit)?.map_err(Fail::from)
@@ -251,4 +548,129 @@ fn carried<C: Pod>(b: &[u8]) -> Vec<C> {
     let mut v = vec![C::zeroed(); b.len() / size_of::<C>()];
     bytemuck::cast_slice_mut::<C, u8>(&mut v).copy_from_slice(b);
     v
+}
+
+/// A reduction whose operation works on whole packed elements (`f(x, acc)`:
+/// `acc = x (op) acc`, `x` from the lower ranks): every rank's input is gathered and
+/// combined in rank order, so any operation, commutative or not, on elements of any size,
+/// gets MPI's order of operands.
+fn gathered(
+    comm: &Comm,
+    how: Reduction,
+    send: Option<&[u8]>,
+    recv: Option<&mut [u8]>,
+    f: &dyn Fn(&[u8], &mut [u8]),
+) -> Res {
+    let r = match (how, recv) {
+        (Reduction::Local, Some(r)) => {
+            f(send.ok_or_else(|| Fail::new(ERR_OP, "MPI_Reduce_local without its input"))?, r);
+            return Ok(());
+        }
+        (_, Some(r)) => r,
+        // A rank of MPI_Reduce that is not the root: its input goes to the root.
+        (Reduction::Root(root), None) => {
+            let s = send.ok_or_else(|| Fail::new(ERR_OP, "a reduction without its input"))?;
+            return Ok(comm.gather(s, None, root)?);
+        }
+        _ => return Err(Fail::new(ERR_OP, "a reduction without its receive buffer")),
+    };
+    let input: Vec<u8> = send.unwrap_or(r).to_vec();
+    let (p, me, n) = (comm.size(), comm.rank(), input.len());
+    let mut all = vec![0u8; n * p];
+    match how {
+        Reduction::Root(root) => comm.gather(&input, Some(&mut all), root)?,
+        _ => comm.allgather(&input, &mut all)?,
+    }
+    // The reduction of ranks 0..upto.
+    let fold = |upto: usize| -> Vec<u8> {
+        let mut acc = all[..n].to_vec();
+        for i in 1..upto {
+            let mut next = all[i * n..(i + 1) * n].to_vec();
+            f(&acc, &mut next);
+            acc = next;
+        }
+        acc
+    };
+    match how {
+        Reduction::Root(_) | Reduction::All => r.copy_from_slice(&fold(p)),
+        Reduction::Scan { inclusive: true } => r.copy_from_slice(&fold(me + 1)),
+        Reduction::Scan { inclusive: false } if me > 0 => r.copy_from_slice(&fold(me)),
+        Reduction::Scan { inclusive: false } => {}
+        Reduction::ScatterBlock => {
+            let block = n / p;
+            r[..block].copy_from_slice(&fold(p)[me * block..(me + 1) * block]);
+        }
+        Reduction::Local => unreachable!("handled above"),
+    }
+    Ok(())
+}
+
+/// `MPI_MINLOC` (`min`) or `MPI_MAXLOC` over packed value-index pairs whose value is
+/// `elem`: `acc = x (op) acc`; of equal values, the lower index.
+fn loc(min: bool, elem: ElemType, x: &[u8], acc: &mut [u8]) {
+    use std::cmp::Ordering;
+    let vs = elem.size();
+    let index = |b: &[u8]| i32::from_ne_bytes(b[vs..vs + 4].try_into().expect("4 bytes"));
+    let value = |b: &[u8]| -> f64 {
+        let v = &b[..vs];
+        match elem {
+            ElemType::F32 => f32::from_ne_bytes(v.try_into().expect("4 bytes")) as f64,
+            ElemType::F64 => f64::from_ne_bytes(v.try_into().expect("8 bytes")),
+            ElemType::I16 => i16::from_ne_bytes(v.try_into().expect("2 bytes")) as f64,
+            ElemType::I32 => i32::from_ne_bytes(v.try_into().expect("4 bytes")) as f64,
+            _ => i64::from_ne_bytes(v.try_into().expect("8 bytes")) as f64,
+        }
+    };
+    let exact = |a: &[u8], b: &[u8]| -> Ordering {
+        match elem {
+            // 64-bit integers compare exactly, not through a double.
+            ElemType::I64 => {
+                let (a, b) = (
+                    i64::from_ne_bytes(a[..8].try_into().expect("8")),
+                    i64::from_ne_bytes(b[..8].try_into().expect("8")),
+                );
+                a.cmp(&b)
+            }
+            _ => value(a).partial_cmp(&value(b)).unwrap_or(Ordering::Equal),
+        }
+    };
+    for (xe, ae) in x.chunks_exact(vs + 4).zip(acc.chunks_exact_mut(vs + 4)) {
+        let take = match exact(xe, ae) {
+            Ordering::Less => min,
+            Ordering::Greater => !min,
+            Ordering::Equal => index(xe) < index(ae),
+        };
+        if take {
+            ae.copy_from_slice(xe);
+        }
+    }
+}
+
+/// A user's operation on packed elements of `ty`: `acc = x (op) acc`. The function sees the
+/// elements as they lie in memory: a type with gaps is unpacked into its layout first, and
+/// the result packed back.
+fn call_user(u: UserOp, ty: &Datatype, x: &[u8], acc: &mut [u8]) {
+    let n = x.len() / ty.size.max(1);
+    let (mut len, mut h) = (n as c_int, ty.handle);
+    let Some(d) = ty.derived.as_ref().filter(|d| d.layout.contiguous_at(n) != Some(0)) else {
+        // SAFETY: MPI's contract for MPI_User_function: both vectors hold `len` elements of
+        // `h`, which they do (packed data of a type without gaps is its memory).
+        unsafe { (u.f)(x.as_ptr().cast_mut().cast(), acc.as_mut_ptr().cast(), &mut len, &mut h) };
+        return;
+    };
+    let l = &d.layout;
+    let last = (n.max(1) as isize - 1) * l.extent();
+    let (lo, hi) = (last.min(0) + l.true_lb(), last.max(0) + l.true_lb() + l.true_extent());
+    let words = ((hi - lo) as usize).div_ceil(8);
+    let (mut xm, mut am) = (vec![0u64; words], vec![0u64; words]);
+    // Each element's memory, aligned as the widest basic type most need.
+    let xb = xm.as_mut_ptr().cast::<u8>().wrapping_offset(-lo);
+    let ab = am.as_mut_ptr().cast::<u8>().wrapping_offset(-lo);
+    // SAFETY: xm and am cover every run of the n elements from xb and ab (lo..hi).
+    unsafe {
+        l.unpack(x, xb, n);
+        l.unpack(acc, ab, n);
+        (u.f)(xb.cast(), ab.cast(), &mut len, &mut h);
+        l.pack(ab, n, acc);
+    }
 }

@@ -4,12 +4,13 @@
 //! time ([`crate::DynAcc`], the same kernels the typed API uses). `MPI_Alloc_mem`,
 //! `MPI_Free_mem` and `MPI_Get_address` are here too.
 
+use std::borrow::Cow;
 use std::ffi::{c_int, c_void};
 
 use super::types::{accumulate_of, Datatype};
 use super::{
-    bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, put, with_state, Fail, Res, COMM_WORLD,
-    ERRORS_ARE_FATAL, ERRORS_RETURN, ERR_ARG, ERR_DISP, ERR_NO_MEM, ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN,
+    bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, put, raw_mut, with_state, Fail, Res,
+    COMM_WORLD, ERRORS_ARE_FATAL, ERRORS_RETURN, ERR_ARG, ERR_DISP, ERR_NO_MEM, ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN,
 };
 use crate::rma::{Assert, LockType, Window};
 use crate::Comm;
@@ -79,21 +80,53 @@ unsafe fn new_win(name: &str, comm: &Comm, win: Window<'static, u8>, unit: c_int
     unsafe { put(out, h) }
 }
 
-/// The byte displacement of `disp` units at `target`, and `count` elements of `ty` there.
-fn target_bytes(w: &WinEntry, target: c_int, disp: isize, count: c_int, ty: Datatype) -> Res<(usize, usize, usize)> {
+/// Where `count` elements of `ty` at displacement `disp` lie in target `target`'s window:
+/// the target, the runs of bytes (offset in the window, length) in the order of the type
+/// map, and their total.
+fn target_runs(w: &WinEntry, target: c_int, disp: isize, count: c_int, ty: &Datatype) -> Res<Target> {
     let t = usize::try_from(target)
         .ok()
         .filter(|&t| t < w.units.len())
         .ok_or_else(|| Fail::new(ERR_RANK, format!("invalid target rank {target} of {}", w.units.len())))?;
-    let at = usize::try_from(disp)
-        .ok()
-        .and_then(|d| d.checked_mul(w.units[t]))
-        .ok_or_else(|| Fail::new(ERR_DISP, format!("invalid displacement {disp}")))?;
-    Ok((t, at, count_of(count)? * ty.size))
+    let bad = || Fail::new(ERR_DISP, format!("invalid displacement {disp}"));
+    let at = usize::try_from(disp).ok().and_then(|d| d.checked_mul(w.units[t])).ok_or_else(bad)?;
+    ty.usable()?;
+    let count = count_of(count)?;
+    let runs = match (&ty.derived, ty.contiguous_at(count)) {
+        (_, Some(off)) => vec![(at.checked_add_signed(off).ok_or_else(bad)?, count * ty.size)],
+        (Some(d), None) => d
+            .layout
+            .runs_of(count)
+            .map(|(off, len)| Ok((at.checked_add_signed(off).ok_or_else(bad)?, len)))
+            .collect::<Res<_>>()?,
+        (None, None) => unreachable!("a predefined type is contiguous"),
+    };
+    Ok(Target { rank: t, runs, bytes: count * ty.size })
 }
 
-/// Checks that an origin of `origin` bytes matches a target of `target` bytes (mpr moves
-/// predefined, contiguous types: both sides' bytes must agree).
+/// The target of a one-sided operation ([`target_runs`]).
+struct Target {
+    rank: usize,
+    runs: Vec<(usize, usize)>,
+    bytes: usize,
+}
+
+impl Target {
+    /// Runs `f` on each run of the target with the origin's bytes for it (the origin's
+    /// packed data, `origin` bytes, must match the target's).
+    fn each(&self, name: &str, origin: usize, mut f: impl FnMut(std::ops::Range<usize>, usize) -> Res) -> Res {
+        same(name, origin, self.bytes)?;
+        let mut pos = 0;
+        for &(at, len) in &self.runs {
+            f(pos..pos + len, at)?;
+            pos += len;
+        }
+        Ok(())
+    }
+}
+
+/// Checks that an origin of `origin` bytes matches a target of `target` bytes (both sides'
+/// data must agree in size).
 fn same(name: &str, origin: usize, target: usize) -> Res {
     if origin != target {
         return Err(Fail::new(ERR_ARG, format!("{name}: {origin} bytes at the origin, {target} at the target")));
@@ -150,7 +183,7 @@ mpi! {
             let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_create: size {size}")))?;
             // SAFETY: MPI's contract: `base` holds `size` bytes, valid until the window is
             // freed (the window stops the engine touching them then).
-            let mem: &'static mut [u8] = unsafe { bytes_mut(base, n, Datatype::BYTE)? };
+            let mem: &'static mut [u8] = unsafe { raw_mut(base, n)? };
             let w = Window::create(&c, mem)?;
             // SAFETY: MPI's contract: `win` points to an MPI_Win.
             unsafe { new_win("MPI_Win_create", &c, w, disp_unit, win) }
@@ -243,7 +276,7 @@ mpi! {
             let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_attach: size {size}")))?;
             // SAFETY: MPI's contract: `base` holds `size` bytes, valid until detached (the
             // window stops the engine touching them then).
-            let mem: &'static mut [u8] = unsafe { bytes_mut(base, n, Datatype::BYTE)? };
+            let mem: &'static mut [u8] = unsafe { raw_mut(base, n)? };
             w.win.attach(mem)?;
             Ok(())
         })
@@ -325,10 +358,9 @@ mpi! {
         call("MPI_Put", win, |w| {
             let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
             // SAFETY: MPI's contract: the origin buffer holds what it says.
-            let data = unsafe { bytes(origin_addr, count_of(origin_count)?, ot)? };
-            let (t, at, n) = target_bytes(w, target_rank, target_disp, target_count, tt)?;
-            same("MPI_Put", data.len(), n)?;
-            Ok(w.win.put(data, t, at)?)
+            let data = unsafe { bytes(origin_addr, count_of(origin_count)?, &ot)? };
+            let t = target_runs(w, target_rank, target_disp, target_count, &tt)?;
+            t.each("MPI_Put", data.len(), |r, at| Ok(w.win.put(&data[r], t.rank, at)?))
         })
     }
 
@@ -345,10 +377,9 @@ mpi! {
         call("MPI_Get", win, |w| {
             let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
             // SAFETY: MPI's contract: the origin buffer holds what it says.
-            let buf = unsafe { bytes_mut(origin_addr, count_of(origin_count)?, ot)? };
-            let (t, at, n) = target_bytes(w, target_rank, target_disp, target_count, tt)?;
-            same("MPI_Get", buf.len(), n)?;
-            Ok(w.win.get(buf, t, at)?)
+            let mut buf = unsafe { bytes_mut(origin_addr, count_of(origin_count)?, &ot)? };
+            let t = target_runs(w, target_rank, target_disp, target_count, &tt)?;
+            t.each("MPI_Get", buf.len(), |r, at| Ok(w.win.get(&mut buf[r], t.rank, at)?))
         })
     }
 
@@ -365,12 +396,11 @@ mpi! {
     ) -> c_int {
         call("MPI_Accumulate", win, |w| {
             let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
-            let how = accumulate_of(op, tt)?;
+            let how = accumulate_of(op, &tt)?;
             // SAFETY: MPI's contract: the origin buffer holds what it says.
-            let data = unsafe { bytes(origin_addr, count_of(origin_count)?, ot)? };
-            let (t, at, n) = target_bytes(w, target_rank, target_disp, target_count, tt)?;
-            same("MPI_Accumulate", data.len(), n)?;
-            Ok(w.win.accumulate_dyn(how, data, t, at)?)
+            let data = unsafe { bytes(origin_addr, count_of(origin_count)?, &ot)? };
+            let t = target_runs(w, target_rank, target_disp, target_count, &tt)?;
+            t.each("MPI_Accumulate", data.len(), |r, at| Ok(w.win.accumulate_dyn(how, &data[r], t.rank, at)?))
         })
     }
 
@@ -391,22 +421,21 @@ mpi! {
         call("MPI_Get_accumulate", win, |w| {
             let (ot, rt, tt) =
                 (Datatype::of(origin_datatype)?, Datatype::of(result_datatype)?, Datatype::of(target_datatype)?);
-            let how = accumulate_of(op, tt)?;
+            let how = accumulate_of(op, &tt)?;
             // SAFETY: MPI's contract: the result buffer holds what it says.
-            let result = unsafe { bytes_mut(result_addr, count_of(result_count)?, rt)? };
-            let (t, at, n) = target_bytes(w, target_rank, target_disp, target_count, tt)?;
-            same("MPI_Get_accumulate", result.len(), n)?;
+            let mut result = unsafe { bytes_mut(result_addr, count_of(result_count)?, &rt)? };
+            let t = target_runs(w, target_rank, target_disp, target_count, &tt)?;
             // With MPI_NO_OP the origin is not read (and may be null): zeros stand in.
-            let zeros;
             let data = if op == super::types::OP_NO_OP {
-                zeros = vec![0u8; n];
-                &zeros[..]
+                Cow::Owned(vec![0u8; t.bytes])
             } else {
                 // SAFETY: MPI's contract: the origin buffer holds what it says.
-                unsafe { bytes(origin_addr, count_of(origin_count)?, ot)? }
+                unsafe { bytes(origin_addr, count_of(origin_count)?, &ot)? }
             };
-            same("MPI_Get_accumulate", data.len(), n)?;
-            Ok(w.win.get_accumulate_dyn(how, data, result, t, at)?)
+            same("MPI_Get_accumulate", result.len(), t.bytes)?;
+            t.each("MPI_Get_accumulate", data.len(), |r, at| {
+                Ok(w.win.get_accumulate_dyn(how, &data[r.clone()], &mut result[r], t.rank, at)?)
+            })
         })
     }
 
@@ -421,19 +450,21 @@ mpi! {
     ) -> c_int {
         call("MPI_Fetch_and_op", win, |w| {
             let ty = Datatype::of(datatype)?;
-            let how = accumulate_of(op, ty)?;
+            let how = accumulate_of(op, &ty)?;
             // SAFETY: MPI's contract: the result holds one element.
-            let result = unsafe { bytes_mut(result_addr, 1, ty)? };
-            let (t, at, _) = target_bytes(w, target_rank, target_disp, 1, ty)?;
+            let mut result = unsafe { bytes_mut(result_addr, 1, &ty)? };
+            let t = target_runs(w, target_rank, target_disp, 1, &ty)?;
             // With MPI_NO_OP the origin is not read (and may be null): zeros stand in.
             let zeros = [0u8; 16];
             let data = if op == super::types::OP_NO_OP {
-                &zeros[..ty.size.min(16)]
+                Cow::Borrowed(&zeros[..ty.size.min(16)])
             } else {
                 // SAFETY: MPI's contract: the origin holds one element.
-                unsafe { bytes(origin_addr, 1, ty)? }
+                unsafe { bytes(origin_addr, 1, &ty)? }
             };
-            Ok(w.win.get_accumulate_dyn(how, data, result, t, at)?)
+            t.each("MPI_Fetch_and_op", data.len(), |r, at| {
+                Ok(w.win.get_accumulate_dyn(how, &data[r.clone()], &mut result[r], t.rank, at)?)
+            })
         })
     }
 
@@ -448,12 +479,15 @@ mpi! {
     ) -> c_int {
         call("MPI_Compare_and_swap", win, |w| {
             let ty = Datatype::of(datatype)?;
-            let how = accumulate_of(super::types::OP_REPLACE, ty)?;
+            let how = accumulate_of(super::types::OP_REPLACE, &ty)?;
             // SAFETY: MPI's contract: each holds one element.
-            let (value, compare, result) =
-                unsafe { (bytes(origin_addr, 1, ty)?, bytes(compare_addr, 1, ty)?, bytes_mut(result_addr, 1, ty)?) };
-            let (t, at, _) = target_bytes(w, target_rank, target_disp, 1, ty)?;
-            Ok(w.win.compare_and_swap_dyn(how, value, compare, result, t, at)?)
+            let (value, compare, mut result) =
+                unsafe { (bytes(origin_addr, 1, &ty)?, bytes(compare_addr, 1, &ty)?, bytes_mut(result_addr, 1, &ty)?) };
+            let t = target_runs(w, target_rank, target_disp, 1, &ty)?;
+            match t.runs[..] {
+                [(at, _)] => Ok(w.win.compare_and_swap_dyn(how, &value, &compare, &mut result, t.rank, at)?),
+                _ => Err(Fail::new(super::ERR_TYPE, "MPI_Compare_and_swap on a type of more than one element")),
+            }
         })
     }
 

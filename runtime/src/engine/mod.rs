@@ -38,7 +38,7 @@ use std::collections::VecDeque;
 use crate::buf::{RawBuf, RawBufMut};
 use crate::error::Error;
 use crate::status::Status;
-pub(crate) use request::ReqId;
+pub(crate) use request::{ReqId, Staging};
 use request::{Requests, State};
 use wire::{Envelope, Frame, HeaderBytes, FLAG_TRUNCATED};
 
@@ -737,6 +737,11 @@ impl Engine {
     /// Takes the result of a finished request, freeing it. `None` while it is in flight.
     pub(crate) fn take(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
         self.reqs.take_done(id)
+    }
+
+    /// Gives request `id` the memory it sends from or receives into ([`Staging`]).
+    pub(crate) fn stage(&mut self, id: ReqId, staging: Staging) {
+        self.reqs.stage(id, staging);
     }
 
     /// Nobody will collect request `id` (`MPI_Request_free`): it goes on, and is dropped

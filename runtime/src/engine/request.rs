@@ -68,10 +68,37 @@ impl State {
     }
 }
 
+/// What a staged receive runs on the bytes that arrived.
+pub(crate) type Unpack = Box<dyn FnOnce(&[u8])>;
+
+/// Memory a request owns beside its state: the packed bytes of a send (the engine sends
+/// from them until the send ends), or the bytes a receive lands in, handed to `unpack` when
+/// it completes (a derived datatype's layout; the layout module's hooks).
+pub(crate) struct Staging {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) unpack: Option<Unpack>,
+}
+
+impl std::fmt::Debug for Staging {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staging").field("bytes", &self.bytes.len()).field("unpack", &self.unpack.is_some()).finish()
+    }
+}
+
+impl Staging {
+    /// The receive ended with `result`: its bytes go where they belong.
+    fn finish(self, result: &Result<Status, Error>) {
+        if let (Ok(st), Some(unpack)) = (result, self.unpack) {
+            unpack(&self.bytes[..st.bytes.min(self.bytes.len())]);
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Slot {
     gen: u32,
     state: State,
+    staging: Option<Box<Staging>>,
     /// Nobody will collect the result (`MPI_Request_free`, a one-sided write whose bytes
     /// the transport copied at the start): the slot goes when the request ends.
     detached: bool,
@@ -89,7 +116,7 @@ impl Requests {
     pub(crate) fn insert(&mut self, state: State) -> ReqId {
         self.next_gen = self.next_gen.wrapping_add(1);
         let gen = self.next_gen;
-        let key = self.slots.insert(Slot { gen, state, detached: false }) as u32;
+        let key = self.slots.insert(Slot { gen, state, detached: false, staging: None }) as u32;
         ReqId { key, gen }
     }
 
@@ -113,10 +140,28 @@ impl Requests {
     #[inline(always)]
     pub(crate) fn complete(&mut self, id: ReqId, result: Result<Status, Error>) {
         match self.slots.get_mut(id.key as usize) {
-            Some(s) if s.gen == id.gen && s.detached => {
-                self.slots.remove(id.key as usize);
+            Some(s) if s.gen == id.gen => {
+                if let Some(staging) = s.staging.take() {
+                    staging.finish(&result);
+                }
+                if s.detached {
+                    self.slots.remove(id.key as usize);
+                } else {
+                    s.state = State::Done(result);
+                }
             }
-            Some(s) if s.gen == id.gen => s.state = State::Done(result),
+            _ => {}
+        }
+    }
+
+    /// Gives request `id` the memory it works from ([`Staging`]); one that has completed
+    /// already (into that memory) unpacks now.
+    pub(crate) fn stage(&mut self, id: ReqId, staging: Staging) {
+        match self.slots.get_mut(id.key as usize) {
+            Some(s) if s.gen == id.gen => match &s.state {
+                State::Done(result) => staging.finish(result),
+                _ => s.staging = Some(Box::new(staging)),
+            },
             _ => {}
         }
     }

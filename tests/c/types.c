@@ -1,0 +1,519 @@
+/* The C ABI's derived datatypes (every constructor, their bounds and envelopes), sent and
+ * received by point-to-point calls (blocking, nonblocking, persistent, large enough for a
+ * rendezvous), collectives and one-sided operations; MPI_Pack and MPI_Unpack; MPI_MINLOC and
+ * MPI_MAXLOC on the value-index pairs; reductions of the user's (MPI_Op_create), commutative
+ * or not, on predefined and derived types; MPI_Reduce_scatter; and their errors. Printed as
+ * "rank: what = values" lines; the test compares them with MPICH's. */
+#include <mpi.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "say.h"
+
+/* A struct with a gap: 4 bytes of padding after `a`. */
+struct pt {
+    int a;
+    double b;
+    char c;
+};
+
+static MPI_Datatype pt_type(void)
+{
+    int bl[3] = {1, 1, 1};
+    MPI_Aint d[3] = {offsetof(struct pt, a), offsetof(struct pt, b), offsetof(struct pt, c)};
+    MPI_Datatype t[3] = {MPI_INT, MPI_DOUBLE, MPI_CHAR}, s;
+    MPI_Type_create_struct(3, bl, d, t, &s);
+    MPI_Type_commit(&s);
+    return s;
+}
+
+static void describe(const char *name, MPI_Datatype t)
+{
+    int size, ni, na, nd, comb;
+    MPI_Aint lb, ext, tlb, text;
+    MPI_Type_size(t, &size);
+    MPI_Type_get_extent(t, &lb, &ext);
+    MPI_Type_get_true_extent(t, &tlb, &text);
+    MPI_Type_get_envelope(t, &ni, &na, &nd, &comb);
+    char line[400];
+    int n = snprintf(line, sizeof line, "%s: size %d lb %ld extent %ld true %ld+%ld envelope %d %d %d %d", name, size,
+                     (long)lb, (long)ext, (long)tlb, (long)text, ni, na, nd, comb);
+    if (comb != MPI_COMBINER_NAMED) {
+        int ints[32];
+        MPI_Aint aints[8];
+        MPI_Datatype types[8];
+        MPI_Type_get_contents(t, 32, 8, 8, ints, aints, types);
+        n += snprintf(line + n, sizeof line - n, " ints");
+        for (int i = 0; i < ni && n < 360; i++)
+            n += snprintf(line + n, sizeof line - n, " %d", ints[i]);
+        n += snprintf(line + n, sizeof line - n, " aints");
+        for (int i = 0; i < na && n < 360; i++)
+            n += snprintf(line + n, sizeof line - n, " %ld", (long)aints[i]);
+        n += snprintf(line + n, sizeof line - n, " types %d", nd > 0 && types[0] == MPI_INT);
+    }
+    if (rank == 0)
+        SAY("%s", line);
+}
+
+static void constructors(void)
+{
+    MPI_Datatype t;
+    MPI_Type_contiguous(3, MPI_DOUBLE, &t);
+    describe("contiguous", t);
+    MPI_Type_free(&t);
+    SAY("freed is null = %d", t == MPI_DATATYPE_NULL);
+    MPI_Type_vector(3, 2, 4, MPI_INT, &t);
+    describe("vector", t);
+    MPI_Type_free(&t);
+    MPI_Type_create_hvector(2, 3, 40, MPI_INT, &t);
+    describe("hvector", t);
+    MPI_Type_free(&t);
+    int bl[3] = {2, 1, 3}, di[3] = {5, 0, 9};
+    MPI_Type_indexed(3, bl, di, MPI_INT, &t);
+    describe("indexed", t);
+    MPI_Type_free(&t);
+    MPI_Aint ad[3] = {16, -8, 64};
+    MPI_Type_create_hindexed(3, bl, ad, MPI_INT, &t);
+    describe("hindexed", t);
+    MPI_Type_free(&t);
+    MPI_Type_create_indexed_block(3, 2, di, MPI_INT, &t);
+    describe("indexed block", t);
+    MPI_Type_free(&t);
+    MPI_Type_create_hindexed_block(3, 2, ad, MPI_INT, &t);
+    describe("hindexed block", t);
+    MPI_Type_free(&t);
+    int sizes[2] = {4, 5}, subs[2] = {2, 3}, starts[2] = {1, 1};
+    MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_C, MPI_INT, &t);
+    describe("subarray C", t);
+    MPI_Type_free(&t);
+    MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_FORTRAN, MPI_INT, &t);
+    describe("subarray Fortran", t);
+    MPI_Type_free(&t);
+    MPI_Type_create_resized(MPI_INT, -4, 16, &t);
+    describe("resized", t);
+    MPI_Type_free(&t);
+    MPI_Datatype s = pt_type();
+    describe("struct", s);
+    MPI_Type_dup(s, &t);
+    describe("dup", t);
+    MPI_Type_free(&t);
+    MPI_Type_free(&s);
+    describe("MPI_INT", MPI_INT);
+    describe("MPI_DOUBLE_INT", MPI_DOUBLE_INT);
+    describe("MPI_SHORT_INT", MPI_SHORT_INT);
+    describe("MPI_2INT", MPI_2INT);
+    describe("MPI_FLOAT_INT", MPI_FLOAT_INT);
+    describe("MPI_LONG_INT", MPI_LONG_INT);
+}
+
+static void point_to_point(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    /* A column of a 4x5 matrix, received whole, and into a row of another layout. */
+    int m[4][5], col[4] = {0}, spread[8];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++)
+            m[i][j] = rank * 100 + i * 10 + j;
+    MPI_Datatype column, every_other;
+    MPI_Type_vector(4, 1, 5, MPI_INT, &column);
+    MPI_Type_commit(&column);
+    MPI_Type_vector(4, 1, 2, MPI_INT, &every_other);
+    MPI_Type_commit(&every_other);
+    for (int i = 0; i < 8; i++)
+        spread[i] = -1;
+    MPI_Status st;
+    MPI_Sendrecv(&m[0][2], 1, column, next, 1, col, 4, MPI_INT, prev, 1, MPI_COMM_WORLD, &st);
+    SAY("column = %d %d %d %d", col[0], col[1], col[2], col[3]);
+    MPI_Sendrecv(&m[0][3], 1, column, next, 2, spread, 1, every_other, prev, 2, MPI_COMM_WORLD, &st);
+    SAY("spread = %d %d %d %d %d %d %d %d", spread[0], spread[1], spread[2], spread[3], spread[4], spread[5],
+        spread[6], spread[7]);
+    int count, elements;
+    MPI_Get_count(&st, every_other, &count);
+    MPI_Get_elements(&st, every_other, &elements);
+    SAY("spread count %d elements %d", count, elements);
+    /* Five ints received as pairs: two and a half. */
+    int five[5] = {1, 2, 3, 4, 5}, six[6] = {0};
+    MPI_Datatype pair;
+    MPI_Type_contiguous(2, MPI_INT, &pair);
+    MPI_Type_commit(&pair);
+    MPI_Sendrecv(five, 5, MPI_INT, next, 3, six, 3, pair, prev, 3, MPI_COMM_WORLD, &st);
+    MPI_Get_count(&st, pair, &count);
+    MPI_Get_elements(&st, pair, &elements);
+    SAY("pairs count %d elements %d last %d %d", count == MPI_UNDEFINED ? -1 : count, elements, six[4], six[5]);
+
+    /* Structs with a gap, nonblocking, and persistent (started twice). */
+    MPI_Datatype s = pt_type();
+    struct pt out[3], in[3];
+    memset(in, 0, sizeof in);
+    for (int i = 0; i < 3; i++) {
+        out[i].a = rank * 10 + i;
+        out[i].b = rank + i * 0.25;
+        out[i].c = (char)('a' + rank + i);
+    }
+    MPI_Request r[2];
+    MPI_Irecv(in, 3, s, prev, 4, MPI_COMM_WORLD, &r[0]);
+    MPI_Isend(out, 3, s, next, 4, MPI_COMM_WORLD, &r[1]);
+    MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+    for (int i = 0; i < 3; i++)
+        SAY("struct %d = %d %.2f %c", i, in[i].a, in[i].b, in[i].c);
+    MPI_Recv_init(in, 2, s, prev, 5, MPI_COMM_WORLD, &r[0]);
+    MPI_Send_init(&out[1], 2, s, next, 5, MPI_COMM_WORLD, &r[1]);
+    for (int round = 0; round < 2; round++) {
+        memset(in, 0, sizeof in);
+        MPI_Startall(2, r);
+        MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+        SAY("persistent round %d = %d %.2f %c %d", round, in[0].a, in[0].b, in[0].c, in[1].a);
+        out[1].a += 1000;
+    }
+    MPI_Request_free(&r[0]);
+    MPI_Request_free(&r[1]);
+
+    /* A strided message large enough for a rendezvous, received strided too. */
+    int n = 60000;
+    int *big = (int *)malloc(sizeof(int) * 2 * n), *back = (int *)malloc(sizeof(int) * 3 * n);
+    for (int i = 0; i < 2 * n; i++)
+        big[i] = rank * 7 + i;
+    for (int i = 0; i < 3 * n; i++)
+        back[i] = -1;
+    MPI_Datatype stride2, stride3;
+    MPI_Type_vector(n, 1, 2, MPI_INT, &stride2);
+    MPI_Type_commit(&stride2);
+    MPI_Type_vector(n, 1, 3, MPI_INT, &stride3);
+    MPI_Type_commit(&stride3);
+    MPI_Irecv(back, 1, stride3, prev, 6, MPI_COMM_WORLD, &r[0]);
+    MPI_Isend(big + 1, 1, stride2, next, 6, MPI_COMM_WORLD, &r[1]);
+    MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+    long sum = 0, untouched = 0;
+    for (int i = 0; i < 3 * n; i++) {
+        if (i % 3 == 0)
+            sum += back[i];
+        else
+            untouched += back[i] == -1;
+    }
+    SAY("rendezvous sum %ld untouched %ld first %d last %d", sum, untouched, back[0], back[3 * (n - 1)]);
+    /* The same, blocking and synchronous. */
+    if (rank % 2 == 0 && next != rank) {
+        MPI_Ssend(big, 1, stride2, next, 7, MPI_COMM_WORLD);
+        MPI_Recv(back, 1, stride3, prev, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+        MPI_Recv(back, 1, stride3, prev, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Ssend(big, 1, stride2, next, 7, MPI_COMM_WORLD);
+    }
+    SAY("blocking first %d last %d", back[0], back[3 * (n - 1)]);
+    free(big);
+    free(back);
+    MPI_Type_free(&stride2);
+    MPI_Type_free(&stride3);
+    MPI_Type_free(&column);
+    MPI_Type_free(&every_other);
+    MPI_Type_free(&pair);
+    MPI_Type_free(&s);
+}
+
+static void collectives(void)
+{
+    /* Broadcast a 2x2 block of a 4x4 matrix. */
+    int a[4][4];
+    for (int i = 0; i < 16; i++)
+        a[i / 4][i % 4] = rank == 0 ? i : -1;
+    MPI_Datatype block;
+    int sizes[2] = {4, 4}, subs[2] = {2, 2}, starts[2] = {1, 2};
+    MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_C, MPI_INT, &block);
+    MPI_Type_commit(&block);
+    MPI_Bcast(a, 1, block, 0, MPI_COMM_WORLD);
+    SAY("bcast block = %d %d %d %d corner %d", a[1][2], a[1][3], a[2][2], a[2][3], a[0][0]);
+
+    /* Gather rows into columns: a vector resized to one int's extent. */
+    int row[2] = {rank * 2, rank * 2 + 1}, t[2][8];
+    memset(t, 0, sizeof t);
+    MPI_Datatype col, col1;
+    MPI_Type_vector(2, 1, size, MPI_INT, &col);
+    MPI_Type_create_resized(col, 0, sizeof(int), &col1);
+    MPI_Type_commit(&col1);
+    MPI_Gather(row, 2, MPI_INT, t, 1, col1, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        char line[200];
+        int n = 0;
+        for (int i = 0; i < 2 * size; i++)
+            n += snprintf(line + n, sizeof line - n, " %d", t[i / size][i % size]);
+        SAY("gather transposed =%s", line);
+    }
+    /* And back: scatter columns, allgather into columns. */
+    int mine[2] = {0};
+    MPI_Scatter(t, 1, col1, mine, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    SAY("scatter column = %d %d", mine[0], mine[1]);
+    memset(t, 0, sizeof t);
+    MPI_Allgather(row, 2, MPI_INT, t, 1, col1, MPI_COMM_WORLD);
+    SAY("allgather transposed = %d %d %d %d", t[0][0], t[1][0], t[0][size - 1], t[1][size - 1]);
+
+    /* Structs gathered with counts and displacements. */
+    MPI_Datatype s = pt_type();
+    struct pt me = {rank, rank * 0.5, (char)('A' + rank)}, all[8];
+    memset(all, 0, sizeof all);
+    int counts[8], displs[8];
+    for (int i = 0; i < size; i++) {
+        counts[i] = 1;
+        displs[i] = size - 1 - i;
+    }
+    MPI_Allgatherv(&me, 1, s, all, counts, displs, s, MPI_COMM_WORLD);
+    SAY("allgatherv structs = %d %.1f %c / %d %.1f %c", all[0].a, all[0].b, all[0].c, all[size - 1].a, all[size - 1].b,
+        all[size - 1].c);
+    /* Alltoallv of strided ints. */
+    int sv[16], rv[16], sc[8], sd[8], rc[8], rd[8];
+    for (int i = 0; i < 2 * size; i++)
+        sv[i] = rank * 100 + i;
+    MPI_Datatype two;
+    MPI_Type_vector(1, 1, 1, MPI_INT, &two);
+    MPI_Type_commit(&two);
+    for (int i = 0; i < size; i++) {
+        sc[i] = 1;
+        sd[i] = 2 * i + 1;
+        rc[i] = 1;
+        rd[i] = i;
+    }
+    MPI_Alltoallv(sv, sc, sd, two, rv, rc, rd, MPI_INT, MPI_COMM_WORLD);
+    SAY("alltoallv = %d %d", rv[0], rv[size - 1]);
+    MPI_Type_free(&two);
+
+    /* MINLOC and MAXLOC. */
+    struct {
+        double v;
+        int i;
+    } dv = {(rank % 2) ? -rank : rank * 1.5, rank}, dres;
+    MPI_Allreduce(&dv, &dres, 1, MPI_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD);
+    SAY("minloc double = %.1f at %d", dres.v, dres.i);
+    MPI_Allreduce(&dv, &dres, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    SAY("maxloc double = %.1f at %d", dres.v, dres.i);
+    int iv[4] = {rank % 2, rank, 7, size - rank}, ires[4];
+    MPI_Reduce(iv, ires, 2, MPI_2INT, MPI_MAXLOC, size - 1, MPI_COMM_WORLD);
+    if (rank == size - 1)
+        SAY("maxloc 2int = %d at %d, %d at %d", ires[0], ires[1], ires[2], ires[3]);
+    struct {
+        float v;
+        int i;
+    } fv = {1.0f, size - rank}, fres;
+    MPI_Allreduce(&fv, &fres, 1, MPI_FLOAT_INT, MPI_MINLOC, MPI_COMM_WORLD);
+    SAY("minloc ties = %.1f at %d", fres.v, fres.i);
+    struct {
+        short v;
+        int i;
+    } sv2 = {(short)(rank * 3 % 5), rank}, sres;
+    MPI_Allreduce(&sv2, &sres, 1, MPI_SHORT_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    SAY("maxloc short = %d at %d", sres.v, sres.i);
+    MPI_Type_free(&block);
+    MPI_Type_free(&col);
+    MPI_Type_free(&col1);
+    MPI_Type_free(&s);
+}
+
+/* Commutative: the larger magnitude. */
+static void absmax(void *in, void *inout, int *len, MPI_Datatype *t)
+{
+    (void)t;
+    int *a = (int *)in, *b = (int *)inout;
+    for (int i = 0; i < *len; i++)
+        if (abs(a[i]) > abs(b[i]))
+            b[i] = a[i];
+}
+
+/* Not commutative: 2x2 integer matrices, b = a x b. */
+static void matmul(void *in, void *inout, int *len, MPI_Datatype *t)
+{
+    (void)t;
+    int *a = (int *)in, *b = (int *)inout;
+    for (int k = 0; k < *len; k++, a += 4, b += 4) {
+        int c[4] = {a[0] * b[0] + a[1] * b[2], a[0] * b[1] + a[1] * b[3], a[2] * b[0] + a[3] * b[2],
+                    a[2] * b[1] + a[3] * b[3]};
+        memcpy(b, c, sizeof c);
+    }
+}
+
+/* On structs with a gap: sums `a`, keeps the larger `b`, the later `c`. */
+static void ptop(void *in, void *inout, int *len, MPI_Datatype *t)
+{
+    (void)t;
+    struct pt *a = (struct pt *)in, *b = (struct pt *)inout;
+    for (int i = 0; i < *len; i++) {
+        b[i].a += a[i].a;
+        if (a[i].b > b[i].b)
+            b[i].b = a[i].b;
+    }
+}
+
+static void user_ops(void)
+{
+    MPI_Op am, mm, po;
+    MPI_Op_create(absmax, 1, &am);
+    MPI_Op_create(matmul, 0, &mm);
+    MPI_Op_create(ptop, 1, &po);
+    int commute;
+    MPI_Op_commutative(mm, &commute);
+    SAY("matmul commutes = %d", commute);
+    int v[2] = {(rank % 2) ? -rank * 3 : rank * 2, rank - size}, r[2];
+    MPI_Allreduce(v, r, 2, MPI_INT, am, MPI_COMM_WORLD);
+    SAY("allreduce absmax = %d %d", r[0], r[1]);
+    MPI_Reduce(v, r, 2, MPI_INT, am, 1 % size, MPI_COMM_WORLD);
+    if (rank == 1 % size)
+        SAY("reduce absmax = %d %d", r[0], r[1]);
+    MPI_Scan(v, r, 2, MPI_INT, am, MPI_COMM_WORLD);
+    SAY("scan absmax = %d %d", r[0], r[1]);
+    r[0] = r[1] = 12345;
+    MPI_Exscan(v, r, 2, MPI_INT, am, MPI_COMM_WORLD);
+    if (rank > 0)
+        SAY("exscan absmax = %d %d", r[0], r[1]);
+    int loc[2] = {-100, 1};
+    MPI_Reduce_local(v, loc, 2, MPI_INT, am);
+    SAY("reduce local absmax = %d %d", loc[0], loc[1]);
+
+    /* Matrices: the product in rank order. */
+    MPI_Datatype mat;
+    MPI_Type_contiguous(4, MPI_INT, &mat);
+    MPI_Type_commit(&mat);
+    int m[4] = {rank + 1, 1, 1, 0}, p[4];
+    MPI_Allreduce(m, p, 1, mat, mm, MPI_COMM_WORLD);
+    SAY("allreduce matmul = %d %d %d %d", p[0], p[1], p[2], p[3]);
+    MPI_Scan(m, p, 1, mat, mm, MPI_COMM_WORLD);
+    SAY("scan matmul = %d %d %d %d", p[0], p[1], p[2], p[3]);
+    MPI_Allreduce(MPI_IN_PLACE, m, 1, mat, mm, MPI_COMM_WORLD);
+    SAY("allreduce in place matmul = %d %d %d %d", m[0], m[1], m[2], m[3]);
+
+    /* Structs with a gap. */
+    MPI_Datatype s = pt_type();
+    struct pt x[2] = {{rank, rank * 0.5, 'x'}, {1, -rank, 'y'}}, y[2];
+    memset(y, 0, sizeof y);
+    MPI_Allreduce(x, y, 2, s, po, MPI_COMM_WORLD);
+    SAY("allreduce structs = %d %.1f / %d %.1f", y[0].a, y[0].b, y[1].a, y[1].b);
+
+    /* Reduce-scatter with counts, predefined and user's operation. */
+    int counts[8], send[36], got[8] = {0};
+    int total = 0;
+    for (int i = 0; i < size; i++) {
+        counts[i] = i % 3 + 1;
+        total += counts[i];
+    }
+    for (int i = 0; i < total; i++)
+        send[i] = rank * 10 + i;
+    MPI_Reduce_scatter(send, got, counts, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    SAY("reduce_scatter sum = %d %d %d", got[0], counts[rank] > 1 ? got[1] : 0, counts[rank] > 2 ? got[2] : 0);
+    MPI_Reduce_scatter(MPI_IN_PLACE, send, counts, MPI_INT, am, MPI_COMM_WORLD);
+    SAY("reduce_scatter in place absmax = %d", send[0]);
+
+    MPI_Op_free(&am);
+    SAY("op freed is null = %d", am == MPI_OP_NULL);
+    MPI_Op_free(&mm);
+    MPI_Op_free(&po);
+    MPI_Type_free(&mat);
+    MPI_Type_free(&s);
+}
+
+static void one_sided(void)
+{
+    int *base;
+    MPI_Win win;
+    MPI_Win_allocate(20 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    for (int i = 0; i < 20; i++)
+        base[i] = -1;
+    int next = (rank + 1) % size, vals[5], strided[10];
+    for (int i = 0; i < 5; i++)
+        vals[i] = rank * 10 + i;
+    for (int i = 0; i < 10; i++)
+        strided[i] = -2;
+    MPI_Datatype every_other, three;
+    MPI_Type_vector(5, 1, 2, MPI_INT, &every_other);
+    MPI_Type_commit(&every_other);
+    int bl[2] = {1, 2}, di[2] = {12, 16};
+    MPI_Type_indexed(2, bl, di, MPI_INT, &three);
+    MPI_Type_commit(&three);
+    MPI_Win_fence(0, win);
+    MPI_Put(vals, 5, MPI_INT, next, 1, 1, every_other, win);
+    MPI_Win_fence(0, win);
+    SAY("put strided = %d %d %d %d %d %d", base[0], base[1], base[2], base[3], base[9], base[10]);
+    MPI_Get(strided, 1, every_other, next, 1, 5, MPI_INT, win);
+    int acc[3] = {1, 2, 3};
+    MPI_Accumulate(acc, 3, MPI_INT, next, 0, 1, three, MPI_SUM, win);
+    MPI_Win_fence(0, win);
+    SAY("get strided = %d %d %d %d", strided[0], strided[1], strided[2], strided[8]);
+    SAY("accumulate indexed = %d %d %d %d", base[12], base[13], base[16], base[17]);
+    MPI_Win_free(&win);
+    MPI_Type_free(&every_other);
+    MPI_Type_free(&three);
+}
+
+static void packing(void)
+{
+    char buf[256];
+    int pos = 0, one = rank + 40, m[3][3], col[3], size_needed;
+    double d = rank * 2.5;
+    for (int i = 0; i < 9; i++)
+        m[i / 3][i % 3] = rank * 9 + i;
+    MPI_Datatype column;
+    MPI_Type_vector(3, 1, 3, MPI_INT, &column);
+    MPI_Type_commit(&column);
+    MPI_Pack_size(1, column, MPI_COMM_WORLD, &size_needed);
+    SAY("pack size column = %d", size_needed);
+    MPI_Pack(&one, 1, MPI_INT, buf, sizeof buf, &pos, MPI_COMM_WORLD);
+    MPI_Pack(&m[0][1], 1, column, buf, sizeof buf, &pos, MPI_COMM_WORLD);
+    MPI_Pack(&d, 1, MPI_DOUBLE, buf, sizeof buf, &pos, MPI_COMM_WORLD);
+    SAY("packed = %d bytes", pos);
+    char in[256];
+    MPI_Status st;
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    MPI_Sendrecv(buf, pos, MPI_PACKED, next, 8, in, sizeof in, MPI_PACKED, prev, 8, MPI_COMM_WORLD, &st);
+    int got, n;
+    MPI_Get_count(&st, MPI_PACKED, &n);
+    pos = 0;
+    int one_back;
+    double d_back;
+    MPI_Unpack(in, n, &pos, &one_back, 1, MPI_INT, MPI_COMM_WORLD);
+    MPI_Unpack(in, n, &pos, col, 3, MPI_INT, MPI_COMM_WORLD);
+    MPI_Unpack(in, n, &pos, &d_back, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+    got = pos;
+    SAY("unpacked = %d [%d %d %d] %.1f at %d", one_back, col[0], col[1], col[2], d_back, got);
+    MPI_Type_free(&column);
+}
+
+static void errors(void)
+{
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int v[4] = {0}, cls, rc;
+    MPI_Datatype t = MPI_INT;
+    MPI_Datatype raw;
+    MPI_Type_contiguous(2, MPI_INT, &raw);
+    rc = MPI_Send(v, 1, raw, (rank + 1) % size, 9, MPI_COMM_WORLD);
+    MPI_Error_class(rc, &cls);
+    SAY("send uncommitted = %d", cls);
+    MPI_Type_free(&raw);
+    rc = MPI_Type_free(&t);
+    MPI_Error_class(rc, &cls);
+    SAY("free predefined = %d", cls);
+    rc = MPI_Type_contiguous(-1, MPI_INT, &raw);
+    MPI_Error_class(rc, &cls);
+    SAY("negative count = %d", cls);
+    rc = MPI_Type_vector(2, 1, 1, 999, &raw);
+    MPI_Error_class(rc, &cls);
+    SAY("bad old type = %d", cls);
+    rc = MPI_Allreduce(v, v + 2, 1, MPI_INT, MPI_MINLOC, MPI_COMM_WORLD);
+    MPI_Error_class(rc, &cls);
+    SAY("minloc on int = %d", cls);
+    MPI_Op sum = MPI_SUM;
+    rc = MPI_Op_free(&sum);
+    MPI_Error_class(rc, &cls);
+    SAY("free MPI_SUM = %d", cls);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    constructors();
+    point_to_point();
+    collectives();
+    user_ops();
+    one_sided();
+    packing();
+    errors();
+    MPI_Finalize();
+    return 0;
+}
