@@ -462,18 +462,7 @@ impl Comm {
         tag: i32,
         unpack: impl FnOnce(&[u8]) + 'static,
     ) -> Result<Request<'static>, Error> {
-        let mut bytes = vec![0u8; len];
-        // SAFETY: the bytes move into the request's staging below and stay there until it
-        // ends (a vector's heap memory does not move with it); nothing else touches them.
-        let raw = unsafe { RawBufMut::new(&mut bytes) };
-        let started = self.start_recv(raw, src, tag)?;
-        match started {
-            Started::Done(st) => unpack(&bytes[..st.bytes.min(len)]),
-            Started::Req(id) => {
-                self.inner.rt.borrow_mut().engine.stage(id, Staging { bytes, unpack: Some(Box::new(unpack)) });
-            }
-        }
-        Ok(Request::started(&self.inner.rt, None, started))
+        staged(&self.inner.rt, len, unpack, |raw| self.start_recv(raw, src, tag))
     }
 
     /// Returns the status of a matching message without receiving it, if one has arrived
@@ -497,6 +486,36 @@ impl Comm {
             found.is_some()
         })?;
         Ok(found.expect("wait_until returned on success"))
+    }
+
+    /// Blocks until a matching message has arrived and takes it out of the queue, so that
+    /// only a receive of it gets its bytes (`MPI_Mprobe`; threads that probe and receive the
+    /// same selector cannot take each other's messages).
+    pub fn mprobe(&self, src: usize, tag: i32) -> Result<Message, Error> {
+        let (s, world, t) = self.check_src(src, tag)?;
+        let ctx = self.inner.ctx;
+        let mut rt = self.inner.rt.borrow_mut();
+        let mut found = None;
+        rt.wait_on_peer(world, |rt| {
+            found = rt.engine.take_matching(ctx, s, t);
+            found.is_some()
+        })?;
+        drop(rt);
+        Ok(self.message(found.expect("wait_on_peer returned on success")))
+    }
+
+    /// As [`Comm::mprobe`], if a matching message has arrived (`MPI_Improbe`).
+    pub fn improbe(&self, src: usize, tag: i32) -> Result<Option<Message>, Error> {
+        let (s, _, t) = self.check_src(src, tag)?;
+        let mut rt = self.inner.rt.borrow_mut();
+        rt.progress()?;
+        let found = rt.engine.take_matching(self.inner.ctx, s, t);
+        drop(rt);
+        Ok(found.map(|f| self.message(f)))
+    }
+
+    fn message(&self, (key, status): (u64, Status)) -> Message {
+        Message { rt: self.inner.rt.clone(), key, status, peer: self.inner.group.get(status.source).copied() }
     }
 
     /// Ends the whole job with `code` (`MPI_Abort`): tells the launcher, then exits.
@@ -543,4 +562,76 @@ fn local_copy(rt: &mut Runtime, copy: LocalCopy<'_>) -> Result<(), Error> {
 unsafe fn raw_parts<T: Pod>(buf: *const T, count: usize) -> RawBuf {
     // SAFETY: this function's contract.
     unsafe { RawBuf::new(std::slice::from_raw_parts(buf.cast::<u8>(), count * std::mem::size_of::<T>())) }
+}
+
+/// A message a matching probe took out of the queue ([`Comm::mprobe`]): only a receive of
+/// it gets its bytes. Dropped without one, the message is lost.
+#[must_use = "a matched message is received by Message::recv (or an irecv)"]
+#[derive(Debug)]
+pub struct Message {
+    rt: Arc<Shared>,
+    key: u64,
+    status: Status,
+    /// The sender's world rank (for liveness).
+    peer: Option<usize>,
+}
+
+impl Message {
+    /// Its source, tag and size.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    fn start(self, buf: RawBufMut) -> Started {
+        let mut rt = self.rt.borrow_mut();
+        rt.engine.receive_matched(self.key, self.peer, buf, true).expect("a message is received once (it moves)")
+    }
+
+    /// Receives the message into `buf` (`MPI_Mrecv`); one larger than `buf` is an
+    /// [`Error::Truncate`].
+    pub fn recv<T: Pod>(self, buf: &mut [T]) -> Result<Status, Error> {
+        let rt = self.rt.clone();
+        // SAFETY: `buf` stays borrowed until the request completes: we wait for it here.
+        match self.start(unsafe { RawBufMut::new(bytemuck::cast_slice_mut(buf)) }) {
+            Started::Done(st) => Ok(st),
+            Started::Req(id) => rt.borrow_mut().wait(id),
+        }
+    }
+
+    /// Starts receiving the message into `count` elements at `buf` (`MPI_Imrecv`).
+    ///
+    /// # Safety
+    /// As [`Comm::irecv_unscoped`].
+    pub unsafe fn irecv_unscoped<T: Pod>(self, buf: *mut T, count: usize) -> Result<Request<'static>, Error> {
+        let rt = self.rt.clone();
+        // SAFETY: the caller guarantees validity and exclusivity until completion.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count * std::mem::size_of::<T>()) };
+        // SAFETY: as above.
+        Ok(Request::started(&rt, None, self.start(unsafe { RawBufMut::new(bytes) })))
+    }
+
+    /// As [`Comm::irecv_staged`], for this message.
+    pub fn irecv_staged(self, len: usize, unpack: impl FnOnce(&[u8]) + 'static) -> Result<Request<'static>, Error> {
+        let rt = self.rt.clone();
+        staged(&rt, len, unpack, |raw| Ok(self.start(raw)))
+    }
+}
+
+/// Starts a receive (`start`) of up to `len` bytes into memory its request owns, handed to
+/// `unpack` when it completes ([`Comm::irecv_staged`]).
+fn staged(
+    rt: &Arc<Shared>,
+    len: usize,
+    unpack: impl FnOnce(&[u8]) + 'static,
+    start: impl FnOnce(RawBufMut) -> Result<Started, Error>,
+) -> Result<Request<'static>, Error> {
+    let mut bytes = vec![0u8; len];
+    // SAFETY: the bytes move into the request's staging below and stay there until it
+    // ends (a vector's heap memory does not move with it); nothing else touches them.
+    let started = start(unsafe { RawBufMut::new(&mut bytes) })?;
+    match started {
+        Started::Done(st) => unpack(&bytes[..st.bytes.min(len)]),
+        Started::Req(id) => rt.borrow_mut().engine.stage(id, Staging { bytes, unpack: Some(Box::new(unpack)) }),
+    }
+    Ok(Request::started(rt, None, started))
 }

@@ -52,7 +52,7 @@ pub use coll::op::{
     MinLoc, Op, Prod, Sum, UserOp,
 };
 pub use coll::CollRequest;
-pub use comm::{Comm, Communicator, ANY_SOURCE, ANY_TAG, TAG_UB};
+pub use comm::{Comm, Communicator, Message, ANY_SOURCE, ANY_TAG, TAG_UB};
 pub use error::{Error, ErrorClass, Result};
 pub use group::Group;
 pub use half;

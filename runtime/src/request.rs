@@ -192,6 +192,15 @@ impl<'a> Request<'a> {
     }
 
     /// The runtime and id of a request in flight.
+    /// Cancels a receive no message has matched yet (`MPI_Cancel`): it completes, empty.
+    /// Whether it was cancelled (a send, or a receive matched already, goes on).
+    pub fn cancel(&self) -> bool {
+        match &self.state {
+            Live::InFlight { rt, id } => rt.borrow_mut().engine.cancel_recv(*id),
+            Live::Done(_) => false,
+        }
+    }
+
     fn in_flight(&self) -> Option<(&Arc<Shared>, ReqId)> {
         match &self.state {
             Live::InFlight { rt, id } => Some((rt, *id)),

@@ -292,6 +292,70 @@ static void errors(void)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 
+/* Matching probes: a message MPI_Mprobe took is received by MPI_Mrecv alone, even when a
+ * receive of the same selector comes first; MPI_Improbe; MPI_Imrecv of a rendezvous message
+ * into a derived type; MPI_PROC_NULL; a receive cancelled, and one a message matched first. */
+static void matched_and_cancelled(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size, n = 50000;
+    int a = rank * 10 + 1, b = rank * 10 + 2, x = -1, y = -1, count, flag = 0;
+    int *big = (int *)malloc(sizeof(int) * n), *spread = (int *)malloc(sizeof(int) * 2 * n);
+    for (int i = 0; i < n; i++)
+        big[i] = rank + i;
+    for (int i = 0; i < 2 * n; i++)
+        spread[i] = -1;
+    MPI_Request s[3], r;
+    MPI_Isend(&a, 1, MPI_INT, next, 20, MPI_COMM_WORLD, &s[0]);
+    MPI_Isend(&b, 1, MPI_INT, next, 20, MPI_COMM_WORLD, &s[1]);
+    MPI_Isend(big, n, MPI_INT, next, 21, MPI_COMM_WORLD, &s[2]);
+    MPI_Message m;
+    MPI_Status st;
+    MPI_Mprobe(prev, 20, MPI_COMM_WORLD, &m, &st);
+    MPI_Get_count(&st, MPI_INT, &count);
+    SAY("mprobe source %d tag %d count %d", st.MPI_SOURCE, st.MPI_TAG, count);
+    MPI_Recv(&y, 1, MPI_INT, prev, 20, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Mrecv(&x, 1, MPI_INT, &m, &st);
+    SAY("mrecv %d then recv %d, message null %d", x, y, m == MPI_MESSAGE_NULL);
+    while (!flag)
+        MPI_Improbe(prev, 21, MPI_COMM_WORLD, &flag, &m, &st);
+    MPI_Get_count(&st, MPI_INT, &count);
+    MPI_Datatype every_other;
+    MPI_Type_vector(n, 1, 2, MPI_INT, &every_other);
+    MPI_Type_commit(&every_other);
+    MPI_Imrecv(spread, 1, every_other, &m, &r);
+    MPI_Wait(&r, &st);
+    SAY("imrecv count %d first %d last %d gap %d", count, spread[0], spread[2 * (n - 1)], spread[1]);
+    MPI_Improbe(prev, 22, MPI_COMM_WORLD, &flag, &m, &st);
+    SAY("improbe of nothing = %d", flag);
+    /* (MPICH reports source MPI_ANY_SOURCE for these; MPI, and mpr, MPI_PROC_NULL: the
+     * count alone is compared.) */
+    MPI_Mprobe(MPI_PROC_NULL, 5, MPI_COMM_WORLD, &m, &st);
+    MPI_Get_count(&st, MPI_INT, &count);
+    SAY("mprobe proc null: no proc %d count %d", m == MPI_MESSAGE_NO_PROC, count);
+    MPI_Mrecv(&x, 1, MPI_INT, &m, &st);
+    MPI_Get_count(&st, MPI_INT, &count);
+    SAY("mrecv proc null: count %d null %d", count, m == MPI_MESSAGE_NULL);
+    MPI_Waitall(3, s, MPI_STATUSES_IGNORE);
+    MPI_Type_free(&every_other);
+    free(big);
+    free(spread);
+
+    MPI_Irecv(&x, 1, MPI_INT, prev, 23, MPI_COMM_WORLD, &r);
+    MPI_Cancel(&r);
+    MPI_Wait(&r, &st);
+    MPI_Test_cancelled(&st, &flag);
+    SAY("cancelled = %d, request null %d", flag, r == MPI_REQUEST_NULL);
+    /* A synchronous send returns once its receive matched: then cancelling is too late. */
+    x = -1;
+    MPI_Irecv(&x, 1, MPI_INT, prev, 24, MPI_COMM_WORLD, &r);
+    MPI_Ssend(&a, 1, MPI_INT, next, 24, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Cancel(&r);
+    MPI_Wait(&r, &st);
+    MPI_Test_cancelled(&st, &flag);
+    SAY("matched, then cancelled = %d, got %d", flag, x);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -301,6 +365,7 @@ int main(int argc, char **argv)
     any_and_some();
     modes();
     persistent();
+    matched_and_cancelled();
     errors();
     MPI_Barrier(MPI_COMM_WORLD);
     SAY("done");

@@ -134,6 +134,9 @@ struct State {
     wins: Vec<Option<Box<win::WinEntry>>>,
     /// Indexed by handle: 0 is `MPI_INFO_NULL`, 1 `MPI_INFO_ENV`.
     infos: Vec<Option<info::Pairs>>,
+    /// Messages of matching probes: handle h is slot h - 2 (0 is `MPI_MESSAGE_NULL`, 1
+    /// `MPI_MESSAGE_NO_PROC`).
+    messages: slab::Slab<crate::Message>,
 }
 
 thread_local! {
@@ -375,15 +378,24 @@ impl Drop for Landing<'_> {
     }
 }
 
+/// Writes `st` to `*status` unless that is `MPI_STATUS_IGNORE`.
+///
+/// # Safety
+/// `status` is null or points to an `MPI_Status`.
+unsafe fn set_status_raw(status: *mut MpiStatus, st: MpiStatus) {
+    if !status.is_null() {
+        // SAFETY: the caller passed a valid MPI_Status or null (checked).
+        unsafe { *status = st };
+    }
+}
+
 /// Fills `*status` (if not `MPI_STATUS_IGNORE`) from a completed receive or probe.
 ///
 /// # Safety
 /// `status` is null or points to an `MPI_Status`.
 unsafe fn set_status(status: *mut MpiStatus, st: Status) {
-    if !status.is_null() {
-        // SAFETY: the caller passed a valid MPI_Status or null (checked).
-        unsafe { *status = MpiStatus::of(st) };
-    }
+    // SAFETY: this function's contract.
+    unsafe { set_status_raw(status, MpiStatus::of(st)) }
 }
 
 /// The elements of `datatype` in the message `status` tells of (`MPI_UNDEFINED` if not a
@@ -458,8 +470,9 @@ impl MpiStatus {
         MpiStatus { source: PROC_NULL, tag: ANY_TAG, error: MPI_SUCCESS, count_lo: 0, count_hi: 0 }
     }
 
+    /// The size of the message (without the bit that says it was cancelled).
     fn bytes(&self) -> u64 {
-        (self.count_lo as u32 as u64) | ((self.count_hi as u32 as u64) << 32)
+        (self.count_lo as u32 as u64) | (((self.count_hi & !p2p::CANCELLED) as u32 as u64) << 32)
     }
 }
 
@@ -536,6 +549,7 @@ fn init(name: &str, required: c_int) -> Res {
             attached: p2p::Attached::default(),
             wins: vec![None],
             infos: info::predefined(),
+            messages: slab::Slab::new(),
         })
     });
     Ok(())

@@ -10,12 +10,17 @@ use std::ffi::{c_int, c_void};
 
 use super::types::Datatype;
 use super::{
-    bytes, bytes_mut, comm_of, count_of, finish, peer, put, with_state, Fail, MpiStatus, Res, ANY_SOURCE, ANY_TAG,
-    COMM_WORLD, ERR_ARG, ERR_BUFFER, ERR_IN_STATUS, ERR_REQUEST, MPI_SUCCESS, UNDEFINED,
+    bytes, bytes_mut, comm_of, count_of, finish, peer, put, set_status_raw, with_state, Fail, MpiStatus, Res,
+    ANY_SOURCE, ANY_TAG, COMM_WORLD, ERR_ARG, ERR_BUFFER, ERR_IN_STATUS, ERR_REQUEST, MPI_SUCCESS, UNDEFINED,
 };
 use crate::Request;
 
 pub(super) const REQUEST_NULL: c_int = 0;
+/// The bit of a status's upper count word that says its request was cancelled.
+pub(super) const CANCELLED: c_int = i32::MIN;
+/// `MPI_MESSAGE_NULL`, and `MPI_MESSAGE_NO_PROC` (a matching probe of `MPI_PROC_NULL`).
+const MESSAGE_NULL: c_int = 0;
+const MESSAGE_NO_PROC: c_int = 1;
 /// Bytes of the attached buffer a buffered send takes beyond its message
 /// (`MPI_BSEND_OVERHEAD`).
 const BSEND_OVERHEAD: usize = 64;
@@ -58,6 +63,8 @@ enum Op {
 #[derive(Debug)]
 pub(super) struct CReq {
     comm: c_int,
+    /// `MPI_Cancel` cancelled it: its status says so.
+    cancelled: bool,
     /// `None`: a persistent request not started.
     op: Option<Op>,
     /// A persistent request's operation.
@@ -118,24 +125,50 @@ unsafe fn start(name: &str, call: &Call) -> Res<Op> {
         None => {
             ty.usable()?;
             let Some(src) = peer(call.peer, true)? else { return Ok(Op::Done(MpiStatus::proc_null())) };
-            if let (None, Some(d)) = (ty.contiguous_at(n), &ty.derived) {
-                // A derived datatype with gaps: the engine receives into its own bytes and
-                // unpacks them into the caller's memory when the receive completes.
-                let (d, base) = (d.clone(), SendPtr(call.buf.cast::<u8>()));
-                let unpack = move |got: &[u8]| {
-                    let base = base;
-                    // SAFETY: the caller's buffer, valid and untouched until the operation
-                    // ends (this function's contract), which is when this runs.
-                    unsafe { d.layout.unpack(got, base.0, n) }
-                };
-                return Ok(Op::Live(c.irecv_staged(n * ty.size, src, call.tag, unpack)?));
-            }
-            // SAFETY: the caller's buffer (this function's contract).
-            let mut data = unsafe { bytes_mut(call.buf, n, &ty)? };
-            // SAFETY: as above: valid and not otherwise touched until the operation ends.
-            Ok(Op::Live(unsafe { c.irecv_unscoped(data.as_mut_ptr(), data.len(), src, call.tag)? }))
+            // SAFETY: this function's contract.
+            Ok(Op::Live(unsafe { receive(Source::Comm(&c, src, call.tag), call.buf, n, &ty)? }))
         }
     }
+}
+
+/// Where a nonblocking receive takes its message from.
+enum Source<'c> {
+    /// The first that matches (source, tag) on a communicator.
+    Comm(&'c crate::Comm, usize, c_int),
+    /// One a matching probe took (`MPI_Imrecv`).
+    Matched(crate::Message),
+}
+
+/// Starts receiving from `from` into `n` elements of `ty` at `buf`: in place where they are
+/// one run of bytes; else into bytes the engine owns, unpacked into the caller's memory when
+/// the receive completes.
+///
+/// # Safety
+/// `buf` holds `n` elements of `ty`, valid and untouched until the receive completes.
+unsafe fn receive(from: Source, buf: *mut c_void, n: usize, ty: &Datatype) -> Res<Request<'static>> {
+    if let (None, Some(d)) = (ty.contiguous_at(n), &ty.derived) {
+        let (d, base) = (d.clone(), SendPtr(buf.cast::<u8>()));
+        let unpack = move |got: &[u8]| {
+            let base = base;
+            // SAFETY: the caller's buffer, valid and untouched until the receive ends (this
+            // function's contract), which is when this runs.
+            unsafe { d.layout.unpack(got, base.0, n) }
+        };
+        return Ok(match from {
+            Source::Comm(c, src, tag) => c.irecv_staged(n * ty.size, src, tag, unpack)?,
+            Source::Matched(m) => m.irecv_staged(n * ty.size, unpack)?,
+        });
+    }
+    // SAFETY: this function's contract.
+    let mut data = unsafe { bytes_mut(buf, n, ty)? };
+    let (p, len) = (data.as_mut_ptr(), data.len());
+    // SAFETY: as above: valid and not otherwise touched until the receive ends.
+    Ok(unsafe {
+        match from {
+            Source::Comm(c, src, tag) => c.irecv_unscoped(p, len, src, tag)?,
+            Source::Matched(m) => m.irecv_unscoped(p, len)?,
+        }
+    })
 }
 
 /// A pointer to the caller's memory, carried by a closure the engine runs when a request
@@ -194,7 +227,7 @@ pub(super) unsafe fn new_coll_request(
     out: *mut c_int,
 ) -> Res {
     // SAFETY: this function's contract.
-    unsafe { new_request(name, CReq { comm, op: Some(Op::Coll(req, keep)), persistent: None }, out) }
+    unsafe { new_request(name, CReq { comm, cancelled: false, op: Some(Op::Coll(req, keep)), persistent: None }, out) }
 }
 
 /// Starts `call` as a new request in `*request`.
@@ -206,7 +239,9 @@ unsafe fn immediate(name: &str, call: Call, request: *mut c_int) -> c_int {
         // SAFETY: this function's contract.
         let op = unsafe { start(name, &call)? };
         // SAFETY: this function's contract.
-        unsafe { new_request(name, CReq { comm: call.comm, op: Some(op), persistent: None }, request) }
+        unsafe {
+            new_request(name, CReq { comm: call.comm, cancelled: false, op: Some(op), persistent: None }, request)
+        }
     })();
     finish(name, call.comm, r)
 }
@@ -221,7 +256,9 @@ unsafe fn persistent(name: &str, call: Call, request: *mut c_int) -> c_int {
         Datatype::of(call.datatype)?;
         count_of(call.count)?;
         // SAFETY: this function's contract.
-        unsafe { new_request(name, CReq { comm: call.comm, op: None, persistent: Some(call) }, request) }
+        unsafe {
+            new_request(name, CReq { comm: call.comm, cancelled: false, op: None, persistent: Some(call) }, request)
+        }
     })();
     finish(name, call.comm, r)
 }
@@ -306,19 +343,21 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
             }
         },
     };
-    let persistent = with_state(name, |s| {
+    let (persistent, cancelled) = with_state(name, |s| {
         let k = handle as usize - 1;
-        let p = s.requests[k].persistent.is_some();
+        let r = &mut s.requests[k];
+        let (p, c) = (r.persistent.is_some(), std::mem::take(&mut r.cancelled));
         if !p {
             s.requests.remove(k);
         }
-        p
+        (p, c)
     })?;
     if !persistent {
         // SAFETY: the caller's MPI_Request (checked above).
         unsafe { *h = REQUEST_NULL };
     }
     Ok(match result {
+        Ok(st) if cancelled => Outcome::Complete(MpiStatus { count_hi: CANCELLED, ..st }, None),
         Ok(st) => Outcome::Complete(st, None),
         Err(e) => {
             let fail = Fail::from(e);
@@ -906,5 +945,177 @@ mpi! {
             Ok(())
         })();
         finish("MPI_Sendrecv_replace", comm, r)
+    }
+}
+
+/// Files message `m` (none: from `MPI_PROC_NULL`) in the table, its handle into `out`.
+///
+/// # Safety
+/// `out` points to an `MPI_Message`.
+unsafe fn new_message(name: &str, m: Option<crate::Message>, out: *mut c_int) -> Res {
+    let h = match m {
+        None => MESSAGE_NO_PROC,
+        Some(m) => with_state(name, |s| s.messages.insert(m) as c_int + 2)?,
+    };
+    // SAFETY: this function's contract.
+    unsafe { put(out, h) }
+}
+
+/// Takes message `*h` out of the table (`None`: `MPI_MESSAGE_NO_PROC`) and sets `*h` to
+/// `MPI_MESSAGE_NULL`, as a receive of it does.
+///
+/// # Safety
+/// `h` points to an `MPI_Message`.
+unsafe fn take_message(name: &str, h: *mut c_int) -> Res<Option<crate::Message>> {
+    if h.is_null() {
+        return Err(Fail::new(ERR_ARG, format!("{name}: a null message pointer")));
+    }
+    // SAFETY: not null (checked).
+    let handle = unsafe { *h };
+    let m = match handle {
+        MESSAGE_NO_PROC => None,
+        _ => Some(
+            with_state(name, |s| usize::try_from(handle - 2).ok().and_then(|k| s.messages.try_remove(k)))?
+                .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {handle} is not a message")))?,
+        ),
+    };
+    // SAFETY: as above.
+    unsafe { put(h, MESSAGE_NULL) }?;
+    Ok(m)
+}
+
+/// A matching probe (`MPI_Mprobe`, or with `flag` `MPI_Improbe`).
+///
+/// # Safety
+/// The caller's pointers are valid for what the call writes.
+unsafe fn mprobe(
+    name: &str,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    flag: Option<*mut c_int>,
+    message: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    let r = (|| {
+        let c = comm_of(name, comm)?;
+        let found = match peer(source, true)? {
+            None => Some(None),
+            Some(s) if flag.is_some() => c.improbe(s, tag)?.map(Some),
+            Some(s) => Some(Some(c.mprobe(s, tag)?)),
+        };
+        if let Some(f) = flag {
+            // SAFETY: MPI's contract: flag points to an int.
+            unsafe { put(f, found.is_some() as c_int) }?;
+        }
+        let Some(m) = found else { return Ok(()) };
+        let st = m.as_ref().map_or(MpiStatus::proc_null(), |m| MpiStatus::of(m.status()));
+        // SAFETY: MPI's contract: message points to an MPI_Message, status to an MPI_Status or is ignored.
+        unsafe {
+            set_status_raw(status, st);
+            new_message(name, m, message)
+        }
+    })();
+    finish(name, comm, r)
+}
+
+mpi! {
+    fn MPI_Mprobe / PMPI_Mprobe(source: c_int, tag: c_int, comm: c_int, message: *mut c_int, status: *mut MpiStatus) -> c_int {
+        // SAFETY: MPI's contract for the pointers, passed on.
+        unsafe { mprobe("MPI_Mprobe", source, tag, comm, None, message, status) }
+    }
+
+    fn MPI_Improbe / PMPI_Improbe(
+        source: c_int,
+        tag: c_int,
+        comm: c_int,
+        flag: *mut c_int,
+        message: *mut c_int,
+        status: *mut MpiStatus,
+    ) -> c_int {
+        // SAFETY: MPI's contract for the pointers, passed on.
+        unsafe { mprobe("MPI_Improbe", source, tag, comm, Some(flag), message, status) }
+    }
+
+    fn MPI_Mrecv / PMPI_Mrecv(
+        buf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        message: *mut c_int,
+        status: *mut MpiStatus,
+    ) -> c_int {
+        let r = (|| {
+            let ty = Datatype::of(datatype)?;
+            let n = count_of(count)?;
+            // SAFETY: MPI's contract: message points to an MPI_Message.
+            let st = match unsafe { take_message("MPI_Mrecv", message)? } {
+                None => MpiStatus::proc_null(),
+                Some(m) => {
+                    // SAFETY: MPI's contract: buf holds count elements.
+                    let mut data = unsafe { bytes_mut(buf, n, &ty)? };
+                    MpiStatus::of(m.recv(&mut data)?)
+                }
+            };
+            // SAFETY: MPI's contract: status is an MPI_Status or ignored.
+            unsafe { set_status_raw(status, st) };
+            Ok(())
+        })();
+        finish("MPI_Mrecv", COMM_WORLD, r)
+    }
+
+    fn MPI_Imrecv / PMPI_Imrecv(
+        buf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        message: *mut c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        let r = (|| {
+            let ty = Datatype::of(datatype)?;
+            ty.usable()?;
+            let n = count_of(count)?;
+            // SAFETY: MPI's contract: message points to an MPI_Message.
+            let op = match unsafe { take_message("MPI_Imrecv", message)? } {
+                None => Op::Done(MpiStatus::proc_null()),
+                // SAFETY: MPI's contract: buf holds count elements until the request completes.
+                Some(m) => Op::Live(unsafe { receive(Source::Matched(m), buf, n, &ty)? }),
+            };
+            let req = CReq { comm: COMM_WORLD, cancelled: false, op: Some(op), persistent: None };
+            // SAFETY: MPI's contract: request points to an MPI_Request.
+            unsafe { new_request("MPI_Imrecv", req, request) }
+        })();
+        finish("MPI_Imrecv", COMM_WORLD, r)
+    }
+
+    fn MPI_Cancel / PMPI_Cancel(request: *mut c_int) -> c_int {
+        let r = (|| {
+            if request.is_null() {
+                return Err(Fail::new(ERR_ARG, "MPI_Cancel: a null request pointer"));
+            }
+            // SAFETY: not null (checked): the caller's MPI_Request.
+            let h = unsafe { *request };
+            let k = key("MPI_Cancel", h)?;
+            with_state("MPI_Cancel", |s| {
+                let r = s.requests.get_mut(k).ok_or_else(|| Fail::new(ERR_REQUEST, format!("MPI_Cancel: {h} is not a request")))?;
+                // A receive no message matched yet is cancelled; anything else goes on (MPI
+                // lets a send, or a matched receive, complete instead).
+                if let Some(Op::Live(req)) = &r.op {
+                    r.cancelled |= req.cancel();
+                }
+                Ok(())
+            })?
+        })();
+        finish("MPI_Cancel", COMM_WORLD, r)
+    }
+
+    fn MPI_Test_cancelled / PMPI_Test_cancelled(status: *const MpiStatus, flag: *mut c_int) -> c_int {
+        let r = (|| {
+            if status.is_null() {
+                return Err(Fail::new(ERR_ARG, "MPI_Test_cancelled of a null status"));
+            }
+            // SAFETY: not null (checked): the caller's MPI_Status; flag points to an int.
+            unsafe { put(flag, ((*status).count_hi & CANCELLED != 0) as c_int) }
+        })();
+        finish("MPI_Test_cancelled", COMM_WORLD, r)
     }
 }

@@ -241,6 +241,10 @@ pub(crate) struct Engine {
     reqs: Requests,
     posted: matching::Queues<Posted>,
     unexpected: matching::Queues<Unexpected>,
+    /// Messages taken out of the unexpected queue by a matching probe (`MPI_Mprobe`), by
+    /// key, until a receive of that message (`MPI_Mrecv`) takes them.
+    matched: std::collections::HashMap<u64, Unexpected>,
+    next_matched: u64,
     /// Buffers for the bytes of unexpected messages, reused.
     pool: pool::Pool,
     /// Frames to send, oldest first.
@@ -270,6 +274,8 @@ impl Engine {
             reqs: Requests::default(),
             posted: matching::Queues::default(),
             unexpected: matching::Queues::default(),
+            matched: Default::default(),
+            next_matched: 0,
             pool: pool::Pool::default(),
             outbox: VecDeque::new(),
             actions: Vec::new(),
@@ -421,7 +427,13 @@ impl Engine {
             self.posted.push(ctx, src, Posted { ctx, src, tag, req: id });
             return Started::Req(id);
         };
-        let Unexpected { env, len, body } = self.unexpected.take(i);
+        let u = self.unexpected.take(i);
+        self.receive_unexpected(u, peer, buf, now)
+    }
+
+    /// Receives unexpected message `u` into `buf` (as [`Engine::start_recv`] once matched).
+    fn receive_unexpected(&mut self, u: Unexpected, peer: Option<usize>, buf: RawBufMut, now: bool) -> Started {
+        let Unexpected { env, len, body } = u;
         let status = Status { source: env.src as usize, tag: env.tag, bytes: len };
         let body = match body {
             Body::Eager(data) if now && data.len() <= buf.len() => {
@@ -451,6 +463,47 @@ impl Engine {
             }
         }
         Started::Req(id)
+    }
+
+    /// Takes the oldest unexpected message that fits the selector out of the queue, so that
+    /// no other receive matches it (`MPI_Improbe`): its key for [`Engine::receive_matched`],
+    /// and its status.
+    pub(crate) fn take_matching(&mut self, ctx: u32, src: Option<u32>, tag: Option<i32>) -> Option<(u64, Status)> {
+        let u = self.unexpected.take(self.unexpected.find(ctx, src, false, |u| fits(&u.env, ctx, src, tag))?);
+        let status = Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len };
+        self.next_matched += 1;
+        self.matched.insert(self.next_matched, u);
+        Some((self.next_matched, status))
+    }
+
+    /// Receives the message a matching probe took (`MPI_Mrecv`); `None` if `key` names none
+    /// (received already).
+    pub(crate) fn receive_matched(
+        &mut self,
+        key: u64,
+        peer: Option<usize>,
+        buf: RawBufMut,
+        now: bool,
+    ) -> Option<Started> {
+        let u = self.matched.remove(&key)?;
+        Some(self.receive_unexpected(u, peer, buf, now))
+    }
+
+    /// Cancels receive `id` if no message has matched it yet (`MPI_Cancel`): it leaves the
+    /// posted queue and completes, empty. Whether it was cancelled.
+    pub(crate) fn cancel_recv(&mut self, id: ReqId) -> bool {
+        if !matches!(self.reqs.get(id), Some(State::RecvPosted { .. })) {
+            return false;
+        }
+        let mut found = false;
+        self.posted.retain(|p| {
+            found |= p.req == id;
+            p.req != id
+        });
+        if found {
+            self.reqs.complete(id, Ok(Status { source: 0, tag: 0, bytes: 0 }));
+        }
+        found
     }
 
     /// The status of the oldest unexpected message that fits the selector (`MPI_Iprobe`).
