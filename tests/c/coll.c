@@ -3,6 +3,7 @@
  * them, comparisons, names and attributes, printed as "rank: what = values"
  * lines; the test compares them with MPICH's. */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -78,6 +79,94 @@ static void nonblocking(void)
     MPI_Ibcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD, &b);
     MPI_Wait(&b, MPI_STATUS_IGNORE);
     say("ibarrier then ibcast", &v, 1);
+}
+
+/* Attributes of the program's: copy functions on MPI_Comm_dup, delete functions on a
+ * replaced value, MPI_Comm_delete_attr, MPI_Comm_free, and at MPI_Finalize for
+ * MPI_COMM_SELF; the predefined MPI_COMM_DUP_FN and null functions; bad keys. */
+static int copies, deletes;
+
+static int copy_fn(MPI_Comm c, int k, void *extra, void *in, void *out, int *flag)
+{
+    (void)c;
+    (void)k;
+    copies += *(int *)extra;
+    *(void **)out = (char *)in + 1;
+    *flag = 1;
+    return MPI_SUCCESS;
+}
+
+static int delete_fn(MPI_Comm c, int k, void *val, void *extra)
+{
+    (void)c;
+    (void)k;
+    (void)val;
+    deletes += *(int *)extra;
+    return MPI_SUCCESS;
+}
+
+static int at_finalize(MPI_Comm c, int k, void *val, void *extra)
+{
+    (void)c;
+    (void)k;
+    (void)extra;
+    int v[2] = {(int)(intptr_t)val, copies * 100 + deletes};
+    say("finalize hook", v, 2);
+    return MPI_SUCCESS;
+}
+
+static void attributes(void)
+{
+    static int one = 1;
+    int k1, k2, k3, k4, flag;
+    MPI_Comm_create_keyval(copy_fn, delete_fn, &k1, &one);
+    MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_fn, &k2, &one);
+    MPI_Comm_create_keyval(MPI_COMM_DUP_FN, MPI_COMM_NULL_DELETE_FN, &k3, NULL);
+    MPI_Comm c, d;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_attr(c, k1, (void *)(intptr_t)100);
+    MPI_Comm_set_attr(c, k2, (void *)(intptr_t)200);
+    MPI_Comm_set_attr(c, k3, (void *)(intptr_t)300);
+    MPI_Comm_set_attr(c, k1, (void *)(intptr_t)101);
+    MPI_Comm_dup(c, &d);
+    void *v1, *v2, *v3;
+    int f[3], got[6];
+    MPI_Comm_get_attr(d, k1, &v1, &f[0]);
+    MPI_Comm_get_attr(d, k2, &v2, &f[1]);
+    MPI_Comm_get_attr(d, k3, &v3, &f[2]);
+    got[0] = f[0];
+    got[1] = f[0] ? (int)(intptr_t)v1 : 0;
+    got[2] = f[1];
+    got[3] = f[2];
+    got[4] = f[2] ? (int)(intptr_t)v3 : 0;
+    got[5] = copies * 100 + deletes;
+    say("attributes of a duplicate", got, 6);
+    MPI_Comm_delete_attr(c, k2);
+    MPI_Comm_get_attr(c, k2, &v2, &flag);
+    int after[2] = {flag, deletes};
+    say("deleted", after, 2);
+    MPI_Comm_free(&c);
+    MPI_Comm_free(&d);
+    MPI_Comm_free_keyval(&k1);
+    int counts[3] = {copies, deletes, k1 == MPI_KEYVAL_INVALID};
+    say("copies deletes invalid", counts, 3);
+    int *usz;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_UNIVERSE_SIZE, &usz, &flag);
+    int u = flag ? *usz >= size : 1;
+    say("universe size", &u, 1);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int cls, rc = MPI_Comm_set_attr(MPI_COMM_WORLD, 54321, NULL);
+    MPI_Error_class(rc, &cls);
+    int e[2] = {cls, 0};
+    rc = MPI_Comm_get_attr(MPI_COMM_WORLD, 12345, &v1, &flag);
+    MPI_Error_class(rc, &cls);
+    e[1] = cls;
+    say("bad keys", e, 2);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_finalize, &k4, NULL);
+    MPI_Comm_set_attr(MPI_COMM_SELF, k4, (void *)(intptr_t)(7 + rank));
+    MPI_Comm_free_keyval(&k2);
+    MPI_Comm_free_keyval(&k3);
 }
 
 int main(int argc, char **argv)
@@ -289,6 +378,7 @@ int main(int argc, char **argv)
     int gfreed = wg == MPI_GROUP_NULL && rev == MPI_GROUP_NULL;
     say("groups freed", &gfreed, 1);
     nonblocking();
+    attributes();
     MPI_Finalize();
     return 0;
 }

@@ -53,6 +53,7 @@ const ERR_RMA_SYNC: c_int = 50;
 const ERR_RMA_RANGE: c_int = 55;
 const ERRX_PROC_FAILED: c_int = 101;
 const COMM_WORLD: c_int = 1;
+const COMM_SELF: c_int = 2;
 const ERRORS_ARE_FATAL: c_int = 1;
 const ERRORS_RETURN: c_int = 2;
 const ANY_SOURCE: c_int = -1;
@@ -71,6 +72,7 @@ const KEY_TAG_UB: c_int = 1;
 const KEY_WTIME_IS_GLOBAL: c_int = 2;
 const KEY_HOST: c_int = 3;
 const KEY_IO: c_int = 4;
+const KEY_UNIVERSE_SIZE: c_int = 5;
 const THREAD_FUNNELED: c_int = 1;
 const MAX_PROCESSOR_NAME: usize = 256;
 const MAX_ERROR_STRING: usize = 512;
@@ -116,6 +118,8 @@ struct CommEntry {
     errhandler: c_int,
     /// `MPI_Comm_set_name`'s.
     name: String,
+    /// Attribute values, by key.
+    attrs: attr::Attrs,
 }
 
 /// This process's MPI state, owned by the thread that called `MPI_Init`.
@@ -137,6 +141,8 @@ struct State {
     /// Messages of matching probes: handle h is slot h - 2 (0 is `MPI_MESSAGE_NULL`, 1
     /// `MPI_MESSAGE_NO_PROC`).
     messages: slab::Slab<crate::Message>,
+    /// Keys of attributes, by handle from 16 (`MPI_Comm_create_keyval`).
+    keyvals: Vec<Option<attr::Keyval>>,
 }
 
 thread_local! {
@@ -187,6 +193,7 @@ fn class_text(class: c_int) -> &'static str {
         29 => "invalid info key",
         30 => "invalid info value",
         31 => "no such info key",
+        48 => "invalid attribute key",
         ERR_WIN => "invalid window",
         ERR_SIZE => "invalid size",
         ERR_DISP => "invalid displacement",
@@ -522,6 +529,7 @@ macro_rules! mpi {
     )*};
 }
 
+mod attr;
 mod dtype;
 mod icoll;
 mod info;
@@ -535,8 +543,10 @@ fn init(name: &str, required: c_int) -> Res {
     let universe = crate::init()?;
     let world = universe.world();
     let solo = world.solo();
+    UNIVERSE_SIZE.store(world.size() as c_int, Ordering::SeqCst);
     let empty = world.comm_group().excl(&(0..world.size()).collect::<Vec<_>>())?;
-    let entry = |comm, name: &str| Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL, name: name.into() });
+    let entry =
+        |comm, name: &str| Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL, name: name.into(), attrs: Vec::new() });
     let _ = MAIN_THREAD.set(std::thread::current().id());
     PROVIDED.store(required.clamp(0, THREAD_FUNNELED), Ordering::SeqCst);
     // MPI_COMM_NULL, MPI_COMM_WORLD, MPI_COMM_SELF.
@@ -550,6 +560,7 @@ fn init(name: &str, required: c_int) -> Res {
             wins: vec![None],
             infos: info::predefined(),
             messages: slab::Slab::new(),
+            keyvals: Vec::new(),
         })
     });
     Ok(())
@@ -649,7 +660,7 @@ unsafe fn new_comm(name: &str, made: Option<Comm>, errhandler: c_int, out: *mut 
     let handle = match made {
         None => 0,
         Some(comm) => with_state(name, |s| {
-            s.comms.push(Some(CommEntry { comm, errhandler, name: String::new() }));
+            s.comms.push(Some(CommEntry { comm, errhandler, name: String::new(), attrs: Vec::new() }));
             (s.comms.len() - 1) as c_int
         })?,
     };
@@ -739,6 +750,8 @@ unsafe fn ranks_at(p: *const c_int, n: c_int) -> Res<Vec<usize>> {
 /// The value of a predefined attribute, kept for the life of the process (MPI hands out
 /// pointers to it).
 static ATTRIBUTES: [c_int; 4] = [crate::TAG_UB, 0, PROC_NULL, ANY_SOURCE];
+/// `MPI_UNIVERSE_SIZE`'s value: the processes of the job (an atomic int has an int's layout).
+static UNIVERSE_SIZE: AtomicI32 = AtomicI32::new(0);
 
 mpi! {
     fn MPI_Init / PMPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
@@ -758,7 +771,9 @@ mpi! {
     }
 
     fn MPI_Finalize / PMPI_Finalize() -> c_int {
-        let r = with_state("MPI_Finalize", |_| ()).and_then(|()| {
+        // Attributes of MPI_COMM_SELF are deleted first, their delete functions run (MPI's
+        // hook for work at the end).
+        let r = attr::delete_all("MPI_Finalize", COMM_SELF).and_then(|()| {
             let state = STATE.with(|s| s.borrow_mut().take()).expect("checked above");
             // Buffered sends complete (MPI_Finalize waits for them, as MPI_Buffer_detach).
             let mut first = None;
@@ -1478,7 +1493,9 @@ mpi! {
         let r = comm_of("MPI_Comm_dup", comm).and_then(|c| {
             let made = c.dup()?;
             // SAFETY: MPI's contract: newcomm points to an MPI_Comm.
-            unsafe { new_comm("MPI_Comm_dup", Some(made), errhandler_of(comm), newcomm) }
+            unsafe { new_comm("MPI_Comm_dup", Some(made), errhandler_of(comm), newcomm) }?;
+            // SAFETY: just written.
+            attr::copy_all("MPI_Comm_dup", comm, unsafe { *newcomm })
         });
         finish("MPI_Comm_dup", comm, r)
     }
@@ -1664,14 +1681,18 @@ mpi! {
     fn MPI_Comm_get_attr / PMPI_Comm_get_attr(comm: c_int, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> c_int {
         let r = (|| {
             comm_of("MPI_Comm_get_attr", comm)?;
-            let found = match keyval {
-                KEY_TAG_UB | KEY_WTIME_IS_GLOBAL | KEY_HOST | KEY_IO => Some(&ATTRIBUTES[(keyval - 1) as usize]),
-                _ => None,
+            let found: Option<*const c_void> = match keyval {
+                KEY_TAG_UB | KEY_WTIME_IS_GLOBAL | KEY_HOST | KEY_IO => {
+                    Some((&ATTRIBUTES[(keyval - 1) as usize] as *const c_int).cast())
+                }
+                KEY_UNIVERSE_SIZE => Some((&UNIVERSE_SIZE as *const AtomicI32).cast()),
+                k => attr::get("MPI_Comm_get_attr", comm, k)?.map(|v| v.cast_const()),
             };
             if let Some(v) = found {
                 // SAFETY: MPI's contract: value points to a pointer, which gets the
-                // attribute's address (a static: it outlives every use).
-                unsafe { put(value.cast::<*const c_int>(), v as *const c_int)? };
+                // attribute's value (a predefined one's: the address of a static, which
+                // outlives every use).
+                unsafe { put(value.cast::<*const c_void>(), v)? };
             }
             // SAFETY: MPI's contract: flag points to an int.
             unsafe { put(flag, found.is_some() as c_int) }
@@ -1686,7 +1707,9 @@ mpi! {
         // SAFETY: not null (checked): the caller's MPI_Comm.
         let h = unsafe { *comm };
         // Handles 0..=2 are MPI_COMM_NULL, MPI_COMM_WORLD and MPI_COMM_SELF.
-        let r = with_state("MPI_Comm_free", |s| free_handle(&mut s.comms, h, 3)).and_then(|freed| {
+        let ours = h > COMM_SELF && comm_of("MPI_Comm_free", h).is_ok();
+        let deleted = if ours { attr::delete_all("MPI_Comm_free", h) } else { Ok(()) };
+        let r = deleted.and_then(|()| with_state("MPI_Comm_free", |s| free_handle(&mut s.comms, h, 3))).and_then(|freed| {
             freed
                 .then_some(())
                 .ok_or_else(|| Fail::new(ERR_COMM, format!("MPI_Comm_free: {h} is not a communicator this program made")))
