@@ -81,6 +81,56 @@ static void nonblocking(void)
     say("ibarrier then ibcast", &v, 1);
 }
 
+/* The nonblocking v-forms, reduce-scatters and scans, all in flight at once. */
+static void nonblocking_v(void)
+{
+    int p = size, counts[8], displs[8], rc[8], rd[8], sd[8];
+    int send[16], gv[32], sv[4], agv[32], a2s[16], a2r[32], rsb[2], rs[4], sc[2], ex[2] = {-9, -9};
+    int total = 0;
+    for (int i = 0; i < p; i++) {
+        counts[i] = i % 2 + 1;
+        displs[i] = total + i;
+        total += counts[i] + 1;
+    }
+    for (int i = 0; i < 16; i++)
+        send[i] = rank * 100 + i;
+    for (int i = 0; i < 32; i++)
+        gv[i] = agv[i] = a2r[i] = -1;
+    for (int i = 0; i < p; i++) {
+        a2s[i] = rank * 10 + i;
+        rc[i] = 1;
+        sd[i] = i;
+        rd[i] = 2 * (p - 1 - i);
+    }
+    int rsc[8], inp[16];
+    for (int i = 0; i < p; i++)
+        rsc[i] = i % 2 + 1;
+    for (int i = 0; i < 2 * p; i++)
+        inp[i] = rank + i;
+    MPI_Request r[8];
+    int n = 0;
+    MPI_Igatherv(send, counts[rank], MPI_INT, gv, counts, displs, MPI_INT, 0, MPI_COMM_WORLD, &r[n++]);
+    MPI_Iscatterv(send, counts, displs, MPI_INT, sv, counts[rank], MPI_INT, p - 1, MPI_COMM_WORLD, &r[n++]);
+    MPI_Iallgatherv(send, counts[rank], MPI_INT, agv, counts, displs, MPI_INT, MPI_COMM_WORLD, &r[n++]);
+    MPI_Ialltoallv(a2s, rc, sd, MPI_INT, a2r, rc, rd, MPI_INT, MPI_COMM_WORLD, &r[n++]);
+    MPI_Ireduce_scatter_block(inp, rsb, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r[n++]);
+    MPI_Ireduce_scatter(inp, rs, rsc, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &r[n++]);
+    int mine[2] = {rank + 1, 2 * rank - 3};
+    MPI_Iscan(mine, sc, 2, MPI_INT, MPI_PROD, MPI_COMM_WORLD, &r[n++]);
+    MPI_Iexscan(mine, ex, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r[n++]);
+    MPI_Waitall(n, r, MPI_STATUSES_IGNORE);
+    if (rank == 0)
+        say("igatherv", gv, total);
+    say("iscatterv", sv, counts[rank]);
+    say("iallgatherv", agv, total);
+    say("ialltoallv", a2r, 2 * p);
+    say("ireduce_scatter_block", rsb, 2);
+    say("ireduce_scatter", rs, rsc[rank]);
+    say("iscan", sc, 2);
+    if (rank > 0)
+        say("iexscan", ex, 2);
+}
+
 /* Attributes of the program's: copy functions on MPI_Comm_dup, delete functions on a
  * replaced value, MPI_Comm_delete_attr, MPI_Comm_free, and at MPI_Finalize for
  * MPI_COMM_SELF; the predefined MPI_COMM_DUP_FN and null functions; bad keys. */
@@ -378,6 +428,7 @@ int main(int argc, char **argv)
     int gfreed = wg == MPI_GROUP_NULL && rev == MPI_GROUP_NULL;
     say("groups freed", &gfreed, 1);
     nonblocking();
+    nonblocking_v();
     attributes();
     MPI_Finalize();
     return 0;

@@ -12,7 +12,10 @@ use bytemuck::Pod;
 
 use super::p2p::new_coll_request;
 use super::types::{Datatype, ReduceOp};
-use super::{bytes, bytes_mut, comm_of, count_of, finish, root_of, Fail, Landing, Res, ERR_BUFFER, ERR_OP, IN_PLACE};
+use super::{
+    blocks, bytes, bytes_mut, comm_of, count_of, finish, ints_at, root_of, Fail, Landing, Res, ERR_BUFFER, ERR_OP,
+    IN_PLACE,
+};
 use crate::op::DynOp;
 use crate::{CollRequest, Comm, Error};
 
@@ -87,7 +90,17 @@ unsafe fn input<'b>(
         return Ok(held(own()?));
     }
     // SAFETY: this function's contract.
-    Ok(match unsafe { bytes(buf, count_of(count)?, &Datatype::of(ty)?)? } {
+    unsafe { input_of(buf, count_of(count)?, &Datatype::of(ty)?) }
+}
+
+/// `count` elements of `ty` at `buf` to send: the caller's bytes, or a packed copy kept with
+/// the request.
+///
+/// # Safety
+/// `buf` holds them until the request completes.
+unsafe fn input_of(buf: *const c_void, count: usize, ty: &Datatype) -> Res<&'static [u8]> {
+    // SAFETY: this function's contract.
+    Ok(match unsafe { bytes(buf, count, ty)? } {
         Cow::Borrowed(b) => b,
         Cow::Owned(packed) => held(&packed),
     })
@@ -99,7 +112,16 @@ unsafe fn input<'b>(
 /// `buf` holds them until the request completes.
 unsafe fn output(buf: *mut c_void, count: usize, ty: c_int) -> Res<&'static mut [u8]> {
     // SAFETY: this function's contract.
-    let mut landing = unsafe { bytes_mut(buf, count, &Datatype::of(ty)?)? };
+    unsafe { output_of(buf, count, &Datatype::of(ty)?) }
+}
+
+/// As [`output`], of a datatype.
+///
+/// # Safety
+/// As [`output`].
+unsafe fn output_of(buf: *mut c_void, count: usize, ty: &Datatype) -> Res<&'static mut [u8]> {
+    // SAFETY: this function's contract.
+    let mut landing = unsafe { bytes_mut(buf, count, ty)? };
     // SAFETY: the bytes are the caller's (valid until the request completes), or the
     // landing's own, whose heap buffer stays put when it moves to KEEP and lives there, then
     // with the request, until the request completes.
@@ -368,4 +390,244 @@ mpi! {
             })
         }
     }
+
+    fn MPI_Igatherv / PMPI_Igatherv(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        displs: *const c_int,
+        recvtype: c_int,
+        root: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract: the buffers and (at the root) arrays hold what they say
+        // until the request completes; the in-place copy lives with it.
+        unsafe {
+            launch("MPI_Igatherv", comm, request, |c, s| {
+                let root = root_of(c, root)?;
+                if c.rank() != root {
+                    return Ok(c.igatherv(s, input(sendbuf, sendcount, sendtype, || Err(not_root()))?, None, root)?);
+                }
+                let v = blocks(recvcounts, displs, c.size(), &Datatype::of(recvtype)?)?;
+                let recv = output_of(recvbuf, v.count, &v.ty)?;
+                let own = v.displs[root]..v.displs[root] + v.counts[root];
+                let send = input(sendbuf, sendcount, sendtype, || Ok(&recv[own]))?;
+                Ok(c.igatherv(s, send, Some((recv, &v.counts, &v.displs)), root)?)
+            })
+        }
+    }
+
+    fn MPI_Iscatterv / PMPI_Iscatterv(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        displs: *const c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        root: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract, as for MPI_Igatherv.
+        unsafe {
+            launch("MPI_Iscatterv", comm, request, |c, s| {
+                let root = root_of(c, root)?;
+                if c.rank() != root {
+                    return Ok(c.iscatterv(s, None, output(recvbuf, count_of(recvcount)?, recvtype)?, root)?);
+                }
+                let v = blocks(sendcounts, displs, c.size(), &Datatype::of(sendtype)?)?;
+                let send = input_of(sendbuf, v.count, &v.ty)?;
+                let recv = if recvbuf == IN_PLACE.cast_mut() {
+                    // The root's block stays where it is: the schedule copies it into a scratch.
+                    held_mut(&send[v.displs[root]..v.displs[root] + v.counts[root]])
+                } else {
+                    output(recvbuf, count_of(recvcount)?, recvtype)?
+                };
+                Ok(c.iscatterv(s, Some((send, &v.counts, &v.displs)), recv, root)?)
+            })
+        }
+    }
+
+    fn MPI_Iallgatherv / PMPI_Iallgatherv(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        displs: *const c_int,
+        recvtype: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract, as for MPI_Igatherv.
+        unsafe {
+            launch("MPI_Iallgatherv", comm, request, |c, s| {
+                let v = blocks(recvcounts, displs, c.size(), &Datatype::of(recvtype)?)?;
+                let recv = output_of(recvbuf, v.count, &v.ty)?;
+                let me = c.rank();
+                let send = input(sendbuf, sendcount, sendtype, || Ok(&recv[v.displs[me]..v.displs[me] + v.counts[me]]))?;
+                Ok(c.iallgatherv(s, send, recv, &v.counts, &v.displs)?)
+            })
+        }
+    }
+
+    fn MPI_Ialltoallv / PMPI_Ialltoallv(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        sdispls: *const c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        rdispls: *const c_int,
+        recvtype: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract, as for MPI_Igatherv.
+        unsafe {
+            launch("MPI_Ialltoallv", comm, request, |c, s| {
+                let r = blocks(recvcounts, rdispls, c.size(), &Datatype::of(recvtype)?)?;
+                let recv = output_of(recvbuf, r.count, &r.ty)?;
+                if sendbuf == IN_PLACE {
+                    let send = held(recv);
+                    return Ok(c.ialltoallv(s, send, &r.counts, &r.displs, recv, &r.counts, &r.displs)?);
+                }
+                let v = blocks(sendcounts, sdispls, c.size(), &Datatype::of(sendtype)?)?;
+                let send = input_of(sendbuf, v.count, &v.ty)?;
+                Ok(c.ialltoallv(s, send, &v.counts, &v.displs, recv, &r.counts, &r.displs)?)
+            })
+        }
+    }
+
+    fn MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        datatype: c_int,
+        op: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract: sendbuf (in place: recvbuf) holds size x recvcount
+        // elements, recvbuf recvcount, until the request completes.
+        unsafe {
+            launch("MPI_Ireduce_scatter_block", comm, request, |c, s| {
+                let n = count_of(recvcount)?;
+                let counts = vec![n; c.size()];
+                ireduce_scatter(c, s, sendbuf, recvbuf, &counts, datatype, op)
+            })
+        }
+    }
+
+    fn MPI_Ireduce_scatter / PMPI_Ireduce_scatter(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        datatype: c_int,
+        op: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract: recvcounts holds size ints; sendbuf (in place: recvbuf)
+        // every block, recvbuf this rank's, until the request completes.
+        unsafe {
+            launch("MPI_Ireduce_scatter", comm, request, |c, s| {
+                let counts: Vec<usize> = ints_at(recvcounts, c.size(), "receive counts")?
+                    .iter()
+                    .map(|&n| count_of(n))
+                    .collect::<Res<_>>()?;
+                ireduce_scatter(c, s, sendbuf, recvbuf, &counts, datatype, op)
+            })
+        }
+    }
+
+    fn MPI_Iscan / PMPI_Iscan(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        op: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract: both buffers hold `count` elements until the request
+        // completes; the in-place copy lives with it.
+        unsafe { launch("MPI_Iscan", comm, request, |c, s| iscan(c, s, sendbuf, recvbuf, count, datatype, op, true)) }
+    }
+
+    fn MPI_Iexscan / PMPI_Iexscan(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+        op: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: as for MPI_Iscan.
+        unsafe { launch("MPI_Iexscan", comm, request, |c, s| iscan(c, s, sendbuf, recvbuf, count, datatype, op, false)) }
+    }
+}
+
+/// `MPI_Ireduce_scatter` (and `_block`): block `r`, of `counts[r]` elements, to rank `r`.
+///
+/// # Safety
+/// As MPI says for the call: the input (in place: `recvbuf`) holds every block, `recvbuf`
+/// this rank's, until the request completes.
+unsafe fn ireduce_scatter(
+    c: &Comm,
+    s: &crate::Scope<'static>,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    counts: &[usize],
+    datatype: c_int,
+    op: c_int,
+) -> Res<CollRequest<'static>> {
+    let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+    let total: usize = counts.iter().sum();
+    let mine = counts[c.rank()];
+    let (send, recv) = if sendbuf == IN_PLACE {
+        // The input is the whole receive buffer; the result lands at its start.
+        let all = output_of(recvbuf, total, &ty)?;
+        let send = held(all);
+        (send, &mut all[..mine * ty.size])
+    } else {
+        (input_of(sendbuf, total, &ty)?, output_of(recvbuf, mine, &ty)?)
+    };
+    let ptrs = [send.as_ptr(), recv.as_ptr()];
+    carried(&ty, &op, &ptrs, |k| {
+        with_carrier!(k, |o, T| {
+            let per = ty.size / size_of::<T>();
+            let counts: Vec<usize> = counts.iter().map(|&n| n * per).collect();
+            c.ireduce_scatter(s, cast::<T>(send), cast_mut::<T>(recv), &counts, o)
+        })
+    })
+}
+
+/// `MPI_Iscan` (`inclusive`) and `MPI_Iexscan`.
+///
+/// # Safety
+/// As MPI says for the call: both buffers hold `count` elements until the request completes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn iscan(
+    c: &Comm,
+    s: &crate::Scope<'static>,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    inclusive: bool,
+) -> Res<CollRequest<'static>> {
+    let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+    let recv = output(recvbuf, count_of(count)?, datatype)?;
+    let send = input(sendbuf, count, datatype, || Ok(&*recv))?;
+    let ptrs = [send.as_ptr(), recv.as_ptr()];
+    carried(&ty, &op, &ptrs, |k| {
+        with_carrier!(k, |o, T| c.iscan_with(s, cast::<T>(send), cast_mut::<T>(recv), o, inclusive))
+    })
 }

@@ -402,3 +402,240 @@ impl Comm {
         self.launch(scope, vec![steps], Vec::new())
     }
 }
+
+/// Range `r` of a view, in elements of `T`.
+fn elems<T>(r: &std::ops::Range<usize>) -> (usize, usize) {
+    let s = std::mem::size_of::<T>();
+    (r.start * s, (r.end - r.start) * s)
+}
+
+/// The blocks of a vector collective's buffer: (counts, displacements), in elements, checked
+/// against its length.
+fn blocks(
+    what: &str,
+    counts: &[usize],
+    displs: &[usize],
+    p: usize,
+    len: usize,
+) -> Result<Vec<std::ops::Range<usize>>, Error> {
+    if counts.len() != p || displs.len() != p {
+        return Err(Error::Other(format!(
+            "{what}: {} counts and {} displacements for {p} ranks",
+            counts.len(),
+            displs.len()
+        )));
+    }
+    (0..p)
+        .map(|r| {
+            let b = displs[r]..displs[r] + counts[r];
+            if b.end > len {
+                return Err(Error::Other(format!("{what}: block {r} lies outside the buffer of {len} elements")));
+            }
+            Ok(b)
+        })
+        .collect()
+}
+
+/// Counts laid end to end: their displacements.
+fn packed(counts: &[usize]) -> Vec<usize> {
+    counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect()
+}
+
+impl Comm {
+    /// One round of transfers: block `s` of `send` to each rank of `sends`, block `r` of
+    /// `recv` from each of `recvs`; `own` (send range, receive range) copied at once.
+    #[allow(clippy::too_many_arguments)]
+    fn iexchange<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        sends: Vec<(usize, std::ops::Range<usize>)>,
+        recv: &'a mut [T],
+        recvs: Vec<(usize, std::ops::Range<usize>)>,
+        own: Option<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+    ) -> Result<CollRequest<'a>, Error> {
+        if let Some((s, r)) = own {
+            super::check_len("own block", r.len(), s.len())?;
+            recv[r].copy_from_slice(&send[s]);
+        }
+        let (s, r) = (raw(send), raw_mut(recv));
+        let mut steps: Vec<Step> = recvs
+            .into_iter()
+            .map(|(from, b)| {
+                let (off, len) = elems::<T>(&b);
+                self.recv_step(from, r.window(off, len))
+            })
+            .collect();
+        steps.extend(sends.into_iter().map(|(to, b)| {
+            let (off, len) = elems::<T>(&b);
+            self.send_step(to, s.slice(off, len))
+        }));
+        self.launch(scope, vec![steps], Vec::new())
+    }
+
+    /// Nonblocking gather of blocks of varying size (`MPI_Igatherv`; see [`Comm::gatherv`]).
+    pub fn igatherv<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        recv: Option<(&'a mut [T], &[usize], &[usize])>,
+        root: usize,
+    ) -> Result<CollRequest<'a>, Error> {
+        super::check_root(self, root)?;
+        let (p, me) = (self.size(), self.rank());
+        if me != root {
+            return self.iexchange(scope, send, vec![(root, 0..send.len())], &mut [], Vec::new(), None);
+        }
+        let (recv, counts, displs) =
+            recv.ok_or_else(|| Error::Other("igatherv: the root must pass a receive buffer".into()))?;
+        let b = blocks("igatherv", counts, displs, p, recv.len())?;
+        let recvs = (0..p).filter(|&r| r != me).map(|r| (r, b[r].clone())).collect();
+        self.iexchange(scope, send, Vec::new(), recv, recvs, Some((0..send.len(), b[me].clone())))
+    }
+
+    /// Nonblocking scatter of blocks of varying size (`MPI_Iscatterv`; see [`Comm::scatterv`]).
+    pub fn iscatterv<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: Option<(&'a [T], &[usize], &[usize])>,
+        recv: &'a mut [T],
+        root: usize,
+    ) -> Result<CollRequest<'a>, Error> {
+        super::check_root(self, root)?;
+        let (p, me) = (self.size(), self.rank());
+        if me != root {
+            let n = recv.len();
+            return self.iexchange(scope, &[], Vec::new(), recv, vec![(root, 0..n)], None);
+        }
+        let (send, counts, displs) =
+            send.ok_or_else(|| Error::Other("iscatterv: the root must pass a send buffer".into()))?;
+        let b = blocks("iscatterv", counts, displs, p, send.len())?;
+        let sends = (0..p).filter(|&r| r != me).map(|r| (r, b[r].clone())).collect();
+        let n = recv.len();
+        self.iexchange(scope, send, sends, recv, Vec::new(), Some((b[me].clone(), 0..n)))
+    }
+
+    /// Nonblocking allgather of blocks of varying size (`MPI_Iallgatherv`; all transfers at
+    /// once).
+    pub fn iallgatherv<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<CollRequest<'a>, Error> {
+        let (p, me) = (self.size(), self.rank());
+        let b = blocks("iallgatherv", counts, displs, p, recv.len())?;
+        let peers = || (0..p).filter(move |&r| r != me);
+        let sends = peers().map(|r| (r, 0..send.len())).collect();
+        let recvs = peers().map(|r| (r, b[r].clone())).collect();
+        self.iexchange(scope, send, sends, recv, recvs, Some((0..send.len(), b[me].clone())))
+    }
+
+    /// Nonblocking all-to-all of blocks of varying size (`MPI_Ialltoallv`; all transfers at
+    /// once).
+    #[allow(clippy::too_many_arguments)]
+    pub fn ialltoallv<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &'a mut [T],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<CollRequest<'a>, Error> {
+        let (p, me) = (self.size(), self.rank());
+        let sb = blocks("ialltoallv (send)", scounts, sdispls, p, send.len())?;
+        let rb = blocks("ialltoallv (receive)", rcounts, rdispls, p, recv.len())?;
+        let sends = (0..p).filter(|&r| r != me).map(|r| (r, sb[r].clone())).collect();
+        let recvs = (0..p).filter(|&r| r != me).map(|r| (r, rb[r].clone())).collect();
+        self.iexchange(scope, send, sends, recv, recvs, Some((sb[me].clone(), rb[me].clone())))
+    }
+
+    /// Nonblocking reduce-scatter (`MPI_Ireduce_scatter`): rank `r` gets block `r` (of
+    /// `counts[r]` elements, the blocks laid end to end in `send`) of the reduction. Every
+    /// rank sends each block to its rank and combines what it gets in rank order, so any
+    /// operation gets MPI's order of operands.
+    pub fn ireduce_scatter<'a, T: Pod, O: Op<T> + 'static>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        counts: &[usize],
+        op: O,
+    ) -> Result<CollRequest<'a>, Error> {
+        let (p, me) = (self.size(), self.rank());
+        let displs = packed(counts);
+        let sb = blocks("ireduce_scatter", counts, &displs, p, send.len())?;
+        let n = counts[me];
+        super::check_len("ireduce_scatter", recv.len(), n)?;
+        // Every rank's block `me`, in rank order.
+        let (store, all) = scratch::<T>(n * p)?;
+        let own = typed::<T>(&mut all.window(me * n * size_of::<T>(), n * size_of::<T>()));
+        own.copy_from_slice(&send[sb[me].clone()]);
+        let s = raw(send);
+        let mut steps: Vec<Step> = Vec::new();
+        for r in (0..p).filter(|&r| r != me) {
+            let (off, len) = elems::<T>(&sb[r]);
+            steps.push(self.send_step(r, s.slice(off, len)));
+            steps.push(self.recv_step(r, all.window(r * n * size_of::<T>(), n * size_of::<T>())));
+        }
+        let (mut a, mut out) = (all, raw_mut(recv));
+        let fold = Step::Compute(Box::new(move || {
+            let all = typed::<T>(&mut a);
+            let out = typed::<T>(&mut out);
+            out.copy_from_slice(&all[..n]);
+            for r in 1..p {
+                op.apply(out, &all[r * n..(r + 1) * n]);
+            }
+        }));
+        self.launch(scope, vec![steps, vec![fold]], vec![store])
+    }
+
+    /// Nonblocking inclusive (`MPI_Iscan`) or, not `inclusive`, exclusive (`MPI_Iexscan`:
+    /// rank 0's `recv` is left as it is) prefix reduction: a chain in rank order, each rank
+    /// combining its predecessor's prefix with its own input and passing it on.
+    pub fn iscan_with<'a, T: Pod, O: Op<T> + 'static>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: O,
+        inclusive: bool,
+    ) -> Result<CollRequest<'a>, Error> {
+        let (p, me) = (self.size(), self.rank());
+        let n = send.len();
+        super::check_len(if inclusive { "iscan" } else { "iexscan" }, recv.len(), n)?;
+        // The prefix through this rank, which goes on to the next.
+        let (store, mut through) = scratch::<T>(n)?;
+        let (s, mut r) = (raw(send), raw_mut(recv));
+        let mut rounds = Vec::new();
+        if me > 0 {
+            // The prefix of the ranks before (exclusive: the result itself).
+            let before = if inclusive { through } else { r };
+            rounds.push(vec![self.recv_step(me - 1, before)]);
+        }
+        let first = me == 0;
+        rounds.push(vec![Step::Compute(Box::new(move || {
+            let mine: &[T] = bytemuck::cast_slice(s.bytes());
+            let t = typed::<T>(&mut through);
+            if first {
+                t.copy_from_slice(mine);
+            } else {
+                if !inclusive {
+                    t.copy_from_slice(typed::<T>(&mut r));
+                }
+                op.apply(t, mine);
+            }
+            if inclusive {
+                typed::<T>(&mut r).copy_from_slice(t);
+            }
+        }))]);
+        if me + 1 < p {
+            rounds.push(vec![self.send_step(me + 1, through.as_read())]);
+        }
+        self.launch(scope, rounds, vec![store])
+    }
+}
