@@ -233,6 +233,35 @@ static void errors(void)
     MPI_Win_free(&win);
 }
 
+/* Request-based operations in a passive-target epoch, waited for together before the
+ * unlock. */
+static void request_based(void)
+{
+    int *base;
+    MPI_Win win;
+    MPI_Win_allocate(8 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win);
+    for (int i = 0; i < 8; i++)
+        base[i] = rank * 10 + i;
+    MPI_Win_unlock(rank, win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    int next = (rank + 1) % size, v = rank + 100, got[2] = {-1, -1}, one = 1, old = -1;
+    MPI_Request r[4];
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, next, 0, win);
+    MPI_Rput(&v, 1, MPI_INT, next, 7, 1, MPI_INT, win, &r[0]);
+    MPI_Rget(got, 2, MPI_INT, next, 0, 2, MPI_INT, win, &r[1]);
+    MPI_Raccumulate(&one, 1, MPI_INT, next, 3, 1, MPI_INT, MPI_SUM, win, &r[2]);
+    MPI_Rget_accumulate(&one, 1, MPI_INT, &old, 1, MPI_INT, next, 4, 1, MPI_INT, MPI_SUM, win, &r[3]);
+    MPI_Waitall(4, r, MPI_STATUSES_IGNORE);
+    MPI_Win_unlock(next, win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, win);
+    SAY("request-based: got %d %d old %d, mine %d %d %d, null %d", got[0], got[1], old, base[3], base[4], base[7],
+        r[0] == MPI_REQUEST_NULL);
+    MPI_Win_unlock(rank, win);
+    MPI_Win_free(&win);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -242,6 +271,7 @@ int main(int argc, char **argv)
     passive();
     pscw_dynamic();
     shared();
+    request_based();
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     errors();
     MPI_Barrier(MPI_COMM_WORLD);

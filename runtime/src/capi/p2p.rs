@@ -214,6 +214,17 @@ unsafe fn new_request(name: &str, req: CReq, out: *mut c_int) -> Res {
     unsafe { put(out, h) }
 }
 
+/// A new request, complete already (a one-sided operation of `MPI_Rput` ..., which the
+/// window completes locally before the call returns), written to `out`.
+///
+/// # Safety
+/// `out` points to an `MPI_Request`.
+pub(super) unsafe fn done_request(name: &str, out: *mut c_int) -> Res {
+    let req = CReq { comm: COMM_WORLD, cancelled: false, op: Some(Op::Done(empty())), persistent: None };
+    // SAFETY: this function's contract.
+    unsafe { new_request(name, req, out) }
+}
+
 /// A new request for nonblocking collective `req` on `comm` (keeping `keep` alive while it
 /// runs), written to `out`.
 ///

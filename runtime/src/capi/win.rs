@@ -491,6 +491,110 @@ mpi! {
         })
     }
 
+    fn MPI_Rput / PMPI_Rput(
+        origin_addr: *const c_void,
+        origin_count: c_int,
+        origin_datatype: c_int,
+        target_rank: c_int,
+        target_disp: isize,
+        target_count: c_int,
+        target_datatype: c_int,
+        win: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract for the arguments, passed on.
+        let rc = unsafe {
+            PMPI_Put(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win)
+        };
+        // SAFETY: MPI's contract: request points to an MPI_Request.
+        unsafe { with_request("MPI_Rput", win, rc, request) }
+    }
+
+    fn MPI_Rget / PMPI_Rget(
+        origin_addr: *mut c_void,
+        origin_count: c_int,
+        origin_datatype: c_int,
+        target_rank: c_int,
+        target_disp: isize,
+        target_count: c_int,
+        target_datatype: c_int,
+        win: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract for the arguments, passed on.
+        let rc = unsafe {
+            PMPI_Get(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win)
+        };
+        // SAFETY: MPI's contract: request points to an MPI_Request.
+        unsafe { with_request("MPI_Rget", win, rc, request) }
+    }
+
+    fn MPI_Raccumulate / PMPI_Raccumulate(
+        origin_addr: *const c_void,
+        origin_count: c_int,
+        origin_datatype: c_int,
+        target_rank: c_int,
+        target_disp: isize,
+        target_count: c_int,
+        target_datatype: c_int,
+        op: c_int,
+        win: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract for the arguments, passed on.
+        let rc = unsafe {
+            PMPI_Accumulate(
+                origin_addr,
+                origin_count,
+                origin_datatype,
+                target_rank,
+                target_disp,
+                target_count,
+                target_datatype,
+                op,
+                win,
+            )
+        };
+        // SAFETY: MPI's contract: request points to an MPI_Request.
+        unsafe { with_request("MPI_Raccumulate", win, rc, request) }
+    }
+
+    fn MPI_Rget_accumulate / PMPI_Rget_accumulate(
+        origin_addr: *const c_void,
+        origin_count: c_int,
+        origin_datatype: c_int,
+        result_addr: *mut c_void,
+        result_count: c_int,
+        result_datatype: c_int,
+        target_rank: c_int,
+        target_disp: isize,
+        target_count: c_int,
+        target_datatype: c_int,
+        op: c_int,
+        win: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract for the arguments, passed on.
+        let rc = unsafe {
+            PMPI_Get_accumulate(
+                origin_addr,
+                origin_count,
+                origin_datatype,
+                result_addr,
+                result_count,
+                result_datatype,
+                target_rank,
+                target_disp,
+                target_count,
+                target_datatype,
+                op,
+                win,
+            )
+        };
+        // SAFETY: MPI's contract: request points to an MPI_Request.
+        unsafe { with_request("MPI_Rget_accumulate", win, rc, request) }
+    }
+
     fn MPI_Win_fence / PMPI_Win_fence(assert: c_int, win: c_int) -> c_int {
         call("MPI_Win_fence", win, |w| Ok(w.win.fence_with(assert_of(assert)?)?))
     }
@@ -592,4 +696,21 @@ mpi! {
         unsafe { libc::free(base) };
         0
     }
+}
+
+/// The request of a request-based one-sided operation that returned `rc`: the window
+/// completes the operation locally before it returns, so its request is complete (waiting
+/// for it costs nothing; the target sees the data at the next flush or unlock, as MPI says).
+/// Failed, `MPI_REQUEST_NULL`.
+///
+/// # Safety
+/// `request` points to an `MPI_Request`.
+unsafe fn with_request(name: &str, win: c_int, rc: c_int, request: *mut c_int) -> c_int {
+    if rc != super::MPI_SUCCESS {
+        // SAFETY: this function's contract (a null pointer is left alone).
+        let _ = unsafe { put(request, super::p2p::REQUEST_NULL) };
+        return rc;
+    }
+    // SAFETY: this function's contract.
+    call(name, win, |_| unsafe { super::p2p::done_request(name, request) })
 }
