@@ -284,6 +284,7 @@ fn count_of(count: c_int) -> Res<usize> {
 ///
 /// # Safety
 /// `buf` must point to `count` elements of `ty` (MPI's contract with the caller).
+#[inline]
 unsafe fn bytes<'a>(buf: *const c_void, count: usize, ty: &Datatype) -> Res<Cow<'a, [u8]>> {
     ty.usable()?;
     let n = count * ty.size;
@@ -333,6 +334,7 @@ unsafe fn raw_mut<'a>(buf: *mut c_void, n: usize) -> Res<&'a mut [u8]> {
 /// # Safety
 /// As [`bytes`], and the data must be writable and not otherwise borrowed while the
 /// landing lives.
+#[inline]
 unsafe fn bytes_mut<'a>(buf: *mut c_void, count: usize, ty: &Datatype) -> Res<Landing<'a>> {
     // SAFETY: this function's contract.
     Ok(match unsafe { bytes(buf, count, ty)? } {

@@ -200,16 +200,20 @@ impl Datatype {
         Datatype { handle: 4, name: "MPI_BYTE", size: 1, elem: Some(ElemType::U8), derived: None };
 
     /// The datatype of handle `h` (`MPI_ERR_TYPE` if it is none).
+    #[inline]
     pub(super) fn of(h: c_int) -> Res<Datatype> {
-        let none = || Fail::new(ERR_TYPE, format!("{h} is not a datatype"));
-        if h >= FIRST_LAID_OUT {
-            return TYPES.with(|t| t.borrow().get((h - FIRST_LAID_OUT) as usize).cloned().flatten()).ok_or_else(none);
+        if let Some(Some((name, size, elem))) = usize::try_from(h).ok().and_then(|i| PREDEFINED.get(i)) {
+            return Ok(Datatype { handle: h, name, size: *size, elem: *elem, derived: None });
         }
-        usize::try_from(h)
-            .ok()
-            .and_then(|i| PREDEFINED.get(i).copied().flatten())
-            .map(|(name, size, elem)| Datatype { handle: h, name, size, elem, derived: None })
-            .ok_or_else(none)
+        Datatype::laid_out(h)
+    }
+
+    /// A datatype of the table (a pair type, or a derived one).
+    #[cold]
+    fn laid_out(h: c_int) -> Res<Datatype> {
+        TYPES
+            .with(|t| t.borrow().get(usize::try_from(h - FIRST_LAID_OUT).ok()?).cloned().flatten())
+            .ok_or_else(|| Fail::new(ERR_TYPE, format!("{h} is not a datatype")))
     }
 
     /// A new derived datatype into the table, its handle.
@@ -271,6 +275,7 @@ impl Datatype {
 
     /// The offset of the data of `count` elements in a buffer, if they are one run of bytes
     /// there (sent and received in place); `None` if they need packing.
+    #[inline]
     pub(super) fn contiguous_at(&self, count: usize) -> Option<isize> {
         match &self.derived {
             Some(d) => d.layout.contiguous_at(count),
@@ -279,6 +284,7 @@ impl Datatype {
     }
 
     /// Whether it may carry data: predefined, or derived and committed.
+    #[inline]
     pub(super) fn usable(&self) -> Res {
         match &self.derived {
             Some(d) if !d.committed.get() => Err(Fail::new(ERR_TYPE, "a datatype not committed (MPI_Type_commit)")),

@@ -93,21 +93,38 @@ fn target_runs(w: &WinEntry, target: c_int, disp: isize, count: c_int, ty: &Data
     ty.usable()?;
     let count = count_of(count)?;
     let runs = match (&ty.derived, ty.contiguous_at(count)) {
-        (_, Some(off)) => vec![(at.checked_add_signed(off).ok_or_else(bad)?, count * ty.size)],
-        (Some(d), None) => d
-            .layout
-            .runs_of(count)
-            .map(|(off, len)| Ok((at.checked_add_signed(off).ok_or_else(bad)?, len)))
-            .collect::<Res<_>>()?,
+        (_, Some(off)) => Runs::One((at.checked_add_signed(off).ok_or_else(bad)?, count * ty.size)),
+        (Some(d), None) => Runs::Many(
+            d.layout
+                .runs_of(count)
+                .map(|(off, len)| Ok((at.checked_add_signed(off).ok_or_else(bad)?, len)))
+                .collect::<Res<_>>()?,
+        ),
         (None, None) => unreachable!("a predefined type is contiguous"),
     };
     Ok(Target { rank: t, runs, bytes: count * ty.size })
 }
 
+/// The runs of bytes a target's data lies in: one (no allocation on the common path), or
+/// a derived type's several.
+enum Runs {
+    One((usize, usize)),
+    Many(Vec<(usize, usize)>),
+}
+
+impl Runs {
+    fn as_slice(&self) -> &[(usize, usize)] {
+        match self {
+            Runs::One(run) => std::slice::from_ref(run),
+            Runs::Many(v) => v,
+        }
+    }
+}
+
 /// The target of a one-sided operation ([`target_runs`]).
 struct Target {
     rank: usize,
-    runs: Vec<(usize, usize)>,
+    runs: Runs,
     bytes: usize,
 }
 
@@ -117,7 +134,7 @@ impl Target {
     fn each(&self, name: &str, origin: usize, mut f: impl FnMut(std::ops::Range<usize>, usize) -> Res) -> Res {
         same(name, origin, self.bytes)?;
         let mut pos = 0;
-        for &(at, len) in &self.runs {
+        for &(at, len) in self.runs.as_slice() {
             f(pos..pos + len, at)?;
             pos += len;
         }
@@ -484,7 +501,7 @@ mpi! {
             let (value, compare, mut result) =
                 unsafe { (bytes(origin_addr, 1, &ty)?, bytes(compare_addr, 1, &ty)?, bytes_mut(result_addr, 1, &ty)?) };
             let t = target_runs(w, target_rank, target_disp, 1, &ty)?;
-            match t.runs[..] {
+            match *t.runs.as_slice() {
                 [(at, _)] => Ok(w.win.compare_and_swap_dyn(how, &value, &compare, &mut result, t.rank, at)?),
                 _ => Err(Fail::new(super::ERR_TYPE, "MPI_Compare_and_swap on a type of more than one element")),
             }
