@@ -984,10 +984,8 @@ mpi! {
                 None => MpiStatus::proc_null(),
                 Some(s) => MpiStatus::of(c.recv(&mut data, s, tag)?),
             };
-            if !status.is_null() {
-                // SAFETY: the caller's MPI_Status (not null, checked).
-                unsafe { *status = st };
-            }
+            // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
+            unsafe { set_status_raw(status, st) };
             Ok(())
         })();
         finish("MPI_Recv", comm, r)
@@ -1015,10 +1013,8 @@ mpi! {
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
             let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, &rt)? };
             let got = sendrecv_bytes(&c, &send, dest, sendtag, &mut recv, source, recvtag)?;
-            if !status.is_null() {
-                // SAFETY: the caller's MPI_Status (not null, checked).
-                unsafe { *status = got };
-            }
+            // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
+            unsafe { set_status_raw(status, got) };
             Ok(())
         })();
         finish("MPI_Sendrecv", comm, r)

@@ -124,35 +124,12 @@ thread_local! {
 /// empty slots up to the first derived handle.
 fn pairs() -> Vec<Option<Datatype>> {
     let int = Layout::basic(4, 4);
-    let pair = |name: &'static str, value: usize, elem: ElemType, at: isize| {
+    let pair = |name, value: usize, elem, at| {
         let layout = Layout::structure(&[(1, 0, &Layout::basic(value, value)), (1, at, &int)]);
-        let d = Derived {
-            basic: None,
-            elements: 2,
-            combiner: COMBINER_NAMED,
-            ints: Vec::new(),
-            aints: Vec::new(),
-            types: Vec::new(),
-            committed: Cell::new(true),
-            pair: Some(elem),
-            layout,
-        };
-        Some(Datatype { handle: 0, name, size: d.layout.size(), elem: None, derived: Some(Rc::new(d)) })
+        Some(Datatype::with(name, Derived::named(layout, None, 2, Some(elem))))
     };
-    let data = |name: &'static str, size: usize, align: usize| {
-        let d = Derived {
-            layout: Layout::basic(size, align),
-            basic: None,
-            elements: 1,
-            combiner: COMBINER_NAMED,
-            ints: Vec::new(),
-            aints: Vec::new(),
-            types: Vec::new(),
-            committed: Cell::new(true),
-            pair: None,
-        };
-        Some(Datatype { handle: 0, name, size, elem: None, derived: Some(Rc::new(d)) })
-    };
+    let data =
+        |name, size, align| Some(Datatype::with(name, Derived::named(Layout::basic(size, align), None, 1, None)));
     let mut v = vec![
         pair("MPI_FLOAT_INT", 4, ElemType::F32, 4),
         pair("MPI_DOUBLE_INT", 8, ElemType::F64, 8),
@@ -173,25 +150,27 @@ fn pairs() -> Vec<Option<Datatype>> {
     v
 }
 
-fn t_handle(t: &Option<Datatype>) -> c_int {
-    t.as_ref().map_or(0, |t| t.handle)
-}
-
 /// A committed datatype of `layout` outside the table (the blocks of a vector collective),
 /// whose elements are all `basic` if that is some.
 pub(super) fn derived(layout: Layout, basic: Option<c_int>) -> Datatype {
-    let d = Derived {
-        layout,
-        basic,
-        elements: 0,
-        combiner: COMBINER_NAMED,
-        ints: Vec::new(),
-        aints: Vec::new(),
-        types: Vec::new(),
-        committed: Cell::new(true),
-        pair: None,
-    };
-    Datatype { handle: 0, name: "a derived datatype", size: d.layout.size(), elem: None, derived: Some(Rc::new(d)) }
+    Datatype::with("a derived datatype", Derived::named(layout, basic, 0, None))
+}
+
+impl Derived {
+    /// A committed type of `layout` made by no constructor (`MPI_COMBINER_NAMED`).
+    fn named(layout: Layout, basic: Option<c_int>, elements: usize, pair: Option<ElemType>) -> Derived {
+        Derived {
+            layout,
+            basic,
+            elements,
+            combiner: COMBINER_NAMED,
+            ints: Vec::new(),
+            aints: Vec::new(),
+            types: Vec::new(),
+            committed: Cell::new(true),
+            pair,
+        }
+    }
 }
 
 impl Datatype {
@@ -216,11 +195,16 @@ impl Datatype {
             .ok_or_else(|| Fail::new(ERR_TYPE, format!("{h} is not a datatype")))
     }
 
+    /// A datatype of layout `d` named `name`, outside the table (handle 0); its elements'
+    /// type is its basic type's.
+    fn with(name: &'static str, d: Derived) -> Datatype {
+        let elem = d.basic.and_then(|b| Datatype::of(b).ok()).and_then(|b| b.elem);
+        Datatype { handle: 0, name, size: d.layout.size(), elem, derived: Some(Rc::new(d)) }
+    }
+
     /// A new derived datatype into the table, its handle.
     pub(super) fn insert(d: Derived) -> c_int {
-        let elem = d.basic.and_then(|b| Datatype::of(b).ok()).and_then(|b| b.elem);
-        let mut t =
-            Datatype { handle: 0, name: "a derived datatype", size: d.layout.size(), elem, derived: Some(Rc::new(d)) };
+        let mut t = Datatype::with("a derived datatype", d);
         TYPES.with(|types| {
             let mut types = types.borrow_mut();
             let first = (FIRST_DERIVED - FIRST_LAID_OUT) as usize;
@@ -232,8 +216,9 @@ impl Datatype {
                 }
             };
             t.handle = i as c_int + FIRST_LAID_OUT;
+            let h = t.handle;
             types[i] = Some(t);
-            t_handle(&types[i])
+            h
         })
     }
 
