@@ -197,6 +197,26 @@ fn an_error_under_errors_are_fatal_ends_the_job_naming_the_rank() {
 }
 
 #[test]
+fn a_call_from_a_thread_other_than_mpi_inits_ends_the_job() {
+    let dir = scratch("threads");
+    let exe = dir.join("threads");
+    built(
+        run(Command::new(bin_dir().join("mprcc")).arg("-pthread").arg("-o").arg(&exe).arg(source("threads.c"))),
+        "mprcc",
+    );
+    let out = mprun(&["-np", "2", exe.to_str().unwrap()], &[]);
+    let (stdout, err) = (text(&out.stdout), text(&out.stderr));
+    // Both ranks were told the truth about the thread level before the error.
+    for rank in 0..2 {
+        assert!(stdout.contains(&format!("{rank}: provided funneled, main 1")), "{stdout}");
+    }
+    assert!(!stdout.contains("not reached"), "{stdout}");
+    assert!(!out.status.success(), "the job went on: {stdout}");
+    assert!(err.contains("MPI_Comm_size from a thread other than MPI_Init's"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn mprcc_shows_compiles_and_links_in_steps() {
     let dir = scratch("steps");
     let mprcc = bin_dir().join("mprcc");

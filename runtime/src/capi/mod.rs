@@ -19,10 +19,10 @@
 mod types;
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell, UnsafeCell};
 use std::ffi::{c_char, c_int, c_void};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::thread::ThreadId;
 
 use crate::{Comm, Error, ErrorClass, Group, Layout, Status, Universe};
@@ -80,20 +80,35 @@ const MAX_LIBRARY_VERSION_STRING: usize = 8192;
 /// `MPI_IN_PLACE`: `(void *)-1`.
 const IN_PLACE: *const c_void = usize::MAX as *const c_void;
 
-/// An MPI error on its way to a return code: its class and what happened.
+/// An MPI error on its way to a return code: its class and what happened (boxed: a
+/// `Res` of the small-message path stays a word wider than its value).
 #[derive(Debug)]
-struct Fail {
+struct Fail(Box<Failure>);
+
+#[derive(Debug)]
+struct Failure {
     class: c_int,
     message: String,
 }
 
 impl Fail {
+    #[cold]
+    #[inline(never)]
     fn new(class: c_int, message: impl Into<String>) -> Fail {
-        Fail { class, message: message.into() }
+        Fail(Box::new(Failure { class, message: message.into() }))
+    }
+}
+
+impl std::ops::Deref for Fail {
+    type Target = Failure;
+    fn deref(&self) -> &Failure {
+        &self.0
     }
 }
 
 impl From<Error> for Fail {
+    #[cold]
+    #[inline(never)]
     fn from(e: Error) -> Fail {
         let class = match e.class() {
             ErrorClass::Truncate => ERR_TRUNCATE,
@@ -145,9 +160,54 @@ struct State {
     keyvals: Vec<Option<attr::Keyval>>,
 }
 
-thread_local! {
-    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+/// The [`State`], reached only from the thread that called `MPI_Init` (MPICH's way: one
+/// process-wide state and a check of the calling thread, rather than a thread-local, whose
+/// lookup in a shared library is a call of its own on every MPI call).
+static STATE: Owned = Owned { owner: AtomicUsize::new(0), cell: UnsafeCell::new(RefCell::new(None)) };
+
+/// A cell that one thread owns: the first to call [`Owned::claim`].
+struct Owned {
+    /// `pthread_self()` of the owner, 0 before one claims it.
+    owner: AtomicUsize,
+    cell: UnsafeCell<RefCell<Option<State>>>,
 }
+
+// SAFETY: the cell is reached only through `Owned::with`, on the thread that owns it, so
+// its contents (not `Send`: `Rc`s) are never used by two threads.
+unsafe impl Sync for Owned {}
+
+impl Owned {
+    /// This thread, as `pthread_self` names it.
+    #[inline]
+    fn me() -> usize {
+        // SAFETY: pthread_self has no preconditions and always succeeds.
+        unsafe { libc::pthread_self() as usize }
+    }
+
+    /// Makes this thread the owner, unless one is already.
+    fn claim(&self) -> bool {
+        self.owner.compare_exchange(0, Owned::me(), Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// The cell, on the owning thread; `None` on any other. (A `&RefCell` is not `Send`: the
+    /// reference stays on this thread.)
+    #[inline]
+    fn get(&'static self) -> Option<&'static RefCell<Option<State>>> {
+        if self.owner.load(Ordering::Acquire) != Owned::me() {
+            return None;
+        }
+        // SAFETY: this is the owning thread (checked), the only one that reaches the cell,
+        // and the owner never changes once claimed; the RefCell guards re-entry.
+        Some(unsafe { &*self.cell.get() })
+    }
+
+    /// `f` of the cell, on the owning thread; `None` on any other.
+    #[inline]
+    fn with<R>(&'static self, f: impl FnOnce(&RefCell<Option<State>>) -> R) -> Option<R> {
+        self.get().map(f)
+    }
+}
+
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
 static MAIN_THREAD: std::sync::OnceLock<ThreadId> = std::sync::OnceLock::new();
@@ -207,47 +267,93 @@ fn class_text(class: c_int) -> &'static str {
 /// Runs `f` with the state; outside `MPI_Init`..`MPI_Finalize` or on another thread, the
 /// error every MPI call then gets.
 fn with_state<R>(name: &str, f: impl FnOnce(&mut State) -> R) -> Result<R, Fail> {
-    STATE.with(|s| match s.borrow_mut().as_mut() {
-        Some(state) => Ok(f(state)),
-        None if FINALIZED.load(Ordering::SeqCst) => Err(Fail::new(ERR_OTHER, format!("{name} after MPI_Finalize"))),
-        None if INITIALIZED.load(Ordering::SeqCst) => Err(Fail::new(
-            ERR_OTHER,
-            format!("{name} from a thread other than MPI_Init's (mpr provides MPI_THREAD_FUNNELED)"),
-        )),
-        None => Err(Fail::new(ERR_OTHER, format!("{name} before MPI_Init"))),
-    })
+    let Some(cell) = STATE.get() else { return Err(no_state(name)) };
+    let Ok(mut state) = cell.try_borrow_mut() else { return Err(reentered(name)) };
+    state.as_mut().map(f).ok_or_else(|| no_state(name))
+}
+
+/// The error of an MPI call made while another holds the state: from a function of the
+/// program's that an MPI call runs (a reduction's, an attribute's), where MPI allows none
+/// but the simplest.
+#[cold]
+#[inline(never)]
+fn reentered(name: &str) -> Fail {
+    Fail::new(ERR_OTHER, format!("{name} from inside a function of the program's that an MPI call runs"))
+}
+
+/// Why [`with_state`] found no state.
+#[cold]
+#[inline(never)]
+fn no_state(name: &str) -> Fail {
+    if FINALIZED.load(Ordering::SeqCst) {
+        Fail::new(ERR_OTHER, format!("{name} after MPI_Finalize"))
+    } else if INITIALIZED.load(Ordering::SeqCst) {
+        Fail::new(ERR_OTHER, format!("{name} from a thread other than MPI_Init's (mpr provides MPI_THREAD_FUNNELED)"))
+    } else {
+        Fail::new(ERR_OTHER, format!("{name} before MPI_Init"))
+    }
 }
 
 /// The communicator of handle `comm` (a clone: the table is not borrowed while it works).
+#[inline]
 fn comm_of(name: &str, comm: c_int) -> Res<Comm> {
-    with_state(name, |s| {
-        usize::try_from(comm)
-            .ok()
-            .and_then(|i| s.comms.get(i))
-            .and_then(Option::as_ref)
-            .map(|e| e.comm.clone())
-            .ok_or_else(|| Fail::new(ERR_COMM, format!("{name}: {comm} is not a communicator")))
-    })?
+    comm_ref(name, comm).map(|c| c.clone())
+}
+
+/// The communicator of handle `comm`, borrowed from the table: for a call that changes no
+/// table while it works (on the small-message path, the clone of [`comm_of`] costs as much
+/// as the rest of the call).
+#[inline(always)]
+fn comm_ref(name: &str, comm: c_int) -> Res<Ref<'static, Comm>> {
+    let found = STATE.get().and_then(|s| {
+        let s = s.try_borrow().ok()?;
+        Ref::filter_map(s, |s| Some(&s.as_ref()?.comms.get(usize::try_from(comm).ok()?)?.as_ref()?.comm)).ok()
+    });
+    found.ok_or_else(|| no_comm(name, comm))
+}
+
+/// Why [`comm_of`] found no communicator.
+#[cold]
+#[inline(never)]
+fn no_comm(name: &str, comm: c_int) -> Fail {
+    match STATE.get().map(|s| s.try_borrow().map(|s| s.is_some())) {
+        None | Some(Ok(false)) => no_state(name),
+        Some(Err(_)) => reentered(name),
+        Some(Ok(true)) => Fail::new(ERR_COMM, format!("{name}: {comm} is not a communicator")),
+    }
 }
 
 /// The return code of MPI function `name` on `comm` for `result`: an error goes through
 /// the communicator's error handler (`MPI_ERRORS_ARE_FATAL` ends the job, naming the rank
 /// and the error; `MPI_ERRORS_RETURN` returns its code).
+#[inline]
 fn finish(name: &str, comm: c_int, result: Res) -> c_int {
     finish_under(name, comm, None, result)
 }
 
 /// As [`finish`], under `errhandler` if given (a window's) rather than `comm`'s.
+#[inline]
 fn finish_under(name: &str, comm: c_int, errhandler: Option<c_int>, result: Res) -> c_int {
-    let Err(fail) = result else { return MPI_SUCCESS };
-    let handled = STATE.with(|s| {
-        let s = s.borrow();
-        let s = s.as_ref()?;
-        let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref);
-        // An error on no valid communicator goes to MPI_COMM_WORLD's handler.
-        let entry = entry.or(s.comms[COMM_WORLD as usize].as_ref())?;
-        Some((errhandler.unwrap_or(entry.errhandler), entry.comm.clone(), s.universe.world().rank()))
-    });
+    match result {
+        Ok(()) => MPI_SUCCESS,
+        Err(fail) => failed(name, comm, errhandler, fail),
+    }
+}
+
+/// [`finish_under`] of an error.
+#[cold]
+#[inline(never)]
+fn failed(name: &str, comm: c_int, errhandler: Option<c_int>, fail: Fail) -> c_int {
+    let handled = STATE
+        .with(|s| {
+            let s = s.try_borrow().ok()?;
+            let s = s.as_ref()?;
+            let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref);
+            // An error on no valid communicator goes to MPI_COMM_WORLD's handler.
+            let entry = entry.or(s.comms[COMM_WORLD as usize].as_ref())?;
+            Some((errhandler.unwrap_or(entry.errhandler), entry.comm.clone(), s.universe.world().rank()))
+        })
+        .flatten();
     match handled {
         Some((ERRORS_RETURN, _, _)) => code_of(&fail),
         Some((_, comm, rank)) => {
@@ -286,21 +392,77 @@ fn count_of(count: c_int) -> Res<usize> {
 /// `buf` must point to `count` elements of `ty` (MPI's contract with the caller).
 #[inline]
 unsafe fn bytes<'a>(buf: *const c_void, count: usize, ty: &Datatype) -> Res<Cow<'a, [u8]>> {
-    ty.usable()?;
     let n = count * ty.size;
+    let off = match &ty.derived {
+        None => 0,
+        // SAFETY: this function's contract.
+        Some(_) => return unsafe { derived_bytes(buf, count, ty) },
+    };
+    // SAFETY: this function's contract, and `off` is where the one run of data starts.
+    unsafe { run_at(buf, off, n) }
+}
+
+/// The message `count` elements of datatype `datatype` at `buf` make, as [`bytes`].
+///
+/// # Safety
+/// As [`bytes`].
+#[inline(always)]
+unsafe fn message<'a>(buf: *const c_void, count: c_int, datatype: c_int) -> Res<Cow<'a, [u8]>> {
+    let n = count_of(count)?;
+    match types::predefined_size(datatype) {
+        // SAFETY: this function's contract: `n` elements of `size` bytes from `buf`.
+        Some(size) => unsafe { run_at(buf, 0, n * size) },
+        // SAFETY: this function's contract.
+        None => unsafe { bytes(buf, n, &Datatype::of(datatype)?) },
+    }
+}
+
+/// Where a message for `count` elements of datatype `datatype` at `buf` lands, as
+/// [`bytes_mut`].
+///
+/// # Safety
+/// As [`bytes_mut`].
+#[inline(always)]
+unsafe fn landing<'a>(buf: *mut c_void, count: c_int, datatype: c_int) -> Res<Landing<'a>> {
+    let n = count_of(count)?;
+    match types::predefined_size(datatype) {
+        // SAFETY: this function's contract: `n` writable elements of `size` bytes from
+        // `buf`, not otherwise borrowed.
+        Some(size) => Ok(Landing::Direct(unsafe { raw_mut(buf, n * size)? })),
+        // SAFETY: this function's contract.
+        None => unsafe { bytes_mut(buf, n, &Datatype::of(datatype)?) },
+    }
+}
+
+/// `n` bytes of data at `off` from `buf`, as a message.
+///
+/// # Safety
+/// As [`bytes`]: the caller's data is `n` readable bytes from `buf + off`.
+#[inline(always)]
+unsafe fn run_at<'a>(buf: *const c_void, off: isize, n: usize) -> Res<Cow<'a, [u8]>> {
     if n == 0 {
         return Ok(Cow::Borrowed(&[]));
     }
+    let at = buf.cast::<u8>().wrapping_offset(off);
+    if at.is_null() {
+        return Err(Fail::new(ERR_BUFFER, "a null buffer for a non-empty message"));
+    }
+    // SAFETY: the caller promises `n` readable bytes of data from `at`, not null (checked).
+    Ok(Cow::Borrowed(unsafe { std::slice::from_raw_parts(at, n) }))
+}
+
+/// [`bytes`] of a derived datatype.
+///
+/// # Safety
+/// As [`bytes`].
+#[inline(never)]
+unsafe fn derived_bytes<'a>(buf: *const c_void, count: usize, ty: &Datatype) -> Res<Cow<'a, [u8]>> {
+    ty.usable()?;
+    let n = count * ty.size;
     match (ty.contiguous_at(count), &ty.derived) {
-        (Some(off), _) => {
-            let at = buf.cast::<u8>().wrapping_offset(off);
-            if at.is_null() {
-                return Err(Fail::new(ERR_BUFFER, "a null buffer for a non-empty message"));
-            }
-            // SAFETY: the caller promises `n` readable bytes of data from `at`, not null
-            // (checked).
-            Ok(Cow::Borrowed(unsafe { std::slice::from_raw_parts(at, n) }))
-        }
+        // SAFETY: this function's contract.
+        (Some(off), _) => unsafe { run_at(buf, off, n) },
+        (None, _) if n == 0 => Ok(Cow::Borrowed(&[])),
         (None, Some(d)) => {
             let mut v = vec![0u8; n];
             // SAFETY: the caller promises the elements' data is readable.
@@ -315,6 +477,7 @@ unsafe fn bytes<'a>(buf: *const c_void, count: usize, ty: &Datatype) -> Res<Cow<
 ///
 /// # Safety
 /// `buf` must point to `n` writable bytes, not otherwise borrowed while the slice lives.
+#[inline(always)]
 unsafe fn raw_mut<'a>(buf: *mut c_void, n: usize) -> Res<&'a mut [u8]> {
     if n == 0 {
         return Ok(&mut []);
@@ -550,6 +713,9 @@ fn init(name: &str, required: c_int) -> Res {
     let entry =
         |comm, name: &str| Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL, name: name.into(), attrs: Vec::new() });
     let _ = MAIN_THREAD.set(std::thread::current().id());
+    if !STATE.claim() {
+        return Err(Fail::new(ERR_OTHER, format!("{name}: MPI is already initialized")));
+    }
     PROVIDED.store(required.clamp(0, THREAD_FUNNELED), Ordering::SeqCst);
     // MPI_COMM_NULL, MPI_COMM_WORLD, MPI_COMM_SELF.
     STATE.with(|s| {
@@ -568,7 +734,7 @@ fn init(name: &str, required: c_int) -> Res {
     Ok(())
 }
 
-/// A reduction (`how`) by `op` of `count` elements of `ty` per rank (per block for
+/// A reduction (`how`) by operation `op` of `count` elements of datatype `datatype` per rank (per block for
 /// `MPI_Reduce_scatter_block`), from `send` (or, `MPI_IN_PLACE`, from `recv`) into `recv`.
 ///
 /// # Safety
@@ -579,8 +745,8 @@ unsafe fn reduce(
     send: *const c_void,
     recv: *mut c_void,
     count: c_int,
-    ty: Datatype,
-    op: ReduceOp,
+    datatype: c_int,
+    op: c_int,
 ) -> Res {
     let count = count_of(count)?;
     let lands = match how {
@@ -595,8 +761,18 @@ unsafe fn reduce(
         Reduction::ScatterBlock => (count * comm.size(), if in_place { count * comm.size() } else { count }),
         _ => (count, count),
     };
-    // SAFETY: MPI's contract: recv holds recv_n elements of ty where the result lands; send
-    // holds send_n, unless it is MPI_IN_PLACE.
+    if let Some(basic) = types::Basic::of(datatype, op) {
+        // A predefined operation on a predefined datatype: the buffers are runs of its
+        // elements, and nothing of either needs building.
+        // SAFETY: MPI's contract: recv holds recv_n elements where the result lands; send
+        // holds send_n, unless it is MPI_IN_PLACE.
+        let recv = if lands { Some(unsafe { raw_mut(recv, recv_n * basic.size)? }) } else { None };
+        // SAFETY: as above.
+        let send = if in_place { None } else { Some(unsafe { run_at(send, 0, send_n * basic.size)? }) };
+        return types::reduce_basic(comm, how, send.as_deref(), recv, basic);
+    }
+    let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+    // SAFETY: as above, in elements of ty.
     let mut recv = if lands { Some(unsafe { bytes_mut(recv, recv_n, &ty)? }) } else { None };
     // SAFETY: as above.
     let send = if in_place { None } else { Some(unsafe { bytes(send, send_n, &ty)? }) };
@@ -671,12 +847,13 @@ unsafe fn new_comm(name: &str, made: Option<Comm>, errhandler: c_int, out: *mut 
 }
 
 fn errhandler_of(comm: c_int) -> c_int {
-    STATE.with(|s| {
-        s.borrow()
-            .as_ref()
-            .and_then(|s| s.comms.get(comm as usize).and_then(Option::as_ref).map(|e| e.errhandler))
-            .unwrap_or(ERRORS_ARE_FATAL)
-    })
+    STATE
+        .with(|s| {
+            let s = s.try_borrow().ok()?;
+            s.as_ref()?.comms.get(usize::try_from(comm).ok()?)?.as_ref().map(|e| e.errhandler)
+        })
+        .flatten()
+        .unwrap_or(ERRORS_ARE_FATAL)
 }
 
 /// Frees handle `h` of `table`, if it is one the program made (handles below `first` are
@@ -776,7 +953,7 @@ mpi! {
         // Attributes of MPI_COMM_SELF are deleted first, their delete functions run (MPI's
         // hook for work at the end).
         let r = attr::delete_all("MPI_Finalize", COMM_SELF).and_then(|()| {
-            let state = STATE.with(|s| s.borrow_mut().take()).expect("checked above");
+            let state = STATE.with(|s| s.borrow_mut().take()).flatten().expect("checked above");
             // Buffered sends complete (MPI_Finalize waits for them, as MPI_Buffer_detach).
             let mut first = None;
             for (req, _copy) in state.attached.sends {
@@ -903,13 +1080,13 @@ mpi! {
 
     fn MPI_Comm_rank / PMPI_Comm_rank(comm: c_int, rank: *mut c_int) -> c_int {
         // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-        let r = comm_of("MPI_Comm_rank", comm).and_then(|c| unsafe { put(rank, c.rank() as c_int) });
+        let r = comm_ref("MPI_Comm_rank", comm).and_then(|c| unsafe { put(rank, c.rank() as c_int) });
         finish("MPI_Comm_rank", comm, r)
     }
 
     fn MPI_Comm_size / PMPI_Comm_size(comm: c_int, size: *mut c_int) -> c_int {
         // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-        let r = comm_of("MPI_Comm_size", comm).and_then(|c| unsafe { put(size, c.size() as c_int) });
+        let r = comm_ref("MPI_Comm_size", comm).and_then(|c| unsafe { put(size, c.size() as c_int) });
         finish("MPI_Comm_size", comm, r)
     }
 
@@ -954,10 +1131,9 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Send", comm)?;
-            let ty = Datatype::of(datatype)?;
+            let c = comm_ref("MPI_Send", comm)?;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let data = unsafe { bytes(buf, count_of(count)?, &ty)? };
+            let data = unsafe { message(buf, count, datatype)? };
             match peer(dest, false)? {
                 None => Ok(()),
                 Some(d) => Ok(c.send(&data, d, tag)?),
@@ -976,10 +1152,9 @@ mpi! {
         status: *mut MpiStatus,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Recv", comm)?;
-            let ty = Datatype::of(datatype)?;
+            let c = comm_ref("MPI_Recv", comm)?;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let mut data = unsafe { bytes_mut(buf, count_of(count)?, &ty)? };
+            let mut data = unsafe { landing(buf, count, datatype)? };
             let st = match peer(source, true)? {
                 None => MpiStatus::proc_null(),
                 Some(s) => MpiStatus::of(c.recv(&mut data, s, tag)?),
@@ -1006,7 +1181,7 @@ mpi! {
         status: *mut MpiStatus,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Sendrecv", comm)?;
+            let c = comm_ref("MPI_Sendrecv", comm)?;
             let (st, rt) = (Datatype::of(sendtype)?, Datatype::of(recvtype)?);
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
             let send = unsafe { bytes(sendbuf, count_of(sendcount)?, &st)? };
@@ -1022,7 +1197,7 @@ mpi! {
 
     fn MPI_Probe / PMPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut MpiStatus) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Probe", comm)?;
+            let c = comm_ref("MPI_Probe", comm)?;
             match peer(source, true)? {
                 None => {
                     if !status.is_null() {
@@ -1040,7 +1215,7 @@ mpi! {
 
     fn MPI_Iprobe / PMPI_Iprobe(source: c_int, tag: c_int, comm: c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Iprobe", comm)?;
+            let c = comm_ref("MPI_Iprobe", comm)?;
             let found = match peer(source, true)? {
                 None => {
                     if !status.is_null() {
@@ -1065,16 +1240,15 @@ mpi! {
     }
 
     fn MPI_Barrier / PMPI_Barrier(comm: c_int) -> c_int {
-        finish("MPI_Barrier", comm, comm_of("MPI_Barrier", comm).and_then(|c| Ok(c.barrier()?)))
+        finish("MPI_Barrier", comm, comm_ref("MPI_Barrier", comm).and_then(|c| Ok(c.barrier()?)))
     }
 
     fn MPI_Bcast / PMPI_Bcast(buffer: *mut c_void, count: c_int, datatype: c_int, root: c_int, comm: c_int) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Bcast", comm)?;
-            let ty = Datatype::of(datatype)?;
-            let root = root_of(&c, root)?;
+            let c = comm_ref("MPI_Bcast", comm)?;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let mut data = unsafe { bytes_mut(buffer, count_of(count)?, &ty)? };
+            let mut data = unsafe { landing(buffer, count, datatype)? };
+            let root = root_of(&c, root)?;
             Ok(c.bcast(&mut data, root)?)
         })();
         finish("MPI_Bcast", comm, r)
@@ -1090,11 +1264,10 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Reduce", comm)?;
-            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+            let c = comm_ref("MPI_Reduce", comm)?;
             let root = root_of(&c, root)?;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            unsafe { reduce(&c, Reduction::Root(root), sendbuf, recvbuf, count, ty, op) }
+            unsafe { reduce(&c, Reduction::Root(root), sendbuf, recvbuf, count, datatype, op) }
         })();
         finish("MPI_Reduce", comm, r)
     }
@@ -1108,10 +1281,9 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Allreduce", comm)?;
-            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+            let c = comm_ref("MPI_Allreduce", comm)?;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            unsafe { reduce(&c, Reduction::All, sendbuf, recvbuf, count, ty, op) }
+            unsafe { reduce(&c, Reduction::All, sendbuf, recvbuf, count, datatype, op) }
         })();
         finish("MPI_Allreduce", comm, r)
     }
@@ -1119,9 +1291,8 @@ mpi! {
     fn MPI_Scan / PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: c_int, op: c_int, comm: c_int) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Scan", comm)?;
-            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
             // SAFETY: MPI's contract for the buffers, passed on.
-            unsafe { reduce(&c, Reduction::Scan { inclusive: true }, sendbuf, recvbuf, count, ty, op) }
+            unsafe { reduce(&c, Reduction::Scan { inclusive: true }, sendbuf, recvbuf, count, datatype, op) }
         })();
         finish("MPI_Scan", comm, r)
     }
@@ -1129,9 +1300,8 @@ mpi! {
     fn MPI_Exscan / PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: c_int, op: c_int, comm: c_int) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Exscan", comm)?;
-            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
             // SAFETY: MPI's contract for the buffers, passed on.
-            unsafe { reduce(&c, Reduction::Scan { inclusive: false }, sendbuf, recvbuf, count, ty, op) }
+            unsafe { reduce(&c, Reduction::Scan { inclusive: false }, sendbuf, recvbuf, count, datatype, op) }
         })();
         finish("MPI_Exscan", comm, r)
     }
@@ -1146,9 +1316,8 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Reduce_scatter_block", comm)?;
-            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
             // SAFETY: MPI's contract for the buffers, passed on.
-            unsafe { reduce(&c, Reduction::ScatterBlock, sendbuf, recvbuf, recvcount, ty, op) }
+            unsafe { reduce(&c, Reduction::ScatterBlock, sendbuf, recvbuf, recvcount, datatype, op) }
         })();
         finish("MPI_Reduce_scatter_block", comm, r)
     }
@@ -1222,9 +1391,8 @@ mpi! {
     fn MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: c_int, op: c_int) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Reduce_local", COMM_WORLD)?;
-            let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
             // SAFETY: MPI's contract for the buffers, passed on.
-            unsafe { reduce(&c, Reduction::Local, inbuf, inoutbuf, count, ty, op) }
+            unsafe { reduce(&c, Reduction::Local, inbuf, inoutbuf, count, datatype, op) }
         })();
         finish("MPI_Reduce_local", COMM_WORLD, r)
     }

@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 
 use super::types::Datatype;
 use super::{
-    bytes, bytes_mut, comm_of, count_of, finish, peer, put, set_status_raw, with_state, Fail, MpiStatus, Res,
+    bytes, bytes_mut, comm_of, comm_ref, count_of, finish, peer, put, set_status_raw, with_state, Fail, MpiStatus, Res,
     ANY_SOURCE, ANY_TAG, COMM_WORLD, ERR_ARG, ERR_BUFFER, ERR_IN_STATUS, ERR_REQUEST, MPI_SUCCESS, UNDEFINED,
 };
 use crate::Request;
@@ -98,7 +98,22 @@ fn empty() -> MpiStatus {
 /// # Safety
 /// `call.buf` holds `call.count` elements of its datatype, valid until the operation ends.
 unsafe fn start(name: &str, call: &Call) -> Res<Op> {
-    let c = comm_of(name, call.comm)?;
+    if call.send == Some(Mode::Buffered) {
+        // A buffered send takes part of the attached buffer, from the state.
+        let c = comm_of(name, call.comm)?;
+        // SAFETY: this function's contract.
+        return unsafe { start_on(name, &c, call) };
+    }
+    let c = comm_ref(name, call.comm)?;
+    // SAFETY: this function's contract.
+    unsafe { start_on(name, &c, call) }
+}
+
+/// [`start`] on communicator `c`.
+///
+/// # Safety
+/// As [`start`].
+unsafe fn start_on(name: &str, c: &crate::Comm, call: &Call) -> Res<Op> {
     let ty = Datatype::of(call.datatype)?;
     let n = count_of(call.count)?;
     match call.send {
@@ -109,7 +124,7 @@ unsafe fn start(name: &str, call: &Call) -> Res<Op> {
             let sync = mode == Mode::Sync;
             Ok(match (mode, data) {
                 (Mode::Buffered, data) => {
-                    buffered(name, &c, &data, dest, call.tag)?;
+                    buffered(name, c, &data, dest, call.tag)?;
                     Op::Done(empty())
                 }
                 // A derived datatype's packed message: the engine owns it.
@@ -126,7 +141,7 @@ unsafe fn start(name: &str, call: &Call) -> Res<Op> {
             ty.usable()?;
             let Some(src) = peer(call.peer, true)? else { return Ok(Op::Done(MpiStatus::proc_null())) };
             // SAFETY: this function's contract.
-            Ok(Op::Live(unsafe { receive(Source::Comm(&c, src, call.tag), call.buf, n, &ty)? }))
+            Ok(Op::Live(unsafe { receive(Source::Comm(c, src, call.tag), call.buf, n, &ty)? }))
         }
     }
 }

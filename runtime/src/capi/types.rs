@@ -105,6 +105,26 @@ const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 29] = [
     Some(("MPI_PACKED", 1, None)),
 ];
 
+/// The size of each predefined datatype, by handle (0: none).
+static SIZES: [usize; PREDEFINED.len()] = {
+    let mut sizes = [0; PREDEFINED.len()];
+    let mut i = 0;
+    while i < sizes.len() {
+        if let Some((_, size, _)) = PREDEFINED[i] {
+            sizes[i] = size;
+        }
+        i += 1;
+    }
+    sizes
+};
+
+/// The size of datatype `h` if it is a predefined one of a single run of bytes (the
+/// small-message path, which needs no more of the type).
+#[inline]
+pub(super) fn predefined_size(h: c_int) -> Option<usize> {
+    SIZES.get(usize::try_from(h).ok()?).copied().filter(|&s| s > 0)
+}
+
 /// The first handle of the table of datatypes with a layout (the pair types, then the
 /// derived ones).
 const FIRST_LAID_OUT: c_int = PREDEFINED.len() as c_int;
@@ -457,14 +477,50 @@ pub(super) fn reduce(
     // A derived type's packed data is a run of its basic type's elements.
     let (basic, _) = ty.as_basic(1).ok_or_else(unfit)?;
     let elem = basic.elem.ok_or_else(unfit)?;
+    reduce_basic(comm, how, send, recv, Basic { size: basic.size, elem, op: b, names: (op.name, ty.name) })
+}
+
+/// A predefined operation on a predefined datatype (or on a derived one's basic type).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Basic {
+    pub(super) size: usize,
+    elem: ElemType,
+    op: Builtin,
+    /// The operation's and the datatype's, for an error.
+    names: (&'static str, &'static str),
+}
+
+impl Basic {
+    /// The reduction of operation `op` on datatype `datatype`, if both are predefined (and
+    /// the type one of numbers): the small-message path, which builds no [`Datatype`].
+    #[inline]
+    pub(super) fn of(datatype: c_int, op: c_int) -> Option<Basic> {
+        let (ty_name, size, elem) = PREDEFINED.get(usize::try_from(datatype).ok()?).copied().flatten()?;
+        let (op_name, op) = OPS.get(usize::try_from(op).ok()?).copied().flatten()?;
+        Some(Basic { size, elem: elem?, op, names: (op_name, ty_name) })
+    }
+}
+
+/// [`reduce`] of a predefined operation on runs of a basic type's elements.
+pub(super) fn reduce_basic(
+    comm: &Comm,
+    how: Reduction,
+    send: Option<&[u8]>,
+    recv: Option<&mut [u8]>,
+    basic: Basic,
+) -> Res {
+    let Basic { elem, op, .. } = basic;
     let r = match basic.size {
-        1 => run::<u8>(comm, how, send, recv, elem, b),
-        2 => run::<u16>(comm, how, send, recv, elem, b),
-        4 => run::<u32>(comm, how, send, recv, elem, b),
-        8 => run::<u64>(comm, how, send, recv, elem, b),
+        1 => run::<u8>(comm, how, send, recv, elem, op),
+        2 => run::<u16>(comm, how, send, recv, elem, op),
+        4 => run::<u32>(comm, how, send, recv, elem, op),
+        8 => run::<u64>(comm, how, send, recv, elem, op),
         _ => None,
     };
-    r.ok_or_else(unfit)?.map_err(Fail::from)
+    match r {
+        Some(r) => r.map_err(Fail::from),
+        None => Err(Fail::new(ERR_OP, format!("{} does not apply to {}", basic.names.0, basic.names.1))),
+    }
 }
 
 /// [`reduce`] over carrier `C` (the user's buffers themselves where they are aligned for
