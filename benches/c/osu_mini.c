@@ -361,49 +361,60 @@ enum rma { R_PUT, R_GET, R_ACC, R_FOP, R_CAS, R_PUT_BW, R_GET_BW };
 
 static MPI_Group g_peer_group;
 
+/* --sync, parsed once in run_rma (no string compare per operation: mpr-bench makes none). */
+enum sync { S_FLUSH, S_LOCK, S_FENCE, S_PSCW };
+static enum sync g_sync_kind = S_FLUSH;
+
 static void rma_open(MPI_Win win)
 {
-    if (!strcmp(g_sync, "flush") && g_rank == 0)
+    if (g_sync_kind == S_FLUSH && g_rank == 0)
         MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win);
 }
 
 static void rma_close(MPI_Win win)
 {
-    if (!strcmp(g_sync, "flush") && g_rank == 0)
+    if (g_sync_kind == S_FLUSH && g_rank == 0)
         MPI_Win_unlock(1, win);
 }
 
 static void rma_begin(MPI_Win win)
 {
-    if (!strcmp(g_sync, "lock") && g_rank == 0)
+    if (g_sync_kind == S_LOCK && g_rank == 0)
         MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 1, 0, win);
-    else if (!strcmp(g_sync, "fence") && g_rank < 2)
+    else if (g_sync_kind == S_FENCE && g_rank < 2)
         MPI_Win_fence(0, win);
-    else if (!strcmp(g_sync, "pscw") && g_rank == 0)
+    else if (g_sync_kind == S_PSCW && g_rank == 0)
         MPI_Win_start(g_peer_group, 0, win);
-    else if (!strcmp(g_sync, "pscw") && g_rank == 1)
+    else if (g_sync_kind == S_PSCW && g_rank == 1)
         MPI_Win_post(g_peer_group, 0, win);
 }
 
 static void rma_end(MPI_Win win)
 {
-    if (!strcmp(g_sync, "flush") && g_rank == 0)
+    if (g_sync_kind == S_FLUSH && g_rank == 0)
         MPI_Win_flush(1, win);
-    else if (!strcmp(g_sync, "lock") && g_rank == 0)
+    else if (g_sync_kind == S_LOCK && g_rank == 0)
         MPI_Win_unlock(1, win);
-    else if (!strcmp(g_sync, "fence") && g_rank < 2)
+    else if (g_sync_kind == S_FENCE && g_rank < 2)
         MPI_Win_fence(0, win);
-    else if (!strcmp(g_sync, "pscw") && g_rank == 0)
+    else if (g_sync_kind == S_PSCW && g_rank == 0)
         MPI_Win_complete(win);
-    else if (!strcmp(g_sync, "pscw") && g_rank == 1)
+    else if (g_sync_kind == S_PSCW && g_rank == 1)
         MPI_Win_wait(win);
 }
 
 static void run_rma(enum rma kind, const char *title)
 {
     need_two();
-    if (strcmp(g_sync, "flush") && strcmp(g_sync, "lock") && strcmp(g_sync, "fence") &&
-        strcmp(g_sync, "pscw"))
+    if (!strcmp(g_sync, "flush"))
+        g_sync_kind = S_FLUSH;
+    else if (!strcmp(g_sync, "lock"))
+        g_sync_kind = S_LOCK;
+    else if (!strcmp(g_sync, "fence"))
+        g_sync_kind = S_FENCE;
+    else if (!strcmp(g_sync, "pscw"))
+        g_sync_kind = S_PSCW;
+    else
         die("--sync takes flush, lock, fence or pscw");
     if (strcmp(g_win, "allocate") && strcmp(g_win, "create") && strcmp(g_win, "dynamic"))
         die("--win takes allocate, create or dynamic");
@@ -473,8 +484,8 @@ static void run_rma(enum rma kind, const char *title)
                         break;
                     case R_GET_BW:
                         MPI_Get(dst + (k % batch) * size, count, MPI_CHAR, 1, tdisp, count, MPI_CHAR, win);
-                        if ((k + 1) % batch == 0 && k + 1 < n && strcmp(g_sync, "fence") &&
-                            strcmp(g_sync, "pscw"))
+                        if ((k + 1) % batch == 0 && k + 1 < n && g_sync_kind != S_FENCE &&
+                            g_sync_kind != S_PSCW)
                             MPI_Win_flush_local(1, win);
                         break;
                     case R_ACC:

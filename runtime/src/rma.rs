@@ -538,6 +538,7 @@ impl<'a, T: Pod> Window<'a, T> {
     }
 
     /// The byte offset of elements `disp..disp+len` of `target`'s window, if they lie in it.
+    #[inline(always)]
     fn check_range(&self, target: usize, disp: usize, len: usize) -> Result<usize, Error> {
         let size = *self.sizes.get(target).ok_or(Error::Rank { rank: target, size: self.sizes.len() })?;
         if self.dynamic {
@@ -558,6 +559,7 @@ impl<'a, T: Pod> Window<'a, T> {
 
     /// Checks an operation on `target`'s elements `disp..disp+len`: an epoch covers it and
     /// the elements lie in the window. Returns where it goes.
+    #[inline(always)]
     fn access(&self, what: &str, target: usize, disp: usize, len: usize) -> Result<At, Error> {
         let at = self.check_range(target, disp, len)?;
         let e = self.epoch.borrow();
@@ -1220,6 +1222,7 @@ impl<T: Pod> Window<'_, T> {
         self.check_refused(&all)
     }
 
+    #[inline(always)]
     fn check_passive(&self, target: usize, what: &str) -> Result<(), Error> {
         self.check_range(target, 0, 0)?;
         let e = self.epoch.borrow();

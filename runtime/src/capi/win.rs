@@ -7,10 +7,13 @@
 use std::borrow::Cow;
 use std::ffi::{c_int, c_void};
 
-use super::types::{accumulate_of, Datatype};
+use std::cell::Ref;
+
+use super::types::{accumulate_of, predefined_size, Datatype};
 use super::{
-    bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, put, raw_mut, with_state, Fail, Res,
-    COMM_WORLD, ERRORS_ARE_FATAL, ERRORS_RETURN, ERR_ARG, ERR_DISP, ERR_NO_MEM, ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN,
+    bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, put, raw_mut, with_state,
+    Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERRORS_RETURN, ERR_ARG, ERR_DISP, ERR_NO_MEM, ERR_OTHER, ERR_RANK,
+    ERR_SIZE, ERR_WIN, STATE,
 };
 use crate::rma::{Assert, LockType, Window};
 use crate::Comm;
@@ -58,6 +61,57 @@ fn with_win<R>(name: &str, win: c_int, f: impl FnOnce(&mut WinEntry) -> Res<R>) 
     r
 }
 
+/// Window `win` of the table, borrowed: for a call that uses no other part of the state
+/// (the one-sided operations and synchronisation, on the small-message path).
+#[inline(always)]
+fn win_ref(name: &str, win: c_int) -> Res<Ref<'static, WinEntry>> {
+    let found = STATE.get().and_then(|s| {
+        let s = s.try_borrow().ok()?;
+        let slot = usize::try_from(win).ok().filter(|&i| i > 0)?;
+        Ref::filter_map(s, |s| s.as_ref()?.wins.get(slot)?.as_deref()).ok()
+    });
+    found.ok_or_else(|| no_win(name, win))
+}
+
+/// Why [`win_ref`] found no window.
+#[cold]
+#[inline(never)]
+fn no_win(name: &str, win: c_int) -> Fail {
+    match with_state(name, |_| ()) {
+        Err(fail) => fail,
+        Ok(()) => Fail::new(ERR_WIN, format!("{name}: {win} is not a window")),
+    }
+}
+
+/// Where `count` elements of datatype `datatype` at displacement `disp` lie in target
+/// `target`'s window, as [`target_runs`]; a predefined type's without building it.
+#[inline(always)]
+fn target_of(w: &WinEntry, target: c_int, disp: isize, count: c_int, datatype: c_int) -> Res<Target> {
+    match predefined_size(datatype) {
+        Some(size) => {
+            let (t, at) = target_at(w, target, disp)?;
+            let bytes = count_of(count)? * size;
+            Ok(Target { rank: t, runs: Runs::One((at, bytes)), bytes })
+        }
+        None => target_runs(w, target, disp, count, &Datatype::of(datatype)?),
+    }
+}
+
+/// Target `target` (checked against the window) and the byte offset of displacement
+/// `disp` in its window.
+#[inline(always)]
+fn target_at(w: &WinEntry, target: c_int, disp: isize) -> Res<(usize, usize)> {
+    let t = usize::try_from(target)
+        .ok()
+        .filter(|&t| t < w.units.len())
+        .ok_or_else(|| Fail::new(ERR_RANK, format!("invalid target rank {target} of {}", w.units.len())))?;
+    let at = usize::try_from(disp)
+        .ok()
+        .and_then(|d| d.checked_mul(w.units[t]))
+        .ok_or_else(|| Fail::new(ERR_DISP, format!("invalid displacement {disp}")))?;
+    Ok((t, at))
+}
+
 /// Makes a window: every rank's displacement unit is exchanged, the handle written to `out`.
 ///
 /// # Safety
@@ -84,12 +138,8 @@ unsafe fn new_win(name: &str, comm: &Comm, win: Window<'static, u8>, unit: c_int
 /// the target, the runs of bytes (offset in the window, length) in the order of the type
 /// map, and their total.
 fn target_runs(w: &WinEntry, target: c_int, disp: isize, count: c_int, ty: &Datatype) -> Res<Target> {
-    let t = usize::try_from(target)
-        .ok()
-        .filter(|&t| t < w.units.len())
-        .ok_or_else(|| Fail::new(ERR_RANK, format!("invalid target rank {target} of {}", w.units.len())))?;
+    let (t, at) = target_at(w, target, disp)?;
     let bad = || Fail::new(ERR_DISP, format!("invalid displacement {disp}"));
-    let at = usize::try_from(disp).ok().and_then(|d| d.checked_mul(w.units[t])).ok_or_else(bad)?;
     ty.usable()?;
     let count = count_of(count)?;
     let runs = match (&ty.derived, ty.contiguous_at(count)) {
@@ -177,6 +227,16 @@ fn ranks_in(name: &str, w: &WinEntry, group: c_int) -> Res<Vec<usize>> {
 
 /// Runs window call `name` on `win` and returns its code, an error under the window's
 /// error handler (`MPI_COMM_WORLD`'s for a handle that is no window).
+fn call_ref(name: &str, win: c_int, f: impl FnOnce(&WinEntry) -> Res) -> c_int {
+    let (r, errhandler) = match win_ref(name, win) {
+        Ok(w) => (f(&w), Some(w.errhandler)),
+        Err(fail) => (Err(fail), None),
+    };
+    finish_under(name, COMM_WORLD, errhandler, r)
+}
+
+/// As [`call_ref`], with the window taken out of the table meanwhile (so that `f` may use
+/// the state, or change the entry).
 fn call(name: &str, win: c_int, f: impl FnOnce(&mut WinEntry) -> Res) -> c_int {
     let mut errhandler = None;
     let r = with_win(name, win, |w| {
@@ -372,11 +432,10 @@ mpi! {
         target_datatype: c_int,
         win: c_int,
     ) -> c_int {
-        call("MPI_Put", win, |w| {
-            let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
+        call_ref("MPI_Put", win, |w| {
             // SAFETY: MPI's contract: the origin buffer holds what it says.
-            let data = unsafe { bytes(origin_addr, count_of(origin_count)?, &ot)? };
-            let t = target_runs(w, target_rank, target_disp, target_count, &tt)?;
+            let data = unsafe { message(origin_addr, origin_count, origin_datatype)? };
+            let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
             t.each("MPI_Put", data.len(), |r, at| Ok(w.win.put(&data[r], t.rank, at)?))
         })
     }
@@ -391,11 +450,10 @@ mpi! {
         target_datatype: c_int,
         win: c_int,
     ) -> c_int {
-        call("MPI_Get", win, |w| {
-            let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
+        call_ref("MPI_Get", win, |w| {
             // SAFETY: MPI's contract: the origin buffer holds what it says.
-            let mut buf = unsafe { bytes_mut(origin_addr, count_of(origin_count)?, &ot)? };
-            let t = target_runs(w, target_rank, target_disp, target_count, &tt)?;
+            let mut buf = unsafe { landing(origin_addr, origin_count, origin_datatype)? };
+            let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
             t.each("MPI_Get", buf.len(), |r, at| Ok(w.win.get(&mut buf[r], t.rank, at)?))
         })
     }
@@ -411,7 +469,7 @@ mpi! {
         op: c_int,
         win: c_int,
     ) -> c_int {
-        call("MPI_Accumulate", win, |w| {
+        call_ref("MPI_Accumulate", win, |w| {
             let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
             let how = accumulate_of(op, &tt)?;
             // SAFETY: MPI's contract: the origin buffer holds what it says.
@@ -435,7 +493,7 @@ mpi! {
         op: c_int,
         win: c_int,
     ) -> c_int {
-        call("MPI_Get_accumulate", win, |w| {
+        call_ref("MPI_Get_accumulate", win, |w| {
             let (ot, rt, tt) =
                 (Datatype::of(origin_datatype)?, Datatype::of(result_datatype)?, Datatype::of(target_datatype)?);
             let how = accumulate_of(op, &tt)?;
@@ -465,7 +523,7 @@ mpi! {
         op: c_int,
         win: c_int,
     ) -> c_int {
-        call("MPI_Fetch_and_op", win, |w| {
+        call_ref("MPI_Fetch_and_op", win, |w| {
             let ty = Datatype::of(datatype)?;
             let how = accumulate_of(op, &ty)?;
             // SAFETY: MPI's contract: the result holds one element.
@@ -494,7 +552,7 @@ mpi! {
         target_disp: isize,
         win: c_int,
     ) -> c_int {
-        call("MPI_Compare_and_swap", win, |w| {
+        call_ref("MPI_Compare_and_swap", win, |w| {
             let ty = Datatype::of(datatype)?;
             let how = accumulate_of(super::types::OP_REPLACE, &ty)?;
             // SAFETY: MPI's contract: each holds one element.
@@ -613,55 +671,55 @@ mpi! {
     }
 
     fn MPI_Win_fence / PMPI_Win_fence(assert: c_int, win: c_int) -> c_int {
-        call("MPI_Win_fence", win, |w| Ok(w.win.fence_with(assert_of(assert)?)?))
+        call_ref("MPI_Win_fence", win, |w| Ok(w.win.fence_with(assert_of(assert)?)?))
     }
 
     fn MPI_Win_lock / PMPI_Win_lock(lock_kind: c_int, rank: c_int, assert: c_int, win: c_int) -> c_int {
-        call("MPI_Win_lock", win, |w| {
+        call_ref("MPI_Win_lock", win, |w| {
             let r = rank_arg(rank)?;
             Ok(w.win.lock_with(lock_type(lock_kind)?, r, assert_of(assert)?)?)
         })
     }
 
     fn MPI_Win_unlock / PMPI_Win_unlock(rank: c_int, win: c_int) -> c_int {
-        call("MPI_Win_unlock", win, |w| {
+        call_ref("MPI_Win_unlock", win, |w| {
             let r = rank_arg(rank)?;
             Ok(w.win.unlock(r)?)
         })
     }
 
     fn MPI_Win_lock_all / PMPI_Win_lock_all(assert: c_int, win: c_int) -> c_int {
-        call("MPI_Win_lock_all", win, |w| Ok(w.win.lock_all_with(assert_of(assert)?)?))
+        call_ref("MPI_Win_lock_all", win, |w| Ok(w.win.lock_all_with(assert_of(assert)?)?))
     }
 
     fn MPI_Win_unlock_all / PMPI_Win_unlock_all(win: c_int) -> c_int {
-        call("MPI_Win_unlock_all", win, |w| Ok(w.win.unlock_all()?))
+        call_ref("MPI_Win_unlock_all", win, |w| Ok(w.win.unlock_all()?))
     }
 
     fn MPI_Win_flush / PMPI_Win_flush(rank: c_int, win: c_int) -> c_int {
-        call("MPI_Win_flush", win, |w| {
+        call_ref("MPI_Win_flush", win, |w| {
             let r = rank_arg(rank)?;
             Ok(w.win.flush(r)?)
         })
     }
 
     fn MPI_Win_flush_all / PMPI_Win_flush_all(win: c_int) -> c_int {
-        call("MPI_Win_flush_all", win, |w| Ok(w.win.flush_all()?))
+        call_ref("MPI_Win_flush_all", win, |w| Ok(w.win.flush_all()?))
     }
 
     fn MPI_Win_flush_local / PMPI_Win_flush_local(rank: c_int, win: c_int) -> c_int {
-        call("MPI_Win_flush_local", win, |w| {
+        call_ref("MPI_Win_flush_local", win, |w| {
             let r = rank_arg(rank)?;
             Ok(w.win.flush_local(r)?)
         })
     }
 
     fn MPI_Win_flush_local_all / PMPI_Win_flush_local_all(win: c_int) -> c_int {
-        call("MPI_Win_flush_local_all", win, |w| Ok(w.win.flush_local_all()?))
+        call_ref("MPI_Win_flush_local_all", win, |w| Ok(w.win.flush_local_all()?))
     }
 
     fn MPI_Win_sync / PMPI_Win_sync(win: c_int) -> c_int {
-        call("MPI_Win_sync", win, |w| Ok(w.win.sync()?))
+        call_ref("MPI_Win_sync", win, |w| Ok(w.win.sync()?))
     }
 
     fn MPI_Win_post / PMPI_Win_post(group: c_int, assert: c_int, win: c_int) -> c_int {
@@ -673,15 +731,15 @@ mpi! {
     }
 
     fn MPI_Win_complete / PMPI_Win_complete(win: c_int) -> c_int {
-        call("MPI_Win_complete", win, |w| Ok(w.win.complete()?))
+        call_ref("MPI_Win_complete", win, |w| Ok(w.win.complete()?))
     }
 
     fn MPI_Win_wait / PMPI_Win_wait(win: c_int) -> c_int {
-        call("MPI_Win_wait", win, |w| Ok(w.win.wait()?))
+        call_ref("MPI_Win_wait", win, |w| Ok(w.win.wait()?))
     }
 
     fn MPI_Win_test / PMPI_Win_test(win: c_int, flag: *mut c_int) -> c_int {
-        call("MPI_Win_test", win, |w| {
+        call_ref("MPI_Win_test", win, |w| {
             let done = w.win.test()?;
             // SAFETY: MPI's contract: `flag` points to an int.
             unsafe { put(flag, done as c_int) }
