@@ -2,7 +2,8 @@
  * received by point-to-point calls (blocking, nonblocking, persistent, large enough for a
  * rendezvous), collectives and one-sided operations; MPI_Pack and MPI_Unpack; MPI_MINLOC and
  * MPI_MAXLOC on the value-index pairs; reductions of the user's (MPI_Op_create), commutative
- * or not, on predefined and derived types; MPI_Reduce_scatter; and their errors. Printed as
+ * or not, on predefined and derived types, blocking and nonblocking; sums and products of
+ * complex numbers; MPI_Reduce_scatter; and their errors. Printed as
  * "rank: what = values" lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stddef.h>
@@ -399,6 +400,46 @@ static void user_ops(void)
     MPI_Reduce_scatter(MPI_IN_PLACE, send, counts, MPI_INT, am, MPI_COMM_WORLD);
     SAY("reduce_scatter in place absmax = %d", send[0]);
 
+    /* The same operations, nonblocking, all in flight at once. */
+    MPI_Request rq[8];
+    int nb = 0, na[2], nr[2] = {0, 0}, mo[4], ms[4], mx[4] = {0, 0, 0, 0}, nrs[3] = {0, 0, 0}, nsend[36];
+    for (int i = 0; i < total; i++)
+        nsend[i] = (rank % 2 ? -1 : 1) * (rank * 10 + i);
+    struct {
+        double v;
+        int i;
+    } ndv = {(rank % 3) * 2.5, rank}, ndres;
+    int mi[4] = {rank + 1, 1, 1, 0};
+    MPI_Iallreduce(v, na, 2, MPI_INT, am, MPI_COMM_WORLD, &rq[nb++]);
+    MPI_Ireduce(v, nr, 2, MPI_INT, am, 1 % size, MPI_COMM_WORLD, &rq[nb++]);
+    MPI_Iallreduce(mi, mo, 1, mat, mm, MPI_COMM_WORLD, &rq[nb++]);
+    MPI_Iscan(mi, ms, 1, mat, mm, MPI_COMM_WORLD, &rq[nb++]);
+    MPI_Iexscan(mi, mx, 1, mat, mm, MPI_COMM_WORLD, &rq[nb++]);
+    MPI_Iallreduce(&ndv, &ndres, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD, &rq[nb++]);
+    MPI_Ireduce_scatter(nsend, nrs, counts, MPI_INT, am, MPI_COMM_WORLD, &rq[nb++]);
+    MPI_Waitall(nb, rq, MPI_STATUSES_IGNORE);
+    SAY("iallreduce absmax = %d %d", na[0], na[1]);
+    if (rank == 1 % size)
+        SAY("ireduce absmax = %d %d", nr[0], nr[1]);
+    SAY("iallreduce matmul = %d %d %d %d", mo[0], mo[1], mo[2], mo[3]);
+    SAY("iscan matmul = %d %d %d %d", ms[0], ms[1], ms[2], ms[3]);
+    if (rank > 0)
+        SAY("iexscan matmul = %d %d %d %d", mx[0], mx[1], mx[2], mx[3]);
+    SAY("iallreduce maxloc = %.1f at %d", ndres.v, ndres.i);
+    SAY("ireduce_scatter absmax = %d %d %d", nrs[0], counts[rank] > 1 ? nrs[1] : 0, counts[rank] > 2 ? nrs[2] : 0);
+
+    /* Complex numbers (pairs of parts): sum and product, blocking and not. */
+    double zc[4] = {rank + 1.0, 1.0, 0.5, -rank}, zsum[4], zprod[4];
+    float fz[2] = {rank * 0.5f, 2.0f}, fzsum[2] = {0, 0};
+    MPI_Allreduce(zc, zsum, 2, MPI_C_DOUBLE_COMPLEX, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Iallreduce(zc, zprod, 2, MPI_C_DOUBLE_COMPLEX, MPI_PROD, MPI_COMM_WORLD, &rq[0]);
+    MPI_Wait(&rq[0], MPI_STATUS_IGNORE);
+    MPI_Reduce(fz, fzsum, 1, MPI_C_FLOAT_COMPLEX, MPI_SUM, 0, MPI_COMM_WORLD);
+    SAY("complex sum = %.1f%+.1fi %.1f%+.1fi", zsum[0], zsum[1], zsum[2], zsum[3]);
+    SAY("complex prod = %.1f%+.1fi %.1f%+.1fi", zprod[0], zprod[1], zprod[2], zprod[3]);
+    if (rank == 0)
+        SAY("float complex sum = %.1f%+.1fi", fzsum[0], fzsum[1]);
+
     MPI_Op_free(&am);
     SAY("op freed is null = %d", am == MPI_OP_NULL);
     MPI_Op_free(&mm);
@@ -496,6 +537,10 @@ static void errors(void)
     rc = MPI_Allreduce(v, v + 2, 1, MPI_INT, MPI_MINLOC, MPI_COMM_WORLD);
     MPI_Error_class(rc, &cls);
     SAY("minloc on int = %d", cls);
+    double z[4] = {1, 2, 3, 4};
+    rc = MPI_Allreduce(z, z + 2, 1, MPI_C_DOUBLE_COMPLEX, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Error_class(rc, &cls);
+    SAY("max of complex = %d", cls);
     MPI_Op sum = MPI_SUM;
     rc = MPI_Op_free(&sum);
     MPI_Error_class(rc, &cls);

@@ -76,11 +76,13 @@ unsafe fn new_type(layout: Layout, made: Made, out: *mut c_int) -> Res {
     unsafe { put(out, Datatype::insert(d)) }
 }
 
-/// The predefined type every basic element of type `h` is, if one.
+/// The predefined type every basic element of type `h` is, if one (a predefined type with
+/// a layout of its own, `MPI_C_DOUBLE_COMPLEX` say, is its own; a value-index pair is two).
 fn basic_of(h: c_int) -> Res<Option<c_int>> {
     let t = Datatype::of(h)?;
     Ok(match &t.derived {
         None => Some(h),
+        Some(d) if h < FIRST_DERIVED && d.pair.is_none() => Some(h),
         Some(d) => d.basic,
     })
 }

@@ -11,7 +11,7 @@ use std::ffi::{c_int, c_void};
 use bytemuck::Pod;
 
 use super::p2p::new_coll_request;
-use super::types::{Datatype, ReduceOp};
+use super::types::{self, Datatype, ElemFn, ReduceOp};
 use super::{
     blocks, bytes, bytes_mut, comm_of, count_of, finish, ints_at, root_of, Fail, Landing, Res, ERR_BUFFER, ERR_OP,
     IN_PLACE,
@@ -26,6 +26,28 @@ use crate::{CollRequest, Comm, Error};
 pub(super) struct Keep {
     copies: Vec<Vec<u64>>,
     landings: Vec<Landing<'static>>,
+    /// What completes the result once the communication is done (a reduction by an
+    /// operation on whole elements, combined from the gathered inputs).
+    finish: Option<Finish>,
+}
+
+/// [`Keep::finish`].
+pub(super) struct Finish(Box<dyn FnOnce()>);
+
+impl std::fmt::Debug for Finish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Finish")
+    }
+}
+
+impl Keep {
+    /// The request completed without error: what finishes its result runs, then the
+    /// landings unpack it into the caller's memory (as they drop).
+    pub(super) fn complete(mut self) {
+        if let Some(Finish(f)) = self.finish.take() {
+            f();
+        }
+    }
 }
 
 thread_local! {
@@ -48,6 +70,77 @@ fn held_mut(b: &[u8]) -> &'static mut [u8] {
     let view = unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr(), b.len()) };
     KEEP.with(|k| k.borrow_mut().copies.push(v));
     view
+}
+
+/// `len` zeroed bytes, 8-byte aligned, kept with the request.
+fn scratch(len: usize) -> &'static mut [u8] {
+    let mut v = vec![0u64; len.div_ceil(8)];
+    // SAFETY: the vector's heap buffer does not move when the vector does, and lives with
+    // the request that uses this view (KEEP, then the request's table entry).
+    let view = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) };
+    KEEP.with(|k| k.borrow_mut().copies.push(v));
+    view
+}
+
+/// Which ranks' inputs a rank's result of [`igathered`] combines.
+#[derive(Debug, Clone)]
+enum Fold {
+    /// All, at every rank (`MPI_Iallreduce`).
+    All,
+    /// All, at the root only (`MPI_Ireduce`).
+    Root(usize),
+    /// Ranks `0..=me` (`inclusive`, `MPI_Iscan`) or `0..me` (`MPI_Iexscan`).
+    Scan { inclusive: bool },
+    /// Bytes `range` of the reduction of all (this rank's block of `MPI_Ireduce_scatter`).
+    Block(std::ops::Range<usize>),
+}
+
+/// A nonblocking reduction by `f`, an operation on whole packed elements, as the blocking
+/// ones run it (`types::gathered`): every rank's input is gathered into a scratch kept with
+/// the request, and combined in rank order into `recv` when the request completes (so any
+/// operation, commutative or not, on elements of any size, gets MPI's order of operands).
+fn igathered(
+    c: &Comm,
+    s: &crate::Scope<'static>,
+    fold: Fold,
+    send: &'static [u8],
+    recv: Option<&'static mut [u8]>,
+    f: ElemFn,
+) -> Res<CollRequest<'static>> {
+    let (p, me, n) = (c.size(), c.rank(), send.len());
+    let req = match (&fold, recv) {
+        (Fold::Root(root), None) => return Ok(c.igather(s, send, None, *root)?),
+        (_, None) => return Err(Fail::new(ERR_OP, "a reduction without its receive buffer")),
+        (fold, Some(recv)) => {
+            let all = scratch(n * p);
+            let (at, len) = (all.as_ptr(), all.len());
+            let req = match fold {
+                Fold::Root(root) => c.igather(s, send, Some(all), *root)?,
+                _ => c.iallgather(s, send, all)?,
+            };
+            let fold = fold.clone();
+            let done = move || {
+                // SAFETY: the scratch lives with the request (KEEP), and its collective,
+                // which wrote it, has completed: nothing else refers to it.
+                let all = unsafe { std::slice::from_raw_parts(at, len) };
+                let upto = match fold {
+                    Fold::All | Fold::Root(_) | Fold::Block(_) => p,
+                    Fold::Scan { inclusive: true } => me + 1,
+                    Fold::Scan { inclusive: false } if me > 0 => me,
+                    // Rank 0 of an exclusive scan: its result is undefined (untouched).
+                    Fold::Scan { inclusive: false } => return,
+                };
+                let result = types::fold(all, n, upto, &*f);
+                match fold {
+                    Fold::Block(r) => recv.copy_from_slice(&result[r]),
+                    _ => recv.copy_from_slice(&result),
+                }
+            };
+            KEEP.with(|k| k.borrow_mut().finish = Some(Finish(Box::new(done))));
+            req
+        }
+    };
+    Ok(req)
 }
 
 /// Runs `start` in a scope that waits for nothing and files its request, with what it
@@ -141,12 +234,7 @@ fn not_root() -> Fail {
 /// operand not aligned for it is an error (C's buffers of a type are aligned for it).
 fn carried<R>(ty: &Datatype, op: &ReduceOp, bufs: &[*const u8], f: impl FnOnce(Carrier) -> Result<R, Error>) -> Res<R> {
     let unfit = || Fail::new(ERR_OP, format!("{} does not apply to {}", op.name, ty.name));
-    let b = op.builtin().ok_or_else(|| {
-        Fail::new(
-            ERR_OP,
-            format!("{} in a nonblocking reduction (predefined arithmetic, bitwise and logical ones only)", op.name),
-        )
-    })?;
+    let b = op.builtin().ok_or_else(unfit)?;
     // A derived type's packed data is a run of its basic type's elements.
     let (ty, _) = ty.as_basic(1).ok_or_else(unfit)?;
     let elem = ty.elem.ok_or_else(unfit)?;
@@ -243,6 +331,9 @@ mpi! {
                 let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
                 let recv = output(recvbuf, count_of(count)?, datatype)?;
                 let send = input(sendbuf, count, datatype, || Ok(&*recv))?;
+                if let Some(f) = types::elementwise(&ty, &op)? {
+                    return igathered(c, s, Fold::All, send, Some(recv), f);
+                }
                 let ptrs = [send.as_ptr(), recv.as_ptr()];
                 let req = carried(&ty, &op, &ptrs, |k| {
                     with_carrier!(k, |o, T| c.iallreduce(s, cast::<T>(send), cast_mut::<T>(recv), o))
@@ -270,6 +361,9 @@ mpi! {
                 let root = root_of(c, root)?;
                 let recv = if c.rank() == root { Some(output(recvbuf, count_of(count)?, datatype)?) } else { None };
                 let send = input(sendbuf, count, datatype, || recv.as_deref().ok_or_else(not_root))?;
+                if let Some(f) = types::elementwise(&ty, &op)? {
+                    return igathered(c, s, Fold::Root(root), send, recv, f);
+                }
                 let mut ptrs = vec![send.as_ptr()];
                 ptrs.extend(recv.as_ref().map(|r| r.as_ptr()));
                 let req = carried(&ty, &op, &ptrs, |k| {
@@ -598,6 +692,10 @@ unsafe fn ireduce_scatter(
     } else {
         (input_of(sendbuf, total, &ty)?, output_of(recvbuf, mine, &ty)?)
     };
+    if let Some(f) = types::elementwise(&ty, &op)? {
+        let at = counts[..c.rank()].iter().sum::<usize>() * ty.size;
+        return igathered(c, s, Fold::Block(at..at + mine * ty.size), send, Some(recv), f);
+    }
     let ptrs = [send.as_ptr(), recv.as_ptr()];
     carried(&ty, &op, &ptrs, |k| {
         with_carrier!(k, |o, T| {
@@ -626,6 +724,9 @@ unsafe fn iscan(
     let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
     let recv = output(recvbuf, count_of(count)?, datatype)?;
     let send = input(sendbuf, count, datatype, || Ok(&*recv))?;
+    if let Some(f) = types::elementwise(&ty, &op)? {
+        return igathered(c, s, Fold::Scan { inclusive }, send, Some(recv), f);
+    }
     let ptrs = [send.as_ptr(), recv.as_ptr()];
     carried(&ty, &op, &ptrs, |k| {
         with_carrier!(k, |o, T| c.iscan_with(s, cast::<T>(send), cast_mut::<T>(recv), o, inclusive))

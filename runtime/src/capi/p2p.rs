@@ -360,9 +360,15 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
                 return Ok(Outcome::Pending);
             }
         },
-        Some(Op::Coll(req, _keep)) if wait => req.wait().map(|()| empty()),
+        Some(Op::Coll(req, keep)) if wait => req.wait().map(|()| {
+            keep.complete();
+            empty()
+        }),
         Some(Op::Coll(req, keep)) => match req.test() {
-            Ok(r) => r.map(|()| empty()),
+            Ok(r) => r.map(|()| {
+                keep.complete();
+                empty()
+            }),
             Err(req) => {
                 with_state(name, |s| s.requests[handle as usize - 1].op = Some(Op::Coll(req, keep)))?;
                 return Ok(Outcome::Pending);

@@ -461,23 +461,79 @@ pub(super) fn reduce(
     ty: &Datatype,
     op: ReduceOp,
 ) -> Res {
+    if let Some(f) = elementwise(ty, &op)? {
+        return gathered(comm, how, send, recv, &*f);
+    }
     let unfit = || Fail::new(ERR_OP, format!("{} does not apply to {}", op.name, ty.name));
-    let b = match &op.how {
-        Combine::Builtin(b) => *b,
-        Combine::Loc { min } => {
-            let elem = ty.derived.as_ref().and_then(|d| d.pair).ok_or_else(unfit)?;
-            let f = move |x: &[u8], acc: &mut [u8]| loc(*min, elem, x, acc);
-            return gathered(comm, how, send, recv, &f);
-        }
-        Combine::User(u) => {
-            let f = |x: &[u8], acc: &mut [u8]| call_user(*u, ty, x, acc);
-            return gathered(comm, how, send, recv, &f);
-        }
-    };
+    let b = op.builtin().ok_or_else(unfit)?;
     // A derived type's packed data is a run of its basic type's elements.
     let (basic, _) = ty.as_basic(1).ok_or_else(unfit)?;
     let elem = basic.elem.ok_or_else(unfit)?;
     reduce_basic(comm, how, send, recv, Basic { size: basic.size, elem, op: b, names: (op.name, ty.name) })
+}
+
+/// A reduction as a function of whole packed elements, `f(x, acc)`: `acc = x (op) acc`,
+/// `x` from the lower ranks.
+pub(super) type ElemFn = Rc<dyn Fn(&[u8], &mut [u8])>;
+
+/// `op` on `ty` as an [`ElemFn`], where the carriers do not take it: a program's operation,
+/// `MPI_MINLOC` and `MPI_MAXLOC` on value-index pairs, the sum and product of complex
+/// numbers; `None` where they do (a predefined operation on numbers).
+pub(super) fn elementwise(ty: &Datatype, op: &ReduceOp) -> Res<Option<ElemFn>> {
+    let unfit = || Fail::new(ERR_OP, format!("{} does not apply to {}", op.name, ty.name));
+    Ok(Some(match op.how {
+        Combine::Builtin(b) => {
+            let Some(part) = complex_part(ty) else { return Ok(None) };
+            let prod = match b {
+                Builtin::Sum => false,
+                Builtin::Prod => true,
+                _ => return Err(unfit()),
+            };
+            match part {
+                ElemType::F32 => Rc::new(move |x: &[u8], acc: &mut [u8]| complex::<f32>(prod, x, acc)),
+                _ => Rc::new(move |x: &[u8], acc: &mut [u8]| complex::<f64>(prod, x, acc)),
+            }
+        }
+        Combine::Loc { min } => {
+            let elem = ty.derived.as_ref().and_then(|d| d.pair).ok_or_else(unfit)?;
+            Rc::new(move |x: &[u8], acc: &mut [u8]| loc(min, elem, x, acc))
+        }
+        Combine::User(u) => {
+            let ty = ty.clone();
+            Rc::new(move |x: &[u8], acc: &mut [u8]| call_user(u, &ty, x, acc))
+        }
+    }))
+}
+
+/// `MPI_C_FLOAT_COMPLEX` and `MPI_C_DOUBLE_COMPLEX` (include/mpi.h).
+const C_FLOAT_COMPLEX: c_int = 35;
+const C_DOUBLE_COMPLEX: c_int = 36;
+
+/// The type of the parts of `ty`'s complex numbers, if its elements are complex numbers.
+fn complex_part(ty: &Datatype) -> Option<ElemType> {
+    let basic = match &ty.derived {
+        Some(d) if ty.handle != C_FLOAT_COMPLEX && ty.handle != C_DOUBLE_COMPLEX => d.basic?,
+        _ => ty.handle,
+    };
+    match basic {
+        C_FLOAT_COMPLEX => Some(ElemType::F32),
+        C_DOUBLE_COMPLEX => Some(ElemType::F64),
+        _ => None,
+    }
+}
+
+/// `acc = x + acc`, or `x * acc` (`prod`), on packed complex numbers of parts `T`.
+fn complex<T>(prod: bool, x: &[u8], acc: &mut [u8])
+where
+    T: Pod + std::ops::Add<Output = T> + std::ops::Sub<Output = T> + std::ops::Mul<Output = T>,
+{
+    let w = 2 * size_of::<T>();
+    for (xc, ac) in x.chunks_exact(w).zip(acc.chunks_exact_mut(w)) {
+        let [a, b]: [T; 2] = bytemuck::pod_read_unaligned(xc);
+        let [c, d]: [T; 2] = bytemuck::pod_read_unaligned(ac);
+        let r = if prod { [a * c - b * d, a * d + b * c] } else { [a + c, b + d] };
+        ac.copy_from_slice(bytemuck::bytes_of(&r));
+    }
 }
 
 /// A predefined operation on a predefined datatype (or on a derived one's basic type).
@@ -628,16 +684,7 @@ fn gathered(
         Reduction::Root(root) => comm.gather(&input, Some(&mut all), root)?,
         _ => comm.allgather(&input, &mut all)?,
     }
-    // The reduction of ranks 0..upto.
-    let fold = |upto: usize| -> Vec<u8> {
-        let mut acc = all[..n].to_vec();
-        for i in 1..upto {
-            let mut next = all[i * n..(i + 1) * n].to_vec();
-            f(&acc, &mut next);
-            acc = next;
-        }
-        acc
-    };
+    let fold = |upto: usize| fold(&all, n, upto, f);
     match how {
         Reduction::Root(_) | Reduction::All => r.copy_from_slice(&fold(p)),
         Reduction::Scan { inclusive: true } => r.copy_from_slice(&fold(me + 1)),
@@ -650,6 +697,18 @@ fn gathered(
         Reduction::Local => unreachable!("handled above"),
     }
     Ok(())
+}
+
+/// The reduction by `f` of the inputs of ranks `0..upto`, each `n` bytes of `all` in rank
+/// order, combined in that order.
+pub(super) fn fold(all: &[u8], n: usize, upto: usize, f: &dyn Fn(&[u8], &mut [u8])) -> Vec<u8> {
+    let mut acc = all[..n].to_vec();
+    for i in 1..upto {
+        let mut next = all[i * n..(i + 1) * n].to_vec();
+        f(&acc, &mut next);
+        acc = next;
+    }
+    acc
 }
 
 /// `MPI_MINLOC` (`min`) or `MPI_MAXLOC` over packed value-index pairs whose value is
