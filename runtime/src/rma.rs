@@ -1223,7 +1223,7 @@ impl<T: Pod> Window<'_, T> {
     }
 
     #[inline(always)]
-    fn check_passive(&self, target: usize, what: &str) -> Result<(), Error> {
+    pub(crate) fn check_passive(&self, target: usize, what: &str) -> Result<(), Error> {
         self.check_range(target, 0, 0)?;
         let e = self.epoch.borrow();
         if !e.all && e.locks[target].is_none() {

@@ -217,6 +217,27 @@ fn a_call_from_a_thread_other_than_mpi_inits_ends_the_job() {
 }
 
 #[test]
+fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
+    let dir = scratch("refusals");
+    let exe = dir.join("refusals");
+    built(run(Command::new(bin_dir().join("mprcc")).arg("-o").arg(&exe).arg(source("refusals.c"))), "mprcc");
+    let out = mprun(&["-np", "2", exe.to_str().unwrap()], &[]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    // Error classes as include/mpi.h numbers them (MPICH's numbers).
+    let (truncate, keyval, rma_sync) = (14, 48, 50);
+    for rank in 0..2 {
+        let refused = format!("{rank}: in a fence epoch: class {rma_sync}, null 1\n");
+        assert_eq!(stdout.matches(&refused).count(), 4, "{stdout}");
+        assert!(stdout.contains(&format!("{rank}: in a lock epoch: 0\n")), "{stdout}");
+        let pack = format!("{rank}: pack overflow: class {truncate}, position 0, buffer abcd\n");
+        assert!(stdout.contains(&pack), "{stdout}");
+        assert!(stdout.contains(&format!("{rank}: set_attr of a freed key: class {keyval}\n")), "{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn mprcc_shows_compiles_and_links_in_steps() {
     let dir = scratch("steps");
     let mprcc = bin_dir().join("mprcc");

@@ -577,9 +577,14 @@ mpi! {
         win: c_int,
         request: *mut c_int,
     ) -> c_int {
-        // SAFETY: MPI's contract for the arguments, passed on.
-        let rc = unsafe {
+        let rc = passive("MPI_Rput", win, target_rank);
+        let rc = if rc != super::MPI_SUCCESS {
+            rc
+        } else {
+            // SAFETY: MPI's contract for the arguments, passed on.
+            unsafe {
             PMPI_Put(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win)
+        }
         };
         // SAFETY: MPI's contract: request points to an MPI_Request.
         unsafe { with_request("MPI_Rput", win, rc, request) }
@@ -596,9 +601,14 @@ mpi! {
         win: c_int,
         request: *mut c_int,
     ) -> c_int {
-        // SAFETY: MPI's contract for the arguments, passed on.
-        let rc = unsafe {
+        let rc = passive("MPI_Rget", win, target_rank);
+        let rc = if rc != super::MPI_SUCCESS {
+            rc
+        } else {
+            // SAFETY: MPI's contract for the arguments, passed on.
+            unsafe {
             PMPI_Get(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win)
+        }
         };
         // SAFETY: MPI's contract: request points to an MPI_Request.
         unsafe { with_request("MPI_Rget", win, rc, request) }
@@ -616,8 +626,12 @@ mpi! {
         win: c_int,
         request: *mut c_int,
     ) -> c_int {
-        // SAFETY: MPI's contract for the arguments, passed on.
-        let rc = unsafe {
+        let rc = passive("MPI_Raccumulate", win, target_rank);
+        let rc = if rc != super::MPI_SUCCESS {
+            rc
+        } else {
+            // SAFETY: MPI's contract for the arguments, passed on.
+            unsafe {
             PMPI_Accumulate(
                 origin_addr,
                 origin_count,
@@ -629,6 +643,7 @@ mpi! {
                 op,
                 win,
             )
+        }
         };
         // SAFETY: MPI's contract: request points to an MPI_Request.
         unsafe { with_request("MPI_Raccumulate", win, rc, request) }
@@ -649,8 +664,12 @@ mpi! {
         win: c_int,
         request: *mut c_int,
     ) -> c_int {
-        // SAFETY: MPI's contract for the arguments, passed on.
-        let rc = unsafe {
+        let rc = passive("MPI_Rget_accumulate", win, target_rank);
+        let rc = if rc != super::MPI_SUCCESS {
+            rc
+        } else {
+            // SAFETY: MPI's contract for the arguments, passed on.
+            unsafe {
             PMPI_Get_accumulate(
                 origin_addr,
                 origin_count,
@@ -665,6 +684,7 @@ mpi! {
                 op,
                 win,
             )
+        }
         };
         // SAFETY: MPI's contract: request points to an MPI_Request.
         unsafe { with_request("MPI_Rget_accumulate", win, rc, request) }
@@ -771,6 +791,12 @@ mpi! {
         unsafe { libc::free(base) };
         0
     }
+}
+
+/// `MPI_Rput` and the other request-based operations are for passive-target epochs only
+/// (MPI-3.1 11.3.5): `MPI_ERR_RMA_SYNC` unless a lock (or lock-all) epoch covers `target`.
+fn passive(name: &str, win: c_int, target: c_int) -> c_int {
+    call_ref(name, win, |w| Ok(w.win.check_passive(rank_arg(target)?, name)?))
 }
 
 /// The request of a request-based one-sided operation that returned `rc`: the window

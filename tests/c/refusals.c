@@ -1,0 +1,55 @@
+/* Erroneous calls that mpr refuses and MPICH lets through, so checked against mpr's own
+ * answers rather than MPICH's:
+ * - request-based one-sided operations (MPI_Rput, Rget, Raccumulate, Rget_accumulate)
+ *   outside a passive-target epoch (MPI-3.1, 11.3.5): MPI_ERR_RMA_SYNC and a null request
+ *   (MPICH accepts them in a fence epoch);
+ * - MPI_Pack into a buffer too small for the data: MPI_ERR_TRUNCATE, nothing written (MPICH
+ *   writes past the buffer and says success);
+ * - MPI_Comm_set_attr with a freed key: MPI_ERR_KEYVAL (MPICH says success). */
+#include <mpi.h>
+#include <stdio.h>
+
+int main(int argc, char **argv)
+{
+    int rank, size, *mem, v = 1, got = 0, cls;
+    MPI_Win win;
+    MPI_Request r[4];
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Win_allocate(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
+    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    int next = (rank + 1) % size;
+    MPI_Win_fence(0, win);
+    int rc[4] = {
+        MPI_Rput(&v, 1, MPI_INT, next, 0, 1, MPI_INT, win, &r[0]),
+        MPI_Rget(&got, 1, MPI_INT, next, 0, 1, MPI_INT, win, &r[1]),
+        MPI_Raccumulate(&v, 1, MPI_INT, next, 0, 1, MPI_INT, MPI_SUM, win, &r[2]),
+        MPI_Rget_accumulate(&v, 1, MPI_INT, &got, 1, MPI_INT, next, 0, 1, MPI_INT, MPI_SUM, win, &r[3]),
+    };
+    MPI_Win_fence(0, win);
+    for (int i = 0; i < 4; i++) {
+        MPI_Error_class(rc[i], &cls);
+        printf("%d: in a fence epoch: class %d, null %d\n", rank, cls, r[i] == MPI_REQUEST_NULL);
+    }
+    /* In a lock epoch on the target, the same call works. */
+    MPI_Win_lock(MPI_LOCK_SHARED, next, 0, win);
+    int ok = MPI_Rput(&v, 1, MPI_INT, next, 1, 1, MPI_INT, win, &r[0]);
+    MPI_Wait(&r[0], MPI_STATUS_IGNORE);
+    MPI_Win_unlock(next, win);
+    printf("%d: in a lock epoch: %d\n", rank, ok);
+
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    char small[4] = {'a', 'b', 'c', 'd'};
+    int data[4] = {1, 2, 3, 4}, pos = 0, key, k;
+    MPI_Error_class(MPI_Pack(data, 4, MPI_INT, small, sizeof small, &pos, MPI_COMM_WORLD), &cls);
+    printf("%d: pack overflow: class %d, position %d, buffer %.4s\n", rank, cls, pos, small);
+    MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &key, NULL);
+    k = key;
+    MPI_Comm_free_keyval(&key);
+    MPI_Error_class(MPI_Comm_set_attr(MPI_COMM_WORLD, k, &v), &cls);
+    printf("%d: set_attr of a freed key: class %d\n", rank, cls);
+    MPI_Win_free(&win);
+    MPI_Finalize();
+    return 0;
+}
