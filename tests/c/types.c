@@ -3,7 +3,7 @@
  * rendezvous), collectives and one-sided operations; MPI_Pack and MPI_Unpack; MPI_MINLOC and
  * MPI_MAXLOC on the value-index pairs; reductions of the user's (MPI_Op_create), commutative
  * or not, on predefined and derived types, blocking and nonblocking; sums and products of
- * complex numbers; MPI_Reduce_scatter; and their errors. Printed as
+ * complex numbers, reductions of long doubles; MPI_Reduce_scatter; and their errors. Printed as
  * "rank: what = values" lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stddef.h>
@@ -439,6 +439,14 @@ static void user_ops(void)
     SAY("complex prod = %.1f%+.1fi %.1f%+.1fi", zprod[0], zprod[1], zprod[2], zprod[3]);
     if (rank == 0)
         SAY("float complex sum = %.1f%+.1fi", fzsum[0], fzsum[1]);
+    /* long double: C's own arithmetic. */
+    long double ld[2] = {rank + 0.5L, -rank * 2.0L}, ldsum[2], ldmax[2], ldmin[2];
+    MPI_Allreduce(ld, ldsum, 2, MPI_LONG_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Iallreduce(ld, ldmax, 2, MPI_LONG_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &rq[0]);
+    MPI_Wait(&rq[0], MPI_STATUS_IGNORE);
+    MPI_Scan(ld, ldmin, 2, MPI_LONG_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    SAY("long double sum = %.1Lf %.1Lf, max = %.1Lf %.1Lf, scan min = %.1Lf %.1Lf", ldsum[0], ldsum[1], ldmax[0],
+        ldmax[1], ldmin[0], ldmin[1]);
 
     MPI_Op_free(&am);
     SAY("op freed is null = %d", am == MPI_OP_NULL);

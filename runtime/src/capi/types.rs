@@ -156,7 +156,7 @@ fn pairs() -> Vec<Option<Datatype>> {
         pair("MPI_LONG_INT", LONG, signed(LONG), LONG as isize),
         pair("MPI_2INT", 4, ElemType::I32, 4),
         pair("MPI_SHORT_INT", 2, ElemType::I16, 4),
-        // Moved as bytes; no reduction applies to them here (MPI_ERR_OP).
+        // Reduced by C (long_double.c) and as pairs of parts (`complex`).
         data("MPI_LONG_DOUBLE", LONG_DOUBLE, LONG_DOUBLE),
         data("MPI_C_FLOAT_COMPLEX", 8, 4),
         data("MPI_C_DOUBLE_COMPLEX", 16, 8),
@@ -478,10 +478,26 @@ pub(super) type ElemFn = Rc<dyn Fn(&[u8], &mut [u8])>;
 
 /// `op` on `ty` as an [`ElemFn`], where the carriers do not take it: a program's operation,
 /// `MPI_MINLOC` and `MPI_MAXLOC` on value-index pairs, the sum and product of complex
-/// numbers; `None` where they do (a predefined operation on numbers).
+/// numbers, the sum, product, maximum and minimum of `long double`s; `None` where they do (a
+/// predefined operation on Rust's numbers).
 pub(super) fn elementwise(ty: &Datatype, op: &ReduceOp) -> Res<Option<ElemFn>> {
     let unfit = || Fail::new(ERR_OP, format!("{} does not apply to {}", op.name, ty.name));
     Ok(Some(match op.how {
+        Combine::Builtin(b) if is_long_double(ty) => {
+            let code = match b {
+                Builtin::Sum => 0,
+                Builtin::Prod => 1,
+                Builtin::Max => 2,
+                Builtin::Min => 3,
+                _ => return Err(unfit()),
+            };
+            Rc::new(move |x: &[u8], acc: &mut [u8]| {
+                let n = x.len().min(acc.len()) / LONG_DOUBLE;
+                // SAFETY: x and acc hold n long doubles each (packed, perhaps unaligned: the
+                // C side copies each through a local).
+                unsafe { mpr_long_double_op(code, x.as_ptr(), acc.as_mut_ptr(), n) }
+            })
+        }
         Combine::Builtin(b) => {
             let Some(part) = complex_part(ty) else { return Ok(None) };
             let prod = match b {
@@ -503,6 +519,20 @@ pub(super) fn elementwise(ty: &Datatype, op: &ReduceOp) -> Res<Option<ElemFn>> {
             Rc::new(move |x: &[u8], acc: &mut [u8]| call_user(u, &ty, x, acc))
         }
     }))
+}
+
+extern "C" {
+    /// `acc[i] = x[i] (op) acc[i]` for `n` C `long double`s; `op` 0 sum, 1 product, 2
+    /// maximum, 3 minimum (long_double.c).
+    fn mpr_long_double_op(op: c_int, x: *const u8, acc: *mut u8, n: usize);
+}
+
+/// `MPI_LONG_DOUBLE` (include/mpi.h).
+const LONG_DOUBLE_HANDLE: c_int = 34;
+
+/// Whether `ty`'s elements are C `long double`s.
+fn is_long_double(ty: &Datatype) -> bool {
+    ty.handle == LONG_DOUBLE_HANDLE || ty.derived.as_ref().and_then(|d| d.basic) == Some(LONG_DOUBLE_HANDLE)
 }
 
 /// `MPI_C_FLOAT_COMPLEX` and `MPI_C_DOUBLE_COMPLEX` (include/mpi.h).
