@@ -135,6 +135,10 @@ impl Comm {
     /// there is one, else dissemination, or linear through rank 0 when ranks outnumber
     /// cores (see `algo::barrier`).
     pub fn barrier(&self) -> Result<(), Error> {
+        // One rank (`MPI_COMM_SELF`): nothing to wait for.
+        if self.size() == 1 {
+            return Ok(());
+        }
         match self.node_plan().filter(|_| settings().barrier_algo.is_none()) {
             Some(plan) => node::barrier(self, self.coll_tag(), plan),
             None => algo::barrier(self, self.coll_tag()),
@@ -144,6 +148,9 @@ impl Comm {
     /// Broadcasts `buf` from `root` to every rank (`MPI_Bcast`).
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
         check_root(self, root)?;
+        if self.size() == 1 {
+            return Ok(());
+        }
         let bytes = bytes_mut(buf);
         let tag = self.coll_tag();
         // On one host, large broadcasts go point to point (single-copy reads), unless ranks
@@ -194,6 +201,11 @@ impl Comm {
     }
 
     fn allreduce_from<T: Pod, O: Op<T>>(&self, input: Input<'_, T>, buf: &mut [T], op: &O) -> Result<(), Error> {
+        if self.size() == 1 {
+            // One rank: the reduction of one input is that input.
+            input.fill(buf);
+            return Ok(());
+        }
         let tag = self.coll_tag();
         match self.reduce_plan(size_of_val(buf), op, tag)? {
             Some(plan) => node::allreduce(self, tag, plan, input, buf, op),
