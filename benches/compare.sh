@@ -26,7 +26,8 @@
 # Environment:
 #   NP=2             ranks for every implementation
 #   TRANSPORT=tcp    all three over TCP on loopback (see launcher() below)
-#   REPEATS=5        runs per benchmark and implementation (median is reported)
+#   REPEATS=7        runs per benchmark and implementation (median is reported; the sign
+#                    test needs 6 or more to mark anything)
 #   STARTUP_RUNS=20  runs per launcher for `startup`
 #   TIMEOUT=300      seconds before one run is killed (counts as failed)
 #   BENCH_ARGS=      extra arguments for every benchmark run (all three implementations),
@@ -54,7 +55,7 @@ BUILD=$HERE/c/build
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}/release
 
 NP=${NP:-2}
-REPEATS=${REPEATS:-5}
+REPEATS=${REPEATS:-7}
 STARTUP_RUNS=${STARTUP_RUNS:-20}
 TIMEOUT=${TIMEOUT:-300}
 MPR_BUILD=${MPR_BUILD:-1}
@@ -289,7 +290,8 @@ if what != "startup":
 print(hdr)
 
 def fmt(v):
-    return "n/a" if v is None else f"{v:.2f}"
+    # Latencies of a few tens of nanoseconds need the third decimal.
+    return "n/a" if v is None else f"{v:.3f}" if unit == "us" else f"{v:.2f}"
 
 def sign_p(good, n):
     # Two-sided sign test: the chance of a split at least this uneven if each round were a
@@ -312,6 +314,9 @@ def wins(o, s):
     return f"{good}/{len(both)}{mark:<1}", mark
 
 slower = {o: [] for o in others}
+# mprc is the same runtime through the C ABI: where mpr wins by the sign test, the C layer
+# costs something measurable.
+c_layer = []
 compared = {o: False for o in others}
 for s in sizes:
     vals = [med[i].get(s) for i in impls]
@@ -328,6 +333,8 @@ for s in sizes:
             compared[o] |= text != "n/a"
             if mark == "-":
                 slower[o].append(str(s))
+            if mark == "+" and o == "mprc":
+                c_layer.append(str(s))
     print(line)
 if not sizes:
     print("(no results)")
@@ -341,6 +348,10 @@ if what != "startup":
     for o in others:
         verdict = (", ".join(slower[o]) or "none") if compared[o] else "n/a (no rounds to compare)"
         print(f"   sizes where mpr is slower than {o}: {verdict}")
+    if compared.get("mprc"):
+        print(f"   sizes where the C ABI (mprc) is slower than the Rust API (mpr): {', '.join(c_layer) or 'none'}")
+    if runs < 6:
+        print(f"   (with {runs} rounds no split reaches p < 0.05: set REPEATS=6 or more for a verdict)")
 print()
 PY
 }

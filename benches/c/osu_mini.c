@@ -24,7 +24,7 @@
  * BENCH_ARGS string in compare.sh can drive both (iteration defaults differ).
  *
  * Point-to-point tests (latency, bw) use ranks 0 and 1 only; other ranks idle.
- * Output: '#' header lines, then one "SIZE VALUE" row per size, "%-10d%18.2f".
+ * Output: '#' header lines, then one "SIZE VALUE" row per size, "%-10d%18.3f".
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -89,7 +89,7 @@ static void pick_iters(long size, long small_it, long small_wu, long mid_it, lon
 
 static void print_row(long size, double value)
 {
-    printf("%-10ld%18.2f\n", size, value);
+    printf("%-10ld%18.3f\n", size, value);
     fflush(stdout);
 }
 
@@ -233,7 +233,7 @@ static void run_streams(enum stream kind)
         if (g_rank == 0) {
             double msgs = (double)(bi ? 2 : pairs) * (double)g_window * (double)iters / slowest;
             if (kind == S_MBW_MR) {
-                printf("%-10ld%18.2f%18.2f\n", size, msgs * (double)size / 1e6, msgs);
+                printf("%-10ld%18.3f%18.3f\n", size, msgs * (double)size / 1e6, msgs);
                 fflush(stdout);
             } else {
                 print_row(size, msgs * (double)size / 1e6);

@@ -199,7 +199,7 @@ fn latency(w: &Comm, o: &Opts) -> mpr::Result<()> {
         }
         if me == 0 {
             let us = (mpr::wtime() - t0) * 1e6 / (2.0 * iters as f64);
-            println!("{size:<10}{us:>18.2}");
+            println!("{size:<10}{us:>18.3}");
         }
         sbuf[..size.min(1)].fill(b'c');
     }
@@ -286,8 +286,8 @@ fn streams(w: &Comm, o: &Opts) -> mpr::Result<()> {
             let msgs = (directions * win * iters) as f64 / slowest[0];
             let mbs = msgs * size as f64 / 1e6;
             match o.what {
-                Bench::MbwMr => println!("{size:<10}{mbs:>18.2}{msgs:>18.2}"),
-                _ => println!("{size:<10}{mbs:>18.2}"),
+                Bench::MbwMr => println!("{size:<10}{mbs:>18.3}{msgs:>18.3}"),
+                _ => println!("{size:<10}{mbs:>18.3}"),
             }
         }
     }
@@ -376,7 +376,7 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
         let mut avg = [total * 1e6 / iters as f64];
         w.allreduce_in_place(&mut avg, mpr::Sum)?;
         if me == 0 {
-            println!("{size:<10}{:>18.2}", avg[0] / p as f64);
+            println!("{size:<10}{:>18.3}", avg[0] / p as f64);
         }
     }
     Ok(())

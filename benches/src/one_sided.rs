@@ -153,7 +153,7 @@ fn latency<T: Elem + mpr::op::Number>(w: &Comm, o: &Opts, win: &Window<'_, T>, a
             _ => win.compare_and_swap(src[0], dst[0], 1, at).map(drop),
         })?;
         if w.rank() == 0 {
-            println!("{size:<10}{:>18.2}", t * 1e6 / it.0 as f64);
+            println!("{size:<10}{:>18.3}", t * 1e6 / it.0 as f64);
         }
     }
     Ok(())
@@ -191,7 +191,7 @@ fn bandwidth(w: &Comm, o: &Opts, win: &Window<'_, u8>, at: usize) -> R {
             Ok(())
         })?;
         if w.rank() == 0 {
-            println!("{size:<10}{:>18.2}", (size * n * it.0) as f64 / t / 1e6);
+            println!("{size:<10}{:>18.3}", (size * n * it.0) as f64 / t / 1e6);
         }
     }
     Ok(())

@@ -181,24 +181,40 @@ struct Target {
 impl Target {
     /// Runs `f` on each run of the target with the origin's bytes for it (the origin's
     /// packed data, `origin` bytes, must match the target's).
+    #[inline(always)]
     fn each(&self, name: &str, origin: usize, mut f: impl FnMut(std::ops::Range<usize>, usize) -> Res) -> Res {
         same(name, origin, self.bytes)?;
-        let mut pos = 0;
-        for &(at, len) in self.runs.as_slice() {
-            f(pos..pos + len, at)?;
-            pos += len;
+        match &self.runs {
+            // The common path: one call, its range the whole origin, nothing read back from
+            // a list.
+            &Runs::One((at, len)) => f(0..len, at),
+            Runs::Many(runs) => {
+                let mut pos = 0;
+                for &(at, len) in runs {
+                    f(pos..pos + len, at)?;
+                    pos += len;
+                }
+                Ok(())
+            }
         }
-        Ok(())
     }
 }
 
 /// Checks that an origin of `origin` bytes matches a target of `target` bytes (both sides'
 /// data must agree in size).
+#[inline(always)]
 fn same(name: &str, origin: usize, target: usize) -> Res {
     if origin != target {
-        return Err(Fail::new(ERR_ARG, format!("{name}: {origin} bytes at the origin, {target} at the target")));
+        return Err(differ(name, origin, target));
     }
     Ok(())
+}
+
+/// [`same`]'s error.
+#[cold]
+#[inline(never)]
+fn differ(name: &str, origin: usize, target: usize) -> Fail {
+    Fail::new(ERR_ARG, format!("{name}: {origin} bytes at the origin, {target} at the target"))
 }
 
 /// A target rank argument (the window checks it against its communicator).
