@@ -127,14 +127,38 @@ impl<T: Number> RmaOp<Loc<T>> for MaxLoc {
     const CODE: OpCode = code::MAXLOC;
 }
 
+/// Codes of the element types only the run-time table names: no Rust number stands for
+/// them, so the typed API has no [`Elem`] of them ([`DynAcc::complex`],
+/// [`DynAcc::long_double`]).
+pub(crate) mod foreign {
+    /// A complex number of two `f32`s (C's `float _Complex`: real part first).
+    pub(crate) const COMPLEX_F32: u8 = 25;
+    /// A complex number of two `f64`s (C's `double _Complex`).
+    pub(crate) const COMPLEX_F64: u8 = 26;
+    /// C's `long double`, by the C compiler's own arithmetic (`capi/long_double.c`).
+    pub(crate) const LONG_DOUBLE: u8 = 27;
+}
+
+/// Bytes of C's `long double`: 80-bit x87 in 16 bytes on x86-64, binary128 on Linux on
+/// aarch64, a `double` on Apple silicon (a unit test checks it against the C compiler's).
+pub(crate) const LONG_DOUBLE_BYTES: usize =
+    if cfg!(all(target_arch = "aarch64", target_vendor = "apple")) { 8 } else { 16 };
+
+extern "C" {
+    /// `acc[i] = x[i] (op) acc[i]` for `n` C `long double`s, stored at any alignment; `op` 0
+    /// sum, 1 product, 2 maximum, 3 minimum (capi/long_double.c).
+    fn mpr_long_double_op(op: std::ffi::c_int, x: *const u8, acc: *mut u8, n: usize);
+}
+
 /// Bytes of one element of type `dt`, or `None` for an unknown code.
 pub(crate) fn size_of(dt: Dtype) -> Option<usize> {
     Some(match dt {
         1 | 5 => 1,
         2 | 6 | 11 | 12 | 17 | 19 => 2,
         3 | 7 | 9 | 18 | 20 | 23 | 24 => 4,
-        4 | 8 | 10 | 13 | 15 | 21 => 8,
-        14 | 16 | 22 => 16,
+        4 | 8 | 10 | 13 | 15 | 21 | foreign::COMPLEX_F32 => 8,
+        14 | 16 | 22 | foreign::COMPLEX_F64 => 16,
+        foreign::LONG_DOUBLE => LONG_DOUBLE_BYTES,
         _ => return None,
     })
 }
@@ -195,6 +219,44 @@ fn loc<T: Number>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
         code::MAXLOC => blocks::<Loc<T>>(dst, src, |a, x| MaxLoc.apply(a, x)),
         _ => return false,
     }
+    true
+}
+
+/// Sums and products of complex numbers of parts `T`, stored as `[real, imaginary]`.
+#[inline(always)]
+fn complex<T>(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool
+where
+    T: Pod + std::ops::Add<Output = T> + std::ops::Sub<Output = T> + std::ops::Mul<Output = T>,
+{
+    match op {
+        code::SUM => blocks::<[T; 2]>(dst, src, |a, x| {
+            for (a, &[c, d]) in a.iter_mut().zip(x) {
+                *a = [a[0] + c, a[1] + d];
+            }
+        }),
+        code::PROD => blocks::<[T; 2]>(dst, src, |a, x| {
+            for (a, &[c, d]) in a.iter_mut().zip(x) {
+                let [p, q] = *a;
+                *a = [p * c - q * d, p * d + q * c];
+            }
+        }),
+        _ => return false,
+    }
+    true
+}
+
+/// Sums, products, maxima and minima of C `long double`s, by the C compiler.
+fn long_double(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
+    let code = match op {
+        code::SUM => 0,
+        code::PROD => 1,
+        code::MAX => 2,
+        code::MIN => 3,
+        _ => return false,
+    };
+    // SAFETY: `apply_any` checked that both hold the same whole number of elements; the C
+    // side reads and writes each through a local, so any alignment will do.
+    unsafe { mpr_long_double_op(code, src.as_ptr(), dst.as_mut_ptr(), dst.len() / LONG_DOUBLE_BYTES) };
     true
 }
 
@@ -263,6 +325,9 @@ fn apply_any(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
         22 => loc::<u64>(op, dst, src),
         23 => loc::<half::f16>(op, dst, src),
         24 => loc::<half::bf16>(op, dst, src),
+        foreign::COMPLEX_F32 => complex::<f32>(op, dst, src),
+        foreign::COMPLEX_F64 => complex::<f64>(op, dst, src),
+        foreign::LONG_DOUBLE => long_double(op, dst, src),
         _ => false,
     }
 }
@@ -416,6 +481,52 @@ impl DynAcc {
         Some(DynAcc { op, dtype })
     }
 
+    /// `op` on complex numbers whose parts are `part` ([`ElemType::F32`] or
+    /// [`ElemType::F64`]: C's `float _Complex` and `double _Complex`); `None` where MPI
+    /// defines no such accumulate (anything but a sum, a product, `MPI_REPLACE` and
+    /// `MPI_NO_OP`).
+    ///
+    /// [`ElemType::F32`]: crate::coll::op::ElemType::F32
+    /// [`ElemType::F64`]: crate::coll::op::ElemType::F64
+    pub fn complex(op: AccOp, part: crate::coll::op::ElemType) -> Option<DynAcc> {
+        use crate::coll::op::{Builtin as B, ElemType as E};
+        let dtype = match part {
+            E::F32 => foreign::COMPLEX_F32,
+            E::F64 => foreign::COMPLEX_F64,
+            _ => return None,
+        };
+        let op = match op {
+            AccOp::Replace => code::REPLACE,
+            AccOp::NoOp => code::NO_OP,
+            AccOp::Builtin(B::Sum) => code::SUM,
+            AccOp::Builtin(B::Prod) => code::PROD,
+            AccOp::Builtin(_) => return None,
+        };
+        Some(DynAcc { op, dtype })
+    }
+
+    /// `op` on C `long double`s (a sum, a product, a maximum, a minimum, `MPI_REPLACE`,
+    /// `MPI_NO_OP`), computed by the C compiler's arithmetic; `None` for another operation.
+    pub fn long_double(op: AccOp) -> Option<DynAcc> {
+        use crate::coll::op::Builtin as B;
+        let op = match op {
+            AccOp::Replace => code::REPLACE,
+            AccOp::NoOp => code::NO_OP,
+            AccOp::Builtin(B::Sum) => code::SUM,
+            AccOp::Builtin(B::Prod) => code::PROD,
+            AccOp::Builtin(B::Max) => code::MAX,
+            AccOp::Builtin(B::Min) => code::MIN,
+            AccOp::Builtin(_) => return None,
+        };
+        Some(DynAcc { op, dtype: foreign::LONG_DOUBLE })
+    }
+
+    /// `dst (op)= src`, elementwise, on bytes of any alignment; false (nothing changed)
+    /// where the lengths are not the same whole number of elements.
+    pub(crate) fn apply(&self, dst: &mut [u8], src: &[u8]) -> bool {
+        apply(self.op, self.dtype, dst, src)
+    }
+
     /// Bytes of one element.
     pub fn elem(&self) -> usize {
         size_of(self.dtype).expect("a known type")
@@ -444,5 +555,60 @@ mod dyn_tests {
         assert!(
             DynAcc::new(AccOp::Replace, ElemType::F32).is_some() && DynAcc::new(AccOp::NoOp, ElemType::U8).is_some()
         );
+    }
+
+    #[test]
+    fn complex_numbers_sum_and_multiply_as_pairs_of_parts() {
+        let sum = DynAcc::complex(AccOp::Builtin(Builtin::Sum), ElemType::F64).unwrap();
+        let prod = DynAcc::complex(AccOp::Builtin(Builtin::Prod), ElemType::F64).unwrap();
+        assert_eq!((sum.elem(), prod.elem()), (16, 16));
+        // (1 + 2i)(3 - 4i) = 11 + 2i; (0.5 + 0i)(-2 + 8i) = -1 + 4i.
+        let (a, x) = ([1.0f64, 2.0, 0.5, 0.0], [3.0f64, -4.0, -2.0, 8.0]);
+        let mut d = a;
+        assert!(sum.apply(bytemuck::cast_slice_mut(&mut d), bytemuck::cast_slice(&x)));
+        assert_eq!(d, [4.0, -2.0, -1.5, 8.0]);
+        let mut d = a;
+        assert!(prod.apply(bytemuck::cast_slice_mut(&mut d), bytemuck::cast_slice(&x)));
+        assert_eq!(d, [11.0, 2.0, -1.0, 4.0]);
+        // At an odd offset (a packed buffer), in single precision.
+        let prod32 = DynAcc::complex(AccOp::Builtin(Builtin::Prod), ElemType::F32).unwrap();
+        let mut dst = vec![0u8; 1];
+        dst.extend_from_slice(bytemuck::cast_slice(&[1.0f32, 2.0]));
+        assert!(prod32.apply(&mut dst[1..], bytemuck::cast_slice(&[3.0f32, -4.0])));
+        assert_eq!(bytemuck::pod_read_unaligned::<[f32; 2]>(&dst[1..]), [11.0, 2.0]);
+        // Complex numbers have no order, and a half of one is no element.
+        assert!(DynAcc::complex(AccOp::Builtin(Builtin::Max), ElemType::F64).is_none());
+        assert!(DynAcc::complex(AccOp::Builtin(Builtin::Sum), ElemType::I32).is_none());
+        assert!(!sum.apply(&mut [0u8; 8], &[0u8; 8]));
+    }
+
+    #[test]
+    fn long_doubles_are_the_c_compilers() {
+        extern "C" {
+            fn mpr_long_double_size() -> usize;
+        }
+        // SAFETY: a C function of no arguments that returns a constant.
+        assert_eq!(super::LONG_DOUBLE_BYTES, unsafe { mpr_long_double_size() });
+        let sum = DynAcc::long_double(AccOp::Builtin(Builtin::Sum)).unwrap();
+        let max = DynAcc::long_double(AccOp::Builtin(Builtin::Max)).unwrap();
+        assert!(DynAcc::long_double(AccOp::Builtin(Builtin::BitOr)).is_none());
+        // Written and read through C's own conversions.
+        extern "C" {
+            fn mpr_long_double_from(v: f64, out: *mut u8);
+            fn mpr_long_double_to(p: *const u8) -> f64;
+        }
+        let ld = |v: f64| {
+            let mut b = vec![0u8; super::LONG_DOUBLE_BYTES];
+            // SAFETY: b holds one long double.
+            unsafe { mpr_long_double_from(v, b.as_mut_ptr()) };
+            b
+        };
+        // SAFETY: each slice holds one long double.
+        let back = |b: &[u8]| unsafe { mpr_long_double_to(b.as_ptr()) };
+        let (mut d, x) = ([ld(1.5), ld(-2.0)].concat(), [ld(0.25), ld(7.0)].concat());
+        assert!(sum.apply(&mut d, &x));
+        assert_eq!((back(&d[..super::LONG_DOUBLE_BYTES]), back(&d[super::LONG_DOUBLE_BYTES..])), (1.75, 5.0));
+        assert!(max.apply(&mut d, &x));
+        assert_eq!((back(&d[..super::LONG_DOUBLE_BYTES]), back(&d[super::LONG_DOUBLE_BYTES..])), (1.75, 7.0));
     }
 }

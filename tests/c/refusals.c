@@ -5,7 +5,9 @@
  *   (MPICH accepts them in a fence epoch);
  * - MPI_Pack into a buffer too small for the data: MPI_ERR_TRUNCATE, nothing written (MPICH
  *   writes past the buffer and says success);
- * - MPI_Comm_set_attr with a freed key: MPI_ERR_KEYVAL (MPICH says success). */
+ * - MPI_Comm_set_attr with a freed key: MPI_ERR_KEYVAL (MPICH says success);
+ * - an accumulate of MPI_MAX on complex numbers, which have no order: MPI_ERR_OP, the
+ *   target unchanged (MPICH says success). */
 #include <mpi.h>
 #include <stdio.h>
 
@@ -38,6 +40,17 @@ int main(int argc, char **argv)
     MPI_Wait(&r[0], MPI_STATUS_IGNORE);
     MPI_Win_unlock(next, win);
     printf("%d: in a lock epoch: %d\n", rank, ok);
+    double z[2] = {5.0, 6.0}, seen[2] = {-1.0, -1.0};
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win);
+    for (int i = 0; i < 4; i++)
+        mem[i] = 0;
+    MPI_Win_unlock(rank, win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, next, 0, win);
+    MPI_Error_class(MPI_Accumulate(z, 1, MPI_C_DOUBLE_COMPLEX, next, 0, 1, MPI_C_DOUBLE_COMPLEX, MPI_MAX, win), &cls);
+    MPI_Get(seen, 1, MPI_C_DOUBLE_COMPLEX, next, 0, 1, MPI_C_DOUBLE_COMPLEX, win);
+    MPI_Win_unlock(next, win);
+    printf("%d: max of complex numbers: class %d, target %g %g\n", rank, cls, seen[0], seen[1]);
 
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     char small[4] = {'a', 'b', 'c', 'd'};

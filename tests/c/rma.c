@@ -226,6 +226,14 @@ static void errors(void)
     SAY("unlock without a lock: class %d", class_of(MPI_Win_unlock(0, win)));
     MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
     SAY("put to rank 99: class %d", class_of(MPI_Put(&v, 1, MPI_INT, 99, 0, 1, MPI_INT, win)));
+    /* MPI compares and swaps integers, logicals and bytes: not complex numbers or long
+     * doubles, which accumulate. */
+    double z[2] = {1.0, 2.0}, c[2] = {0.0, 0.0}, r[2];
+    SAY("compare and swap of a complex number: class %d",
+        class_of(MPI_Compare_and_swap(z, c, r, MPI_C_DOUBLE_COMPLEX, 0, 0, win)));
+    long double x = 1.0L, y = 0.0L, old;
+    SAY("compare and swap of a long double: class %d",
+        class_of(MPI_Compare_and_swap(&x, &y, &old, MPI_LONG_DOUBLE, 0, 0, win)));
     /* (MPICH checks neither an accumulate's operation against its type, MPI_BAND on
      * doubles, nor a window handle, 77, which mpr answers with MPI_ERR_OP and MPI_ERR_WIN:
      * not compared here.) */
@@ -262,6 +270,66 @@ static void request_based(void)
     MPI_Win_free(&win);
 }
 
+/* Accumulates on the types no Rust number stands for: C's complex numbers (sums and
+ * products) and long double (sums, maxima), in a fence epoch onto rank 0, with a
+ * Get_accumulate and a Fetch_and_op in a passive one. Every value is exact in any order. */
+static void foreign_types(void)
+{
+    char *mem;
+    MPI_Win win;
+    /* 0: a complex sum, 16: a complex product, 32: a single complex sum, 48: a long double
+     * sum, 64: a long double maximum (displacement unit 1). */
+    MPI_Win_allocate(80, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
+    double one[2] = {1.0, 0.0};
+    memset(mem, 0, 80);
+    memcpy(mem + 16, one, sizeof one);
+    MPI_Win_fence(0, win);
+    double z[2] = {rank + 1.0, -0.5 * rank}, w[2] = {1.0, (double)rank};
+    float f[2] = {0.25f * rank, 2.0f};
+    long double l = rank + 0.5L, m = 1.25L * rank;
+    MPI_Accumulate(z, 1, MPI_C_DOUBLE_COMPLEX, 0, 0, 1, MPI_C_DOUBLE_COMPLEX, MPI_SUM, win);
+    MPI_Accumulate(w, 1, MPI_C_DOUBLE_COMPLEX, 0, 16, 1, MPI_C_DOUBLE_COMPLEX, MPI_PROD, win);
+    MPI_Accumulate(f, 1, MPI_C_FLOAT_COMPLEX, 0, 32, 1, MPI_C_FLOAT_COMPLEX, MPI_SUM, win);
+    MPI_Accumulate(&l, 1, MPI_LONG_DOUBLE, 0, 48, 1, MPI_LONG_DOUBLE, MPI_SUM, win);
+    MPI_Accumulate(&m, 1, MPI_LONG_DOUBLE, 0, 64, 1, MPI_LONG_DOUBLE, MPI_MAX, win);
+    MPI_Win_fence(0, win);
+    if (rank == 0) {
+        double s[2], p[2];
+        float fs[2];
+        long double ls, lm;
+        memcpy(s, mem, sizeof s);
+        memcpy(p, mem + 16, sizeof p);
+        memcpy(fs, mem + 32, sizeof fs);
+        memcpy(&ls, mem + 48, sizeof ls);
+        memcpy(&lm, mem + 64, sizeof lm);
+        SAY("complex sum %g%+gi, product %g%+gi, float sum %g%+gi", s[0], s[1], p[0], p[1], fs[0], fs[1]);
+        SAY("long double sum %.3Lf, max %.3Lf", ls, lm);
+    }
+    MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
+    /* Passive: each rank in turn swaps its own complex number into rank 0's sum slot and
+     * adds 1 to the long double sum; what it fetched depends on the order, so only rank
+     * 0's final values are printed. */
+    double old[2];
+    long double add = 1.0L, before;
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win);
+    MPI_Get_accumulate(z, 1, MPI_C_DOUBLE_COMPLEX, old, 1, MPI_C_DOUBLE_COMPLEX, 0, 0, 1, MPI_C_DOUBLE_COMPLEX,
+                       MPI_REPLACE, win);
+    MPI_Fetch_and_op(&add, &before, MPI_LONG_DOUBLE, 0, 48, MPI_SUM, win);
+    MPI_Win_unlock(0, win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        double s[2];
+        long double ls;
+        MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
+        memcpy(s, mem, sizeof s);
+        memcpy(&ls, mem + 48, sizeof ls);
+        MPI_Win_unlock(0, win);
+        SAY("after the swaps: a complex of real part in 1..%d: %d, long double sum %.3Lf", size,
+            s[0] >= 1.0 && s[0] <= size && s[1] == -0.5 * (s[0] - 1.0), ls);
+    }
+    MPI_Win_free(&win);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -272,6 +340,7 @@ int main(int argc, char **argv)
     pscw_dynamic();
     shared();
     request_based();
+    foreign_types();
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     errors();
     MPI_Barrier(MPI_COMM_WORLD);

@@ -225,7 +225,7 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     // Error classes as include/mpi.h numbers them (MPICH's numbers).
-    let (truncate, keyval, rma_sync) = (14, 48, 50);
+    let (truncate, keyval, rma_sync, op) = (14, 48, 50, 9);
     for rank in 0..2 {
         let refused = format!("{rank}: in a fence epoch: class {rma_sync}, null 1\n");
         assert_eq!(stdout.matches(&refused).count(), 4, "{stdout}");
@@ -233,6 +233,9 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         let pack = format!("{rank}: pack overflow: class {truncate}, position 0, buffer abcd\n");
         assert!(stdout.contains(&pack), "{stdout}");
         assert!(stdout.contains(&format!("{rank}: set_attr of a freed key: class {keyval}\n")), "{stdout}");
+        // Refused, and the target's zeroed window unchanged.
+        let max = format!("{rank}: max of complex numbers: class {op}, target 0 0\n");
+        assert!(stdout.contains(&max), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,5 +1,6 @@
-/* Reductions of C's long double for the C ABI (capi/types.rs): Rust has no such type, the C
- * compiler has it on every platform. */
+/* Arithmetic on C's long double for the run-time kernel table (datatype.rs), which the C
+ * ABI's reductions and accumulates share: Rust has no such type, the C compiler has it on
+ * every platform. */
 #include <stddef.h>
 #include <string.h>
 
@@ -29,4 +30,24 @@ void mpr_long_double_op(int op, const unsigned char *x, unsigned char *acc, size
         }
         memcpy(acc + i * sizeof b, &b, sizeof b);
     }
+}
+
+/* Bytes of a long double (datatype.rs checks its own figure against it). */
+size_t mpr_long_double_size(void)
+{
+    return sizeof(long double);
+}
+
+/* A long double of v at p, and a double of the long double at p (unit tests). */
+void mpr_long_double_from(double v, unsigned char *p)
+{
+    long double l = v;
+    memcpy(p, &l, sizeof l);
+}
+
+double mpr_long_double_to(const unsigned char *p)
+{
+    long double l;
+    memcpy(&l, p, sizeof l);
+    return (double)l;
 }

@@ -68,9 +68,8 @@ const fn unsigned(bytes: usize) -> ElemType {
 const LONG: usize = size_of::<c_long>();
 const WCHAR: usize = 4;
 const AINT: usize = size_of::<isize>();
-/// C's `long double`: 80-bit x87 in 16 bytes on x86-64, binary128 on Linux on aarch64,
-/// a `double` on Apple silicon.
-const LONG_DOUBLE: usize = if cfg!(all(target_arch = "aarch64", target_vendor = "apple")) { 8 } else { 16 };
+/// C's `long double`.
+const LONG_DOUBLE: usize = crate::datatype::LONG_DOUBLE_BYTES;
 
 /// Indexed by handle (include/mpi.h): 0 is `MPI_DATATYPE_NULL`.
 const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 29] = [
@@ -156,7 +155,8 @@ fn pairs() -> Vec<Option<Datatype>> {
         pair("MPI_LONG_INT", LONG, signed(LONG), LONG as isize),
         pair("MPI_2INT", 4, ElemType::I32, 4),
         pair("MPI_SHORT_INT", 2, ElemType::I16, 4),
-        // Reduced by C (long_double.c) and as pairs of parts (`complex`).
+        // Reduced and accumulated by the core's kernels of types Rust has no number for
+        // (`foreign`).
         data("MPI_LONG_DOUBLE", LONG_DOUBLE, LONG_DOUBLE),
         data("MPI_C_FLOAT_COMPLEX", 8, 4),
         data("MPI_C_DOUBLE_COMPLEX", 16, 8),
@@ -430,9 +430,22 @@ pub(super) fn accumulate_of(op: c_int, ty: &Datatype) -> Res<crate::DynAcc> {
             Fail::new(ERR_OP, format!("operation {h} in an accumulate (MPI allows predefined ones only)"))
         })?),
     };
+    let undefined = || Fail::new(ERR_OP, format!("operation {op} does not apply to {} in an accumulate", ty.name));
+    if let Some(acc) = foreign(ty, how) {
+        return acc.ok_or_else(undefined);
+    }
     let elem = ty.elem.ok_or_else(|| Fail::new(ERR_TYPE, format!("{} is not a type accumulates combine", ty.name)))?;
-    crate::DynAcc::new(how, elem)
-        .ok_or_else(|| Fail::new(ERR_OP, format!("operation {op} does not apply to {} in an accumulate", ty.name)))
+    crate::DynAcc::new(how, elem).ok_or_else(undefined)
+}
+
+/// For a type of complex numbers or of C `long double`s (no Rust number carries them), the
+/// core's kernel of `how` on its elements, `Some(None)` where MPI defines none; `None` for
+/// any other type.
+fn foreign(ty: &Datatype, how: crate::AccOp) -> Option<Option<crate::DynAcc>> {
+    if is_long_double(ty) {
+        return Some(crate::DynAcc::long_double(how));
+    }
+    complex_part(ty).map(|part| crate::DynAcc::complex(how, part))
 }
 
 /// Which reduction: where the result lands and how the ranks' inputs combine.
@@ -478,37 +491,22 @@ pub(super) type ElemFn = Rc<dyn Fn(&[u8], &mut [u8])>;
 
 /// `op` on `ty` as an [`ElemFn`], where the carriers do not take it: a program's operation,
 /// `MPI_MINLOC` and `MPI_MAXLOC` on value-index pairs, the sum and product of complex
-/// numbers, the sum, product, maximum and minimum of `long double`s; `None` where they do (a
-/// predefined operation on Rust's numbers).
+/// numbers, the sum, product, maximum and minimum of `long double`s (the last two by the
+/// core's kernels, which accumulates use too); `None` where the carriers do (a predefined
+/// operation on Rust's numbers).
 pub(super) fn elementwise(ty: &Datatype, op: &ReduceOp) -> Res<Option<ElemFn>> {
     let unfit = || Fail::new(ERR_OP, format!("{} does not apply to {}", op.name, ty.name));
     Ok(Some(match op.how {
-        Combine::Builtin(b) if is_long_double(ty) => {
-            let code = match b {
-                Builtin::Sum => 0,
-                Builtin::Prod => 1,
-                Builtin::Max => 2,
-                Builtin::Min => 3,
-                _ => return Err(unfit()),
-            };
-            Rc::new(move |x: &[u8], acc: &mut [u8]| {
-                let n = x.len().min(acc.len()) / LONG_DOUBLE;
-                // SAFETY: x and acc hold n long doubles each (packed, perhaps unaligned: the
-                // C side copies each through a local).
-                unsafe { mpr_long_double_op(code, x.as_ptr(), acc.as_mut_ptr(), n) }
-            })
-        }
         Combine::Builtin(b) => {
-            let Some(part) = complex_part(ty) else { return Ok(None) };
-            let prod = match b {
-                Builtin::Sum => false,
-                Builtin::Prod => true,
-                _ => return Err(unfit()),
-            };
-            match part {
-                ElemType::F32 => Rc::new(move |x: &[u8], acc: &mut [u8]| complex::<f32>(prod, x, acc)),
-                _ => Rc::new(move |x: &[u8], acc: &mut [u8]| complex::<f64>(prod, x, acc)),
-            }
+            let Some(kernel) = foreign(ty, crate::AccOp::Builtin(b)) else { return Ok(None) };
+            let kernel = kernel.ok_or_else(unfit)?;
+            // `acc = acc (op) x`: the same as `x (op) acc` for these operations (sums and
+            // products commute exactly; C compares long doubles with `x` first either way).
+            Rc::new(move |x: &[u8], acc: &mut [u8]| {
+                let n = x.len().min(acc.len());
+                let whole = kernel.apply(&mut acc[..n], &x[..n]);
+                debug_assert!(whole, "packed elements of one type");
+            })
         }
         Combine::Loc { min } => {
             let elem = ty.derived.as_ref().and_then(|d| d.pair).ok_or_else(unfit)?;
@@ -519,12 +517,6 @@ pub(super) fn elementwise(ty: &Datatype, op: &ReduceOp) -> Res<Option<ElemFn>> {
             Rc::new(move |x: &[u8], acc: &mut [u8]| call_user(u, &ty, x, acc))
         }
     }))
-}
-
-extern "C" {
-    /// `acc[i] = x[i] (op) acc[i]` for `n` C `long double`s; `op` 0 sum, 1 product, 2
-    /// maximum, 3 minimum (long_double.c).
-    fn mpr_long_double_op(op: c_int, x: *const u8, acc: *mut u8, n: usize);
 }
 
 /// `MPI_LONG_DOUBLE` (include/mpi.h).
@@ -549,20 +541,6 @@ fn complex_part(ty: &Datatype) -> Option<ElemType> {
         C_FLOAT_COMPLEX => Some(ElemType::F32),
         C_DOUBLE_COMPLEX => Some(ElemType::F64),
         _ => None,
-    }
-}
-
-/// `acc = x + acc`, or `x * acc` (`prod`), on packed complex numbers of parts `T`.
-fn complex<T>(prod: bool, x: &[u8], acc: &mut [u8])
-where
-    T: Pod + std::ops::Add<Output = T> + std::ops::Sub<Output = T> + std::ops::Mul<Output = T>,
-{
-    let w = 2 * size_of::<T>();
-    for (xc, ac) in x.chunks_exact(w).zip(acc.chunks_exact_mut(w)) {
-        let [a, b]: [T; 2] = bytemuck::pod_read_unaligned(xc);
-        let [c, d]: [T; 2] = bytemuck::pod_read_unaligned(ac);
-        let r = if prod { [a * c - b * d, a * d + b * c] } else { [a + c, b + d] };
-        ac.copy_from_slice(bytemuck::bytes_of(&r));
     }
 }
 

@@ -570,6 +570,11 @@ mpi! {
     ) -> c_int {
         call_ref("MPI_Compare_and_swap", win, |w| {
             let ty = Datatype::of(datatype)?;
+            if ty.elem.is_none() {
+                // Complex numbers and long doubles accumulate, but MPI compares and swaps
+                // integers, logicals and bytes only.
+                return Err(Fail::new(super::ERR_TYPE, format!("MPI_Compare_and_swap on {}", ty.name)));
+            }
             let how = accumulate_of(super::types::OP_REPLACE, &ty)?;
             // SAFETY: MPI's contract: each holds one element.
             let (value, compare, mut result) =
