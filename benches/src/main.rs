@@ -345,8 +345,9 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
         let (a, b, big) = (a_store.get(), b_store.get(), big_store.slice());
         let mut total = 0.0;
         let mut samples: Vec<f64> = Vec::with_capacity(iters);
+        // osu_mini's order: a barrier before the first call, then one after each (untimed).
+        w.barrier()?;
         for i in 0..iters + skip {
-            w.barrier()?;
             let t0 = mpr::wtime();
             match what {
                 "allreduce" => w.allreduce(a, b, mpr::Sum)?,
@@ -355,11 +356,12 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
                 "alltoall" => w.alltoall(big, b)?,
                 _ => w.barrier()?,
             }
+            let t = mpr::wtime() - t0;
             if i >= skip {
-                let t = mpr::wtime() - t0;
                 samples.push(t);
                 total += t;
             }
+            w.barrier()?;
         }
         if o.per_rank {
             samples.sort_by(f64::total_cmp);

@@ -438,6 +438,19 @@ pub(super) fn accumulate_of(op: c_int, ty: &Datatype) -> Res<crate::DynAcc> {
     crate::DynAcc::new(how, elem).ok_or_else(undefined)
 }
 
+/// [`accumulate_of`] where the operation and the datatype are predefined and the type is one
+/// of Rust's numbers: the small-message path, which builds neither.
+#[inline]
+pub(super) fn accumulate_basic(op: c_int, datatype: c_int) -> Option<crate::DynAcc> {
+    let (_, _, elem) = PREDEFINED.get(usize::try_from(datatype).ok()?).copied().flatten()?;
+    let how = match op {
+        OP_REPLACE => crate::AccOp::Replace,
+        OP_NO_OP => crate::AccOp::NoOp,
+        _ => crate::AccOp::Builtin(OPS.get(usize::try_from(op).ok()?).copied().flatten()?.1),
+    };
+    crate::DynAcc::new(how, elem?)
+}
+
 /// For a type of complex numbers or of C `long double`s (no Rust number carries them), the
 /// core's kernel of `how` on its elements, `Some(None)` where MPI defines none; `None` for
 /// any other type.

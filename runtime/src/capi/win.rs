@@ -486,6 +486,12 @@ mpi! {
         win: c_int,
     ) -> c_int {
         call_ref("MPI_Accumulate", win, |w| {
+            if let Some(how) = super::types::accumulate_basic(op, target_datatype) {
+                // SAFETY: MPI's contract: the origin buffer holds what it says.
+                let data = unsafe { message(origin_addr, origin_count, origin_datatype)? };
+                let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
+                return t.each("MPI_Accumulate", data.len(), |r, at| Ok(w.win.accumulate_dyn(how, &data[r], t.rank, at)?));
+            }
             let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
             let how = accumulate_of(op, &tt)?;
             // SAFETY: MPI's contract: the origin buffer holds what it says.
