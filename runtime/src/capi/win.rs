@@ -9,14 +9,14 @@ use std::ffi::{c_int, c_void};
 
 use std::cell::Ref;
 
-use super::types::{accumulate_of, predefined_size, Datatype};
+use super::types::{accumulate_basic, accumulate_of, predefined_size, Datatype};
 use super::{
     bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, put, raw_mut, with_state,
     Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERRORS_RETURN, ERR_ARG, ERR_DISP, ERR_NO_MEM, ERR_OTHER, ERR_RANK,
     ERR_SIZE, ERR_WIN, STATE,
 };
 use crate::rma::{Assert, LockType, Window};
-use crate::Comm;
+use crate::{Comm, DynAcc};
 
 const WIN_BASE: c_int = 5;
 const WIN_SIZE: c_int = 6;
@@ -110,6 +110,27 @@ fn target_at(w: &WinEntry, target: c_int, disp: isize) -> Res<(usize, usize)> {
         .and_then(|d| d.checked_mul(w.units[t]))
         .ok_or_else(|| Fail::new(ERR_DISP, format!("invalid displacement {disp}")))?;
     Ok((t, at))
+}
+
+/// The accumulate of operation `op` on target datatype `datatype`, and where `count` of its
+/// elements at displacement `disp` lie in target `target`'s window: from the static tables
+/// for a predefined operation on a predefined type of numbers, else from the built type.
+#[inline(always)]
+fn accumulate_at(
+    w: &WinEntry,
+    op: c_int,
+    target: c_int,
+    disp: isize,
+    count: c_int,
+    datatype: c_int,
+) -> Res<(DynAcc, Target)> {
+    match accumulate_basic(op, datatype) {
+        Some(how) => Ok((how, target_of(w, target, disp, count, datatype)?)),
+        None => {
+            let ty = Datatype::of(datatype)?;
+            Ok((accumulate_of(op, &ty)?, target_runs(w, target, disp, count, &ty)?))
+        }
+    }
 }
 
 /// Makes a window: every rank's displacement unit is exchanged, the handle written to `out`.
@@ -486,17 +507,9 @@ mpi! {
         win: c_int,
     ) -> c_int {
         call_ref("MPI_Accumulate", win, |w| {
-            if let Some(how) = super::types::accumulate_basic(op, target_datatype) {
-                // SAFETY: MPI's contract: the origin buffer holds what it says.
-                let data = unsafe { message(origin_addr, origin_count, origin_datatype)? };
-                let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
-                return t.each("MPI_Accumulate", data.len(), |r, at| Ok(w.win.accumulate_dyn(how, &data[r], t.rank, at)?));
-            }
-            let (ot, tt) = (Datatype::of(origin_datatype)?, Datatype::of(target_datatype)?);
-            let how = accumulate_of(op, &tt)?;
+            let (how, t) = accumulate_at(w, op, target_rank, target_disp, target_count, target_datatype)?;
             // SAFETY: MPI's contract: the origin buffer holds what it says.
-            let data = unsafe { bytes(origin_addr, count_of(origin_count)?, &ot)? };
-            let t = target_runs(w, target_rank, target_disp, target_count, &tt)?;
+            let data = unsafe { message(origin_addr, origin_count, origin_datatype)? };
             t.each("MPI_Accumulate", data.len(), |r, at| Ok(w.win.accumulate_dyn(how, &data[r], t.rank, at)?))
         })
     }
@@ -516,18 +529,15 @@ mpi! {
         win: c_int,
     ) -> c_int {
         call_ref("MPI_Get_accumulate", win, |w| {
-            let (ot, rt, tt) =
-                (Datatype::of(origin_datatype)?, Datatype::of(result_datatype)?, Datatype::of(target_datatype)?);
-            let how = accumulate_of(op, &tt)?;
+            let (how, t) = accumulate_at(w, op, target_rank, target_disp, target_count, target_datatype)?;
             // SAFETY: MPI's contract: the result buffer holds what it says.
-            let mut result = unsafe { bytes_mut(result_addr, count_of(result_count)?, &rt)? };
-            let t = target_runs(w, target_rank, target_disp, target_count, &tt)?;
+            let mut result = unsafe { landing(result_addr, result_count, result_datatype)? };
             // With MPI_NO_OP the origin is not read (and may be null): zeros stand in.
             let data = if op == super::types::OP_NO_OP {
                 Cow::Owned(vec![0u8; t.bytes])
             } else {
                 // SAFETY: MPI's contract: the origin buffer holds what it says.
-                unsafe { bytes(origin_addr, count_of(origin_count)?, &ot)? }
+                unsafe { message(origin_addr, origin_count, origin_datatype)? }
             };
             same("MPI_Get_accumulate", result.len(), t.bytes)?;
             t.each("MPI_Get_accumulate", data.len(), |r, at| {
@@ -546,18 +556,16 @@ mpi! {
         win: c_int,
     ) -> c_int {
         call_ref("MPI_Fetch_and_op", win, |w| {
-            let ty = Datatype::of(datatype)?;
-            let how = accumulate_of(op, &ty)?;
+            let (how, t) = accumulate_at(w, op, target_rank, target_disp, 1, datatype)?;
             // SAFETY: MPI's contract: the result holds one element.
-            let mut result = unsafe { bytes_mut(result_addr, 1, &ty)? };
-            let t = target_runs(w, target_rank, target_disp, 1, &ty)?;
+            let mut result = unsafe { landing(result_addr, 1, datatype)? };
             // With MPI_NO_OP the origin is not read (and may be null): zeros stand in.
             let zeros = [0u8; 16];
             let data = if op == super::types::OP_NO_OP {
-                Cow::Borrowed(&zeros[..ty.size.min(16)])
+                Cow::Borrowed(&zeros[..t.bytes.min(16)])
             } else {
                 // SAFETY: MPI's contract: the origin holds one element.
-                unsafe { bytes(origin_addr, 1, &ty)? }
+                unsafe { message(origin_addr, 1, datatype)? }
             };
             t.each("MPI_Fetch_and_op", data.len(), |r, at| {
                 Ok(w.win.get_accumulate_dyn(how, &data[r.clone()], &mut result[r], t.rank, at)?)
