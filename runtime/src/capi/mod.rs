@@ -1182,11 +1182,10 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_ref("MPI_Sendrecv", comm)?;
-            let (st, rt) = (Datatype::of(sendtype)?, Datatype::of(recvtype)?);
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, &st)? };
+            let send = unsafe { message(sendbuf, sendcount, sendtype)? };
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)?, &rt)? };
+            let mut recv = unsafe { landing(recvbuf, recvcount, recvtype)? };
             let got = sendrecv_bytes(&c, &send, dest, sendtag, &mut recv, source, recvtag)?;
             // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
             unsafe { set_status_raw(status, got) };
