@@ -443,12 +443,34 @@ pub enum AccOp {
     NoOp,
 }
 
+/// The code of `op` on the wire; `None` for `MPI_LXOR`, which one-sided operations do not
+/// carry.
+fn code_of(op: AccOp) -> Option<OpCode> {
+    use crate::coll::op::Builtin as B;
+    Some(match op {
+        AccOp::Replace => code::REPLACE,
+        AccOp::NoOp => code::NO_OP,
+        AccOp::Builtin(b) => match b {
+            B::Sum => code::SUM,
+            B::Prod => code::PROD,
+            B::Min => code::MIN,
+            B::Max => code::MAX,
+            B::BitAnd => code::BAND,
+            B::BitOr => code::BOR,
+            B::BitXor => code::BXOR,
+            B::LogicalAnd => code::LAND,
+            B::LogicalOr => code::LOR,
+            _ => return None,
+        },
+    })
+}
+
 impl DynAcc {
     /// `op` on elements of `ty`; `None` where MPI defines no such accumulate (a bitwise or
     /// logical operation on floating point, or `MPI_LXOR`, which one-sided operations do not
     /// carry).
     pub fn new(op: AccOp, ty: crate::coll::op::ElemType) -> Option<DynAcc> {
-        use crate::coll::op::{Builtin as B, ElemType as E};
+        use crate::coll::op::ElemType as E;
         let dtype = match ty {
             E::I8 => 1,
             E::I16 => 2,
@@ -462,22 +484,7 @@ impl DynAcc {
             E::F64 => 10,
         };
         let float = matches!(ty, E::F32 | E::F64);
-        let op = match op {
-            AccOp::Replace => code::REPLACE,
-            AccOp::NoOp => code::NO_OP,
-            AccOp::Builtin(b) => match b {
-                B::Sum => code::SUM,
-                B::Prod => code::PROD,
-                B::Min => code::MIN,
-                B::Max => code::MAX,
-                B::BitAnd if !float => code::BAND,
-                B::BitOr if !float => code::BOR,
-                B::BitXor if !float => code::BXOR,
-                B::LogicalAnd if !float => code::LAND,
-                B::LogicalOr if !float => code::LOR,
-                _ => return None,
-            },
-        };
+        let op = code_of(op).filter(|c| !(float && (code::BAND..=code::LOR).contains(c)))?;
         Some(DynAcc { op, dtype })
     }
 
@@ -489,35 +496,21 @@ impl DynAcc {
     /// [`ElemType::F32`]: crate::coll::op::ElemType::F32
     /// [`ElemType::F64`]: crate::coll::op::ElemType::F64
     pub fn complex(op: AccOp, part: crate::coll::op::ElemType) -> Option<DynAcc> {
-        use crate::coll::op::{Builtin as B, ElemType as E};
+        use crate::coll::op::ElemType as E;
         let dtype = match part {
             E::F32 => foreign::COMPLEX_F32,
             E::F64 => foreign::COMPLEX_F64,
             _ => return None,
         };
-        let op = match op {
-            AccOp::Replace => code::REPLACE,
-            AccOp::NoOp => code::NO_OP,
-            AccOp::Builtin(B::Sum) => code::SUM,
-            AccOp::Builtin(B::Prod) => code::PROD,
-            AccOp::Builtin(_) => return None,
-        };
+        let op = code_of(op).filter(|c| matches!(*c, code::REPLACE | code::NO_OP | code::SUM | code::PROD))?;
         Some(DynAcc { op, dtype })
     }
 
     /// `op` on C `long double`s (a sum, a product, a maximum, a minimum, `MPI_REPLACE`,
     /// `MPI_NO_OP`), computed by the C compiler's arithmetic; `None` for another operation.
     pub fn long_double(op: AccOp) -> Option<DynAcc> {
-        use crate::coll::op::Builtin as B;
-        let op = match op {
-            AccOp::Replace => code::REPLACE,
-            AccOp::NoOp => code::NO_OP,
-            AccOp::Builtin(B::Sum) => code::SUM,
-            AccOp::Builtin(B::Prod) => code::PROD,
-            AccOp::Builtin(B::Max) => code::MAX,
-            AccOp::Builtin(B::Min) => code::MIN,
-            AccOp::Builtin(_) => return None,
-        };
+        let op = code_of(op)
+            .filter(|c| matches!(*c, code::REPLACE | code::NO_OP | code::SUM | code::PROD | code::MIN | code::MAX))?;
         Some(DynAcc { op, dtype: foreign::LONG_DOUBLE })
     }
 
