@@ -22,7 +22,7 @@ pub const TAG_UB: i32 = i32::MAX;
 /// A validated receive selector: comm source, its world rank, tag (`None`: any).
 type Selector = (Option<u32>, Option<usize>, Option<i32>);
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
 }
 

@@ -26,6 +26,10 @@ pub enum ErrorClass {
     RmaSync,
     /// A one-sided access outside the target's window (`MPI_ERR_RMA_RANGE`).
     RmaRange,
+    /// An argument out of its range that no other class names (`MPI_ERR_ARG`).
+    Arg,
+    /// Grid extents that do not fit (`MPI_ERR_DIMS`).
+    Dims,
     /// Anything else (`MPI_ERR_OTHER`).
     Other,
 }
@@ -84,6 +88,12 @@ pub enum Error {
         /// Elements in the target's window.
         size: usize,
     },
+    /// An argument out of its range that no other variant names: a coordinate outside a
+    /// grid, a grid larger than its communicator.
+    Arg(String),
+    /// Grid extents that do not fit: a dimension of no points, a number of ranks that the
+    /// given extents do not divide.
+    Dims(String),
     /// Anything else.
     Other(String),
 }
@@ -102,6 +112,8 @@ impl Error {
             Error::Timeout(_) => ErrorClass::Timeout,
             Error::RmaSync(_) => ErrorClass::RmaSync,
             Error::RmaRange { .. } => ErrorClass::RmaRange,
+            Error::Arg(_) => ErrorClass::Arg,
+            Error::Dims(_) => ErrorClass::Dims,
             Error::Other(_) => ErrorClass::Other,
         }
     }
@@ -130,6 +142,8 @@ impl fmt::Display for Error {
                 "access to elements {disp}..{} of the window of rank {target}, which holds {size} elements",
                 disp.saturating_add(*len)
             ),
+            Error::Arg(m) => write!(f, "invalid argument: {m}"),
+            Error::Dims(m) => write!(f, "invalid dimensions: {m}"),
             Error::Other(m) => f.write_str(m),
         }
     }

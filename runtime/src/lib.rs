@@ -40,6 +40,7 @@ mod request;
 pub mod rma;
 mod shmfile;
 mod status;
+pub mod topo;
 mod transport;
 
 use std::sync::atomic::{AtomicBool, Ordering};

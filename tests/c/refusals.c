@@ -62,6 +62,16 @@ int main(int argc, char **argv)
     MPI_Comm_free_keyval(&key);
     MPI_Error_class(MPI_Comm_set_attr(MPI_COMM_WORLD, k, &v), &cls);
     printf("%d: set_attr of a freed key: class %d\n", rank, cls);
+    /* Cartesian grids: a dimension of no points (MPICH makes a communicator of it), and
+       grid questions to a communicator without a grid (MPICH crashes). */
+    int zero[2] = {2, 0}, periods[2] = {0, 0}, out[2], nd = -1;
+    MPI_Comm none = MPI_COMM_NULL;
+    MPI_Error_class(MPI_Cart_create(MPI_COMM_WORLD, 2, zero, periods, 0, &none), &cls);
+    printf("%d: grid with a dimension of no points: class %d, null %d\n", rank, cls, none == MPI_COMM_NULL);
+    MPI_Error_class(MPI_Cart_get(MPI_COMM_WORLD, 2, out, out, out), &cls);
+    printf("%d: grid of a communicator without one: class %d\n", rank, cls);
+    MPI_Error_class(MPI_Cartdim_get(MPI_COMM_WORLD, &nd), &cls);
+    printf("%d: dimensions of a communicator without a grid: class %d, %d\n", rank, cls, nd);
     MPI_Win_free(&win);
     MPI_Finalize();
     return 0;

@@ -148,6 +148,13 @@ fn derived_datatypes_user_operations_and_packing_as_on_mpich() {
 }
 
 #[test]
+fn cartesian_grids_as_on_mpich() {
+    // Grids over shared memory and TCP: the halo exchange and the sub-grids' reductions
+    // run on the communicators the grids made.
+    same_as_mpich("topo.c", &["4", "6"], &[(&["--transports", "tcp"], "")]);
+}
+
+#[test]
 fn the_library_exports_what_the_header_declares() {
     let header =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/include/mpi.h")).unwrap();
@@ -225,7 +232,7 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     // Error classes as include/mpi.h numbers them (MPICH's numbers).
-    let (truncate, keyval, rma_sync, op) = (14, 48, 50, 9);
+    let (truncate, keyval, rma_sync, op, topology, dims) = (14, 48, 50, 9, 10, 11);
     for rank in 0..2 {
         let refused = format!("{rank}: in a fence epoch: class {rma_sync}, null 1\n");
         assert_eq!(stdout.matches(&refused).count(), 4, "{stdout}");
@@ -236,6 +243,14 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         // Refused, and the target's zeroed window unchanged.
         let max = format!("{rank}: max of complex numbers: class {op}, target 0 0\n");
         assert!(stdout.contains(&max), "{stdout}");
+        let zero = format!("{rank}: grid with a dimension of no points: class {dims}, null 1\n");
+        assert!(stdout.contains(&zero), "{stdout}");
+        assert!(
+            stdout.contains(&format!("{rank}: grid of a communicator without one: class {topology}\n")),
+            "{stdout}"
+        );
+        let nd = format!("{rank}: dimensions of a communicator without a grid: class {topology}, -1\n");
+        assert!(stdout.contains(&nd), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -38,6 +38,8 @@ const ERR_COMM: c_int = 5;
 const ERR_RANK: c_int = 6;
 const ERR_ROOT: c_int = 7;
 const ERR_OP: c_int = 9;
+const ERR_TOPOLOGY: c_int = 10;
+const ERR_DIMS: c_int = 11;
 const ERR_ARG: c_int = 12;
 const ERR_UNKNOWN: c_int = 13;
 const ERR_TRUNCATE: c_int = 14;
@@ -118,6 +120,8 @@ impl From<Error> for Fail {
             ErrorClass::ProcFailed => ERRX_PROC_FAILED,
             ErrorClass::RmaSync => ERR_RMA_SYNC,
             ErrorClass::RmaRange => ERR_RMA_RANGE,
+            ErrorClass::Arg => ERR_ARG,
+            ErrorClass::Dims => ERR_DIMS,
             ErrorClass::Bootstrap | ErrorClass::Transport | ErrorClass::Timeout | ErrorClass::Other => ERR_OTHER,
         };
         Fail::new(class, e.to_string())
@@ -135,6 +139,8 @@ struct CommEntry {
     name: String,
     /// Attribute values, by key.
     attrs: attr::Attrs,
+    /// The Cartesian grid of a communicator `MPI_Cart_create` or `MPI_Cart_sub` made.
+    grid: Option<crate::topo::Grid>,
 }
 
 /// This process's MPI state, owned by the thread that called `MPI_Init`.
@@ -242,6 +248,8 @@ fn class_text(class: c_int) -> &'static str {
         ERR_ROOT => "invalid root",
         ERR_GROUP => "invalid group",
         ERR_OP => "invalid reduce operation",
+        ERR_TOPOLOGY => "invalid topology",
+        ERR_DIMS => "invalid dimension argument",
         ERR_ARG => "invalid argument",
         ERR_TRUNCATE => "message truncated",
         ERR_OTHER => "other error",
@@ -699,6 +707,7 @@ mod dtype;
 mod icoll;
 mod info;
 mod p2p;
+mod topo;
 mod win;
 
 fn init(name: &str, required: c_int) -> Res {
@@ -710,8 +719,9 @@ fn init(name: &str, required: c_int) -> Res {
     let solo = world.solo();
     UNIVERSE_SIZE.store(world.size() as c_int, Ordering::SeqCst);
     let empty = world.comm_group().excl(&(0..world.size()).collect::<Vec<_>>())?;
-    let entry =
-        |comm, name: &str| Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL, name: name.into(), attrs: Vec::new() });
+    let entry = |comm, name: &str| {
+        Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL, name: name.into(), attrs: Vec::new(), grid: None })
+    };
     let _ = MAIN_THREAD.set(std::thread::current().id());
     if !STATE.claim() {
         return Err(Fail::new(ERR_OTHER, format!("{name}: MPI is already initialized")));
@@ -838,7 +848,7 @@ unsafe fn new_comm(name: &str, made: Option<Comm>, errhandler: c_int, out: *mut 
     let handle = match made {
         None => 0,
         Some(comm) => with_state(name, |s| {
-            s.comms.push(Some(CommEntry { comm, errhandler, name: String::new(), attrs: Vec::new() }));
+            s.comms.push(Some(CommEntry { comm, errhandler, name: String::new(), attrs: Vec::new(), grid: None }));
             (s.comms.len() - 1) as c_int
         })?,
     };
@@ -1660,7 +1670,9 @@ mpi! {
             // SAFETY: MPI's contract: newcomm points to an MPI_Comm.
             unsafe { new_comm("MPI_Comm_dup", Some(made), errhandler_of(comm), newcomm) }?;
             // SAFETY: just written.
-            attr::copy_all("MPI_Comm_dup", comm, unsafe { *newcomm })
+            let made = unsafe { *newcomm };
+            topo::set_grid("MPI_Comm_dup", made, topo::grid_of("MPI_Comm_dup", comm)?)?;
+            attr::copy_all("MPI_Comm_dup", comm, made)
         });
         finish("MPI_Comm_dup", comm, r)
     }

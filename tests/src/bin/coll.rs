@@ -2,7 +2,8 @@
 //! Every result is compared with a sequential reference computed here from the same
 //! deterministic inputs; any mismatch panics (non-zero exit) with the details.
 
-use mpr::{Comm, Max, Min, Prod, Sum, UserOp};
+use mpr::topo::{dims_create, Grid};
+use mpr::{Comm, Communicator, Max, Min, Prod, Sum, UserOp};
 
 /// Input element `i` of rank `r` (small integers, so float sums are exact too).
 fn input(r: usize, i: usize) -> i64 {
@@ -33,6 +34,7 @@ fn main() -> mpr::Result<()> {
     check_loc_and_half(&w)?;
     check_groups(&w)?;
     check_nonblocking(&w)?;
+    check_cartesian(&w)?;
     w.barrier()?;
     println!("rank {me} of {p}: coll ok");
     universe.finalize()
@@ -533,5 +535,61 @@ fn check_nonblocking(w: &Comm) -> mpr::Result<()> {
         })?;
         assert_eq!(out[0], p as u64);
     }
+    Ok(())
+}
+
+/// A balanced 2-D grid over every rank, periodic in its second dimension: each rank's point
+/// and rank agree, a halo exchange along each dimension hears the neighbour the grid names
+/// (none past a closed edge), the rows and columns reduce over the ranks that share them,
+/// and a grid of fewer points leaves the last rank out.
+fn check_cartesian(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let mut dims = [0, 0];
+    dims_create(p, &mut dims)?;
+    assert_eq!(dims[0] * dims[1], p);
+    assert!(dims[0] >= dims[1], "{dims:?}");
+    let grid = Grid::new(&dims, &[false, true])?;
+    let cart = w.cart(&grid, false)?.expect("every rank is a point of a grid of p points");
+    let at = cart.coords();
+    assert_eq!(grid.rank(&[at[0] as isize, at[1] as isize])?, cart.rank());
+    for dim in 0..2 {
+        let (from, to) = cart.shift(dim, 1)?;
+        // Row-major: one step along dimension 1 is one rank; along 0, a row.
+        let step = if dim == 0 { dims[1] } else { 1 };
+        let expect_from =
+            if dim == 0 { (at[0] > 0).then(|| me - step) } else { Some(me - at[1] + (at[1] + dims[1] - 1) % dims[1]) };
+        assert_eq!(from, expect_from, "rank {me} at {at:?}, dimension {dim}");
+        let mut got = [usize::MAX];
+        mpr::scope(|s| -> mpr::Result<()> {
+            let mut reqs = Vec::new();
+            if let Some(t) = to {
+                reqs.push(cart.comm().isend(s, std::slice::from_ref(&me), t, 11)?);
+            }
+            if let Some(f) = from {
+                reqs.push(cart.comm().irecv(s, &mut got, f, 11)?);
+            }
+            mpr::wait_all(reqs).map(drop)
+        })?;
+        assert_eq!(from.map_or(usize::MAX, |f| f), got[0], "rank {me} heard along dimension {dim}");
+    }
+    for keep in 0..2 {
+        let sub = cart.sub(&[keep == 0, keep == 1])?;
+        assert_eq!(sub.grid().dims(), &[dims[keep]]);
+        assert_eq!(sub.size(), dims[keep]);
+        assert_eq!(sub.rank(), at[keep]);
+        let mut sum = [0u64];
+        sub.comm().allreduce(&[me as u64], &mut sum, Sum)?;
+        let members = (0..p).filter(|&r| grid.coords(r).map(|c| c[1 - keep] == at[1 - keep]).unwrap_or(false));
+        assert_eq!(sum[0], members.map(|r| r as u64).sum::<u64>(), "rank {me}, keeping dimension {keep}");
+    }
+    let line = Grid::new(&[p.max(2) - 1], &[false])?;
+    match w.cart(&line, true)? {
+        Some(l) => {
+            assert!(me < p.max(2) - 1);
+            assert_eq!(l.size(), line.size());
+        }
+        None => assert_eq!(me, p - 1, "only the last rank is left out"),
+    }
+    assert!(w.cart(&Grid::new(&[p + 1], &[true])?, false).is_err(), "a grid larger than the communicator");
     Ok(())
 }

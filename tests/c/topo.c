@@ -1,0 +1,163 @@
+/* Cartesian topologies: MPI_Dims_create, MPI_Cart_create and what a grid answers (points,
+ * ranks, shifts, sub-grids), a halo exchange along the grid, a duplicate keeping its grid,
+ * and the error classes of misuse. Every line must match MPICH's. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "say.h"
+
+static void ints(char *out, size_t cap, const int *v, int n)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n && at < cap; i++)
+        at += (size_t)snprintf(out + at, cap - at, "%s%d", i ? "," : "", v[i]);
+}
+
+static int class_of(int rc)
+{
+    int c = -1;
+    MPI_Error_class(rc, &c);
+    return c;
+}
+
+static void dims(int nodes, int n, const int *given)
+{
+    int d[8];
+    char in[64], out[64];
+    memcpy(d, given, sizeof(int) * (size_t)n);
+    ints(in, sizeof in, given, n);
+    int rc = MPI_Dims_create(nodes, n, d);
+    ints(out, sizeof out, d, n);
+    if (rank == 0)
+        SAY("dims %d in [%s] -> class %d [%s]", nodes, in, class_of(rc), rc == MPI_SUCCESS ? out : in);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+
+    /* Balanced grids, fixed extents kept, and the ones that cannot be. */
+    int z4[4] = {0, 0, 0, 0}, f1[4] = {0, 3, 0, 0}, f2[2] = {0, 3}, f3[2] = {2, 2}, neg[2] = {0, -1};
+    dims(12, 2, z4);
+    dims(72, 3, z4);
+    dims(200, 4, z4);
+    dims(20, 4, z4);
+    dims(42, 4, f1);
+    dims(1, 3, z4);
+    dims(size, 2, z4);
+    dims(7, 2, f2);
+    dims(6, 2, f3);
+    dims(6, 2, neg);
+
+    /* A 2-D grid over every rank, periodic in its second dimension. */
+    int d[2] = {0, 0}, periods[2] = {0, 1};
+    MPI_Dims_create(size, 2, d);
+    MPI_Comm cart;
+    MPI_Cart_create(MPI_COMM_WORLD, 2, d, periods, 0, &cart);
+    int crank, topo, world_topo, nd;
+    MPI_Comm_rank(cart, &crank);
+    MPI_Topo_test(cart, &topo);
+    MPI_Topo_test(MPI_COMM_WORLD, &world_topo);
+    MPI_Cartdim_get(cart, &nd);
+    int gd[2], gp[2], gc[2], back;
+    MPI_Cart_get(cart, 2, gd, gp, gc);
+    MPI_Cart_rank(cart, gc, &back);
+    SAY("cart rank %d topo %d (world %d) ndims %d dims %d,%d periods %d,%d coords %d,%d rank back %d", crank,
+        topo == MPI_CART, world_topo == MPI_UNDEFINED, nd, gd[0], gd[1], gp[0], gp[1], gc[0], gc[1], back);
+    for (int r = 0; r < size; r++) {
+        int c[2];
+        MPI_Cart_coords(cart, r, 2, c);
+        if (rank == 0)
+            SAY("coords of %d: %d,%d", r, c[0], c[1]);
+    }
+    /* Wrapping round the periodic dimension, any number of times, either way. */
+    int far[2] = {gc[0], gc[1] + 3 * gd[1] + 1}, wrapped;
+    MPI_Cart_rank(cart, far, &wrapped);
+    SAY("rank of %d,%d: %d", far[0], far[1], wrapped);
+    for (int dim = 0; dim < 2; dim++)
+        for (int disp = -2; disp <= 2; disp++) {
+            int src, dst;
+            MPI_Cart_shift(cart, dim, disp, &src, &dst);
+            SAY("shift dim %d by %d: source %d dest %d", dim, disp, src == MPI_PROC_NULL ? -1 : src,
+                dst == MPI_PROC_NULL ? -1 : dst);
+        }
+
+    /* A halo exchange: each rank sends its rank along each dimension and hears from the
+       other side (nothing at a closed edge). */
+    for (int dim = 0; dim < 2; dim++) {
+        int src, dst, got = -1;
+        MPI_Cart_shift(cart, dim, 1, &src, &dst);
+        MPI_Status st;
+        MPI_Sendrecv(&crank, 1, MPI_INT, dst, 5, &got, 1, MPI_INT, src, 5, cart, &st);
+        SAY("halo dim %d: got %d from %d", dim, got, st.MPI_SOURCE == MPI_PROC_NULL ? -1 : st.MPI_SOURCE);
+    }
+
+    /* Rows and columns as grids of their own. */
+    for (int keep = 0; keep < 2; keep++) {
+        int remain[2] = {keep == 0, keep == 1};
+        MPI_Comm sub;
+        MPI_Cart_sub(cart, remain, &sub);
+        int srank, ssize, snd, sd[1], sp[1], sc[1], sum = 0;
+        MPI_Comm_rank(sub, &srank);
+        MPI_Comm_size(sub, &ssize);
+        MPI_Cartdim_get(sub, &snd);
+        MPI_Cart_get(sub, 1, sd, sp, sc);
+        MPI_Allreduce(&crank, &sum, 1, MPI_INT, MPI_SUM, sub);
+        SAY("sub keeping %d: rank %d of %d ndims %d dims %d periods %d coords %d sum of ranks %d", keep, srank,
+            ssize, snd, sd[0], sp[0], sc[0], sum);
+        MPI_Comm_free(&sub);
+    }
+
+    /* A duplicate keeps the grid; a split does not. */
+    MPI_Comm dup, split;
+    MPI_Comm_dup(cart, &dup);
+    MPI_Comm_split(cart, 0, rank, &split);
+    int dup_topo, dup_nd, split_topo;
+    MPI_Topo_test(dup, &dup_topo);
+    MPI_Cartdim_get(dup, &dup_nd);
+    MPI_Topo_test(split, &split_topo);
+    SAY("dup topo %d ndims %d, split topo %d", dup_topo == MPI_CART, dup_nd, split_topo == MPI_UNDEFINED);
+    MPI_Comm_free(&dup);
+    MPI_Comm_free(&split);
+
+    /* A grid of fewer points than ranks: the last rank is left out. */
+    int line[1] = {size - 1}, open[1] = {0}, mapped;
+    MPI_Comm part;
+    MPI_Cart_create(MPI_COMM_WORLD, 1, line, open, 1, &part);
+    MPI_Cart_map(MPI_COMM_WORLD, 1, line, open, &mapped);
+    if (part == MPI_COMM_NULL) {
+        SAY("line: not in it, mapped %d", mapped == MPI_UNDEFINED ? -1 : mapped);
+    } else {
+        int lr, src, dst;
+        MPI_Comm_rank(part, &lr);
+        MPI_Cart_shift(part, 0, 1, &src, &dst);
+        SAY("line: rank %d mapped %d source %d dest %d", lr, mapped, src == MPI_PROC_NULL ? -1 : src,
+            dst == MPI_PROC_NULL ? -1 : dst);
+        MPI_Comm_free(&part);
+    }
+
+    /* Misuse, under MPI_ERRORS_RETURN. */
+    MPI_Comm_set_errhandler(cart, MPI_ERRORS_RETURN);
+    MPI_Comm none = MPI_COMM_NULL;
+    int big[2] = {size, 2}, rc, out[2], a, b;
+    rc = MPI_Cart_create(MPI_COMM_WORLD, 2, big, periods, 0, &none);
+    SAY("grid larger than the communicator: class %d", class_of(rc));
+    int outside[2] = {gd[0], 0};
+    rc = MPI_Cart_rank(cart, outside, &a);
+    SAY("coordinate past a closed edge: class %d", class_of(rc));
+    rc = MPI_Cart_coords(cart, size, 2, out);
+    SAY("coords of rank %d: class %d", size, class_of(rc));
+    rc = MPI_Cart_shift(cart, 2, 1, &a, &b);
+    SAY("shift along a third dimension: class %d", class_of(rc));
+    /* (A grid of a dimension of no points, and grid questions to a communicator without a
+       grid, are in refusals.c: MPICH accepts the first and crashes on the others.) */
+
+    MPI_Comm_free(&cart);
+    MPI_Finalize();
+    return 0;
+}
