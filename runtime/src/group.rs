@@ -26,7 +26,7 @@ impl Group {
         for &r in ranks {
             let w = *self.world.get(r).ok_or(Error::Rank { rank: r, size: self.size() })?;
             if world.contains(&w) {
-                return Err(Error::Other(format!("group incl: rank {r} named twice")));
+                return Err(Error::Arg(format!("group incl: rank {r} named twice")));
             }
             world.push(w);
         }
@@ -40,6 +40,50 @@ impl Group {
         }
         let world = self.world.iter().enumerate().filter(|(i, _)| !ranks.contains(i)).map(|(_, &w)| w).collect();
         Ok(Group { world })
+    }
+
+    /// The members of this group, then those of `other` that are not in it
+    /// (`MPI_Group_union`).
+    pub fn union(&self, other: &Group) -> Group {
+        let extra = other.world.iter().filter(|w| !self.world.contains(w));
+        Group { world: self.world.iter().chain(extra).copied().collect() }
+    }
+
+    /// The members of this group that are in `other`, in this group's order
+    /// (`MPI_Group_intersection`).
+    pub fn intersection(&self, other: &Group) -> Group {
+        Group { world: self.world.iter().filter(|w| other.world.contains(w)).copied().collect() }
+    }
+
+    /// The members of this group that are not in `other`, in this group's order
+    /// (`MPI_Group_difference`).
+    pub fn difference(&self, other: &Group) -> Group {
+        Group { world: self.world.iter().filter(|w| !other.world.contains(w)).copied().collect() }
+    }
+
+    /// The ranks that `(first, last, stride)` triplets name, in order
+    /// (`MPI_Group_range_incl`'s and `_excl`'s): `first`, `first + stride`, ... up to
+    /// `last` (down to it for a negative stride).
+    pub fn ranges(&self, ranges: &[(i64, i64, i64)]) -> Result<Vec<usize>, Error> {
+        let mut ranks = Vec::new();
+        for &(first, last, stride) in ranges {
+            if stride == 0 {
+                return Err(Error::Arg(format!("range {first}..{last} with a stride of 0")));
+            }
+            for r in [first, last] {
+                if usize::try_from(r).map_or(true, |r| r >= self.size()) {
+                    // MPICH's class for a range that leaves the group (MPI names none).
+                    let size = self.size();
+                    return Err(Error::Arg(format!("range {first}..{last} leaves the group of {size} ranks at {r}")));
+                }
+            }
+            let mut r = first;
+            while (stride > 0 && r <= last) || (stride < 0 && r >= last) {
+                ranks.push(r as usize);
+                r += stride;
+            }
+        }
+        Ok(ranks)
     }
 
     /// For each of `ranks` in this group, its rank in `other`, if it is a member there

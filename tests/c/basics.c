@@ -169,6 +169,17 @@ static void errors(void)
     CLASS("bcast root size", MPI_Bcast(&x, 1, MPI_INT, size, MPI_COMM_WORLD));
     CLASS("band on doubles", MPI_Allreduce(&x, y, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_SELF));
     CLASS("null op", MPI_Allreduce(&x, y, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_SELF));
+    /* Ranges of ranks: a stride of 0, past the group's end, below 0, a rank twice. */
+    MPI_Group wg, none = MPI_GROUP_NULL;
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    int stride0[1][3] = {{0, 1, 0}}, past[1][3] = {{0, size, 1}}, below[1][3] = {{-1, 0, 1}};
+    int twice[2][3] = {{0, 1, 1}, {1, 1, 1}};
+    CLASS("range of stride 0", MPI_Group_range_incl(wg, 1, stride0, &none));
+    CLASS("range past the end", MPI_Group_range_incl(wg, 1, past, &none));
+    CLASS("range below 0", MPI_Group_range_excl(wg, 1, below, &none));
+    CLASS("ranges naming a rank twice", MPI_Group_range_incl(wg, 2, twice, &none));
+    CLASS("name of no datatype", MPI_Type_set_name(MPI_DATATYPE_NULL, "x"));
+    MPI_Group_free(&wg);
     /* Truncation: two ints into room for one. */
     int two[2] = {1, 2};
     err = MPI_Sendrecv(two, 2, MPI_INT, rank, 5, y, 1, MPI_INT, rank, 5, MPI_COMM_WORLD, &st);

@@ -377,6 +377,23 @@ int main(int argc, char **argv)
     empty_copy = MPI_GROUP_EMPTY;
     MPI_Group_size(empty_copy, &cmp[3]);
     say("group compare ident similar unequal, empty size", cmp, 4);
+    /* Set operations on groups, and ranges of ranks, as world ranks. */
+    MPI_Group made[5];
+    MPI_Group_union(evens, rev, &made[0]);
+    MPI_Group_intersection(rev, evens, &made[1]);
+    MPI_Group_difference(wg, evens, &made[2]);
+    int down[1][3] = {{p - 1, 0, -2}}, every3[1][3] = {{0, p - 1, 3}};
+    MPI_Group_range_incl(wg, 1, down, &made[3]);
+    MPI_Group_range_excl(wg, 1, every3, &made[4]);
+    const char *made_names[5] = {"union evens rev", "intersection rev evens", "difference world evens",
+                                 "range incl p-1 down by 2", "range excl every third"};
+    for (int m = 0; m < 5; m++) {
+        int msize, in_world[8];
+        MPI_Group_size(made[m], &msize);
+        MPI_Group_translate_ranks(made[m], msize, all, wg, in_world);
+        say(made_names[m], in_world, msize);
+        MPI_Group_free(&made[m]);
+    }
     MPI_Comm ec;
     MPI_Comm_create(MPI_COMM_WORLD, evens, &ec);
     if (ec == MPI_COMM_NULL) {
@@ -413,6 +430,30 @@ int main(int argc, char **argv)
     MPI_Comm_get_name(halfw, cname, &clen);
     named[2] = clen == 0;
     say("names", named, 3);
+    /* Datatype and window names; MPI_Pcontrol, with and without more arguments. */
+    char tname[MPI_MAX_OBJECT_NAME];
+    int tlen, tnamed[6];
+    MPI_Type_get_name(MPI_INT, tname, &tlen);
+    tnamed[0] = strcmp(tname, "MPI_INT") == 0 && tlen == 7;
+    MPI_Datatype pair_t;
+    MPI_Type_contiguous(2, MPI_DOUBLE, &pair_t);
+    MPI_Type_get_name(pair_t, tname, &tlen);
+    tnamed[1] = tlen == 0 && tname[0] == '\0';
+    MPI_Type_set_name(pair_t, "pair of doubles");
+    MPI_Type_get_name(pair_t, tname, &tlen);
+    tnamed[2] = strcmp(tname, "pair of doubles") == 0 && tlen == 15;
+    MPI_Type_free(&pair_t);
+    MPI_Win nw;
+    void *nbase;
+    MPI_Win_allocate(8, 1, MPI_INFO_NULL, MPI_COMM_SELF, &nbase, &nw);
+    MPI_Win_get_name(nw, tname, &tlen);
+    tnamed[3] = tlen == 0;
+    MPI_Win_set_name(nw, "halo");
+    MPI_Win_get_name(nw, tname, &tlen);
+    tnamed[4] = strcmp(tname, "halo") == 0 && tlen == 4;
+    MPI_Win_free(&nw);
+    tnamed[5] = MPI_Pcontrol(1) == MPI_SUCCESS && MPI_Pcontrol(2, "phase", 3) == MPI_SUCCESS;
+    say("type and window names, pcontrol", tnamed, 6);
     int *ub, found, *wg_attr, found2;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_WTIME_IS_GLOBAL, &wg_attr, &found2);

@@ -7,7 +7,10 @@ use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
 use super::types::{Datatype, Derived, COMBINER_NAMED, FIRST_DERIVED};
-use super::{comm_of, count_of, finish, ints_at, put, Fail, Res, COMM_WORLD, ERR_ARG, ERR_TRUNCATE, ERR_TYPE};
+use super::{
+    comm_of, count_of, finish, ints_at, name_at, put, write_text, Fail, Res, COMM_WORLD, ERR_ARG, ERR_TRUNCATE,
+    ERR_TYPE, MAX_OBJECT_NAME,
+};
 use crate::Layout;
 
 /// `MPI_COMBINER_*` (include/mpi.h; MPICH's values).
@@ -110,6 +113,12 @@ unsafe fn aints_at<'a>(p: *const isize, n: usize) -> Res<&'a [isize]> {
 /// Nonnegative counts.
 fn counts_of(v: &[c_int]) -> Res<Vec<usize>> {
     v.iter().map(|&c| count_of(c)).collect()
+}
+
+thread_local! {
+    /// `MPI_Type_set_name`'s names, by handle (a predefined type without one is called by
+    /// its MPI name, a derived one by none).
+    static NAMES: std::cell::RefCell<std::collections::HashMap<c_int, String>> = Default::default();
 }
 
 /// Runs constructor `name` and returns its code.
@@ -352,8 +361,29 @@ mpi! {
             // SAFETY: MPI's contract: datatype points to an MPI_Datatype.
             let h = unsafe { handle_at(datatype)? };
             Datatype::free(h)?;
+            NAMES.with(|n| n.borrow_mut().remove(&h));
             // SAFETY: as above (not null: handle_at checked).
             unsafe { put(datatype, 0) }
+        })
+    }
+
+    fn MPI_Type_set_name / PMPI_Type_set_name(datatype: c_int, type_name: *const std::ffi::c_char) -> c_int {
+        make("MPI_Type_set_name", || {
+            Datatype::of(datatype)?;
+            // SAFETY: MPI's contract: a NUL-terminated string.
+            let text = unsafe { name_at(type_name)? };
+            NAMES.with(|n| n.borrow_mut().insert(datatype, text));
+            Ok(())
+        })
+    }
+
+    fn MPI_Type_get_name / PMPI_Type_get_name(datatype: c_int, type_name: *mut std::ffi::c_char, resultlen: *mut c_int) -> c_int {
+        make("MPI_Type_get_name", || {
+            let t = Datatype::of(datatype)?;
+            let given = NAMES.with(|n| n.borrow().get(&datatype).cloned());
+            let text = given.unwrap_or_else(|| if datatype < FIRST_DERIVED { t.name.into() } else { String::new() });
+            // SAFETY: MPI's contract: type_name holds MPI_MAX_OBJECT_NAME chars.
+            unsafe { write_text(&text, type_name, resultlen, MAX_OBJECT_NAME) }
         })
     }
 

@@ -11,9 +11,9 @@ use std::cell::Ref;
 
 use super::types::{accumulate_basic, accumulate_of, predefined_size, Datatype};
 use super::{
-    bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, put, raw_mut, with_state,
-    Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERRORS_RETURN, ERR_ARG, ERR_DISP, ERR_NO_MEM, ERR_OTHER, ERR_RANK,
-    ERR_SIZE, ERR_WIN, STATE,
+    bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, name_at, put, raw_mut,
+    with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERRORS_RETURN, ERR_ARG, ERR_DISP, ERR_NO_MEM,
+    ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, STATE,
 };
 use crate::rma::{Assert, LockType, Window};
 use crate::{Comm, DynAcc};
@@ -39,6 +39,8 @@ pub(super) struct WinEntry {
     unit: Box<c_int>,
     /// `MPI_Win_set_errhandler`'s (a window's errors go to it, not to a communicator's).
     errhandler: c_int,
+    /// `MPI_Win_set_name`'s.
+    name: String,
 }
 
 /// The assertion of a `MPI_MODE_*` combination.
@@ -146,7 +148,15 @@ unsafe fn new_win(name: &str, comm: &Comm, win: Window<'static, u8>, unit: c_int
     comm.allgather(&[unit as u64], &mut units)?;
     let (base, size) = (win.local_ptr().cast::<c_void>(), Box::new(win.local_len() as isize));
     let units = units.into_iter().map(|u| u as usize).collect();
-    let entry = WinEntry { win, units, base, size, unit: Box::new(unit as c_int), errhandler: ERRORS_ARE_FATAL };
+    let entry = WinEntry {
+        win,
+        units,
+        base,
+        size,
+        unit: Box::new(unit as c_int),
+        errhandler: ERRORS_ARE_FATAL,
+        name: String::new(),
+    };
     let h = with_state(name, |s| {
         s.wins.push(Some(Box::new(entry)));
         (s.wins.len() - 1) as c_int
@@ -749,6 +759,19 @@ mpi! {
 
     fn MPI_Win_unlock_all / PMPI_Win_unlock_all(win: c_int) -> c_int {
         call_ref("MPI_Win_unlock_all", win, |w| Ok(w.win.unlock_all()?))
+    }
+
+    fn MPI_Win_set_name / PMPI_Win_set_name(win: c_int, win_name: *const std::ffi::c_char) -> c_int {
+        call("MPI_Win_set_name", win, |w| {
+            // SAFETY: MPI's contract: a NUL-terminated string.
+            w.name = unsafe { name_at(win_name)? };
+            Ok(())
+        })
+    }
+
+    fn MPI_Win_get_name / PMPI_Win_get_name(win: c_int, win_name: *mut std::ffi::c_char, resultlen: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: win_name holds MPI_MAX_OBJECT_NAME chars.
+        call_ref("MPI_Win_get_name", win, |w| unsafe { write_text(&w.name, win_name, resultlen, MAX_OBJECT_NAME) })
     }
 
     fn MPI_Win_flush / PMPI_Win_flush(rank: c_int, win: c_int) -> c_int {

@@ -421,6 +421,20 @@ fn check_groups(w: &Comm) -> mpr::Result<()> {
         assert_eq!(*tr, picks.iter().position(|&x| x == r), "translate rank {r}");
     }
     assert!(g.incl(&[p]).is_err(), "incl of a rank out of range is an error");
+    // Set operations keep the first group's order, then the second's.
+    let all: Vec<usize> = (0..p).collect();
+    let in_world = |h: &mpr::Group| -> Vec<usize> {
+        h.translate_ranks(&(0..h.size()).collect::<Vec<_>>(), &g).unwrap().into_iter().map(Option::unwrap).collect()
+    };
+    let odds: Vec<usize> = all.iter().copied().filter(|r| r % 2 == 1).collect();
+    assert_eq!(in_world(&sub.union(&g)), picks.iter().copied().chain(odds.iter().copied()).collect::<Vec<_>>());
+    assert_eq!(in_world(&g.intersection(&sub)), all.iter().copied().filter(|r| r % 2 == 0).collect::<Vec<_>>());
+    assert_eq!(in_world(&g.difference(&sub)), odds);
+    assert_eq!(in_world(&rest), odds);
+    let down = g.ranges(&[(p as i64 - 1, 0, -2)])?;
+    assert_eq!(down, (0..p).rev().step_by(2).collect::<Vec<_>>());
+    assert_eq!(g.ranges(&[(0, 0, 0)]).unwrap_err().class(), mpr::ErrorClass::Arg, "a stride of 0");
+    assert_eq!(g.ranges(&[(0, p as i64, 1)]).unwrap_err().class(), mpr::ErrorClass::Arg, "past the end");
     match w.create(&sub)? {
         Some(c) => {
             assert_eq!(c.rank(), picks.iter().position(|&x| x == me).unwrap(), "create keeps the group order");
