@@ -1,12 +1,13 @@
-//! Cartesian topologies: `MPI_Dims_create`, `MPI_Cart_*` and `MPI_Topo_test`, on the core's
-//! grids (`crate::topo`). A communicator's grid lives in its table entry; `MPI_Comm_dup`
+//! Cartesian topologies: `MPI_Dims_create`, `MPI_Cart_*`, `MPI_Topo_test` and the
+//! neighbourhood collectives, on the core's grids (`crate::topo`). A communicator's grid lives in its table entry; `MPI_Comm_dup`
 //! copies it, as MPI says.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
+use super::types::Datatype;
 use super::{
-    comm_of, errhandler_of, finish, new_comm, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_COMM, ERR_DIMS,
-    ERR_TOPOLOGY, PROC_NULL, UNDEFINED,
+    blocks, bytes, bytes_mut, comm_of, count_of, errhandler_of, finish, new_comm, put, with_state, Fail, Res,
+    COMM_WORLD, ERR_ARG, ERR_COMM, ERR_DIMS, ERR_TOPOLOGY, PROC_NULL, UNDEFINED,
 };
 use crate::topo::{dims_create, CartComm, Grid};
 use crate::Comm;
@@ -252,5 +253,98 @@ mpi! {
             set_grid("MPI_Cart_sub", unsafe { *newcomm }, Some(sub.grid().clone()))
         });
         finish("MPI_Cart_sub", comm, r)
+    }
+
+    fn MPI_Neighbor_allgather / PMPI_Neighbor_allgather(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = cart_of("MPI_Neighbor_allgather", comm).and_then(|c| {
+            let k = 2 * c.grid().ndims();
+            // SAFETY: MPI's contract: recvbuf holds one block of recvcount elements per
+            // neighbour, sendbuf sendcount elements.
+            let (mut recv, send) = unsafe {
+                let recv = bytes_mut(recvbuf, count_of(recvcount)? * k, &Datatype::of(recvtype)?)?;
+                (recv, bytes(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)?)
+            };
+            Ok(c.neighbor_allgather(&send, &mut recv)?)
+        });
+        finish("MPI_Neighbor_allgather", comm, r)
+    }
+
+    fn MPI_Neighbor_allgatherv / PMPI_Neighbor_allgatherv(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        displs: *const c_int,
+        recvtype: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = cart_of("MPI_Neighbor_allgatherv", comm).and_then(|c| {
+            let k = 2 * c.grid().ndims();
+            // SAFETY: MPI's contract: the arrays hold one int per neighbour, recvbuf spans
+            // every block, sendbuf holds sendcount elements.
+            let (v, send) = unsafe {
+                let v = blocks(recvcounts, displs, k, &Datatype::of(recvtype)?)?;
+                (v, bytes(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)?)
+            };
+            // SAFETY: as above.
+            let mut recv = unsafe { bytes_mut(recvbuf, v.count, &v.ty)? };
+            Ok(c.neighbor_allgatherv(&send, &mut recv, &v.counts, &v.displs)?)
+        });
+        finish("MPI_Neighbor_allgatherv", comm, r)
+    }
+
+    fn MPI_Neighbor_alltoall / PMPI_Neighbor_alltoall(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = cart_of("MPI_Neighbor_alltoall", comm).and_then(|c| {
+            let k = 2 * c.grid().ndims();
+            // SAFETY: MPI's contract: each buffer holds one block per neighbour.
+            let (mut recv, send) = unsafe {
+                let recv = bytes_mut(recvbuf, count_of(recvcount)? * k, &Datatype::of(recvtype)?)?;
+                (recv, bytes(sendbuf, count_of(sendcount)? * k, &Datatype::of(sendtype)?)?)
+            };
+            Ok(c.neighbor_alltoall(&send, &mut recv)?)
+        });
+        finish("MPI_Neighbor_alltoall", comm, r)
+    }
+
+    fn MPI_Neighbor_alltoallv / PMPI_Neighbor_alltoallv(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        sdispls: *const c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        rdispls: *const c_int,
+        recvtype: c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = cart_of("MPI_Neighbor_alltoallv", comm).and_then(|c| {
+            let k = 2 * c.grid().ndims();
+            // SAFETY: MPI's contract: the arrays hold one int per neighbour, the buffers span
+            // every block.
+            let (s, v) = unsafe {
+                (blocks(sendcounts, sdispls, k, &Datatype::of(sendtype)?)?, blocks(recvcounts, rdispls, k, &Datatype::of(recvtype)?)?)
+            };
+            // SAFETY: as above.
+            let (send, mut recv) = unsafe { (bytes(sendbuf, s.count, &s.ty)?, bytes_mut(recvbuf, v.count, &v.ty)?) };
+            Ok(c.neighbor_alltoallv(&send, &s.counts, &s.displs, &mut recv, &v.counts, &v.displs)?)
+        });
+        finish("MPI_Neighbor_alltoallv", comm, r)
     }
 }

@@ -12,6 +12,7 @@
 
 mod algo;
 mod create;
+mod neighbor;
 pub(crate) mod node;
 mod nonblocking;
 pub mod op;

@@ -9,7 +9,7 @@ use crate::comm::Comm;
 use crate::error::Error;
 
 /// Counts and displacements of `p` blocks within a buffer of `len` elements.
-fn layout(what: &str, counts: &[usize], displs: &[usize], p: usize, len: usize) -> Result<(), Error> {
+pub(super) fn layout(what: &str, counts: &[usize], displs: &[usize], p: usize, len: usize) -> Result<(), Error> {
     if counts.len() != p || displs.len() != p {
         return Err(Error::Other(format!(
             "{what}: {} counts and {} displacements for {p} ranks",
@@ -28,7 +28,13 @@ fn layout(what: &str, counts: &[usize], displs: &[usize], p: usize, len: usize) 
 }
 
 /// As [`layout`], for a buffer the blocks are written to: they must not overlap either.
-fn disjoint_layout(what: &str, counts: &[usize], displs: &[usize], p: usize, len: usize) -> Result<(), Error> {
+pub(super) fn disjoint_layout(
+    what: &str,
+    counts: &[usize],
+    displs: &[usize],
+    p: usize,
+    len: usize,
+) -> Result<(), Error> {
     layout(what, counts, displs, p, len)?;
     let mut blocks: Vec<(usize, usize, usize)> =
         (0..p).filter(|&r| counts[r] > 0).map(|r| (displs[r], displs[r] + counts[r], r)).collect();

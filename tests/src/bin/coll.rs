@@ -596,6 +596,30 @@ fn check_cartesian(w: &Comm) -> mpr::Result<()> {
         let members = (0..p).filter(|&r| grid.coords(r).map(|c| c[1 - keep] == at[1 - keep]).unwrap_or(false));
         assert_eq!(sum[0], members.map(|r| r as u64).sum::<u64>(), "rank {me}, keeping dimension {keep}");
     }
+    // Neighbourhood exchanges: block s a rank sends lands in block s ^ 1 of the neighbour
+    // (MPI-4.0 errata), also where both neighbours along the periodic dimension are one
+    // rank (2 points) or the rank itself (1 point).
+    let near = cart.neighbors();
+    assert_eq!(near.len(), 4);
+    assert_eq!((near[0], near[1]), cart.shift(0, 1)?);
+    let mut all = vec![usize::MAX; 4];
+    cart.neighbor_allgather(&[me], &mut all)?;
+    let want: Vec<usize> = near.iter().map(|n| n.unwrap_or(usize::MAX)).collect();
+    assert_eq!(all, want, "rank {me}: neighbour allgather");
+    let value = |r: usize, s: usize, j: usize| (r * 100 + s * 10 + j) as i64;
+    let scounts: Vec<usize> = (0..4).map(|s| 1 + s % 2).collect();
+    let sdispls: Vec<usize> = scounts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+    let send: Vec<i64> = (0..4).flat_map(|s| (0..scounts[s]).map(move |j| value(me, s, j))).collect();
+    let rcounts: Vec<usize> = (0..4).map(|i| scounts[i ^ 1]).collect();
+    let rdispls: Vec<usize> = rcounts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+    let mut got = vec![-1i64; 6];
+    cart.neighbor_alltoallv(&send, &scounts, &sdispls, &mut got, &rcounts, &rdispls)?;
+    for (i, n) in near.iter().enumerate() {
+        for j in 0..rcounts[i] {
+            let want = n.map_or(-1, |n| value(n, i ^ 1, j));
+            assert_eq!(got[rdispls[i] + j], want, "rank {me}: block {i} from {n:?}, element {j}");
+        }
+    }
     let line = Grid::new(&[p.max(2) - 1], &[false])?;
     match w.cart(&line, true)? {
         Some(l) => {

@@ -1,0 +1,120 @@
+//! Neighbourhood collectives on a Cartesian grid (MPI 4.1, section 8.6): each rank exchanges
+//! blocks with its neighbours only, in MPI's order (along each dimension, the rank a step
+//! back, then the one a step forward). A neighbour past a closed edge is absent: nothing is
+//! sent to it, and its receive block is left as it was.
+//!
+//! Every transfer is posted at once. Two messages between the same pair of ranks (both
+//! neighbours along a dimension of two points that wraps round, or a rank its own neighbour
+//! along a dimension of one) are told apart by direction: each (dimension, direction) has a
+//! tag of its own.
+
+use bytemuck::Pod;
+
+use super::vector::{disjoint_layout, layout};
+use super::{algo::split_blocks, bytes, bytes_mut};
+use crate::error::Error;
+use crate::topo::CartComm;
+
+impl CartComm {
+    /// This rank's neighbours, in MPI's order: along each dimension, the rank a step back,
+    /// then the rank a step forward; `None` past the edge of a dimension that does not wrap
+    /// round.
+    pub fn neighbors(&self) -> Vec<Option<usize>> {
+        (0..self.grid().ndims())
+            .flat_map(|d| {
+                let (back, forward) = self.shift(d, 1).expect("d is a dimension of the grid");
+                [back, forward]
+            })
+            .collect()
+    }
+
+    /// Sends `send` to every neighbour and receives a block of the same size from each into
+    /// `recv`, block `i` from neighbour `i` (`MPI_Neighbor_allgather`). Collective.
+    pub fn neighbor_allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        let k = 2 * self.grid().ndims();
+        let n = send.len();
+        let counts = vec![n; k];
+        let displs: Vec<usize> = (0..k).map(|i| i * n).collect();
+        self.neighbor_allgatherv(send, recv, &counts, &displs)
+    }
+
+    /// As [`CartComm::neighbor_allgather`], block `i` of `recv` holding `counts[i]` elements
+    /// at `displs[i]` (`MPI_Neighbor_allgatherv`). Collective.
+    pub fn neighbor_allgatherv<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<(), Error> {
+        let k = 2 * self.grid().ndims();
+        disjoint_layout("neighbor_allgatherv (receive)", counts, displs, k, recv.len())?;
+        self.exchange(|_| bytes(send), recv, |i| displs[i]..displs[i] + counts[i])
+    }
+
+    /// Sends block `i` of `send` to neighbour `i` and receives block `i` of `recv` from it,
+    /// all blocks of `send.len() / k` elements for `k` neighbours (`MPI_Neighbor_alltoall`).
+    /// Collective.
+    pub fn neighbor_alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        let k = 2 * self.grid().ndims();
+        if k == 0 {
+            return Ok(());
+        }
+        if send.len() % k != 0 || recv.len() != send.len() {
+            return Err(Error::Arg(format!(
+                "neighbor_alltoall: {} elements to send and {} to receive, for {k} neighbours",
+                send.len(),
+                recv.len()
+            )));
+        }
+        let n = send.len() / k;
+        self.exchange(|i| bytes(&send[i * n..(i + 1) * n]), recv, |i| i * n..(i + 1) * n)
+    }
+
+    /// As [`CartComm::neighbor_alltoall`], each block of its own size and place
+    /// (`MPI_Neighbor_alltoallv`). Collective.
+    #[allow(clippy::too_many_arguments)]
+    pub fn neighbor_alltoallv<T: Pod>(
+        &self,
+        send: &[T],
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &mut [T],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<(), Error> {
+        let k = 2 * self.grid().ndims();
+        layout("neighbor_alltoallv (send)", scounts, sdispls, k, send.len())?;
+        disjoint_layout("neighbor_alltoallv (receive)", rcounts, rdispls, k, recv.len())?;
+        self.exchange(
+            |i| bytes(&send[sdispls[i]..sdispls[i] + scounts[i]]),
+            recv,
+            |i| rdispls[i]..rdispls[i] + rcounts[i],
+        )
+    }
+
+    /// Sends `out(i)` to neighbour `i` and receives block `block(i)` of `recv` from it, for
+    /// every neighbour present (the blocks checked disjoint and inside `recv`).
+    fn exchange<'a, T: Pod>(
+        &self,
+        out: impl Fn(usize) -> &'a [u8],
+        recv: &mut [T],
+        block: impl Fn(usize) -> std::ops::Range<usize>,
+    ) -> Result<(), Error> {
+        let near = self.neighbors();
+        let c = self.comm();
+        // A tag per (dimension, direction), the same at every rank (collectives go in the
+        // same order everywhere): a message a step forward along dimension d carries
+        // tags[2d + 1], one a step back tags[2d].
+        let tags: Vec<i32> = near.iter().map(|_| c.coll_tag()).collect();
+        let mut blocks = split_blocks(recv, (0..near.len()).map(block));
+        // To neighbour i, a step back (i even) or forward (odd) from here: the direction of
+        // the message is i's. From neighbour i, the message came the other way.
+        let sends = near.iter().enumerate().filter_map(|(i, n)| Some((out(i), (*n)?, tags[i])));
+        let recvs = blocks
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, b)| Some((bytes_mut(std::mem::take(b)), near[i]?, tags[i ^ 1])));
+        c.coll_xchg_each(sends, recvs, None)
+    }
+}
