@@ -190,6 +190,64 @@ static void errors(void)
         MPI_ERR_COUNT, MPI_ERR_COMM, MPI_ERR_TYPE, MPI_ERR_ROOT, MPI_ERR_OP, MPI_ERR_TRUNCATE);
 }
 
+/* Error handlers of the program's: called with the object and the code, the call then
+ * returning the code; kept by the objects they are set on after MPI_Errhandler_free. */
+static int handled, handled_class, handled_self;
+static MPI_Comm handled_comm;
+static MPI_Win handled_win;
+
+static void on_comm_error(MPI_Comm *comm, int *code, ...)
+{
+    handled++;
+    MPI_Error_class(*code, &handled_class);
+    handled_self = *comm == handled_comm;
+}
+
+static void on_win_error(MPI_Win *win, int *code, ...)
+{
+    handled++;
+    handled_class = *code;
+    handled_self = *win == handled_win;
+}
+
+static void handlers(void)
+{
+    int x = 1, err, cls;
+    MPI_Errhandler h, got;
+    MPI_Comm_dup(MPI_COMM_WORLD, &handled_comm);
+    MPI_Comm_create_errhandler(on_comm_error, &h);
+    MPI_Comm_set_errhandler(handled_comm, h);
+    MPI_Comm_get_errhandler(handled_comm, &got);
+    err = MPI_Send(&x, 1, MPI_INT, size, 0, handled_comm);
+    MPI_Error_class(err, &cls);
+    SAY("handler: same handle %d, called %d, class %d, on its communicator %d, returned class %d", got == h, handled,
+        handled_class, handled_self, cls);
+    err = MPI_Comm_call_errhandler(handled_comm, MPI_ERR_OTHER);
+    SAY("call_errhandler: %d, called %d, class %d", err, handled, handled_class);
+    MPI_Errhandler_free(&h);
+    err = MPI_Send(&x, -1, MPI_INT, 0, 0, handled_comm);
+    MPI_Error_class(err, &cls);
+    SAY("after free: null %d, called %d, class %d", h == MPI_ERRHANDLER_NULL, handled, cls);
+    MPI_Comm_free(&handled_comm);
+    /* A window's: on the code the program passes. */
+    void *base;
+    MPI_Win_allocate(8, 1, MPI_INFO_NULL, MPI_COMM_SELF, &base, &handled_win);
+    MPI_Win_create_errhandler(on_win_error, &h);
+    MPI_Win_set_errhandler(handled_win, h);
+    err = MPI_Win_call_errhandler(handled_win, MPI_ERR_WIN);
+    SAY("window handler: %d, called %d, code %d, on its window %d", err, handled, handled_class, handled_self);
+    MPI_Win_free(&handled_win);
+    MPI_Errhandler_free(&h);
+    /* MPI_ERRORS_RETURN: the call returns, nothing else happens. */
+    err = MPI_Comm_call_errhandler(MPI_COMM_WORLD, MPI_ERR_OTHER);
+    SAY("call_errhandler under errors-return: %d, called %d", err, handled);
+    /* The idiom of libraries: take the handler, put it back later, free the reference. */
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &got);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, got);
+    err = MPI_Errhandler_free(&got);
+    SAY("free of a predefined handler taken: %d, null %d", err, got == MPI_ERRHANDLER_NULL);
+}
+
 static void info(void)
 {
     MPI_Info in, copy;
@@ -239,6 +297,7 @@ int main(int argc, char **argv)
     point_to_point();
     collectives();
     errors();
+    handlers();
     info();
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();

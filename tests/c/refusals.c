@@ -11,6 +11,18 @@
 #include <mpi.h>
 #include <stdio.h>
 
+static void on_win_error(MPI_Win *w, int *code, ...)
+{
+    (void)w;
+    (void)code;
+}
+
+static void on_comm_error(MPI_Comm *c, int *code, ...)
+{
+    (void)c;
+    (void)code;
+}
+
 int main(int argc, char **argv)
 {
     int rank, size, *mem, v = 1, got = 0, cls;
@@ -62,6 +74,16 @@ int main(int argc, char **argv)
     MPI_Comm_free_keyval(&key);
     MPI_Error_class(MPI_Comm_set_attr(MPI_COMM_WORLD, k, &v), &cls);
     printf("%d: set_attr of a freed key: class %d\n", rank, cls);
+    /* An error handler set on the wrong kind of object (MPICH takes it). */
+    MPI_Errhandler for_win, for_comm;
+    MPI_Win_create_errhandler(on_win_error, &for_win);
+    MPI_Comm_create_errhandler(on_comm_error, &for_comm);
+    int on_comm = MPI_Comm_set_errhandler(MPI_COMM_WORLD, for_win), on_win;
+    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    on_win = MPI_Win_set_errhandler(win, for_comm);
+    MPI_Error_class(on_comm, &cls);
+    MPI_Error_class(on_win, &k);
+    printf("%d: a window's handler on a communicator: class %d, a communicator's on a window: class %d\n", rank, cls, k);
     /* Cartesian grids: a dimension of no points (MPICH makes a communicator of it), and
        grid questions to a communicator without a grid (MPICH crashes). */
     int zero[2] = {2, 0}, periods[2] = {0, 0}, out[2], nd = -1;

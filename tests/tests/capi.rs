@@ -249,6 +249,9 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
             stdout.contains(&format!("{rank}: grid of a communicator without one: class {topology}\n")),
             "{stdout}"
         );
+        let kinds =
+            format!("{rank}: a window's handler on a communicator: class 12, a communicator's on a window: class 12\n");
+        assert!(stdout.contains(&kinds), "{stdout}");
         let nd = format!("{rank}: dimensions of a communicator without a grid: class {topology}, -1\n");
         assert!(stdout.contains(&nd), "{stdout}");
     }

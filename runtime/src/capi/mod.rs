@@ -164,6 +164,8 @@ struct State {
     messages: slab::Slab<crate::Message>,
     /// Keys of attributes, by handle from 16 (`MPI_Comm_create_keyval`).
     keyvals: Vec<Option<attr::Keyval>>,
+    /// Error handlers of the program's, by handle from 3.
+    errhandlers: Vec<Option<errh::Handler>>,
 }
 
 /// The [`State`], reached only from the thread that called `MPI_Init` (MPICH's way: one
@@ -233,6 +235,16 @@ fn code_of(fail: &Fail) -> c_int {
     }
     m.1[slot] = fail.message.clone();
     fail.class + 256 * (slot as c_int + 1)
+}
+
+/// The class of error code `code` (`MPI_ERR_UNKNOWN` for one mpr does not know).
+fn error_class(code: c_int) -> c_int {
+    let class = code & 0xff;
+    if class_text(class) == "unknown error" {
+        ERR_UNKNOWN
+    } else {
+        class
+    }
 }
 
 /// The text of an error class.
@@ -339,42 +351,87 @@ fn finish(name: &str, comm: c_int, result: Res) -> c_int {
     finish_under(name, comm, None, result)
 }
 
-/// As [`finish`], under `errhandler` if given (a window's) rather than `comm`'s.
+/// As [`finish`], under window `win`'s error handler if given (its handle, its handler)
+/// rather than `comm`'s.
 #[inline]
-fn finish_under(name: &str, comm: c_int, errhandler: Option<c_int>, result: Res) -> c_int {
+fn finish_under(name: &str, comm: c_int, win: Option<(c_int, c_int)>, result: Res) -> c_int {
     match result {
         Ok(()) => MPI_SUCCESS,
-        Err(fail) => failed(name, comm, errhandler, fail),
+        Err(fail) => failed(name, comm, win, fail),
     }
+}
+
+/// Where an error on `comm` (or on window `win`: its handle and handler) goes: the
+/// handler, the object it is called on, the communicator a fatal one aborts, this rank, and
+/// the function if the handler is the program's. An error on no valid communicator goes
+/// to `MPI_COMM_WORLD`'s handler. `None` without MPI state.
+fn handler_of(
+    comm: c_int,
+    win: Option<(c_int, c_int)>,
+) -> Option<(c_int, c_int, Comm, usize, Option<errh::HandlerFn>)> {
+    STATE
+        .with(|s| {
+            let s = s.try_borrow().ok()?;
+            let s = s.as_ref()?;
+            let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref);
+            let (comm, entry) = match entry {
+                Some(e) => (comm, e),
+                None => (COMM_WORLD, s.comms[COMM_WORLD as usize].as_ref()?),
+            };
+            let (object, handler) = win.unwrap_or((comm, entry.errhandler));
+            Some((handler, object, entry.comm.clone(), s.universe.world().rank(), errh::user(s, handler)))
+        })
+        .flatten()
 }
 
 /// [`finish_under`] of an error.
 #[cold]
 #[inline(never)]
-fn failed(name: &str, comm: c_int, errhandler: Option<c_int>, fail: Fail) -> c_int {
-    let handled = STATE
-        .with(|s| {
-            let s = s.try_borrow().ok()?;
-            let s = s.as_ref()?;
-            let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref);
-            // An error on no valid communicator goes to MPI_COMM_WORLD's handler.
-            let entry = entry.or(s.comms[COMM_WORLD as usize].as_ref())?;
-            Some((errhandler.unwrap_or(entry.errhandler), entry.comm.clone(), s.universe.world().rank()))
-        })
-        .flatten();
-    match handled {
-        Some((ERRORS_RETURN, _, _)) => code_of(&fail),
-        Some((_, comm, rank)) => {
-            eprintln!("mpr: rank {rank}: fatal error in {name}: {} ({})", fail.message, class_text(fail.class));
-            // The launcher's line names the call; the message is in the line above (PMI
-            // carries no spaces).
-            comm.abort_because(fail.class, name)
+fn failed(name: &str, comm: c_int, win: Option<(c_int, c_int)>, fail: Fail) -> c_int {
+    match handler_of(comm, win) {
+        Some((ERRORS_RETURN, ..)) => code_of(&fail),
+        Some((_, object, _, _, Some(f))) => {
+            // The program's handler, then the code returned, as MPI says.
+            let code = code_of(&fail);
+            errh::call(f, object, code);
+            code
         }
+        Some((_, _, comm, rank, None)) => fatal(name, &comm, rank, &fail),
         None => {
             // No MPI state (before MPI_Init, after MPI_Finalize, another thread): fatal.
             eprintln!("mpr: fatal error in {name}: {}", fail.message);
             std::process::exit(fail.class)
         }
+    }
+}
+
+/// Ends the job for error `fail` in `name`, naming this rank.
+fn fatal(name: &str, comm: &Comm, rank: usize, fail: &Fail) -> ! {
+    eprintln!("mpr: rank {rank}: fatal error in {name}: {} ({})", fail.message, class_text(fail.class));
+    // The launcher's line names the call; the message is in the line above (PMI carries
+    // no spaces).
+    comm.abort_because(fail.class, name)
+}
+
+/// `MPI_Comm_call_errhandler` and `MPI_Win_call_errhandler`: the handler of `comm` (or of
+/// window `win`) on the program's code `code`. `MPI_SUCCESS` once the handler returns.
+fn call_handler(name: &str, comm: c_int, win: Option<(c_int, c_int)>, code: c_int) -> c_int {
+    if win.is_none() {
+        if let Err(fail) = comm_ref(name, comm).map(drop) {
+            return failed(name, COMM_WORLD, None, fail);
+        }
+    }
+    match handler_of(comm, win) {
+        Some((ERRORS_RETURN, ..)) => MPI_SUCCESS,
+        Some((_, object, _, _, Some(f))) => {
+            errh::call(f, object, code);
+            MPI_SUCCESS
+        }
+        Some((_, _, comm, rank, None)) => {
+            let class = error_class(code);
+            fatal(name, &comm, rank, &Fail::new(class, format!("the program's error code {code}")))
+        }
+        None => failed(name, comm, None, no_state(name)),
     }
 }
 
@@ -718,6 +775,7 @@ macro_rules! mpi {
 
 mod attr;
 mod dtype;
+mod errh;
 mod icoll;
 mod info;
 mod p2p;
@@ -753,6 +811,7 @@ fn init(name: &str, required: c_int) -> Res {
             infos: info::predefined(),
             messages: slab::Slab::new(),
             keyvals: Vec::new(),
+            errhandlers: Vec::new(),
         })
     });
     Ok(())
@@ -1115,18 +1174,15 @@ mpi! {
         let r = if errorcode < 0 {
             Err(Fail::new(ERR_ARG, format!("{errorcode} is not an error code")))
         } else {
-            let class = errorcode & 0xff;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            unsafe { put(errorclass, if class_text(class) == "unknown error" { ERR_UNKNOWN } else { class }) }
+            unsafe { put(errorclass, error_class(errorcode)) }
         };
         finish("MPI_Error_class", COMM_WORLD, r)
     }
 
     fn MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
         let r = with_state("MPI_Comm_set_errhandler", |s| {
-            if !matches!(errhandler, ERRORS_ARE_FATAL | ERRORS_RETURN) {
-                return Err(Fail::new(ERR_ARG, format!("MPI_Comm_set_errhandler: {errhandler} is not an error handler")));
-            }
+            errh::settable(s, errhandler, errh::Kind::Comm)?;
             let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get_mut(i)).and_then(Option::as_mut);
             let entry = entry.ok_or_else(|| Fail::new(ERR_COMM, format!("{comm} is not a communicator")))?;
             entry.errhandler = errhandler;

@@ -12,8 +12,8 @@ use std::cell::Ref;
 use super::types::{accumulate_basic, accumulate_of, predefined_size, Datatype};
 use super::{
     bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, name_at, put, raw_mut,
-    with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERRORS_RETURN, ERR_ARG, ERR_DISP, ERR_NO_MEM,
-    ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, STATE,
+    with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERR_ARG, ERR_DISP, ERR_NO_MEM, ERR_OTHER,
+    ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, STATE,
 };
 use crate::rma::{Assert, LockType, Window};
 use crate::{Comm, DynAcc};
@@ -276,7 +276,7 @@ fn ranks_in(name: &str, w: &WinEntry, group: c_int) -> Res<Vec<usize>> {
 /// error handler (`MPI_COMM_WORLD`'s for a handle that is no window).
 fn call_ref(name: &str, win: c_int, f: impl FnOnce(&WinEntry) -> Res) -> c_int {
     let (r, errhandler) = match win_ref(name, win) {
-        Ok(w) => (f(&w), Some(w.errhandler)),
+        Ok(w) => (f(&w), Some((win, w.errhandler))),
         Err(fail) => (Err(fail), None),
     };
     finish_under(name, COMM_WORLD, errhandler, r)
@@ -287,10 +287,19 @@ fn call_ref(name: &str, win: c_int, f: impl FnOnce(&WinEntry) -> Res) -> c_int {
 fn call(name: &str, win: c_int, f: impl FnOnce(&mut WinEntry) -> Res) -> c_int {
     let mut errhandler = None;
     let r = with_win(name, win, |w| {
-        errhandler = Some(w.errhandler);
+        errhandler = Some((win, w.errhandler));
         f(w)
     });
     finish_under(name, COMM_WORLD, errhandler, r)
+}
+
+/// `MPI_Win_call_errhandler`: window `win`'s handler on the program's code `code`.
+pub(super) fn call_handler(win: c_int, code: c_int) -> c_int {
+    const NAME: &str = "MPI_Win_call_errhandler";
+    match win_ref(NAME, win).map(|w| w.errhandler) {
+        Ok(h) => super::call_handler(NAME, COMM_WORLD, Some((win, h)), code),
+        Err(fail) => finish(NAME, COMM_WORLD, Err(fail)),
+    }
 }
 
 mpi! {
@@ -438,12 +447,10 @@ mpi! {
     }
 
     fn MPI_Win_set_errhandler / PMPI_Win_set_errhandler(win: c_int, errhandler: c_int) -> c_int {
-        call("MPI_Win_set_errhandler", win, |w| match errhandler {
-            ERRORS_ARE_FATAL | ERRORS_RETURN => {
-                w.errhandler = errhandler;
-                Ok(())
-            }
-            _ => Err(Fail::new(ERR_ARG, format!("MPI_Win_set_errhandler: {errhandler} is not an error handler"))),
+        call("MPI_Win_set_errhandler", win, |w| {
+            with_state("MPI_Win_set_errhandler", |s| super::errh::settable(s, errhandler, super::errh::Kind::Win))??;
+            w.errhandler = errhandler;
+            Ok(())
         })
     }
 
