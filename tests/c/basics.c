@@ -280,6 +280,26 @@ static void info(void)
     int err = MPI_Info_delete(in, "alpha"), cls;
     MPI_Error_class(err, &cls);
     SAY("info delete of a missing key: class %d", cls);
+    /* Hints on a communicator and a window: taken; the info in use is a new object. */
+    MPI_Info used = MPI_INFO_NULL, wused = MPI_INFO_NULL;
+    MPI_Comm hinted;
+    int codes[5], hs, ws;
+    void *wbase;
+    MPI_Win hw;
+    codes[0] = MPI_Comm_set_info(MPI_COMM_WORLD, in);
+    codes[1] = MPI_Comm_get_info(MPI_COMM_WORLD, &used);
+    codes[2] = MPI_Comm_dup_with_info(MPI_COMM_WORLD, in, &hinted);
+    MPI_Comm_size(hinted, &hs);
+    MPI_Win_allocate(8, 1, MPI_INFO_NULL, MPI_COMM_SELF, &wbase, &hw);
+    codes[3] = MPI_Win_set_info(hw, in);
+    codes[4] = MPI_Win_get_info(hw, &wused);
+    ws = used != MPI_INFO_NULL && wused != MPI_INFO_NULL;
+    SAY("hints: codes %d %d %d %d %d, dup size %d, info in use made %d", codes[0], codes[1], codes[2], codes[3],
+        codes[4], hs, ws);
+    MPI_Info_free(&used);
+    MPI_Info_free(&wused);
+    MPI_Win_free(&hw);
+    MPI_Comm_free(&hinted);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     MPI_Info_free(&in);
     MPI_Info_free(&copy);

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use super::{finish, put, with_state, write_text, Fail, Res, COMM_WORLD, ERR_ARG};
+use super::{comm_of, finish, put, with_state, write_text, Fail, Res, COMM_WORLD, ERR_ARG, ERR_WIN};
 
 const ERR_INFO: c_int = 28;
 const ERR_INFO_KEY: c_int = 29;
@@ -73,7 +73,58 @@ unsafe fn new_info(name: &str, pairs: Pairs, out: *mut c_int) -> Res {
     unsafe { put(out, h) }
 }
 
+/// Checks that `info` is an info object or `MPI_INFO_NULL` (hints, which mpr takes none of).
+fn hints(name: &str, info: c_int) -> Res {
+    if info == 0 {
+        return Ok(());
+    }
+    with_info(name, info, false, |_| Ok(()))
+}
+
+/// Checks that `win` is a window.
+fn window(name: &str, win: c_int) -> Res {
+    let found = with_state(name, |s| {
+        usize::try_from(win).ok().filter(|&i| i > 0).and_then(|i| s.wins.get(i)?.as_ref()).is_some()
+    })?;
+    found.then_some(()).ok_or_else(|| Fail::new(ERR_WIN, format!("{name}: {win} is not a window")))
+}
+
 mpi! {
+    // Hints on communicators and windows: checked, and kept by none (mpr acts on no hint),
+    // so the info of one in use is empty, as MPI allows for an implementation that
+    // supports no hints.
+    fn MPI_Comm_set_info / PMPI_Comm_set_info(comm: c_int, info: c_int) -> c_int {
+        let r = comm_of("MPI_Comm_set_info", comm).and_then(|_| hints("MPI_Comm_set_info", info));
+        finish("MPI_Comm_set_info", comm, r)
+    }
+
+    fn MPI_Comm_get_info / PMPI_Comm_get_info(comm: c_int, info_used: *mut c_int) -> c_int {
+        let r = comm_of("MPI_Comm_get_info", comm)
+            // SAFETY: MPI's contract: `info_used` points to an MPI_Info.
+            .and_then(|_| unsafe { new_info("MPI_Comm_get_info", Pairs::new(), info_used) });
+        finish("MPI_Comm_get_info", comm, r)
+    }
+
+    fn MPI_Comm_dup_with_info / PMPI_Comm_dup_with_info(comm: c_int, info: c_int, newcomm: *mut c_int) -> c_int {
+        if let Err(fail) = hints("MPI_Comm_dup_with_info", info) {
+            return finish("MPI_Comm_dup_with_info", comm, Err(fail));
+        }
+        // SAFETY: MPI's contract, passed on.
+        unsafe { super::PMPI_Comm_dup(comm, newcomm) }
+    }
+
+    fn MPI_Win_set_info / PMPI_Win_set_info(win: c_int, info: c_int) -> c_int {
+        let r = window("MPI_Win_set_info", win).and_then(|()| hints("MPI_Win_set_info", info));
+        finish("MPI_Win_set_info", COMM_WORLD, r)
+    }
+
+    fn MPI_Win_get_info / PMPI_Win_get_info(win: c_int, info_used: *mut c_int) -> c_int {
+        let r = window("MPI_Win_get_info", win)
+            // SAFETY: MPI's contract: `info_used` points to an MPI_Info.
+            .and_then(|()| unsafe { new_info("MPI_Win_get_info", Pairs::new(), info_used) });
+        finish("MPI_Win_get_info", COMM_WORLD, r)
+    }
+
     fn MPI_Info_create / PMPI_Info_create(info: *mut c_int) -> c_int {
         // SAFETY: MPI's contract: `info` points to an MPI_Info.
         finish("MPI_Info_create", COMM_WORLD, unsafe { new_info("MPI_Info_create", Pairs::new(), info) })
