@@ -665,6 +665,108 @@ mpi! {
         // SAFETY: as for MPI_Iscan.
         unsafe { launch("MPI_Iexscan", comm, request, |c, s| iscan(c, s, sendbuf, recvbuf, count, datatype, op, false)) }
     }
+
+    // The nonblocking neighbourhood collectives, on a communicator with a Cartesian grid
+    // (MPI_ERR_TOPOLOGY on another); MPI_IN_PLACE is not among their arguments.
+    fn MPI_Ineighbor_allgather / PMPI_Ineighbor_allgather(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        const NAME: &str = "MPI_Ineighbor_allgather";
+        // SAFETY: MPI's contract: sendbuf holds sendcount elements, recvbuf one block of
+        // recvcount per neighbour, until the request completes.
+        unsafe {
+            launch(NAME, comm, request, |_, s| {
+                let c = super::topo::cart_of(NAME, comm)?;
+                let k = 2 * c.grid().ndims();
+                let recv = output(recvbuf, count_of(recvcount)? * k, recvtype)?;
+                let send = input_of(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)?;
+                Ok(c.ineighbor_allgather(s, send, recv)?)
+            })
+        }
+    }
+
+    fn MPI_Ineighbor_allgatherv / PMPI_Ineighbor_allgatherv(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        displs: *const c_int,
+        recvtype: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        const NAME: &str = "MPI_Ineighbor_allgatherv";
+        // SAFETY: MPI's contract: the arrays hold one int per neighbour, the buffers what
+        // they say, until the request completes.
+        unsafe {
+            launch(NAME, comm, request, |_, s| {
+                let c = super::topo::cart_of(NAME, comm)?;
+                let v = blocks(recvcounts, displs, 2 * c.grid().ndims(), &Datatype::of(recvtype)?)?;
+                let recv = output_of(recvbuf, v.count, &v.ty)?;
+                let send = input_of(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)?;
+                Ok(c.ineighbor_allgatherv(s, send, recv, &v.counts, &v.displs)?)
+            })
+        }
+    }
+
+    fn MPI_Ineighbor_alltoall / PMPI_Ineighbor_alltoall(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        const NAME: &str = "MPI_Ineighbor_alltoall";
+        // SAFETY: MPI's contract: each buffer holds one block per neighbour until the
+        // request completes.
+        unsafe {
+            launch(NAME, comm, request, |_, s| {
+                let c = super::topo::cart_of(NAME, comm)?;
+                let k = 2 * c.grid().ndims();
+                let recv = output(recvbuf, count_of(recvcount)? * k, recvtype)?;
+                let send = input_of(sendbuf, count_of(sendcount)? * k, &Datatype::of(sendtype)?)?;
+                Ok(c.ineighbor_alltoall(s, send, recv)?)
+            })
+        }
+    }
+
+    fn MPI_Ineighbor_alltoallv / PMPI_Ineighbor_alltoallv(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        sdispls: *const c_int,
+        sendtype: c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        rdispls: *const c_int,
+        recvtype: c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        const NAME: &str = "MPI_Ineighbor_alltoallv";
+        // SAFETY: as for MPI_Ineighbor_allgatherv.
+        unsafe {
+            launch(NAME, comm, request, |_, s| {
+                let c = super::topo::cart_of(NAME, comm)?;
+                let k = 2 * c.grid().ndims();
+                let r = blocks(recvcounts, rdispls, k, &Datatype::of(recvtype)?)?;
+                let recv = output_of(recvbuf, r.count, &r.ty)?;
+                let v = blocks(sendcounts, sdispls, k, &Datatype::of(sendtype)?)?;
+                let send = input_of(sendbuf, v.count, &v.ty)?;
+                Ok(c.ineighbor_alltoallv(s, send, &v.counts, &v.displs, recv, &r.counts, &r.displs)?)
+            })
+        }
+    }
 }
 
 /// `MPI_Ireduce_scatter` (and `_block`): block `r`, of `counts[r]` elements, to rank `r`.

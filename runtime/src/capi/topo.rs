@@ -16,7 +16,7 @@ use crate::Comm;
 const CART: c_int = 2;
 
 /// The communicator of handle `comm` and its grid (`MPI_ERR_TOPOLOGY` if it has none).
-fn cart_of(name: &str, comm: c_int) -> Res<CartComm> {
+pub(super) fn cart_of(name: &str, comm: c_int) -> Res<CartComm> {
     let found = with_state(name, |s| {
         let e = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref)?;
         Some((e.comm.clone(), e.grid.clone()))

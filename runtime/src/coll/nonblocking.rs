@@ -445,7 +445,7 @@ impl Comm {
     /// One round of transfers: block `s` of `send` to each rank of `sends`, block `r` of
     /// `recv` from each of `recvs`; `own` (send range, receive range) copied at once.
     #[allow(clippy::too_many_arguments)]
-    fn iexchange<'a, T: Pod>(
+    pub(super) fn iexchange<'a, T: Pod>(
         &self,
         scope: &Scope<'a>,
         send: &'a [T],

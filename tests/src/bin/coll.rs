@@ -620,6 +620,12 @@ fn check_cartesian(w: &Comm) -> mpr::Result<()> {
             assert_eq!(got[rdispls[i] + j], want, "rank {me}: block {i} from {n:?}, element {j}");
         }
     }
+    // The nonblocking form, on one schedule (one tag): the same blocks land.
+    let mut igot = vec![-1i64; 6];
+    mpr::scope(|sc| -> mpr::Result<()> {
+        cart.ineighbor_alltoallv(sc, &send, &scounts, &sdispls, &mut igot, &rcounts, &rdispls)?.wait()
+    })?;
+    assert_eq!(igot, got, "rank {me}: ineighbor_alltoallv against neighbor_alltoallv");
     let line = Grid::new(&[p.max(2) - 1], &[false])?;
     match w.cart(&line, true)? {
         Some(l) => {
