@@ -96,6 +96,45 @@ unsafe fn write_ints(out: *mut c_int, max: usize, values: impl Iterator<Item = c
     Ok(())
 }
 
+/// The arguments of `MPI_Neighbor_allgather` and `MPI_Neighbor_alltoall`: a block of
+/// `recvcount` from each neighbour; to each, the same `sendcount` elements or (all to all)
+/// a block of its own.
+struct Blocks {
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+}
+
+impl Blocks {
+    /// Runs `f` on the grid of `comm` and the bytes of the two buffers.
+    ///
+    /// # Safety
+    /// The buffers hold what MPI's contract says: `recvbuf` one block per neighbour,
+    /// `sendbuf` one block or (`all_to_all`) one per neighbour.
+    unsafe fn run(
+        &self,
+        name: &str,
+        comm: c_int,
+        all_to_all: bool,
+        f: impl FnOnce(&CartComm, &[u8], &mut [u8]) -> crate::Result<()>,
+    ) -> c_int {
+        let r = cart_of(name, comm).and_then(|c| {
+            let k = 2 * c.grid().ndims();
+            let sends = if all_to_all { k } else { 1 };
+            // SAFETY: this function's contract.
+            let (mut recv, send) = unsafe {
+                let recv = bytes_mut(self.recvbuf, count_of(self.recvcount)? * k, &Datatype::of(self.recvtype)?)?;
+                (recv, bytes(self.sendbuf, count_of(self.sendcount)? * sends, &Datatype::of(self.sendtype)?)?)
+            };
+            Ok(f(&c, &send, &mut recv)?)
+        });
+        finish(name, comm, r)
+    }
+}
+
 mpi! {
     fn MPI_Dims_create / PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
         let r = (|| {
@@ -264,17 +303,10 @@ mpi! {
         recvtype: c_int,
         comm: c_int,
     ) -> c_int {
-        let r = cart_of("MPI_Neighbor_allgather", comm).and_then(|c| {
-            let k = 2 * c.grid().ndims();
-            // SAFETY: MPI's contract: recvbuf holds one block of recvcount elements per
-            // neighbour, sendbuf sendcount elements.
-            let (mut recv, send) = unsafe {
-                let recv = bytes_mut(recvbuf, count_of(recvcount)? * k, &Datatype::of(recvtype)?)?;
-                (recv, bytes(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)?)
-            };
-            Ok(c.neighbor_allgather(&send, &mut recv)?)
-        });
-        finish("MPI_Neighbor_allgather", comm, r)
+        let call = Blocks { sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype };
+        // SAFETY: MPI's contract: sendbuf holds sendcount elements, recvbuf one block of
+        // recvcount per neighbour.
+        unsafe { call.run("MPI_Neighbor_allgather", comm, false, |c, send, recv| c.neighbor_allgather(send, recv)) }
     }
 
     fn MPI_Neighbor_allgatherv / PMPI_Neighbor_allgatherv(
@@ -311,16 +343,9 @@ mpi! {
         recvtype: c_int,
         comm: c_int,
     ) -> c_int {
-        let r = cart_of("MPI_Neighbor_alltoall", comm).and_then(|c| {
-            let k = 2 * c.grid().ndims();
-            // SAFETY: MPI's contract: each buffer holds one block per neighbour.
-            let (mut recv, send) = unsafe {
-                let recv = bytes_mut(recvbuf, count_of(recvcount)? * k, &Datatype::of(recvtype)?)?;
-                (recv, bytes(sendbuf, count_of(sendcount)? * k, &Datatype::of(sendtype)?)?)
-            };
-            Ok(c.neighbor_alltoall(&send, &mut recv)?)
-        });
-        finish("MPI_Neighbor_alltoall", comm, r)
+        let call = Blocks { sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype };
+        // SAFETY: MPI's contract: each buffer holds one block per neighbour.
+        unsafe { call.run("MPI_Neighbor_alltoall", comm, true, |c, send, recv| c.neighbor_alltoall(send, recv)) }
     }
 
     fn MPI_Neighbor_alltoallv / PMPI_Neighbor_alltoallv(
