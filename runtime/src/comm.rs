@@ -190,23 +190,10 @@ impl Comm {
         recvs: &mut [(&mut [u8], usize)],
         copy: LocalCopy<'_>,
     ) -> Result<(), Error> {
-        let sends = sends.iter().map(|&(buf, dest)| (buf, dest, tag));
-        self.coll_xchg_each(sends, recvs.iter_mut().map(|(buf, src)| (&mut **buf, *src, tag)), copy)
-    }
-
-    /// As [`Comm::coll_xchg_all`], each transfer with a tag of its own: `(buffer, peer,
-    /// tag)` (the neighbourhood collectives, whose two messages between the same pair of
-    /// ranks go in different directions).
-    pub(crate) fn coll_xchg_each<'b>(
-        &self,
-        sends: impl Iterator<Item = (&'b [u8], usize, i32)>,
-        recvs: impl Iterator<Item = (&'b mut [u8], usize, i32)>,
-        copy: LocalCopy<'_>,
-    ) -> Result<(), Error> {
         let mut rt = self.inner.rt.borrow_mut();
         let mut ids: Vec<ReqId> =
-            sends.filter_map(|(buf, dest, tag)| self.post_coll_send(&mut rt, tag, buf, dest)).collect();
-        ids.extend(recvs.map(|(buf, src, tag)| self.post_coll_recv(&mut rt, tag, buf, src)));
+            sends.iter().filter_map(|&(buf, dest)| self.post_coll_send(&mut rt, tag, buf, dest)).collect();
+        ids.extend(recvs.iter_mut().map(|(buf, src)| self.post_coll_recv(&mut rt, tag, buf, *src)));
         let mut first_err = local_copy(&mut rt, copy).err();
         for id in ids {
             if let Err(e) = rt.wait(id) {

@@ -4,10 +4,9 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::types::Datatype;
 use super::{
-    blocks, bytes, bytes_mut, comm_of, count_of, errhandler_of, finish, new_comm, put, with_state, Fail, Res,
-    COMM_WORLD, ERR_ARG, ERR_COMM, ERR_DIMS, ERR_TOPOLOGY, PROC_NULL, UNDEFINED,
+    comm_of, errhandler_of, finish, icoll, new_comm, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_COMM,
+    ERR_DIMS, ERR_TOPOLOGY, MPI_SUCCESS, PROC_NULL, UNDEFINED,
 };
 use crate::topo::{dims_create, CartComm, Grid};
 use crate::Comm;
@@ -96,43 +95,18 @@ unsafe fn write_ints(out: *mut c_int, max: usize, values: impl Iterator<Item = c
     Ok(())
 }
 
-/// The arguments of `MPI_Neighbor_allgather` and `MPI_Neighbor_alltoall`: a block of
-/// `recvcount` from each neighbour; to each, the same `sendcount` elements or (all to all)
-/// a block of its own.
-struct Blocks {
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: c_int,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: c_int,
-}
-
-impl Blocks {
-    /// Runs `f` on the grid of `comm` and the bytes of the two buffers.
-    ///
-    /// # Safety
-    /// The buffers hold what MPI's contract says: `recvbuf` one block per neighbour,
-    /// `sendbuf` one block or (`all_to_all`) one per neighbour.
-    unsafe fn run(
-        &self,
-        name: &str,
-        comm: c_int,
-        all_to_all: bool,
-        f: impl FnOnce(&CartComm, &[u8], &mut [u8]) -> crate::Result<()>,
-    ) -> c_int {
-        let r = cart_of(name, comm).and_then(|c| {
-            let k = 2 * c.grid().ndims();
-            let sends = if all_to_all { k } else { 1 };
-            // SAFETY: this function's contract.
-            let (mut recv, send) = unsafe {
-                let recv = bytes_mut(self.recvbuf, count_of(self.recvcount)? * k, &Datatype::of(self.recvtype)?)?;
-                (recv, bytes(self.sendbuf, count_of(self.sendcount)? * sends, &Datatype::of(self.sendtype)?)?)
-            };
-            Ok(f(&c, &send, &mut recv)?)
-        });
-        finish(name, comm, r)
+/// A blocking neighbourhood collective: the request its nonblocking form `started`,
+/// waited for (an error names the nonblocking call that met it).
+///
+/// # Safety
+/// The buffers of the call stay valid until this returns (they do: the caller's call has
+/// not returned).
+unsafe fn wait_for(started: c_int, mut request: c_int) -> c_int {
+    if started != MPI_SUCCESS {
+        return started;
     }
+    // SAFETY: `request` is the handle just made; a null status is MPI_STATUS_IGNORE.
+    unsafe { super::p2p::PMPI_Wait(&mut request, std::ptr::null_mut()) }
 }
 
 mpi! {
@@ -294,6 +268,7 @@ mpi! {
         finish("MPI_Cart_sub", comm, r)
     }
 
+    // Each is its nonblocking form, waited for.
     fn MPI_Neighbor_allgather / PMPI_Neighbor_allgather(
         sendbuf: *const c_void,
         sendcount: c_int,
@@ -303,10 +278,12 @@ mpi! {
         recvtype: c_int,
         comm: c_int,
     ) -> c_int {
-        let call = Blocks { sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype };
-        // SAFETY: MPI's contract: sendbuf holds sendcount elements, recvbuf one block of
-        // recvcount per neighbour.
-        unsafe { call.run("MPI_Neighbor_allgather", comm, false, |c, send, recv| c.neighbor_allgather(send, recv)) }
+        let mut r = 0;
+        // SAFETY: MPI's contract, passed on; the request is waited for before this returns.
+        unsafe {
+            let started = icoll::PMPI_Ineighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, &mut r);
+            wait_for(started, r)
+        }
     }
 
     fn MPI_Neighbor_allgatherv / PMPI_Neighbor_allgatherv(
@@ -319,19 +296,13 @@ mpi! {
         recvtype: c_int,
         comm: c_int,
     ) -> c_int {
-        let r = cart_of("MPI_Neighbor_allgatherv", comm).and_then(|c| {
-            let k = 2 * c.grid().ndims();
-            // SAFETY: MPI's contract: the arrays hold one int per neighbour, recvbuf spans
-            // every block, sendbuf holds sendcount elements.
-            let (v, send) = unsafe {
-                let v = blocks(recvcounts, displs, k, &Datatype::of(recvtype)?)?;
-                (v, bytes(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)?)
-            };
-            // SAFETY: as above.
-            let mut recv = unsafe { bytes_mut(recvbuf, v.count, &v.ty)? };
-            Ok(c.neighbor_allgatherv(&send, &mut recv, &v.counts, &v.displs)?)
-        });
-        finish("MPI_Neighbor_allgatherv", comm, r)
+        let mut r = 0;
+        // SAFETY: as above.
+        unsafe {
+            let started =
+                icoll::PMPI_Ineighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, &mut r);
+            wait_for(started, r)
+        }
     }
 
     fn MPI_Neighbor_alltoall / PMPI_Neighbor_alltoall(
@@ -343,9 +314,12 @@ mpi! {
         recvtype: c_int,
         comm: c_int,
     ) -> c_int {
-        let call = Blocks { sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype };
-        // SAFETY: MPI's contract: each buffer holds one block per neighbour.
-        unsafe { call.run("MPI_Neighbor_alltoall", comm, true, |c, send, recv| c.neighbor_alltoall(send, recv)) }
+        let mut r = 0;
+        // SAFETY: as above.
+        unsafe {
+            let started = icoll::PMPI_Ineighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, &mut r);
+            wait_for(started, r)
+        }
     }
 
     fn MPI_Neighbor_alltoallv / PMPI_Neighbor_alltoallv(
@@ -359,17 +333,13 @@ mpi! {
         recvtype: c_int,
         comm: c_int,
     ) -> c_int {
-        let r = cart_of("MPI_Neighbor_alltoallv", comm).and_then(|c| {
-            let k = 2 * c.grid().ndims();
-            // SAFETY: MPI's contract: the arrays hold one int per neighbour, the buffers span
-            // every block.
-            let (s, v) = unsafe {
-                (blocks(sendcounts, sdispls, k, &Datatype::of(sendtype)?)?, blocks(recvcounts, rdispls, k, &Datatype::of(recvtype)?)?)
-            };
-            // SAFETY: as above.
-            let (send, mut recv) = unsafe { (bytes(sendbuf, s.count, &s.ty)?, bytes_mut(recvbuf, v.count, &v.ty)?) };
-            Ok(c.neighbor_alltoallv(&send, &s.counts, &s.displs, &mut recv, &v.counts, &v.displs)?)
-        });
-        finish("MPI_Neighbor_alltoallv", comm, r)
+        let mut r = 0;
+        // SAFETY: as above.
+        unsafe {
+            let started = icoll::PMPI_Ineighbor_alltoallv(
+                sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, &mut r,
+            );
+            wait_for(started, r)
+        }
     }
 }

@@ -6,17 +6,17 @@
 //! Every transfer is posted at once. Two messages between the same pair of ranks (both
 //! neighbours along a dimension of two points that wraps round, or a rank its own neighbour
 //! along a dimension of one) must land by direction: block s of the sender in block s ^ 1
-//! of the receiver (MPI-4.0's errata, MPI Forum issue 153). The blocking forms give each
-//! (dimension, direction) a tag of its own; the nonblocking ones run on one schedule, one
-//! tag, and post the receives of each dimension in the other order (block 2d + 1's before
-//! 2d's), so the first of the two messages, the sender's block 2d, lands in 2d + 1.
+//! of the receiver (MPI-4.0's errata, MPI Forum issue 153). Each collective runs on one
+//! schedule with one tag and posts the receives of each dimension in the other order (block
+//! 2d + 1's before 2d's), so the first of the two messages, the sender's block 2d, lands in
+//! 2d + 1. A blocking form starts its nonblocking one and waits for it.
 
 use std::ops::Range;
 
 use bytemuck::Pod;
 
 use super::vector::{disjoint_layout, layout};
-use super::{algo::split_blocks, bytes, bytes_mut, CollRequest};
+use super::CollRequest;
 use crate::error::Error;
 use crate::request::Scope;
 use crate::topo::CartComm;
@@ -37,11 +37,7 @@ impl CartComm {
     /// Sends `send` to every neighbour and receives a block of the same size from each into
     /// `recv`, block `i` from neighbour `i` (`MPI_Neighbor_allgather`). Collective.
     pub fn neighbor_allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
-        let k = 2 * self.grid().ndims();
-        let n = send.len();
-        let counts = vec![n; k];
-        let displs: Vec<usize> = (0..k).map(|i| i * n).collect();
-        self.neighbor_allgatherv(send, recv, &counts, &displs)
+        crate::request::scope(|s| self.ineighbor_allgather(s, send, recv)?.wait())
     }
 
     /// As [`CartComm::neighbor_allgather`], block `i` of `recv` holding `counts[i]` elements
@@ -53,28 +49,14 @@ impl CartComm {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<(), Error> {
-        let k = 2 * self.grid().ndims();
-        disjoint_layout("neighbor_allgatherv (receive)", counts, displs, k, recv.len())?;
-        self.exchange(|_| bytes(send), recv, |i| displs[i]..displs[i] + counts[i])
+        crate::request::scope(|s| self.ineighbor_allgatherv(s, send, recv, counts, displs)?.wait())
     }
 
     /// Sends block `i` of `send` to neighbour `i` and receives block `i` of `recv` from it,
     /// all blocks of `send.len() / k` elements for `k` neighbours (`MPI_Neighbor_alltoall`).
     /// Collective.
     pub fn neighbor_alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
-        let k = 2 * self.grid().ndims();
-        if k == 0 {
-            return Ok(());
-        }
-        if send.len() % k != 0 || recv.len() != send.len() {
-            return Err(Error::Arg(format!(
-                "neighbor_alltoall: {} elements to send and {} to receive, for {k} neighbours",
-                send.len(),
-                recv.len()
-            )));
-        }
-        let n = send.len() / k;
-        self.exchange(|i| bytes(&send[i * n..(i + 1) * n]), recv, |i| i * n..(i + 1) * n)
+        crate::request::scope(|s| self.ineighbor_alltoall(s, send, recv)?.wait())
     }
 
     /// As [`CartComm::neighbor_alltoall`], each block of its own size and place
@@ -89,39 +71,7 @@ impl CartComm {
         rcounts: &[usize],
         rdispls: &[usize],
     ) -> Result<(), Error> {
-        let k = 2 * self.grid().ndims();
-        layout("neighbor_alltoallv (send)", scounts, sdispls, k, send.len())?;
-        disjoint_layout("neighbor_alltoallv (receive)", rcounts, rdispls, k, recv.len())?;
-        self.exchange(
-            |i| bytes(&send[sdispls[i]..sdispls[i] + scounts[i]]),
-            recv,
-            |i| rdispls[i]..rdispls[i] + rcounts[i],
-        )
-    }
-
-    /// Sends `out(i)` to neighbour `i` and receives block `block(i)` of `recv` from it, for
-    /// every neighbour present (the blocks checked disjoint and inside `recv`).
-    fn exchange<'a, T: Pod>(
-        &self,
-        out: impl Fn(usize) -> &'a [u8],
-        recv: &mut [T],
-        block: impl Fn(usize) -> std::ops::Range<usize>,
-    ) -> Result<(), Error> {
-        let near = self.neighbors();
-        let c = self.comm();
-        // A tag per (dimension, direction), the same at every rank (collectives go in the
-        // same order everywhere): a message a step forward along dimension d carries
-        // tags[2d + 1], one a step back tags[2d].
-        let tags: Vec<i32> = near.iter().map(|_| c.coll_tag()).collect();
-        let mut blocks = split_blocks(recv, (0..near.len()).map(block));
-        // To neighbour i, a step back (i even) or forward (odd) from here: the direction of
-        // the message is i's. From neighbour i, the message came the other way.
-        let sends = near.iter().enumerate().filter_map(|(i, n)| Some((out(i), (*n)?, tags[i])));
-        let recvs = blocks
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, b)| Some((bytes_mut(std::mem::take(b)), near[i]?, tags[i ^ 1])));
-        c.coll_xchg_each(sends, recvs, None)
+        crate::request::scope(|s| self.ineighbor_alltoallv(s, send, scounts, sdispls, recv, rcounts, rdispls)?.wait())
     }
 
     /// Starts [`CartComm::neighbor_allgather`] (`MPI_Ineighbor_allgather`).
