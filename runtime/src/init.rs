@@ -174,10 +174,19 @@ fn start_with(slot: &mut Option<Bootstrap>) -> Result<Runtime, Error> {
         for &r in locals.iter().filter(|&&r| r != me) {
             route[r] = idx;
             limits[r] = peer_limits(&caps, split_min, outnumbered);
-            if let Err(why) = cfg.single_copy_to(cards[r].pid) {
-                limits[r].bulk_read = false;
-                limits[r].bulk_write = false;
-                streamed[r] = Some(why);
+            match cfg.single_copy_to(cards[r].pid) {
+                Ok(()) => {
+                    // Mid-size messages too go by the receiver's single read.
+                    if let Some(eager) = cfg.single_copy_eager(outnumbered) {
+                        let l = &mut limits[r];
+                        (l.eager, l.head) = (l.eager.min(eager), l.head.min(eager));
+                    }
+                }
+                Err(why) => {
+                    limits[r].bulk_read = false;
+                    limits[r].bulk_write = false;
+                    streamed[r] = Some(why);
+                }
             }
         }
     }

@@ -57,6 +57,17 @@ fn ring_pass() {
     }
 }
 
+/// The largest eager message over shared memory to a peer read in one copy: 8 KiB while
+/// every rank has a core, what a frame holds (64 KiB) where `np` ranks outnumber them.
+fn single_copy_eager(np: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if np > cores {
+        65536
+    } else {
+        8192
+    }
+}
+
 /// By default every rank reads large messages straight from the sender (16 MiB among them).
 #[test]
 fn pairs_random_sizes_up_to_16mib() {
@@ -64,10 +75,34 @@ fn pairs_random_sizes_up_to_16mib() {
     for (r, c) in copies(&se, 3).iter().enumerate() {
         assert!(c[0] > 0 && c[1] >= 16 << 20 && c[4] == 0, "rank {r} read by single copy: {c:?}\n{se}");
     }
+    let eager = single_copy_eager(3);
     assert!(
-        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 65536 B, large messages by single-copy reads)"),
+        se.contains(&format!(
+            "mpr: rank 0 -> rank 1: shm (eager up to {eager} B, large messages by single-copy reads)"
+        )),
         "{se}"
     );
+}
+
+/// With a core per rank, messages above 8 KiB too are read in one copy (the two copies
+/// through the ring cost more from there); every one of them arrives whole.
+#[test]
+fn mid_size_messages_are_read_in_one_copy() {
+    let se = run(2, "pairs", &[("PTP_MAX", "65536"), VERBOSE]);
+    let eager = single_copy_eager(2);
+    assert!(
+        se.contains(&format!(
+            "mpr: rank 0 -> rank 1: shm (eager up to {eager} B, large messages by single-copy reads)"
+        )),
+        "{se}"
+    );
+    if eager == 65536 {
+        return mpr_tests::cannot_run("one core: 2 ranks outnumber it, and messages up to 64 KiB go eagerly");
+    }
+    for (r, c) in copies(&se, 2).iter().enumerate() {
+        // Sizes 8193 to 65536 cross: some read by single copy, none larger than 64 KiB.
+        assert!(c[0] > 0 && c[1] <= c[0] * 65536 && c[4] == 0, "rank {r} read by single copy: {c:?}\n{se}");
+    }
 }
 
 #[test]
@@ -136,8 +171,11 @@ fn a_peer_the_kernel_will_not_let_us_read_is_streamed_and_said_why() {
         se.contains("mpr: rank 1 -> rank 0: shm (eager up to 65536 B, large messages by pipelined frames, no single copy: the kernel refused"),
         "{se}"
     );
+    let eager = single_copy_eager(2);
     assert!(
-        se.contains("mpr: rank 0 -> rank 1: shm (eager up to 65536 B, large messages by single-copy reads)"),
+        se.contains(&format!(
+            "mpr: rank 0 -> rank 1: shm (eager up to {eager} B, large messages by single-copy reads)"
+        )),
         "{se}"
     );
     // Rank 0 may read rank 1, but rank 1's sends offer no address it could not take itself,

@@ -9,8 +9,9 @@
 //! Tunables (environment): `MPR_SHM_FRAME` (largest frame, default 64 KiB of payload and the
 //! engine's header, down to 8 KiB with many ranks on a host), `MPR_SHM_RING` (bytes of frames
 //! per ring, default room for 16 of the largest: 1 MiB, less with many ranks),
-//! `MPR_SHM_EAGER` (largest eager message, default: what one frame holds), `MPR_SHM_CMA=0`
-//! (disable single-copy reads).
+//! `MPR_SHM_EAGER` (largest eager message, default: 8 KiB to a peer read in one copy while
+//! every rank has a core, else what one frame holds), `MPR_SHM_CMA=0` (disable single-copy
+//! reads).
 
 mod cma;
 pub(crate) use cma::admit_siblings;
@@ -29,10 +30,18 @@ use ring::Ring;
 use segment::{Geometry, Segment, SLOT_ALIVE, SLOT_FINALIZED};
 
 /// Default largest frame: 64 KiB of payload and the engine's header, so messages up to 64 KiB
-/// go eagerly. The two copies through the ring beat a single-copy rendezvous (its round trip
-/// and the kernel's page walk) up to there: 2 ranks, 16 KiB, bandwidth 15-17 GB/s eager
-/// against 4-5 by single copy, latency 1.6 us against 4.2; 64 KiB, latency 4.4 us against 7.4.
+/// go eagerly to a peer this rank cannot read in one copy (see [`SINGLE_COPY_EAGER`]).
 const DEFAULT_FRAME: usize = (64 << 10) + MAX_HEADER;
+
+/// Default largest eager message to a peer read in one copy, while every rank has a core:
+/// above it the receiver's single read beats the two copies through the ring. 2 ranks, the
+/// medians of 2-3 runs of each (2 cores): ping-pong of 16 KiB 1.8 us against 3.1 eagerly,
+/// 64 KiB 3.5 against 9.1; an exchange (`sendrecv`) of 16 KiB 2.9 against 4.3-4.9, of 64
+/// KiB 5.1-5.6 against 9.1-11.5; streams (`bw`) of 64 KiB 25 GB/s against 15, of 16 KiB
+/// 13 against 16 (the cost); at 8 KiB the streams lose too much (8.5 GB/s against 14).
+/// Where ranks outnumber cores the round trip waits for the receiver's time slice, and
+/// messages go eagerly up to what a frame holds, as before.
+const SINGLE_COPY_EAGER: usize = 8 << 10;
 
 /// The smallest default frame, where many ranks share a host: 8 KiB of payload.
 const SMALL_FRAME: usize = (8 << 10) + MAX_HEADER;
@@ -68,6 +77,13 @@ impl ShmConfig {
             eager: crate::env::parsed::<usize>("MPR_SHM_EAGER"),
             cma: cma::AVAILABLE && std::env::var("MPR_SHM_CMA").map(|v| v != "0").unwrap_or(true),
         }
+    }
+
+    /// The largest eager message to a peer whose memory this rank reads in one copy, if
+    /// lower than what a frame holds: by default [`SINGLE_COPY_EAGER`], unless this rank's
+    /// host has more ranks than cores or `MPR_SHM_EAGER` says otherwise.
+    pub(crate) fn single_copy_eager(&self, outnumbered: bool) -> Option<usize> {
+        (self.eager.is_none() && !outnumbered).then_some(SINGLE_COPY_EAGER)
     }
 
     /// Whether this rank may read and write the memory of the local rank with process id
