@@ -224,26 +224,30 @@ impl Request<'static> {
 /// the first error is returned. The runtime's lock is taken once for all the requests of
 /// one runtime, not once per request (a window of small messages waits in one call).
 pub fn wait_all(reqs: Vec<Request<'_>>) -> Result<Vec<Status>, Error> {
-    wait_each(reqs).into_iter().collect()
-}
-
-/// Waits for all requests, as [`wait_all`], and gives each one's own result, in order
-/// (what `MPI_Waitall` reports in its statuses when one fails).
-pub fn wait_each(reqs: Vec<Request<'_>>) -> Vec<Result<Status, Error>> {
+    let mut out = Vec::with_capacity(reqs.len());
+    let mut first_err = None;
     let shared = reqs.iter().find_map(|r| r.in_flight().map(|(rt, _)| rt.clone()));
     let mut guard = shared.as_ref().map(|rt| rt.borrow_mut());
-    let out = reqs
-        .into_iter()
-        .map(|r| match r.state {
+    for r in reqs {
+        let res = match r.state {
             Live::Done(st) => Ok(st),
             Live::InFlight { rt, id } => match (&mut guard, &shared) {
                 (Some(g), Some(s)) if Arc::ptr_eq(s, &rt) => g.wait(id),
                 _ => rt.borrow_mut().wait(id),
             },
-        })
-        .collect();
+        };
+        match res {
+            Ok(s) => out.push(s),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
     drop(guard);
-    out
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 /// Waits until any one request completes, removes it from `reqs` and returns its former

@@ -678,18 +678,10 @@ mpi! {
         comm: c_int,
         request: *mut c_int,
     ) -> c_int {
-        const NAME: &str = "MPI_Ineighbor_allgather";
+        let recv = (recvbuf, recvcount, recvtype);
         // SAFETY: MPI's contract: sendbuf holds sendcount elements, recvbuf one block of
         // recvcount per neighbour, until the request completes.
-        unsafe {
-            launch(NAME, comm, request, |_, s| {
-                let c = super::topo::cart_of(NAME, comm)?;
-                let k = 2 * c.grid().ndims();
-                let recv = output(recvbuf, count_of(recvcount)? * k, recvtype)?;
-                let send = input_of(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)?;
-                Ok(c.ineighbor_allgather(s, send, recv)?)
-            })
-        }
+        unsafe { ineighbor_blocks("MPI_Ineighbor_allgather", false, (sendbuf, sendcount, sendtype), recv, comm, request) }
     }
 
     fn MPI_Ineighbor_allgatherv / PMPI_Ineighbor_allgatherv(
@@ -727,18 +719,10 @@ mpi! {
         comm: c_int,
         request: *mut c_int,
     ) -> c_int {
-        const NAME: &str = "MPI_Ineighbor_alltoall";
+        let recv = (recvbuf, recvcount, recvtype);
         // SAFETY: MPI's contract: each buffer holds one block per neighbour until the
         // request completes.
-        unsafe {
-            launch(NAME, comm, request, |_, s| {
-                let c = super::topo::cart_of(NAME, comm)?;
-                let k = 2 * c.grid().ndims();
-                let recv = output(recvbuf, count_of(recvcount)? * k, recvtype)?;
-                let send = input_of(sendbuf, count_of(sendcount)? * k, &Datatype::of(sendtype)?)?;
-                Ok(c.ineighbor_alltoall(s, send, recv)?)
-            })
-        }
+        unsafe { ineighbor_blocks("MPI_Ineighbor_alltoall", true, (sendbuf, sendcount, sendtype), recv, comm, request) }
     }
 
     fn MPI_Ineighbor_alltoallv / PMPI_Ineighbor_alltoallv(
@@ -766,6 +750,33 @@ mpi! {
                 Ok(c.ineighbor_alltoallv(s, send, &v.counts, &v.displs, recv, &r.counts, &r.displs)?)
             })
         }
+    }
+}
+
+/// `MPI_Ineighbor_allgather` (one block sent to every neighbour) or, `alltoall`,
+/// `MPI_Ineighbor_alltoall` (a block per neighbour): blocks of `count` elements of `datatype`
+/// at `buf` for the send `(buf, count, datatype)` and the receive, one per neighbour.
+///
+/// # Safety
+/// The buffers hold what they say until the request completes.
+unsafe fn ineighbor_blocks(
+    name: &'static str,
+    alltoall: bool,
+    (sendbuf, sendcount, sendtype): (*const c_void, c_int, c_int),
+    (recvbuf, recvcount, recvtype): (*mut c_void, c_int, c_int),
+    comm: c_int,
+    request: *mut c_int,
+) -> c_int {
+    // SAFETY: this function's contract.
+    unsafe {
+        launch(name, comm, request, |_, s| {
+            let c = super::topo::cart_of(name, comm)?;
+            let k = 2 * c.grid().ndims();
+            let recv = output(recvbuf, count_of(recvcount)? * k, recvtype)?;
+            let sent = count_of(sendcount)? * if alltoall { k } else { 1 };
+            let send = input_of(sendbuf, sent, &Datatype::of(sendtype)?)?;
+            Ok(if alltoall { c.ineighbor_alltoall(s, send, recv)? } else { c.ineighbor_allgather(s, send, recv)? })
+        })
     }
 }
 

@@ -329,13 +329,9 @@ fn key(name: &str, h: c_int) -> Res<usize> {
     usize::try_from(h - 1).map_err(|_| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))
 }
 
-/// A request's operation taken out of the table (`None`: persistent and inactive), with its
-/// communicator.
-type Taken = (Option<Op>, c_int);
-
 /// Request `h`'s operation, taken out of the table to be tested or waited for (the table is
 /// not borrowed meanwhile), with its communicator. `None`: a null handle.
-fn take_op(name: &str, h: c_int) -> Res<Option<Taken>> {
+fn take_op(name: &str, h: c_int) -> Res<Option<(Option<Op>, c_int)>> {
     if h == REQUEST_NULL {
         return Ok(None);
     }
@@ -378,7 +374,10 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
                 return Ok(Outcome::Pending);
             }
         },
-        Some(Op::Coll(req, keep)) if wait => wait_coll(req, keep),
+        Some(Op::Coll(req, keep)) if wait => req.wait().map(|()| {
+            keep.complete();
+            empty()
+        }),
         Some(Op::Coll(req, keep)) => match req.test() {
             Ok(r) => r.map(|()| {
                 keep.complete();
@@ -390,26 +389,6 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
             }
         },
     };
-    // SAFETY: as above.
-    unsafe { conclude(name, h, comm, result) }
-}
-
-/// Waits for nonblocking collective `req`, then lets go of what it kept alive.
-fn wait_coll(req: crate::CollRequest<'static>, keep: super::icoll::Keep) -> Result<MpiStatus, crate::Error> {
-    req.wait().map(|()| {
-        keep.complete();
-        empty()
-    })
-}
-
-/// Ends request `*h` (active, taken out of the table, and now complete with `result`):
-/// freed, `*h` becoming `MPI_REQUEST_NULL`, or, persistent, inactive.
-///
-/// # Safety
-/// `h` points to an `MPI_Request` that is not `MPI_REQUEST_NULL`.
-unsafe fn conclude(name: &str, h: *mut c_int, comm: c_int, result: Result<MpiStatus, crate::Error>) -> Res<Outcome> {
-    // SAFETY: this function's contract.
-    let handle = unsafe { *h };
     let (persistent, cancelled) = with_state(name, |s| {
         let k = handle as usize - 1;
         let r = &mut s.requests[k];
@@ -420,7 +399,7 @@ unsafe fn conclude(name: &str, h: *mut c_int, comm: c_int, result: Result<MpiSta
         (p, c)
     })?;
     if !persistent {
-        // SAFETY: this function's contract.
+        // SAFETY: the caller's MPI_Request (checked above).
         unsafe { *h = REQUEST_NULL };
     }
     Ok(match result {
@@ -511,55 +490,18 @@ fn is_active(name: &str, h: c_int) -> Res<bool> {
 /// # Safety
 /// `statuses` is null or holds `hs.len()` statuses.
 unsafe fn settle_all(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -> Res<Option<(Fail, c_int)>> {
-    // Every operation out of the table at once (none if a handle is not a request), the
-    // point-to-point ones waited for under one lock of the runtime (a window of small
-    // messages), then each request ended in order.
-    let keys: Vec<Option<usize>> =
-        hs.iter().map(|&h| if h == REQUEST_NULL { Ok(None) } else { key(name, h).map(Some) }).collect::<Res<_>>()?;
-    let taken = with_state(name, |s| -> Res<Vec<Option<Taken>>> {
-        if let Some(&k) = keys.iter().flatten().find(|&&k| !s.requests.contains(k)) {
-            return Err(Fail::new(ERR_REQUEST, format!("{name}: {} is not a request", k + 1)));
-        }
-        Ok(keys.iter().map(|k| k.map(|k| (s.requests[k].op.take(), s.requests[k].comm))).collect())
-    })??;
-    let mut results: Vec<Option<Result<MpiStatus, crate::Error>>> = Vec::with_capacity(hs.len());
-    let comms: Vec<c_int> = taken.iter().map(|t| t.as_ref().map_or(COMM_WORLD, |t| t.1)).collect();
-    let mut live = Vec::new();
-    let mut colls = Vec::new();
-    for (i, t) in taken.into_iter().enumerate() {
-        results.push(match t {
-            // Null, or persistent and inactive: complete, nothing changes.
-            None | Some((None, _)) => None,
-            Some((Some(Op::Done(st)), _)) => Some(Ok(st)),
-            Some((Some(Op::Live(req)), _)) => {
-                live.push((i, req));
-                Some(Ok(empty()))
-            }
-            Some((Some(Op::Coll(req, keep)), _)) => {
-                colls.push((i, req, keep));
-                Some(Ok(empty()))
-            }
-        });
-    }
-    let (at, reqs): (Vec<usize>, Vec<Request<'static>>) = live.into_iter().unzip();
-    for (i, r) in at.into_iter().zip(crate::request::wait_each(reqs)) {
-        results[i] = Some(r.map(MpiStatus::of));
-    }
-    for (i, req, keep) in colls {
-        results[i] = Some(wait_coll(req, keep));
-    }
     let mut first: Option<(Fail, c_int)> = None;
-    for (i, ((h, result), comm)) in hs.iter_mut().zip(results).zip(comms).enumerate() {
-        let outcome = match result {
-            None => Outcome::Complete(empty(), None),
-            // SAFETY: a handle of the caller's array, a request (checked above).
-            Some(r) => unsafe { conclude(name, h, comm, r)? },
-        };
-        let Outcome::Complete(st, e) = outcome else { unreachable!("waited for") };
-        // SAFETY: this function's contract.
-        unsafe { store(statuses, i, st) };
-        if let (None, Some(e)) = (&first, e) {
-            first = Some(e);
+    for (i, h) in hs.iter_mut().enumerate() {
+        // SAFETY: a handle of the caller's array.
+        match unsafe { settle(name, h, true)? } {
+            Outcome::Complete(st, e) => {
+                // SAFETY: this function's contract.
+                unsafe { store(statuses, i, st) };
+                if let (None, Some(e)) = (&first, e) {
+                    first = Some(e);
+                }
+            }
+            Outcome::Pending => unreachable!("waited for"),
         }
     }
     Ok(first.map(|(f, comm)| (Fail::new(ERR_IN_STATUS, format!("{name}: a request failed: {}", f.message)), comm)))
