@@ -10,23 +10,25 @@
 //! A frame takes what it needs, so small messages are packed two to a line and a ring holds
 //! thousands of them. (Two to a line, not one: where moving a line between the cores is
 //! slow, streams of messages of up to 8 bytes went 1.4-1.5x faster.) A frame of whole lines
-//! starts at a line, so it takes as few lines as its length allows: after a frame that
-//! ends half-way through a line, a `PAD` word in the second half sends the consumer to the
-//! next line. (A frame of one and a half lines takes two lines wherever it starts.) (Unaligned, every 16-byte message after one odd small frame,
-//! a barrier's say, moved two lines instead of one until the lap ended: ping-pong of 16 B
-//! took 0.35 us against 0.24.) Positions are byte counts that only grow; a frame at
-//! position `p` lies at offset `p % size` and never wraps: a frame that does not fit before
-//! the end of the ring is preceded by a `SKIP` word that sends the consumer to the start.
+//! starts at a line, so it takes as few lines as its length allows: after a frame that ends
+//! half-way through a line, a `PAD` word in the second half sends the consumer to the next
+//! line. (A frame of one and a half lines takes two wherever it starts. Unaligned, every
+//! message of 9-40 bytes after one odd small frame, a barrier's say, moved two lines instead
+//! of one until the lap ended: ping-pong of 16 B took 0.35 us against 0.24.) Positions are
+//! byte counts that only grow; a frame at position `p` lies at offset `p % size` and never
+//! wraps: a frame that does not fit before the end of the ring is preceded by a `SKIP` word
+//! that sends the consumer to the start.
 //!
 //! The word of a frame says whether it is there: `0` not yet, `READY | len` a frame of `len`
-//! bytes, `SKIP` the rest of the lap is unused, `PAD` the rest of the line is. A `PAD` word is
-//! published after the frame behind it, so a consumer that sees it finds that frame whole. Before the producer publishes a frame with a
-//! release store of its word, the word after the frame (the place of the next one) reads
-//! `0`: the producer clears the words of the places ahead of it, a few lines at a time and
-//! after a publication, not on its path. So when the consumer reaches a position, its word
-//! is `0` or a frame published since: the consumer never writes the frame lines, and never
-//! mistakes old bytes for a frame. (UCX's mm FIFO avoids the consumer's writes the same way, with an
-//! owner bit per fixed-size element.)
+//! bytes, `SKIP` the rest of the lap is unused, `PAD` the rest of the line is. A `PAD` word
+//! is published after the frame behind it, so a consumer that sees it finds that frame
+//! whole. Before the producer publishes a frame with a release store of its word, the word
+//! after the frame (the place of the next one) reads `0`: the producer clears the words of
+//! the places ahead of it, a few lines at a time and after a publication, not on its path.
+//! So when the consumer reaches a position, its word is `0` or a frame published since: the
+//! consumer never writes the frame lines, and never mistakes old bytes for a frame. (UCX's
+//! mm FIFO avoids the consumer's writes the same way, with an owner bit per fixed-size
+//! element.)
 //!
 //! Space comes back in batches: the consumer publishes its position in `tail` once per poll
 //! of the ring ([`Ring::release`]), not per frame; the producer reads `tail` only when its
@@ -202,7 +204,9 @@ impl Ring {
             self.pos += (self.size - off) as u64;
             off = 0;
             w = self.word(0).load(Ordering::Acquire);
-        } else if w == PAD {
+        } else if w == PAD && off + ALIGN < self.size {
+            // (Never at the lap's last half line, where no frame could follow: the peer's
+            // word is not trusted to send us past the ring.)
             self.pos += ALIGN as u64;
             off += ALIGN;
             w = self.word(off).load(Ordering::Acquire);
