@@ -339,7 +339,24 @@ fn no_comm(name: &str, comm: c_int) -> Fail {
     match STATE.get().map(|s| s.try_borrow().map(|s| s.is_some())) {
         None | Some(Ok(false)) => no_state(name),
         Some(Err(_)) => reentered(name),
-        Some(Ok(true)) => Fail::new(ERR_COMM, format!("{name}: {comm} is not a communicator")),
+        Some(Ok(true)) => bad_comm(name, comm),
+    }
+}
+
+/// The error of a handle `comm` that names no communicator.
+#[cold]
+#[inline(never)]
+fn bad_comm(name: &str, comm: c_int) -> Fail {
+    Fail::new(ERR_COMM, format!("{name}: {comm} is not a communicator"))
+}
+
+impl State {
+    /// The communicator of handle `comm`, for a call that works within its borrow of the
+    /// state (one borrow where [`comm_ref`] and then [`with_state`] would take two).
+    #[inline(always)]
+    fn comm(&self, name: &str, comm: c_int) -> Res<&Comm> {
+        let entry = usize::try_from(comm).ok().and_then(|i| self.comms.get(i)).and_then(Option::as_ref);
+        entry.map(|e| &e.comm).ok_or_else(|| bad_comm(name, comm))
     }
 }
 

@@ -54,8 +54,9 @@ struct Call {
 #[derive(Debug)]
 enum Op {
     Live(Request<'static>),
-    /// A nonblocking collective, with the copy it works from (an `MPI_IN_PLACE` input).
-    Coll(crate::CollRequest<'static>, super::icoll::Keep),
+    /// A nonblocking collective, with the copies it works from (an `MPI_IN_PLACE` input);
+    /// boxed, so that a table entry is the size of a point-to-point request's.
+    Coll(Box<(crate::CollRequest<'static>, super::icoll::Keep)>),
     /// Nothing in flight: to `MPI_PROC_NULL`, or a buffered send (copied).
     Done(MpiStatus),
 }
@@ -68,8 +69,8 @@ pub(super) struct CReq {
     cancelled: bool,
     /// `None`: a persistent request not started.
     op: Option<Op>,
-    /// A persistent request's operation.
-    persistent: Option<Call>,
+    /// A persistent request's operation (boxed, as [`Op::Coll`]).
+    persistent: Option<Box<Call>>,
 }
 
 /// The buffer of `MPI_Buffer_attach`, and the buffered sends that hold part of it.
@@ -114,6 +115,7 @@ unsafe fn start(name: &str, call: &Call) -> Res<Op> {
 ///
 /// # Safety
 /// As [`start`].
+#[inline(always)]
 unsafe fn start_on(name: &str, c: &crate::Comm, call: &Call) -> Res<Op> {
     if call.send.is_none() {
         if let Some(size) = super::types::predefined_size(call.datatype) {
@@ -267,7 +269,13 @@ pub(super) unsafe fn new_coll_request(
     out: *mut c_int,
 ) -> Res {
     // SAFETY: this function's contract.
-    unsafe { new_request(name, CReq { comm, cancelled: false, op: Some(Op::Coll(req, keep)), persistent: None }, out) }
+    unsafe {
+        new_request(
+            name,
+            CReq { comm, cancelled: false, op: Some(Op::Coll(Box::new((req, keep)))), persistent: None },
+            out,
+        )
+    }
 }
 
 /// Starts `call` as a new request in `*request`.
@@ -276,12 +284,26 @@ pub(super) unsafe fn new_coll_request(
 /// As [`start`]; `request` points to an `MPI_Request`.
 unsafe fn immediate(name: &str, call: Call, request: *mut c_int) -> c_int {
     let r = (|| {
-        // SAFETY: this function's contract.
-        let op = unsafe { start(name, &call)? };
-        // SAFETY: this function's contract.
-        unsafe {
-            new_request(name, CReq { comm: call.comm, cancelled: false, op: Some(op), persistent: None }, request)
+        if request.is_null() {
+            return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
         }
+        let entry = |op| CReq { comm: call.comm, cancelled: false, op: Some(op), persistent: None };
+        let h = if call.send == Some(Mode::Buffered) {
+            // SAFETY: this function's contract.
+            let op = unsafe { start(name, &call)? };
+            with_state(name, |s| s.requests.insert(entry(op)))?
+        } else {
+            // The communicator and the table in one borrow of the state (nothing that
+            // starts an operation other than a buffered send reaches the state).
+            with_state(name, |s| {
+                // SAFETY: this function's contract.
+                let op = unsafe { start_on(name, s.comm(name, call.comm)?, &call)? };
+                Ok::<_, Fail>(s.requests.insert(entry(op)))
+            })??
+        };
+        // SAFETY: not null (checked): the caller's MPI_Request.
+        unsafe { *request = h as c_int + 1 };
+        Ok(())
     })();
     finish(name, call.comm, r)
 }
@@ -297,7 +319,11 @@ unsafe fn persistent(name: &str, call: Call, request: *mut c_int) -> c_int {
         count_of(call.count)?;
         // SAFETY: this function's contract.
         unsafe {
-            new_request(name, CReq { comm: call.comm, cancelled: false, op: None, persistent: Some(call) }, request)
+            new_request(
+                name,
+                CReq { comm: call.comm, cancelled: false, op: None, persistent: Some(Box::new(call)) },
+                request,
+            )
         }
     })();
     finish(name, call.comm, r)
@@ -329,16 +355,38 @@ fn key(name: &str, h: c_int) -> Res<usize> {
     usize::try_from(h - 1).map_err(|_| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))
 }
 
-/// Request `h`'s operation, taken out of the table to be tested or waited for (the table is
-/// not borrowed meanwhile), with its communicator. `None`: a null handle.
-fn take_op(name: &str, h: c_int) -> Res<Option<(Option<Op>, c_int)>> {
+/// What [`take_op`] took of a request.
+struct Taken {
+    /// `None`: a persistent request not started.
+    op: Option<Op>,
+    comm: c_int,
+    /// Whether the request left the table (a request waited for that is not persistent).
+    gone: bool,
+    /// Whether `MPI_Cancel` cancelled it (known here only for a request waited for).
+    cancelled: bool,
+}
+
+/// Request `h`'s operation, taken out of the table to be tested or (with `wait`) waited
+/// for: the table is not borrowed meanwhile. A request waited for that is not persistent
+/// leaves the table at once (waiting completes it: one borrow of the state, not two).
+/// `None`: a null handle.
+fn take_op(name: &str, h: c_int, wait: bool) -> Res<Option<Taken>> {
     if h == REQUEST_NULL {
         return Ok(None);
     }
     let k = key(name, h)?;
-    with_state(name, |s| match s.requests.get_mut(k) {
-        Some(r) => Ok(Some((r.op.take(), r.comm))),
-        None => Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request"))),
+    with_state(name, |s| {
+        let Some(r) = s.requests.get_mut(k) else {
+            return Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")));
+        };
+        Ok(Some(if !wait {
+            Taken { op: r.op.take(), comm: r.comm, gone: false, cancelled: false }
+        } else if r.persistent.is_some() {
+            Taken { op: r.op.take(), comm: r.comm, gone: false, cancelled: std::mem::take(&mut r.cancelled) }
+        } else {
+            let r = s.requests.remove(k);
+            Taken { op: r.op, comm: r.comm, gone: true, cancelled: r.cancelled }
+        }))
     })?
 }
 
@@ -361,7 +409,9 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
     }
     // SAFETY: not null (checked): the caller's MPI_Request.
     let handle = unsafe { *h };
-    let Some((op, comm)) = take_op(name, handle)? else { return Ok(Outcome::Complete(empty(), None)) };
+    let Some(Taken { op, comm, gone, cancelled }) = take_op(name, handle, wait)? else {
+        return Ok(Outcome::Complete(empty(), None));
+    };
     let result = match op {
         // Persistent and inactive: complete, nothing changes.
         None => return Ok(Outcome::Complete(empty(), None)),
@@ -374,30 +424,42 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
                 return Ok(Outcome::Pending);
             }
         },
-        Some(Op::Coll(req, keep)) if wait => req.wait().map(|()| {
-            keep.complete();
-            empty()
-        }),
-        Some(Op::Coll(req, keep)) => match req.test() {
-            Ok(r) => r.map(|()| {
+        Some(Op::Coll(coll)) if wait => {
+            let (req, keep) = *coll;
+            req.wait().map(|()| {
                 keep.complete();
                 empty()
-            }),
-            Err(req) => {
-                with_state(name, |s| s.requests[handle as usize - 1].op = Some(Op::Coll(req, keep)))?;
-                return Ok(Outcome::Pending);
-            }
-        },
-    };
-    let (persistent, cancelled) = with_state(name, |s| {
-        let k = handle as usize - 1;
-        let r = &mut s.requests[k];
-        let (p, c) = (r.persistent.is_some(), std::mem::take(&mut r.cancelled));
-        if !p {
-            s.requests.remove(k);
+            })
         }
-        (p, c)
-    })?;
+        Some(Op::Coll(coll)) => {
+            let (req, keep) = *coll;
+            match req.test() {
+                Ok(r) => r.map(|()| {
+                    keep.complete();
+                    empty()
+                }),
+                Err(req) => {
+                    let op = Op::Coll(Box::new((req, keep)));
+                    with_state(name, |s| s.requests[handle as usize - 1].op = Some(op))?;
+                    return Ok(Outcome::Pending);
+                }
+            }
+        }
+    };
+    // A request tested complete leaves the table now (or, persistent, goes inactive).
+    let (persistent, cancelled) = if wait {
+        (!gone, cancelled)
+    } else {
+        with_state(name, |s| {
+            let k = handle as usize - 1;
+            let r = &mut s.requests[k];
+            let (p, c) = (r.persistent.is_some(), std::mem::take(&mut r.cancelled));
+            if !p {
+                s.requests.remove(k);
+            }
+            (p, c)
+        })?
+    };
     if !persistent {
         // SAFETY: the caller's MPI_Request (checked above).
         unsafe { *h = REQUEST_NULL };
@@ -451,7 +513,7 @@ fn is_settled(name: &str, h: c_int) -> Res<bool> {
         Some(r) => Ok(match &r.op {
             None | Some(Op::Done(_)) => true,
             Some(Op::Live(req)) => req.is_complete(),
-            Some(Op::Coll(req, _)) => req.is_complete(),
+            Some(Op::Coll(coll)) => coll.0.is_complete(),
         }),
         None => Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request"))),
     })?
@@ -467,7 +529,7 @@ fn poll(name: &str, h: c_int) -> Res {
         .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))?;
     let polled = match &op {
         Some(Op::Live(req)) => req.poll().map(|_| ()),
-        Some(Op::Coll(req, _)) => req.poll().map(|_| ()),
+        Some(Op::Coll(coll)) => coll.0.poll().map(|_| ()),
         _ => Ok(()),
     };
     with_state(name, |s| s.requests[k].op = op)?;
@@ -490,6 +552,10 @@ fn is_active(name: &str, h: c_int) -> Res<bool> {
 /// # Safety
 /// `statuses` is null or holds `hs.len()` statuses.
 unsafe fn settle_all(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -> Res<Option<(Fail, c_int)>> {
+    // SAFETY: this function's contract.
+    if let Some(r) = unsafe { settle_plain(name, hs, statuses) } {
+        return r.map(|first| in_status(name, first));
+    }
     let mut first: Option<(Fail, c_int)> = None;
     for (i, h) in hs.iter_mut().enumerate() {
         // SAFETY: a handle of the caller's array.
@@ -504,7 +570,74 @@ unsafe fn settle_all(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -> 
             Outcome::Pending => unreachable!("waited for"),
         }
     }
-    Ok(first.map(|(f, comm)| (Fail::new(ERR_IN_STATUS, format!("{name}: a request failed: {}", f.message)), comm)))
+    Ok(in_status(name, first))
+}
+
+/// The error of a call on several requests whose first failure was `first`:
+/// `MPI_ERR_IN_STATUS`, each status telling its own.
+fn in_status(name: &str, first: Option<(Fail, c_int)>) -> Option<(Fail, c_int)> {
+    first.map(|(f, comm)| (Fail::new(ERR_IN_STATUS, format!("{name}: a request failed: {}", f.message)), comm))
+}
+
+/// [`settle_all`] of requests that are all plain point-to-point operations in flight (not
+/// persistent, not cancelled), the path of every window of small messages: they leave the
+/// table in one borrow of the state, and are waited for under one lock of the runtime
+/// ([`crate::wait_each`]). `None`, with nothing done, if any request is of another kind.
+/// The first failure comes back with its communicator.
+///
+/// # Safety
+/// As [`settle_all`].
+unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -> Option<Res<Option<(Fail, c_int)>>> {
+    let taken = with_state(name, |s| {
+        let plain = |h: c_int| {
+            let r = usize::try_from(h - 1).ok().and_then(|k| s.requests.get(k));
+            r.is_some_and(|r| r.persistent.is_none() && !r.cancelled && matches!(r.op, Some(Op::Live(_))))
+        };
+        if !hs.iter().all(|&h| plain(h)) {
+            return None;
+        }
+        let mut reqs = Vec::with_capacity(hs.len());
+        for &h in hs.iter() {
+            // A handle the array holds twice left the table at its first place: the
+            // requests before it are waited for, and it is an error, as on the general path.
+            let Some(r) = s.requests.try_remove(h as usize - 1) else { break };
+            let CReq { op: Some(Op::Live(req)), comm, .. } = r else { unreachable!("a plain request") };
+            reqs.push((req, comm));
+        }
+        Some(reqs)
+    });
+    let reqs = match taken {
+        Ok(Some(reqs)) => reqs,
+        Ok(None) => return None,
+        Err(fail) => return Some(Err(fail)),
+    };
+    let taken = reqs.len();
+    let (mut i, mut first) = (0, None);
+    let comm = std::cell::Cell::new(COMM_WORLD);
+    let reqs = reqs.into_iter().map(|(req, c)| {
+        comm.set(c);
+        req
+    });
+    crate::wait_each(reqs, |res| {
+        let st = match res {
+            Ok(st) => MpiStatus::of(st),
+            Err(e) => {
+                let fail = Fail::from(e);
+                let mut st = empty();
+                st.error = fail.class;
+                first.get_or_insert((fail, comm.get()));
+                st
+            }
+        };
+        // SAFETY: `statuses` is null or holds `hs.len()` statuses (this function's contract).
+        unsafe { store(statuses, i, st) };
+        hs[i] = REQUEST_NULL;
+        i += 1;
+    });
+    Some(match hs.get(taken) {
+        Some(&h) => Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request"))),
+        None => Ok(first),
+    })
 }
 
 /// The return code of a call on several requests: `fail` under its communicator's handler.
@@ -615,9 +748,7 @@ unsafe fn settle_some(
         if done > 0 || !wait {
             // SAFETY: this function's contract.
             unsafe { put(outcount, done as c_int)? };
-            return Ok(first.map(|(f, comm): (Fail, c_int)| {
-                (Fail::new(ERR_IN_STATUS, format!("{name}: a request failed: {}", f.message)), comm)
-            }));
+            return Ok(in_status(name, first));
         }
     }
 }
@@ -625,18 +756,29 @@ unsafe fn settle_some(
 /// Starts persistent request `h`.
 fn start_persistent(name: &str, h: c_int) -> Res<c_int> {
     let k = key(name, h)?;
-    let (call, busy) = with_state(name, |s| s.requests.get(k).map(|r| (r.persistent, r.op.is_some())))?
-        .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))?;
-    let Some(call) = call else {
-        return Err(Fail::new(ERR_REQUEST, format!("{name}: request {h} is not persistent")));
-    };
-    if busy {
-        return Err(Fail::new(ERR_REQUEST, format!("{name}: request {h} is active already")));
+    let call = with_state(name, |s| {
+        let r = s.requests.get_mut(k).ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))?;
+        let Some(call) = r.persistent.as_deref().copied() else {
+            return Err(Fail::new(ERR_REQUEST, format!("{name}: request {h} is not persistent")));
+        };
+        if r.op.is_some() {
+            return Err(Fail::new(ERR_REQUEST, format!("{name}: request {h} is active already")));
+        }
+        if call.send == Some(Mode::Buffered) {
+            return Ok(call);
+        }
+        // One borrow of the state, as `immediate`.
+        // SAFETY: MPI's contract: the buffer of a persistent request stays valid while it
+        // is active.
+        let op = unsafe { start_on(name, s.comm(name, call.comm)?, &call)? };
+        s.requests[k].op = Some(op);
+        Ok(call)
+    })??;
+    if call.send == Some(Mode::Buffered) {
+        // SAFETY: as above.
+        let op = unsafe { start(name, &call)? };
+        with_state(name, |s| s.requests[k].op = Some(op))?;
     }
-    // SAFETY: MPI's contract: the buffer of a persistent request stays valid while it is
-    // active.
-    let op = unsafe { start(name, &call)? };
-    with_state(name, |s| s.requests[k].op = Some(op))?;
     Ok(call.comm)
 }
 

@@ -5,8 +5,8 @@
 use std::ffi::{c_int, c_void};
 
 use super::{
-    comm_of, errhandler_of, finish, icoll, new_comm, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_COMM,
-    ERR_DIMS, ERR_TOPOLOGY, MPI_SUCCESS, PROC_NULL, UNDEFINED,
+    comm_of, errhandler_of, finish, icoll, new_comm, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_DIMS,
+    ERR_TOPOLOGY, MPI_SUCCESS, PROC_NULL, UNDEFINED,
 };
 use crate::topo::{dims_create, CartComm, Grid};
 use crate::Comm;
@@ -21,7 +21,7 @@ pub(super) fn cart_of(name: &str, comm: c_int) -> Res<CartComm> {
         Some((e.comm.clone(), e.grid.clone()))
     })?;
     match found {
-        None => Err(Fail::new(ERR_COMM, format!("{name}: {comm} is not a communicator"))),
+        None => Err(super::bad_comm(name, comm)),
         Some((_, None)) => Err(Fail::new(ERR_TOPOLOGY, format!("{name}: communicator {comm} has no Cartesian grid"))),
         Some((c, Some(g))) => Ok(CartComm::from_parts(c, g)),
     }
