@@ -156,6 +156,12 @@ impl<'a> Request<'a> {
         Request { state: Live::Done(status), _marker: PhantomData }
     }
 
+    /// Whether the operation completed as it started (an eager send): nothing in flight,
+    /// known without the runtime.
+    pub(crate) fn completed_at_start(&self) -> bool {
+        matches!(self.state, Live::Done(_))
+    }
+
     /// Blocks until the operation completes (`MPI_Wait`).
     pub fn wait(self) -> Result<Status, Error> {
         match self.state {

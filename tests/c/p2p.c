@@ -356,6 +356,43 @@ static void matched_and_cancelled(void)
     SAY("matched, then cancelled = %d, got %d", flag, x);
 }
 
+/* Small sends, which complete as they start: each is a request like any other, in
+ * Request_get_status, Test, Waitany and a Waitall beside a receive and a null request. */
+static void eager_sends(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    int v[4], in[4] = {-1, -1, -1, -1}, flag = 0, idx = -1;
+    MPI_Request s[4], r[4], mix[3];
+    MPI_Status sts[3];
+    for (int i = 0; i < 4; i++) {
+        v[i] = rank * 10 + i;
+        MPI_Irecv(&in[i], 1, MPI_INT, prev, 30 + i, MPI_COMM_WORLD, &r[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        MPI_Isend(&v[i], 1, MPI_INT, next, 30 + i, MPI_COMM_WORLD, &s[i]);
+    do
+        MPI_Request_get_status(s[0], &flag, MPI_STATUS_IGNORE);
+    while (!flag);
+    SAY("get_status keeps a send's request: %d", s[0] != MPI_REQUEST_NULL);
+    do
+        MPI_Test(&s[0], &flag, MPI_STATUS_IGNORE);
+    while (!flag);
+    SAY("test frees it: %d", s[0] == MPI_REQUEST_NULL);
+    MPI_Waitany(4, s, &idx, MPI_STATUS_IGNORE);
+    SAY("waitany of sends: index in 1..3 %d, freed %d", idx >= 1 && idx <= 3, idx >= 1 && s[idx] == MPI_REQUEST_NULL);
+    int left = idx == 1 ? 2 : 1;
+    mix[0] = s[left];
+    mix[1] = r[0];
+    mix[2] = MPI_REQUEST_NULL;
+    MPI_Waitall(3, mix, sts);
+    SAY("waitall of a send, a receive and a null: got %d from %d tag %d, all null %d", in[0], sts[1].MPI_SOURCE,
+        sts[1].MPI_TAG, mix[0] == MPI_REQUEST_NULL && mix[1] == MPI_REQUEST_NULL && mix[2] == MPI_REQUEST_NULL);
+    s[left] = MPI_REQUEST_NULL;
+    MPI_Waitall(4, s, MPI_STATUSES_IGNORE);
+    MPI_Waitall(3, &r[1], MPI_STATUSES_IGNORE);
+    SAY("eager sends: got %d %d %d", in[1], in[2], in[3]);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -366,6 +403,7 @@ int main(int argc, char **argv)
     modes();
     persistent();
     matched_and_cancelled();
+    eager_sends();
     errors();
     MPI_Barrier(MPI_COMM_WORLD);
     SAY("done");

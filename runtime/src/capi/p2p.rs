@@ -17,6 +17,11 @@ use super::{
 use crate::Request;
 
 pub(super) const REQUEST_NULL: c_int = 0;
+/// The handle of every nonblocking send that completed as it started (an eager send the
+/// transport took whole): it has no entry in the table, so a stream of small sends costs
+/// the table nothing. MPICH's built-in complete requests are the same idea; MPI does not
+/// promise distinct handles for distinct requests.
+const SENT: c_int = c_int::MAX;
 /// The bit of a status's upper count word that says its request was cancelled.
 pub(super) const CANCELLED: c_int = i32::MIN;
 /// `MPI_MESSAGE_NULL`, and `MPI_MESSAGE_NO_PROC` (a matching probe of `MPI_PROC_NULL`).
@@ -291,18 +296,21 @@ unsafe fn immediate(name: &str, call: Call, request: *mut c_int) -> c_int {
         let h = if call.send == Some(Mode::Buffered) {
             // SAFETY: this function's contract.
             let op = unsafe { start(name, &call)? };
-            with_state(name, |s| s.requests.insert(entry(op)))?
+            with_state(name, |s| s.requests.insert(entry(op)) as c_int + 1)?
         } else {
             // The communicator and the table in one borrow of the state (nothing that
             // starts an operation other than a buffered send reaches the state).
             with_state(name, |s| {
                 // SAFETY: this function's contract.
                 let op = unsafe { start_on(name, s.comm(name, call.comm)?, &call)? };
-                Ok::<_, Fail>(s.requests.insert(entry(op)))
+                Ok::<_, Fail>(match op {
+                    Op::Live(req) if call.send.is_some() && req.completed_at_start() => SENT,
+                    op => s.requests.insert(entry(op)) as c_int + 1,
+                })
             })??
         };
         // SAFETY: not null (checked): the caller's MPI_Request.
-        unsafe { *request = h as c_int + 1 };
+        unsafe { *request = h };
         Ok(())
     })();
     finish(name, call.comm, r)
@@ -355,6 +363,12 @@ fn key(name: &str, h: c_int) -> Res<usize> {
     usize::try_from(h - 1).map_err(|_| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))
 }
 
+/// The status of a send that completed as it started (the engine's: this rank of the
+/// world, tag 0, no bytes), which a [`SENT`] handle reports.
+fn sent_status(s: &super::State) -> crate::Status {
+    crate::Status { source: s.comms[COMM_WORLD as usize].as_ref().map_or(0, |e| e.comm.rank()), tag: 0, bytes: 0 }
+}
+
 /// What [`take_op`] took of a request.
 struct Taken {
     /// `None`: a persistent request not started.
@@ -376,6 +390,14 @@ fn take_op(name: &str, h: c_int, wait: bool) -> Res<Option<Taken>> {
     }
     let k = key(name, h)?;
     with_state(name, |s| {
+        if h == SENT {
+            return Ok(Some(Taken {
+                op: Some(Op::Done(MpiStatus::of(sent_status(s)))),
+                comm: COMM_WORLD,
+                gone: true,
+                cancelled: false,
+            }));
+        }
         let Some(r) = s.requests.get_mut(k) else {
             return Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")));
         };
@@ -447,7 +469,7 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
         }
     };
     // A request tested complete leaves the table now (or, persistent, goes inactive).
-    let (persistent, cancelled) = if wait {
+    let (persistent, cancelled) = if wait || gone {
         (!gone, cancelled)
     } else {
         with_state(name, |s| {
@@ -505,7 +527,7 @@ unsafe fn handles<'a>(name: &str, count: c_int, reqs: *mut c_int) -> Res<&'a mut
 
 /// Whether request `h` is null, inactive or complete, without progress or collecting it.
 fn is_settled(name: &str, h: c_int) -> Res<bool> {
-    if h == REQUEST_NULL {
+    if h == REQUEST_NULL || h == SENT {
         return Ok(true);
     }
     let k = key(name, h)?;
@@ -521,7 +543,7 @@ fn is_settled(name: &str, h: c_int) -> Res<bool> {
 
 /// Makes progress once (through request `h`, if it is in flight).
 fn poll(name: &str, h: c_int) -> Res {
-    if h == REQUEST_NULL {
+    if h == REQUEST_NULL || h == SENT {
         return Ok(());
     }
     let k = key(name, h)?;
@@ -540,6 +562,9 @@ fn poll(name: &str, h: c_int) -> Res {
 fn is_active(name: &str, h: c_int) -> Res<bool> {
     if h == REQUEST_NULL {
         return Ok(false);
+    }
+    if h == SENT {
+        return Ok(true);
     }
     let k = key(name, h)?;
     with_state(name, |s| s.requests.get(k).map(|r| r.op.is_some()))?
@@ -590,14 +615,22 @@ fn in_status(name: &str, first: Option<(Fail, c_int)>) -> Option<(Fail, c_int)> 
 unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -> Option<Res<Option<(Fail, c_int)>>> {
     let taken = with_state(name, |s| {
         let plain = |h: c_int| {
+            if h == SENT {
+                return true;
+            }
             let r = usize::try_from(h - 1).ok().and_then(|k| s.requests.get(k));
             r.is_some_and(|r| r.persistent.is_none() && !r.cancelled && matches!(r.op, Some(Op::Live(_))))
         };
         if !hs.iter().all(|&h| plain(h)) {
             return None;
         }
+        let sent = sent_status(s);
         let mut reqs = Vec::with_capacity(hs.len());
         for &h in hs.iter() {
+            if h == SENT {
+                reqs.push((Request::done(sent), COMM_WORLD));
+                continue;
+            }
             // A handle the array holds twice left the table at its first place: the
             // requests before it are waited for, and it is an error, as on the general path.
             let Some(r) = s.requests.try_remove(h as usize - 1) else { break };
@@ -755,6 +788,9 @@ unsafe fn settle_some(
 
 /// Starts persistent request `h`.
 fn start_persistent(name: &str, h: c_int) -> Res<c_int> {
+    if h == SENT {
+        return Err(Fail::new(ERR_REQUEST, format!("{name}: request {h} is not persistent")));
+    }
     let k = key(name, h)?;
     let call = with_state(name, |s| {
         let r = s.requests.get_mut(k).ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))?;
@@ -902,6 +938,11 @@ mpi! {
             }
             // SAFETY: not null (checked): the caller's MPI_Request.
             let h = unsafe { *request };
+            if h == SENT {
+                // SAFETY: as above.
+                unsafe { *request = REQUEST_NULL };
+                return Ok(());
+            }
             let k = key("MPI_Request_free", h)?;
             let coll = with_state("MPI_Request_free", |s| s.requests.get(k).map(|r| matches!(r.op, Some(Op::Coll(..)))))?
                 .ok_or_else(|| Fail::new(ERR_REQUEST, format!("MPI_Request_free: {h} is not a request")))?;
@@ -922,7 +963,7 @@ mpi! {
     fn MPI_Request_get_status / PMPI_Request_get_status(request: c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
         let r = (|| {
             let done = is_settled("MPI_Request_get_status", request)?;
-            if done && request != REQUEST_NULL {
+            if done && request != REQUEST_NULL && request != SENT {
                 let k = key("MPI_Request_get_status", request)?;
                 let st = with_state("MPI_Request_get_status", |s| match &s.requests[k].op {
                     Some(Op::Done(st)) => *st,
@@ -1282,6 +1323,10 @@ mpi! {
             }
             // SAFETY: not null (checked): the caller's MPI_Request.
             let h = unsafe { *request };
+            if h == SENT {
+                // Complete already: it cannot be cancelled.
+                return Ok(());
+            }
             let k = key("MPI_Cancel", h)?;
             with_state("MPI_Cancel", |s| {
                 let r = s.requests.get_mut(k).ok_or_else(|| Fail::new(ERR_REQUEST, format!("MPI_Cancel: {h} is not a request")))?;
