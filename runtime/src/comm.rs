@@ -9,7 +9,7 @@ use crate::buf::{RawBuf, RawBufMut};
 use crate::engine::{ReqId, Staging};
 use crate::error::Error;
 use crate::progress::{Runtime, Shared, Started};
-use crate::request::{Request, Scope};
+use crate::request::{Raw, Request, Scope};
 use crate::status::Status;
 
 /// Receive from any source (`MPI_ANY_SOURCE`).
@@ -430,6 +430,30 @@ impl Comm {
         // SAFETY: as above.
         let started = self.start_recv(unsafe { RawBufMut::new(bytes) }, src, tag)?;
         Ok(Request::started(&self.inner.rt, None, started))
+    }
+
+    /// As [`Comm::irecv_unscoped`] of `len` bytes, its request raw (the C ABI's).
+    ///
+    /// # Safety
+    /// As [`Comm::irecv_unscoped`].
+    pub(crate) unsafe fn irecv_raw(&self, buf: *mut u8, len: usize, src: usize, tag: i32) -> Result<Raw, Error> {
+        // SAFETY: the caller guarantees validity and exclusivity until completion.
+        let bytes = unsafe { RawBufMut::new(std::slice::from_raw_parts_mut(buf, len)) };
+        Ok(Raw::of(self.start_recv(bytes, src, tag)?))
+    }
+
+    /// As [`Comm::isend_unscoped`] of `len` bytes, its request raw (the C ABI's).
+    ///
+    /// # Safety
+    /// As [`Comm::isend_unscoped`].
+    pub(crate) unsafe fn isend_raw(&self, buf: *const u8, len: usize, dest: usize, tag: i32) -> Result<Raw, Error> {
+        // SAFETY: the caller guarantees validity until completion.
+        Ok(Raw::of(self.start_send(unsafe { raw_parts(buf, len) }, dest, tag, false)?))
+    }
+
+    /// The runtime this communicator's operations run in.
+    pub(crate) fn runtime(&self) -> &Arc<Shared> {
+        &self.inner.rt
     }
 
     /// Starts sending `bytes`, which the engine owns until the send ends: nothing of the

@@ -156,12 +156,6 @@ impl<'a> Request<'a> {
         Request { state: Live::Done(status), _marker: PhantomData }
     }
 
-    /// Whether the operation completed as it started (an eager send): nothing in flight,
-    /// known without the runtime.
-    pub(crate) fn completed_at_start(&self) -> bool {
-        matches!(self.state, Live::Done(_))
-    }
-
     /// Blocks until the operation completes (`MPI_Wait`).
     pub fn wait(self) -> Result<Status, Error> {
         match self.state {
@@ -215,7 +209,68 @@ impl<'a> Request<'a> {
     }
 }
 
+/// An unscoped operation's request without the reference to its runtime that a
+/// [`Request`] holds: the C ABI's request table keeps these, so that a stream of small
+/// messages pays no reference count (two atomic operations) per message. Its runtime is
+/// given back to complete it ([`Raw::into_request`], [`wait_raw_each`]).
+#[derive(Debug)]
+pub(crate) enum Raw {
+    InFlight(ReqId),
+    /// Completed as it started (an eager send, a receive of a message that was waiting).
+    Done(Status),
+}
+
+impl Raw {
+    pub(crate) fn of(started: Started) -> Raw {
+        match started {
+            Started::Done(st) => Raw::Done(st),
+            Started::Req(id) => Raw::InFlight(id),
+        }
+    }
+
+    /// Whether the operation has completed (without collecting it).
+    pub(crate) fn is_complete(&self, rt: &Shared) -> bool {
+        match self {
+            Raw::InFlight(id) => rt.borrow().engine.is_done(*id),
+            Raw::Done(_) => true,
+        }
+    }
+
+    /// The request, its runtime `rt` given back.
+    pub(crate) fn into_request(self, rt: &Arc<Shared>) -> Request<'static> {
+        match self {
+            Raw::InFlight(id) => Request { state: Live::InFlight { rt: rt.clone(), id }, _marker: PhantomData },
+            Raw::Done(st) => Request::done(st),
+        }
+    }
+}
+
+/// Waits for each raw request of runtime `rt` in turn under one lock of it, as
+/// [`wait_each`] (`f` runs under the lock: it must not call mpr).
+pub(crate) fn wait_raw_each(
+    rt: &Shared,
+    reqs: impl IntoIterator<Item = Raw>,
+    mut f: impl FnMut(Result<Status, Error>),
+) {
+    let mut guard = None;
+    for r in reqs {
+        f(match r {
+            Raw::Done(st) => Ok(st),
+            Raw::InFlight(id) => guard.get_or_insert_with(|| rt.borrow_mut()).wait(id),
+        });
+    }
+}
+
 impl Request<'static> {
+    /// The request without its reference to the runtime (which [`Raw::into_request`] takes
+    /// back).
+    pub(crate) fn into_raw(self) -> Raw {
+        match self.state {
+            Live::InFlight { id, .. } => Raw::InFlight(id),
+            Live::Done(st) => Raw::Done(st),
+        }
+    }
+
     /// Lets the operation go on with nobody waiting for it (`MPI_Request_free`): it
     /// completes in the background, and its result is dropped. Only an unscoped request
     /// (whose buffer its caller keeps valid) can be freed: a scope waits for its own.

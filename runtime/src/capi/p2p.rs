@@ -14,6 +14,7 @@ use super::{
     Fail, MpiStatus, Res, ANY_SOURCE, ANY_TAG, COMM_WORLD, ERR_ARG, ERR_BUFFER, ERR_IN_STATUS, ERR_REQUEST,
     MPI_SUCCESS, UNDEFINED,
 };
+use crate::request::{wait_raw_each, Raw};
 use crate::Request;
 
 pub(super) const REQUEST_NULL: c_int = 0;
@@ -58,12 +59,32 @@ struct Call {
 /// An operation started.
 #[derive(Debug)]
 enum Op {
+    /// A send or receive of one run of bytes (the C ABI's common case): its request
+    /// without a reference to the runtime ([`Raw`]), which the table's runtime completes.
+    Raw(Raw),
     Live(Request<'static>),
     /// A nonblocking collective, with the copies it works from (an `MPI_IN_PLACE` input);
     /// boxed, so that a table entry is the size of a point-to-point request's.
     Coll(Box<(crate::CollRequest<'static>, super::icoll::Keep)>),
     /// Nothing in flight: to `MPI_PROC_NULL`, or a buffered send (copied).
     Done(MpiStatus),
+}
+
+impl Op {
+    /// The operation with a raw request made a whole one, its runtime (the world's: every
+    /// communicator's) given back from `comms`: for every path but `MPI_Waitall`'s.
+    fn live(self, comms: &[Option<super::CommEntry>]) -> Op {
+        match self {
+            Op::Raw(r) => Op::Live(r.into_request(world_runtime(comms))),
+            op => op,
+        }
+    }
+}
+
+/// The runtime of every request of this process (the world communicator's, which all
+/// communicators share), from the table of communicators.
+fn world_runtime(comms: &[Option<super::CommEntry>]) -> &std::sync::Arc<crate::progress::Shared> {
+    comms[COMM_WORLD as usize].as_ref().expect("MPI_COMM_WORLD lives until MPI_Finalize").comm.runtime()
 }
 
 /// A request of the table.
@@ -131,7 +152,7 @@ unsafe fn start_on(name: &str, c: &crate::Comm, call: &Call) -> Res<Op> {
             // SAFETY: the caller's buffer (this function's contract).
             let data = unsafe { raw_mut(call.buf, n * size)? };
             // SAFETY: as above: valid and not otherwise touched until the receive ends.
-            return Ok(Op::Live(unsafe { c.irecv_unscoped(data.as_mut_ptr(), data.len(), src, call.tag)? }));
+            return Ok(Op::Raw(unsafe { c.irecv_raw(data.as_mut_ptr(), data.len(), src, call.tag)? }));
         }
     }
     match call.send {
@@ -153,7 +174,7 @@ unsafe fn start_on(name: &str, c: &crate::Comm, call: &Call) -> Res<Op> {
                     Op::Live(unsafe { c.issend_unscoped(d.as_ptr(), d.len(), dest, call.tag)? })
                 }
                 // SAFETY: as above.
-                (_, Cow::Borrowed(d)) => Op::Live(unsafe { c.isend_unscoped(d.as_ptr(), d.len(), dest, call.tag)? }),
+                (_, Cow::Borrowed(d)) => Op::Raw(unsafe { c.isend_raw(d.as_ptr(), d.len(), dest, call.tag)? }),
             })
         }
         None => {
@@ -304,7 +325,7 @@ unsafe fn immediate(name: &str, call: Call, request: *mut c_int) -> c_int {
                 // SAFETY: this function's contract.
                 let op = unsafe { start_on(name, s.comm(name, call.comm)?, &call)? };
                 Ok::<_, Fail>(match op {
-                    Op::Live(req) if call.send.is_some() && req.completed_at_start() => SENT,
+                    Op::Raw(Raw::Done(_)) if call.send.is_some() => SENT,
                     op => s.requests.insert(entry(op)) as c_int + 1,
                 })
             })??
@@ -401,14 +422,16 @@ fn take_op(name: &str, h: c_int, wait: bool) -> Res<Option<Taken>> {
         let Some(r) = s.requests.get_mut(k) else {
             return Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")));
         };
-        Ok(Some(if !wait {
+        let mut taken = if !wait {
             Taken { op: r.op.take(), comm: r.comm, gone: false, cancelled: false }
         } else if r.persistent.is_some() {
             Taken { op: r.op.take(), comm: r.comm, gone: false, cancelled: std::mem::take(&mut r.cancelled) }
         } else {
             let r = s.requests.remove(k);
             Taken { op: r.op, comm: r.comm, gone: true, cancelled: r.cancelled }
-        }))
+        };
+        taken.op = taken.op.map(|op| op.live(&s.comms));
+        Ok(Some(taken))
     })?
 }
 
@@ -438,6 +461,7 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
         // Persistent and inactive: complete, nothing changes.
         None => return Ok(Outcome::Complete(empty(), None)),
         Some(Op::Done(st)) => Ok(st),
+        Some(Op::Raw(_)) => unreachable!("take_op makes a raw request whole"),
         Some(Op::Live(req)) if wait => req.wait().map(MpiStatus::of),
         Some(Op::Live(req)) => match req.test() {
             Ok(r) => r.map(MpiStatus::of),
@@ -534,6 +558,7 @@ fn is_settled(name: &str, h: c_int) -> Res<bool> {
     with_state(name, |s| match s.requests.get(k) {
         Some(r) => Ok(match &r.op {
             None | Some(Op::Done(_)) => true,
+            Some(Op::Raw(req)) => req.is_complete(world_runtime(&s.comms)),
             Some(Op::Live(req)) => req.is_complete(),
             Some(Op::Coll(coll)) => coll.0.is_complete(),
         }),
@@ -547,7 +572,7 @@ fn poll(name: &str, h: c_int) -> Res {
         return Ok(());
     }
     let k = key(name, h)?;
-    let op = with_state(name, |s| s.requests.get_mut(k).map(|r| r.op.take()))?
+    let op = with_state(name, |s| s.requests.get_mut(k).map(|r| r.op.take()).map(|op| op.map(|op| op.live(&s.comms))))?
         .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))?;
     let polled = match &op {
         Some(Op::Live(req)) => req.poll().map(|_| ()),
@@ -607,7 +632,7 @@ fn in_status(name: &str, first: Option<(Fail, c_int)>) -> Option<(Fail, c_int)> 
 /// [`settle_all`] of requests that are all plain point-to-point operations in flight (not
 /// persistent, not cancelled), the path of every window of small messages: they leave the
 /// table in one borrow of the state, and are waited for under one lock of the runtime
-/// ([`crate::wait_each`]). `None`, with nothing done, if any request is of another kind.
+/// ([`wait_raw_each`]). `None`, with nothing done, if any request is of another kind.
 /// The first failure comes back with its communicator.
 ///
 /// # Safety
@@ -619,7 +644,7 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
                 return true;
             }
             let r = usize::try_from(h - 1).ok().and_then(|k| s.requests.get(k));
-            r.is_some_and(|r| r.persistent.is_none() && !r.cancelled && matches!(r.op, Some(Op::Live(_))))
+            r.is_some_and(|r| r.persistent.is_none() && !r.cancelled && matches!(r.op, Some(Op::Raw(_) | Op::Live(_))))
         };
         if !hs.iter().all(|&h| plain(h)) {
             return None;
@@ -628,19 +653,23 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
         let mut reqs = Vec::with_capacity(hs.len());
         for &h in hs.iter() {
             if h == SENT {
-                reqs.push((Request::done(sent), COMM_WORLD));
+                reqs.push((Raw::Done(sent), COMM_WORLD));
                 continue;
             }
             // A handle the array holds twice left the table at its first place: the
             // requests before it are waited for, and it is an error, as on the general path.
             let Some(r) = s.requests.try_remove(h as usize - 1) else { break };
-            let CReq { op: Some(Op::Live(req)), comm, .. } = r else { unreachable!("a plain request") };
-            reqs.push((req, comm));
+            let req = match r {
+                CReq { op: Some(Op::Raw(req)), comm, .. } => (req, comm),
+                CReq { op: Some(Op::Live(req)), comm, .. } => (req.into_raw(), comm),
+                _ => unreachable!("a plain request"),
+            };
+            reqs.push(req);
         }
-        Some(reqs)
+        Some((world_runtime(&s.comms).clone(), reqs))
     });
-    let reqs = match taken {
-        Ok(Some(reqs)) => reqs,
+    let (rt, reqs) = match taken {
+        Ok(Some(taken)) => taken,
         Ok(None) => return None,
         Err(fail) => return Some(Err(fail)),
     };
@@ -651,7 +680,7 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
         comm.set(c);
         req
     });
-    crate::wait_each(reqs, |res| {
+    wait_raw_each(&rt, reqs, |res| {
         let st = match res {
             Ok(st) => MpiStatus::of(st),
             Err(e) => {
@@ -949,10 +978,13 @@ mpi! {
             if coll {
                 return Err(Fail::new(ERR_REQUEST, "MPI_Request_free of a nonblocking collective's request"));
             }
-            let req = with_state("MPI_Request_free", |s| s.requests.remove(k))?;
-            if let Some(Op::Live(r)) = req.op {
-                r.free();
-            }
+            with_state("MPI_Request_free", |s| {
+                if let Some(op) = s.requests.remove(k).op {
+                    if let Op::Live(r) = op.live(&s.comms) {
+                        r.free();
+                    }
+                }
+            })?;
             // SAFETY: as above.
             unsafe { *request = REQUEST_NULL };
             Ok(())
@@ -1332,6 +1364,7 @@ mpi! {
                 let r = s.requests.get_mut(k).ok_or_else(|| Fail::new(ERR_REQUEST, format!("MPI_Cancel: {h} is not a request")))?;
                 // A receive no message matched yet is cancelled; anything else goes on (MPI
                 // lets a send, or a matched receive, complete instead).
+                r.op = r.op.take().map(|op| op.live(&s.comms));
                 if let Some(Op::Live(req)) = &r.op {
                     r.cancelled |= req.cancel();
                 }
