@@ -58,7 +58,7 @@ pub use error::{Error, ErrorClass, Result};
 pub use group::Group;
 pub use half;
 pub use layout::Layout;
-pub use request::{scope, test_all, unscoped, wait_all, wait_any, wait_each, Request, Scope};
+pub use request::{scope, test_all, unscoped, wait_all, wait_any, Request, Scope};
 pub use rma::{AccOp, Assert, DynAcc, Elem, LockType, NoOp, Replace, RmaOp, Window};
 pub use status::Status;
 

@@ -245,8 +245,10 @@ impl Raw {
     }
 }
 
-/// Waits for each raw request of runtime `rt` in turn under one lock of it, as
-/// [`wait_each`] (`f` runs under the lock: it must not call mpr).
+/// Waits for each raw request of runtime `rt` in turn, handing `f` each one's result in
+/// order (what `MPI_Waitall` reports request by request). The lock is taken at the first
+/// request in flight and held to the end, as [`wait_all`] does, so `f` runs under it: `f`
+/// must not call mpr. `reqs` may be lazy: each is taken after the one before completed.
 pub(crate) fn wait_raw_each(
     rt: &Shared,
     reqs: impl IntoIterator<Item = Raw>,
@@ -287,43 +289,27 @@ impl Request<'static> {
 pub fn wait_all(reqs: Vec<Request<'_>>) -> Result<Vec<Status>, Error> {
     let mut out = Vec::with_capacity(reqs.len());
     let mut first_err = None;
-    wait_each(reqs, |res| match res {
-        Ok(s) => out.push(s),
-        Err(e) => {
-            first_err.get_or_insert(e);
+    let shared = reqs.iter().find_map(|r| r.in_flight().map(|(rt, _)| rt.clone()));
+    let mut guard = shared.as_ref().map(|rt| rt.borrow_mut());
+    for r in reqs {
+        let res = match r.state {
+            Live::Done(st) => Ok(st),
+            Live::InFlight { rt, id } => match (&mut guard, &shared) {
+                (Some(g), Some(s)) if Arc::ptr_eq(s, &rt) => g.wait(id),
+                _ => rt.borrow_mut().wait(id),
+            },
+        };
+        match res {
+            Ok(s) => out.push(s),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
         }
-    });
+    }
+    drop(guard);
     match first_err {
         Some(e) => Err(e),
         None => Ok(out),
-    }
-}
-
-/// Waits for each request in turn, handing `f` each one's result in order (what
-/// `MPI_Waitall` reports request by request). The runtime's lock is taken once, at the
-/// first request in flight, and held to the end for every request of that runtime, so
-/// `f` runs under it: `f` must not call mpr. `reqs` may be a lazy iterator: each request
-/// is taken from it after the one before completed.
-pub fn wait_each<'a>(reqs: impl IntoIterator<Item = Request<'a>>, mut f: impl FnMut(Result<Status, Error>)) {
-    let mut reqs = reqs.into_iter();
-    // Requests that completed as they started touch no runtime; the first in flight
-    // names the one to lock.
-    let (shared, first) = loop {
-        match reqs.next().map(|r| r.state) {
-            None => return,
-            Some(Live::Done(st)) => f(Ok(st)),
-            Some(Live::InFlight { rt, id }) => break (rt, id),
-        }
-    };
-    let mut guard = shared.borrow_mut();
-    f(guard.wait(first));
-    for r in reqs {
-        f(match r.state {
-            Live::Done(st) => Ok(st),
-            Live::InFlight { rt, id } if Arc::ptr_eq(&rt, &shared) => guard.wait(id),
-            // Another runtime's (a second universe's): its own lock.
-            Live::InFlight { rt, id } => rt.borrow_mut().wait(id),
-        });
     }
 }
 
