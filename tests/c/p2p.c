@@ -289,6 +289,14 @@ static void errors(void)
     SAY("irecv with tag -5: class %d", class_of(MPI_Irecv(in, 1, MPI_INT, 0, -5, MPI_COMM_WORLD, &r)));
     SAY("isend on communicator 77: class %d", class_of(MPI_Isend(out, 1, MPI_INT, 0, 0, 77, &r)));
     SAY("irecv of datatype 999: class %d", class_of(MPI_Irecv(in, 1, 999, 0, 0, MPI_COMM_WORLD, &r)));
+    /* A send refused for its null request pointer never starts: the receive of its tag
+     * gets the message sent after it. */
+    int stray = 66, good = 77, got = -1;
+    SAY("isend with a null request pointer: class %d",
+        class_of(MPI_Isend(&stray, 1, MPI_INT, next, 25, MPI_COMM_WORLD, NULL)));
+    MPI_Send(&good, 1, MPI_INT, next, 25, MPI_COMM_WORLD);
+    MPI_Recv(&got, 1, MPI_INT, prev, 25, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    SAY("the refused send sent nothing: got %d", got);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 
