@@ -297,6 +297,16 @@ static void errors(void)
     MPI_Send(&good, 1, MPI_INT, next, 25, MPI_COMM_WORLD);
     MPI_Recv(&got, 1, MPI_INT, prev, 25, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     SAY("the refused send sent nothing: got %d", got);
+    /* A matched message stays with its handle when MPI_Imrecv is refused for a null request
+     * pointer; a nonblocking collective refused so never starts. */
+    MPI_Message m;
+    int sent = rank + 880, mgot = -1;
+    MPI_Send(&sent, 1, MPI_INT, next, 26, MPI_COMM_WORLD);
+    MPI_Mprobe(prev, 26, MPI_COMM_WORLD, &m, MPI_STATUS_IGNORE);
+    SAY("imrecv with a null request pointer: class %d", class_of(MPI_Imrecv(&mgot, 1, MPI_INT, &m, NULL)));
+    MPI_Mrecv(&mgot, 1, MPI_INT, &m, MPI_STATUS_IGNORE);
+    SAY("its message is still there: got %d", mgot);
+    SAY("ibarrier with a null request pointer: class %d", class_of(MPI_Ibarrier(MPI_COMM_WORLD, NULL)));
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 

@@ -13,8 +13,8 @@ use bytemuck::Pod;
 use super::p2p::new_coll_request;
 use super::types::{self, Datatype, ElemFn, ReduceOp};
 use super::{
-    blocks, bytes, bytes_mut, comm_of, count_of, finish, ints_at, root_of, Fail, Landing, Res, ERR_BUFFER, ERR_OP,
-    IN_PLACE,
+    blocks, bytes, bytes_mut, comm_of, count_of, finish, ints_at, root_of, Fail, Landing, Res, ERR_ARG, ERR_BUFFER,
+    ERR_OP, IN_PLACE,
 };
 use crate::op::DynOp;
 use crate::{CollRequest, Comm, Error};
@@ -156,6 +156,10 @@ unsafe fn launch(
     start: impl FnOnce(&Comm, &crate::Scope<'static>) -> Res<CollRequest<'static>>,
 ) -> c_int {
     let r = (|| {
+        // Checked before the collective starts: once it has, its request must be filed.
+        if request.is_null() {
+            return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
+        }
         let c = comm_of(name, comm)?;
         // SAFETY: this function's contract: the caller's buffers outlive the request.
         let scope = unsafe { crate::unscoped() };

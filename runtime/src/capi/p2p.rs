@@ -381,7 +381,9 @@ unsafe fn blocking(name: &str, call: Call) -> c_int {
 
 /// The key of handle `h` in the table.
 fn key(name: &str, h: c_int) -> Res<usize> {
-    usize::try_from(h - 1).map_err(|_| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))
+    h.checked_sub(1)
+        .and_then(|k| usize::try_from(k).ok())
+        .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))
 }
 
 /// The status of a send that completed as it started (the engine's: this rank of the
@@ -638,12 +640,16 @@ fn in_status(name: &str, first: Option<(Fail, c_int)>) -> Option<(Fail, c_int)> 
 /// # Safety
 /// As [`settle_all`].
 unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -> Option<Res<Option<(Fail, c_int)>>> {
+    if hs.iter().all(|&h| h == REQUEST_NULL) {
+        // Nothing to wait for: the general path, which needs no state for it.
+        return None;
+    }
     let taken = with_state(name, |s| {
         let plain = |h: c_int| {
             if h == SENT {
                 return true;
             }
-            let r = usize::try_from(h - 1).ok().and_then(|k| s.requests.get(k));
+            let r = h.checked_sub(1).and_then(|k| usize::try_from(k).ok()).and_then(|k| s.requests.get(k));
             r.is_some_and(|r| r.persistent.is_none() && !r.cancelled && matches!(r.op, Some(Op::Raw(_) | Op::Live(_))))
         };
         if !hs.iter().all(|&h| plain(h)) {
@@ -1332,6 +1338,10 @@ mpi! {
         request: *mut c_int,
     ) -> c_int {
         let r = (|| {
+            // Checked before the message is taken: once it is, its request must be filed.
+            if request.is_null() {
+                return Err(Fail::new(ERR_ARG, "MPI_Imrecv: a null request pointer"));
+            }
             let ty = Datatype::of(datatype)?;
             ty.usable()?;
             let n = count_of(count)?;
