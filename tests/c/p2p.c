@@ -304,6 +304,7 @@ static void errors(void)
     MPI_Send(&sent, 1, MPI_INT, next, 26, MPI_COMM_WORLD);
     MPI_Mprobe(prev, 26, MPI_COMM_WORLD, &m, MPI_STATUS_IGNORE);
     SAY("imrecv with a null request pointer: class %d", class_of(MPI_Imrecv(&mgot, 1, MPI_INT, &m, NULL)));
+    mgot = -1;
     MPI_Mrecv(&mgot, 1, MPI_INT, &m, MPI_STATUS_IGNORE);
     SAY("its message is still there: got %d", mgot);
     SAY("ibarrier with a null request pointer: class %d", class_of(MPI_Ibarrier(MPI_COMM_WORLD, NULL)));
