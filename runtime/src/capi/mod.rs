@@ -327,7 +327,7 @@ fn comm_of(name: &str, comm: c_int) -> Res<Comm> {
 fn comm_ref(name: &str, comm: c_int) -> Res<Ref<'static, Comm>> {
     let found = STATE.get().and_then(|s| {
         let s = s.try_borrow().ok()?;
-        Ref::filter_map(s, |s| Some(&s.as_ref()?.comms.get(usize::try_from(comm).ok()?)?.as_ref()?.comm)).ok()
+        Ref::filter_map(s, |s| Some(&s.as_ref()?.entry(comm)?.comm)).ok()
     });
     found.ok_or_else(|| no_comm(name, comm))
 }
@@ -351,12 +351,22 @@ fn bad_comm(name: &str, comm: c_int) -> Fail {
 }
 
 impl State {
+    /// The table's entry of communicator handle `comm`, if it names one.
+    #[inline(always)]
+    fn entry(&self, comm: c_int) -> Option<&CommEntry> {
+        self.comms.get(usize::try_from(comm).ok()?)?.as_ref()
+    }
+
+    /// As [`State::entry`], to change.
+    fn entry_mut(&mut self, comm: c_int) -> Option<&mut CommEntry> {
+        self.comms.get_mut(usize::try_from(comm).ok()?)?.as_mut()
+    }
+
     /// The communicator of handle `comm`, for a call that works within its borrow of the
     /// state (one borrow where [`comm_ref`] and then [`with_state`] would take two).
     #[inline(always)]
     fn comm(&self, name: &str, comm: c_int) -> Res<&Comm> {
-        let entry = usize::try_from(comm).ok().and_then(|i| self.comms.get(i)).and_then(Option::as_ref);
-        entry.map(|e| &e.comm).ok_or_else(|| bad_comm(name, comm))
+        self.entry(comm).map(|e| &e.comm).ok_or_else(|| bad_comm(name, comm))
     }
 }
 
@@ -390,8 +400,7 @@ fn handler_of(
         .with(|s| {
             let s = s.try_borrow().ok()?;
             let s = s.as_ref()?;
-            let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref);
-            let (comm, entry) = match entry {
+            let (comm, entry) = match s.entry(comm) {
                 Some(e) => (comm, e),
                 None => (COMM_WORLD, s.comms[COMM_WORLD as usize].as_ref()?),
             };
@@ -950,7 +959,7 @@ fn errhandler_of(comm: c_int) -> c_int {
     STATE
         .with(|s| {
             let s = s.try_borrow().ok()?;
-            s.as_ref()?.comms.get(usize::try_from(comm).ok()?)?.as_ref().map(|e| e.errhandler)
+            s.as_ref()?.entry(comm).map(|e| e.errhandler)
         })
         .flatten()
         .unwrap_or(ERRORS_ARE_FATAL)
@@ -1200,8 +1209,7 @@ mpi! {
     fn MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
         let r = with_state("MPI_Comm_set_errhandler", |s| {
             errh::settable(s, errhandler, errh::Kind::Comm)?;
-            let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get_mut(i)).and_then(Option::as_mut);
-            let entry = entry.ok_or_else(|| Fail::new(ERR_COMM, format!("{comm} is not a communicator")))?;
+            let entry = s.entry_mut(comm).ok_or_else(|| Fail::new(ERR_COMM, format!("{comm} is not a communicator")))?;
             entry.errhandler = errhandler;
             Ok(())
         });
@@ -1210,8 +1218,7 @@ mpi! {
 
     fn MPI_Comm_get_errhandler / PMPI_Comm_get_errhandler(comm: c_int, errhandler: *mut c_int) -> c_int {
         let r = with_state("MPI_Comm_get_errhandler", |s| {
-            let entry = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref);
-            entry.map(|e| e.errhandler).ok_or_else(|| Fail::new(ERR_COMM, format!("{comm} is not a communicator")))
+            s.entry(comm).map(|e| e.errhandler).ok_or_else(|| Fail::new(ERR_COMM, format!("{comm} is not a communicator")))
         });
         // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
         finish("MPI_Comm_get_errhandler", comm, r.and_then(|r| r).and_then(|h| unsafe { put(errhandler, h) }))
@@ -1992,7 +1999,7 @@ mpi! {
             // SAFETY: MPI's contract: a NUL-terminated string.
             let text = unsafe { name_at(name)? };
             with_state("MPI_Comm_set_name", |s| {
-                match usize::try_from(comm).ok().and_then(|i| s.comms.get_mut(i)).and_then(Option::as_mut) {
+                match s.entry_mut(comm) {
                     Some(e) => {
                         e.name = text;
                         Ok(())
@@ -2007,7 +2014,7 @@ mpi! {
     fn MPI_Comm_get_name / PMPI_Comm_get_name(comm: c_int, name: *mut c_char, resultlen: *mut c_int) -> c_int {
         let r = (|| {
             let text = with_state("MPI_Comm_get_name", |s| {
-                usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref).map(|e| e.name.clone())
+                s.entry(comm).map(|e| e.name.clone())
             })?
             .ok_or_else(|| Fail::new(ERR_COMM, format!("{comm} is not a communicator")))?;
             // SAFETY: MPI's contract: name holds MPI_MAX_OBJECT_NAME chars.

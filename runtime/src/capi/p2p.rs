@@ -81,10 +81,15 @@ impl Op {
     }
 }
 
+/// The world communicator, from the table of communicators.
+fn world(comms: &[Option<super::CommEntry>]) -> &crate::Comm {
+    &comms[COMM_WORLD as usize].as_ref().expect("MPI_COMM_WORLD lives until MPI_Finalize").comm
+}
+
 /// The runtime of every request of this process (the world communicator's, which all
-/// communicators share), from the table of communicators.
+/// communicators share).
 fn world_runtime(comms: &[Option<super::CommEntry>]) -> &std::sync::Arc<crate::progress::Shared> {
-    comms[COMM_WORLD as usize].as_ref().expect("MPI_COMM_WORLD lives until MPI_Finalize").comm.runtime()
+    world(comms).runtime()
 }
 
 /// A request of the table.
@@ -379,17 +384,27 @@ unsafe fn blocking(name: &str, call: Call) -> c_int {
     finish(name, call.comm, r)
 }
 
+/// The slot of handle `h` in the table, if it could name one.
+fn slot(h: c_int) -> Option<usize> {
+    usize::try_from(h.checked_sub(1)?).ok()
+}
+
 /// The key of handle `h` in the table.
 fn key(name: &str, h: c_int) -> Res<usize> {
-    h.checked_sub(1)
-        .and_then(|k| usize::try_from(k).ok())
-        .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))
+    slot(h).ok_or_else(|| not_a_request(name, h))
+}
+
+/// The error of a handle that names no request.
+#[cold]
+#[inline(never)]
+fn not_a_request(name: &str, h: c_int) -> Fail {
+    Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request"))
 }
 
 /// The status of a send that completed as it started (the engine's: this rank of the
 /// world, tag 0, no bytes), which a [`SENT`] handle reports.
 fn sent_status(s: &super::State) -> crate::Status {
-    crate::Status { source: s.comms[COMM_WORLD as usize].as_ref().map_or(0, |e| e.comm.rank()), tag: 0, bytes: 0 }
+    crate::Status { source: world(&s.comms).rank(), tag: 0, bytes: 0 }
 }
 
 /// What [`take_op`] took of a request.
@@ -422,7 +437,7 @@ fn take_op(name: &str, h: c_int, wait: bool) -> Res<Option<Taken>> {
             }));
         }
         let Some(r) = s.requests.get_mut(k) else {
-            return Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")));
+            return Err(not_a_request(name, h));
         };
         let mut taken = if !wait {
             Taken { op: r.op.take(), comm: r.comm, gone: false, cancelled: false }
@@ -564,7 +579,7 @@ fn is_settled(name: &str, h: c_int) -> Res<bool> {
             Some(Op::Live(req)) => req.is_complete(),
             Some(Op::Coll(coll)) => coll.0.is_complete(),
         }),
-        None => Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request"))),
+        None => Err(not_a_request(name, h)),
     })?
 }
 
@@ -575,7 +590,7 @@ fn poll(name: &str, h: c_int) -> Res {
     }
     let k = key(name, h)?;
     let op = with_state(name, |s| s.requests.get_mut(k).map(|r| r.op.take()).map(|op| op.map(|op| op.live(&s.comms))))?
-        .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))?;
+        .ok_or_else(|| not_a_request(name, h))?;
     let polled = match &op {
         Some(Op::Live(req)) => req.poll().map(|_| ()),
         Some(Op::Coll(coll)) => coll.0.poll().map(|_| ()),
@@ -594,8 +609,7 @@ fn is_active(name: &str, h: c_int) -> Res<bool> {
         return Ok(true);
     }
     let k = key(name, h)?;
-    with_state(name, |s| s.requests.get(k).map(|r| r.op.is_some()))?
-        .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))
+    with_state(name, |s| s.requests.get(k).map(|r| r.op.is_some()))?.ok_or_else(|| not_a_request(name, h))
 }
 
 /// Settles every request of `hs` that is complete, or (with `wait`) all of them; the
@@ -640,8 +654,8 @@ fn in_status(name: &str, first: Option<(Fail, c_int)>) -> Option<(Fail, c_int)> 
 /// # Safety
 /// As [`settle_all`].
 unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -> Option<Res<Option<(Fail, c_int)>>> {
-    if hs.iter().all(|&h| h == REQUEST_NULL) {
-        // Nothing to wait for: the general path, which needs no state for it.
+    if hs.contains(&REQUEST_NULL) {
+        // The general path, which passes over a null request without the state.
         return None;
     }
     let taken = with_state(name, |s| {
@@ -649,7 +663,7 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
             if h == SENT {
                 return true;
             }
-            let r = h.checked_sub(1).and_then(|k| usize::try_from(k).ok()).and_then(|k| s.requests.get(k));
+            let r = slot(h).and_then(|k| s.requests.get(k));
             r.is_some_and(|r| r.persistent.is_none() && !r.cancelled && matches!(r.op, Some(Op::Raw(_) | Op::Live(_))))
         };
         if !hs.iter().all(|&h| plain(h)) {
@@ -703,7 +717,7 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
         i += 1;
     });
     Some(match hs.get(taken) {
-        Some(&h) => Err(Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request"))),
+        Some(&h) => Err(not_a_request(name, h)),
         None => Ok(first),
     })
 }
@@ -828,7 +842,7 @@ fn start_persistent(name: &str, h: c_int) -> Res<c_int> {
     }
     let k = key(name, h)?;
     let call = with_state(name, |s| {
-        let r = s.requests.get_mut(k).ok_or_else(|| Fail::new(ERR_REQUEST, format!("{name}: {h} is not a request")))?;
+        let r = s.requests.get_mut(k).ok_or_else(|| not_a_request(name, h))?;
         let Some(call) = r.persistent.as_deref().copied() else {
             return Err(Fail::new(ERR_REQUEST, format!("{name}: request {h} is not persistent")));
         };
@@ -980,7 +994,7 @@ mpi! {
             }
             let k = key("MPI_Request_free", h)?;
             let coll = with_state("MPI_Request_free", |s| s.requests.get(k).map(|r| matches!(r.op, Some(Op::Coll(..)))))?
-                .ok_or_else(|| Fail::new(ERR_REQUEST, format!("MPI_Request_free: {h} is not a request")))?;
+                .ok_or_else(|| not_a_request("MPI_Request_free", h))?;
             if coll {
                 return Err(Fail::new(ERR_REQUEST, "MPI_Request_free of a nonblocking collective's request"));
             }
@@ -1371,7 +1385,7 @@ mpi! {
             }
             let k = key("MPI_Cancel", h)?;
             with_state("MPI_Cancel", |s| {
-                let r = s.requests.get_mut(k).ok_or_else(|| Fail::new(ERR_REQUEST, format!("MPI_Cancel: {h} is not a request")))?;
+                let r = s.requests.get_mut(k).ok_or_else(|| not_a_request("MPI_Cancel", h))?;
                 // A receive no message matched yet is cancelled; anything else goes on (MPI
                 // lets a send, or a matched receive, complete instead).
                 r.op = r.op.take().map(|op| op.live(&s.comms));

@@ -17,7 +17,7 @@ const CART: c_int = 2;
 /// The communicator of handle `comm` and its grid (`MPI_ERR_TOPOLOGY` if it has none).
 pub(super) fn cart_of(name: &str, comm: c_int) -> Res<CartComm> {
     let found = with_state(name, |s| {
-        let e = usize::try_from(comm).ok().and_then(|i| s.comms.get(i)).and_then(Option::as_ref)?;
+        let e = s.entry(comm)?;
         Some((e.comm.clone(), e.grid.clone()))
     })?;
     match found {
@@ -30,7 +30,7 @@ pub(super) fn cart_of(name: &str, comm: c_int) -> Res<CartComm> {
 /// Gives handle `comm` the grid `grid` (a new communicator's, or `MPI_Comm_dup`'s copy).
 pub(super) fn set_grid(name: &str, comm: c_int, grid: Option<Grid>) -> Res {
     with_state(name, |s| {
-        if let Some(e) = usize::try_from(comm).ok().and_then(|i| s.comms.get_mut(i)).and_then(Option::as_mut) {
+        if let Some(e) = s.entry_mut(comm) {
             e.grid = grid;
         }
     })
@@ -38,7 +38,7 @@ pub(super) fn set_grid(name: &str, comm: c_int, grid: Option<Grid>) -> Res {
 
 /// The grid of handle `comm`, if it has one.
 pub(super) fn grid_of(name: &str, comm: c_int) -> Res<Option<Grid>> {
-    with_state(name, |s| usize::try_from(comm).ok().and_then(|i| s.comms.get(i)?.as_ref()?.grid.clone()))
+    with_state(name, |s| s.entry(comm)?.grid.clone())
 }
 
 /// `n` ints from `p`, for arrays of extents, periods, coordinates.
