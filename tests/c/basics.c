@@ -121,6 +121,15 @@ static void collectives(void)
         MPI_Allreduce(d, e, 2, MPI_DOUBLE, ops[k], MPI_COMM_WORLD);
         SAY("op %u float %.3f double %.3f %.3f", k, g, e[0], e[1]);
     }
+    /* Buffers not aligned for their elements (fields of a packed record). */
+    {
+        unsigned char in[1 + 2 * sizeof(double)], out[3 + 2 * sizeof(double)];
+        double d[2] = {rank + 0.5, -2.0 * rank}, e[2];
+        memcpy(in + 1, d, sizeof d);
+        MPI_Allreduce(in + 1, out + 3, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        memcpy(e, out + 3, sizeof e);
+        SAY("unaligned sum %.2f %.2f", e[0], e[1]);
+    }
     /* In place: everywhere for all-reduce, at the root for reduce. */
     long l[3] = {rank, 2 * rank, 1L << 40};
     MPI_Allreduce(MPI_IN_PLACE, l, 3, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);

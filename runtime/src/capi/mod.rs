@@ -875,9 +875,14 @@ unsafe fn reduce(
         // elements, and nothing of either needs building.
         // SAFETY: MPI's contract: recv holds recv_n elements where the result lands; send
         // holds send_n, unless it is MPI_IN_PLACE.
-        let recv = if lands { Some(unsafe { raw_mut(recv, recv_n * basic.size)? }) } else { None };
+        let mut recv = if lands { Some(unsafe { raw_mut(recv, recv_n * basic.size)? }) } else { None };
         // SAFETY: as above.
         let send = if in_place { None } else { Some(unsafe { run_at(send, 0, send_n * basic.size)? }) };
+        if let (Reduction::All, Some(s), Some(r)) = (how, send.as_deref(), recv.as_deref_mut()) {
+            if let Some(done) = types::allreduce_basic(comm, s, r, basic) {
+                return done;
+            }
+        }
         return types::reduce_basic(comm, how, send.as_deref(), recv, basic);
     }
     let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);

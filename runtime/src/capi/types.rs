@@ -600,6 +600,24 @@ pub(super) fn reduce_basic(
     }
 }
 
+/// [`reduce_basic`] of `MPI_Allreduce`'s common case, kept short: separate buffers of
+/// whole elements, aligned for the type's carrier. `None` where the case is another (the
+/// general path takes it, and gives any error).
+pub(super) fn allreduce_basic(comm: &Comm, send: &[u8], recv: &mut [u8], basic: Basic) -> Option<Res> {
+    fn all<C: Pod>(comm: &Comm, send: &[u8], recv: &mut [u8], basic: Basic) -> Option<Res> {
+        let op = DynOp::<C>::new(basic.op, basic.elem)?;
+        let (s, r) = (bytemuck::try_cast_slice(send).ok()?, bytemuck::try_cast_slice_mut(recv).ok()?);
+        Some(comm.allreduce(s, r, op).map_err(Fail::from))
+    }
+    match basic.size {
+        1 => all::<u8>(comm, send, recv, basic),
+        2 => all::<u16>(comm, send, recv, basic),
+        4 => all::<u32>(comm, send, recv, basic),
+        8 => all::<u64>(comm, send, recv, basic),
+        _ => None,
+    }
+}
+
 /// [`reduce`] over carrier `C` (the user's buffers themselves where they are aligned for
 /// it, else copies); `None` if `op` does not apply to `elem`.
 fn run<C: Pod>(
