@@ -490,7 +490,7 @@ mpi! {
             // SAFETY: MPI's contract: the origin buffer holds what it says.
             let data = unsafe { message(origin_addr, origin_count, origin_datatype)? };
             let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
-            t.each("MPI_Put", data.len(), |r, at| Ok(w.win.put(&data[r], t.rank, at)?))
+            t.each("MPI_Put", data.len(), #[inline(always)] |r, at| Ok(w.win.put(&data[r], t.rank, at)?))
         })
     }
 
@@ -508,7 +508,7 @@ mpi! {
             // SAFETY: MPI's contract: the origin buffer holds what it says.
             let mut buf = unsafe { landing(origin_addr, origin_count, origin_datatype)? };
             let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
-            t.each("MPI_Get", buf.len(), |r, at| Ok(w.win.get(&mut buf[r], t.rank, at)?))
+            t.each("MPI_Get", buf.len(), #[inline(always)] |r, at| Ok(w.win.get(&mut buf[r], t.rank, at)?))
         })
     }
 
