@@ -178,6 +178,8 @@ static void errors(void)
     CLASS("bcast root size", MPI_Bcast(&x, 1, MPI_INT, size, MPI_COMM_WORLD));
     CLASS("band on doubles", MPI_Allreduce(&x, y, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_SELF));
     CLASS("null op", MPI_Allreduce(&x, y, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_SELF));
+    CLASS("all-reduce of one buffer into itself", MPI_Allreduce(y, y, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF));
+    CLASS("reduce of one buffer into itself", MPI_Reduce(y, y, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_SELF));
     /* Ranges of ranks: a stride of 0, past the group's end, below 0, a rank twice. */
     MPI_Group wg, none = MPI_GROUP_NULL;
     MPI_Comm_group(MPI_COMM_WORLD, &wg);

@@ -866,6 +866,9 @@ unsafe fn reduce(
     if in_place && (!lands || matches!(how, Reduction::Local)) {
         return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE where this call takes no in-place input"));
     }
+    if lands && count > 0 && send == recv.cast_const() {
+        return Err(Fail::new(ERR_BUFFER, "the input and the result share one buffer (MPI_IN_PLACE says so)"));
+    }
     let (send_n, recv_n) = match how {
         Reduction::ScatterBlock => (count * comm.size(), if in_place { count * comm.size() } else { count }),
         _ => (count, count),
@@ -875,14 +878,9 @@ unsafe fn reduce(
         // elements, and nothing of either needs building.
         // SAFETY: MPI's contract: recv holds recv_n elements where the result lands; send
         // holds send_n, unless it is MPI_IN_PLACE.
-        let mut recv = if lands { Some(unsafe { raw_mut(recv, recv_n * basic.size)? }) } else { None };
+        let recv = if lands { Some(unsafe { raw_mut(recv, recv_n * basic.size)? }) } else { None };
         // SAFETY: as above.
         let send = if in_place { None } else { Some(unsafe { run_at(send, 0, send_n * basic.size)? }) };
-        if let (Reduction::All, Some(s), Some(r)) = (how, send.as_deref(), recv.as_deref_mut()) {
-            if let Some(done) = types::allreduce_basic(comm, s, r, basic) {
-                return done;
-            }
-        }
         return types::reduce_basic(comm, how, send.as_deref(), recv, basic);
     }
     let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
@@ -891,6 +889,34 @@ unsafe fn reduce(
     // SAFETY: as above.
     let send = if in_place { None } else { Some(unsafe { bytes(send, send_n, &ty)? }) };
     types::reduce(comm, how, send.as_deref(), recv.as_deref_mut(), &ty, op)
+}
+
+/// `MPI_Allreduce`'s common case, kept short: a predefined operation on two distinct,
+/// non-empty buffers of a predefined type, aligned for it. `None` where the call is another case
+/// (the general path takes it, and gives any error).
+///
+/// # Safety
+/// As [`reduce`] (which takes every other case).
+#[inline(always)]
+unsafe fn allreduce_basic(
+    comm: &Comm,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+) -> Option<Res> {
+    let basic = types::Basic::of(datatype, op)?;
+    let n = usize::try_from(count).ok()?.checked_mul(basic.size)?;
+    if n == 0 || send == IN_PLACE || send.is_null() || recv.is_null() || send == recv.cast_const() {
+        return None;
+    }
+    // SAFETY: not null (checked); MPI's contract: `count` elements at each, the two
+    // buffers apart.
+    let (s, r) = unsafe {
+        (std::slice::from_raw_parts(send.cast::<u8>(), n), std::slice::from_raw_parts_mut(recv.cast::<u8>(), n))
+    };
+    types::allreduce_aligned(comm, s, r, basic)
 }
 
 /// `n` C ints at `p` (counts or displacements).
@@ -1433,6 +1459,10 @@ mpi! {
         let r = (|| {
             let c = comm_ref("MPI_Allreduce", comm)?;
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            if let Some(done) = unsafe { allreduce_basic(&c, sendbuf, recvbuf, count, datatype, op) } {
+                return done;
+            }
+            // SAFETY: as above.
             unsafe { reduce(&c, Reduction::All, sendbuf, recvbuf, count, datatype, op) }
         })();
         finish("MPI_Allreduce", comm, r)

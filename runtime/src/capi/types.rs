@@ -603,7 +603,7 @@ pub(super) fn reduce_basic(
 /// [`reduce_basic`] of `MPI_Allreduce`'s common case, kept short: separate buffers of
 /// whole elements, aligned for the type's carrier. `None` where the case is another (the
 /// general path takes it, and gives any error).
-pub(super) fn allreduce_basic(comm: &Comm, send: &[u8], recv: &mut [u8], basic: Basic) -> Option<Res> {
+pub(super) fn allreduce_aligned(comm: &Comm, send: &[u8], recv: &mut [u8], basic: Basic) -> Option<Res> {
     fn all<C: Pod>(comm: &Comm, send: &[u8], recv: &mut [u8], basic: Basic) -> Option<Res> {
         let op = DynOp::<C>::new(basic.op, basic.elem)?;
         let (s, r) = (bytemuck::try_cast_slice(send).ok()?, bytemuck::try_cast_slice_mut(recv).ok()?);
