@@ -84,7 +84,7 @@ impl<T> Queues<T> {
     pub(super) fn find(&self, ctx: u32, src: Option<u32>, wild: bool, fits: impl Fn(&T) -> bool) -> Option<Slot> {
         let c = self.ctx_index(ctx).ok()?;
         let by = &self.ctxs[c].1;
-        let first = |q: &VecDeque<(u64, T)>| q.iter().position(|(_, t)| fits(t)).map(|at| (q[at].0, at));
+        let first = |q: &VecDeque<(u64, T)>| first_fit(q, &fits);
         let mut best: Option<(u64, Slot)> = None;
         let mut consider = |found: Option<(u64, usize)>, s: Option<usize>| {
             if let Some((seq, at)) = found {
@@ -122,7 +122,7 @@ impl<T> Queues<T> {
     }
 
     /// Removes the entry at `s` (from [`Queues::find`], with no change in between).
-    #[inline]
+    #[inline(always)]
     pub(super) fn take(&mut self, s: Slot) -> T {
         let by = &mut self.ctxs[s.ctx].1;
         let q = match s.src {
@@ -130,7 +130,9 @@ impl<T> Queues<T> {
             None => &mut by.any,
         };
         self.len -= 1;
-        q.remove(s.at).expect("slot from find").1
+        // The head (the common case: the oldest entry of its queue) without moving the rest.
+        let taken = if s.at == 0 { q.pop_front() } else { q.remove(s.at) };
+        taken.expect("slot from find").1
     }
 
     /// Keeps only the entries for which `keep` holds (the error paths; a full scan).
@@ -146,6 +148,12 @@ impl<T> Queues<T> {
         }
         self.len = len;
     }
+}
+
+/// The sequence number and position of the first entry of `q` that `fits`.
+#[inline(always)]
+fn first_fit<T>(q: &VecDeque<(u64, T)>, fits: &impl Fn(&T) -> bool) -> Option<(u64, usize)> {
+    q.iter().enumerate().find(|(_, (_, t))| fits(t)).map(|(at, (seq, _))| (*seq, at))
 }
 
 #[cfg(test)]

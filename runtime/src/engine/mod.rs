@@ -512,6 +512,7 @@ impl Engine {
         Some(Status { source: u.env.src as usize, tag: u.env.tag, bytes: u.len })
     }
 
+    #[inline(always)]
     fn find_posted(&self, env: &Envelope) -> Option<matching::Slot> {
         self.posted.find(env.ctx, Some(env.src), true, |p| fits(env, p.ctx, p.src, p.tag))
     }
