@@ -531,12 +531,16 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
         Ok(st) if cancelled => Outcome::Complete(MpiStatus { count_hi: CANCELLED, ..st }, None),
         Ok(st) => Outcome::Complete(st, None),
         Err(e) => {
-            let fail = Fail::from(e);
-            let mut st = empty();
-            st.error = fail.class;
+            let (st, fail) = failed_status(e);
             Outcome::Complete(st, Some((fail, comm)))
         }
     })
+}
+
+/// The status of a request that failed with `e`, and the failure.
+fn failed_status(e: crate::Error) -> (MpiStatus, Fail) {
+    let fail = Fail::from(e);
+    (MpiStatus { error: fail.class, ..empty() }, fail)
 }
 
 /// Writes status `st` to `statuses[i]` unless `MPI_STATUSES_IGNORE`.
@@ -695,6 +699,7 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
     };
     let taken = reqs.len();
     let (mut i, mut first) = (0, None);
+    // The communicator of the request being waited for (for its error's handler).
     let comm = std::cell::Cell::new(COMM_WORLD);
     let reqs = reqs.into_iter().map(|(req, c)| {
         comm.set(c);
@@ -704,9 +709,7 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
         let st = match res {
             Ok(st) => MpiStatus::of(st),
             Err(e) => {
-                let fail = Fail::from(e);
-                let mut st = empty();
-                st.error = fail.class;
+                let (st, fail) = failed_status(e);
                 first.get_or_insert((fail, comm.get()));
                 st
             }

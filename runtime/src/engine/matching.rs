@@ -84,7 +84,6 @@ impl<T> Queues<T> {
     pub(super) fn find(&self, ctx: u32, src: Option<u32>, wild: bool, fits: impl Fn(&T) -> bool) -> Option<Slot> {
         let c = self.ctx_index(ctx).ok()?;
         let by = &self.ctxs[c].1;
-        let first = |q: &VecDeque<(u64, T)>| first_fit(q, &fits);
         let mut best: Option<(u64, Slot)> = None;
         let mut consider = |found: Option<(u64, usize)>, s: Option<usize>| {
             if let Some((seq, at)) = found {
@@ -96,17 +95,17 @@ impl<T> Queues<T> {
         match src {
             Some(s) => {
                 if let Ok(i) = by.by_src.binary_search_by_key(&s, |q| q.0) {
-                    consider(first(&by.by_src[i].1), Some(i));
+                    consider(first_fit(&by.by_src[i].1, &fits), Some(i));
                 }
             }
             None => {
                 for (i, (_, q)) in by.by_src.iter().enumerate() {
-                    consider(first(q), Some(i));
+                    consider(first_fit(q, &fits), Some(i));
                 }
             }
         }
         if wild {
-            consider(first(&by.any), None);
+            consider(first_fit(&by.any, &fits), None);
         }
         best.map(|b| b.1)
     }
