@@ -45,6 +45,12 @@ impl<T> Queues<T> {
         self.len
     }
 
+    /// Whether no entry is queued (in any context: a context once used keeps its queues).
+    #[inline(always)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     #[inline]
     fn ctx_index(&self, ctx: u32) -> Result<usize, usize> {
         self.ctxs.binary_search_by_key(&ctx, |c| c.0)

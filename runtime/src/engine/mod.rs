@@ -422,7 +422,14 @@ impl Engine {
         buf: RawBufMut,
         now: bool,
     ) -> Started {
-        let Some(i) = self.unexpected.find(ctx, src, false, |u| fits(&u.env, ctx, src, tag)) else {
+        // No message waits (a receive posted in time, the common case): no search. A context
+        // keeps its queues once used, empty or not, so `find` would still look them up.
+        let found = if self.unexpected.is_empty() {
+            None
+        } else {
+            self.unexpected.find(ctx, src, false, |u| fits(&u.env, ctx, src, tag))
+        };
+        let Some(i) = found else {
             let id = self.reqs.insert(State::RecvPosted { buf, peer });
             self.posted.push(ctx, src, Posted { ctx, src, tag, req: id });
             return Started::Req(id);
