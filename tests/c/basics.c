@@ -173,6 +173,16 @@ static void errors(void)
     CLASS("send to rank -5", MPI_Send(&x, 1, MPI_INT, -5, 0, MPI_COMM_WORLD));
     CLASS("negative tag", MPI_Send(&x, 1, MPI_INT, 0, -3, MPI_COMM_WORLD));
     CLASS("negative count", MPI_Send(&x, -1, MPI_INT, 0, 0, MPI_COMM_WORLD));
+    /* The same checks on the short paths of a send or receive of a predefined type. */
+    MPI_Request rq = MPI_REQUEST_NULL;
+    CLASS("send of a null buffer", MPI_Send(NULL, 1, MPI_INT, 0, 0, MPI_COMM_WORLD));
+    CLASS("receive into a null buffer", MPI_Recv(NULL, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CLASS("receive from rank -5", MPI_Recv(&x, 1, MPI_INT, -5, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CLASS("receive of a negative count", MPI_Recv(&x, -1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CLASS("isend of a null buffer", MPI_Isend(NULL, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, &rq));
+    CLASS("irecv from rank size", MPI_Irecv(&x, 1, MPI_INT, size, 0, MPI_COMM_WORLD, &rq));
+    CLASS("irecv of a negative count", MPI_Irecv(&x, -1, MPI_INT, 0, 0, MPI_COMM_WORLD, &rq));
+    SAY("no request made by them: %d", rq == MPI_REQUEST_NULL);
     CLASS("null communicator", MPI_Send(&x, 1, MPI_INT, 0, 0, MPI_COMM_NULL));
     CLASS("null datatype", MPI_Send(&x, 1, MPI_DATATYPE_NULL, 0, 0, MPI_COMM_WORLD));
     CLASS("bcast root size", MPI_Bcast(&x, 1, MPI_INT, size, MPI_COMM_WORLD));

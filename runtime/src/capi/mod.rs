@@ -525,6 +525,45 @@ unsafe fn landing<'a>(buf: *mut c_void, count: c_int, datatype: c_int) -> Res<La
     }
 }
 
+/// The bytes of `count` elements of a predefined datatype at `buf`: a blocking send's or
+/// receive's common case, checked in a few instructions. `None` for any other case (a derived
+/// or pair type, a negative count, a null buffer for data), which [`message`] takes and which
+/// gives any error.
+///
+/// # Safety
+/// As [`bytes`].
+#[inline(always)]
+unsafe fn plain<'a>(buf: *const c_void, count: c_int, datatype: c_int) -> Option<&'a [u8]> {
+    let n = usize::try_from(count).ok()?.checked_mul(types::predefined_size(datatype)?)?;
+    if n == 0 {
+        return Some(&[]);
+    }
+    if buf.is_null() {
+        return None;
+    }
+    // SAFETY: the caller promises `count` readable elements (`n` bytes) at `buf`, not null
+    // (checked).
+    Some(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) })
+}
+
+/// As [`plain`], for data to be written (a receive's buffer; [`landing`] takes other cases).
+///
+/// # Safety
+/// As [`bytes_mut`].
+#[inline(always)]
+unsafe fn plain_mut<'a>(buf: *mut c_void, count: c_int, datatype: c_int) -> Option<&'a mut [u8]> {
+    let n = usize::try_from(count).ok()?.checked_mul(types::predefined_size(datatype)?)?;
+    if n == 0 {
+        return Some(&mut []);
+    }
+    if buf.is_null() {
+        return None;
+    }
+    // SAFETY: the caller promises room for `count` elements (`n` bytes) at `buf`, not null
+    // (checked), which nothing else refers to during the call.
+    Some(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) })
+}
+
 /// `n` bytes of data at `off` from `buf`, as a message.
 ///
 /// # Safety
@@ -1309,6 +1348,10 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_ref("MPI_Send", comm)?;
+            // SAFETY: MPI's contract: `count` elements of `datatype` at `buf`.
+            if let (Some(data), Ok(d)) = (unsafe { plain(buf, count, datatype) }, usize::try_from(dest)) {
+                return Ok(c.send(data, d, tag)?);
+            }
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
             let data = unsafe { message(buf, count, datatype)? };
             match peer(dest, false)? {
@@ -1330,6 +1373,17 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_ref("MPI_Recv", comm)?;
+            let src = match source {
+                ANY_SOURCE => Ok(crate::ANY_SOURCE),
+                s => usize::try_from(s),
+            };
+            // SAFETY: MPI's contract: room for `count` elements of `datatype` at `buf`.
+            if let (Some(data), Ok(s)) = (unsafe { plain_mut(buf, count, datatype) }, src) {
+                let st = MpiStatus::of(c.recv(data, s, tag)?);
+                // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
+                unsafe { set_status_raw(status, st) };
+                return Ok(());
+            }
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
             let mut data = unsafe { landing(buf, count, datatype)? };
             let st = match peer(source, true)? {

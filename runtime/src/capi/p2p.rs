@@ -10,8 +10,8 @@ use std::ffi::{c_int, c_void};
 
 use super::types::Datatype;
 use super::{
-    bytes, bytes_mut, comm_of, comm_ref, count_of, finish, message, peer, put, raw_mut, set_status_raw, with_state,
-    Fail, MpiStatus, Res, ANY_SOURCE, ANY_TAG, COMM_WORLD, ERR_ARG, ERR_BUFFER, ERR_IN_STATUS, ERR_REQUEST,
+    bytes, bytes_mut, comm_of, comm_ref, count_of, finish, message, peer, plain, plain_mut, put, set_status_raw,
+    with_state, Fail, MpiStatus, Res, ANY_SOURCE, ANY_TAG, COMM_WORLD, ERR_ARG, ERR_BUFFER, ERR_IN_STATUS, ERR_REQUEST,
     MPI_SUCCESS, UNDEFINED,
 };
 use crate::request::{wait_raw_each, Raw};
@@ -148,17 +148,28 @@ unsafe fn start(name: &str, call: &Call) -> Res<Op> {
 /// As [`start`].
 #[inline(always)]
 unsafe fn start_on(name: &str, c: &crate::Comm, call: &Call) -> Res<Op> {
-    if call.send.is_none() {
-        if let Some(size) = super::types::predefined_size(call.datatype) {
-            // A run of a predefined type's elements: the caller's bytes themselves, with no
-            // datatype built (the path of every stream of small receives).
-            let n = count_of(call.count)?;
-            let Some(src) = peer(call.peer, true)? else { return Ok(Op::Done(MpiStatus::proc_null())) };
+    // A run of a predefined type's elements from or to a rank (the path of every stream of
+    // small messages): the caller's bytes themselves, with no datatype built. Every other
+    // case (and every error) takes the general path below.
+    match call.send {
+        None => {
+            let src = if call.peer == ANY_SOURCE { Ok(crate::ANY_SOURCE) } else { usize::try_from(call.peer) };
             // SAFETY: the caller's buffer (this function's contract).
-            let data = unsafe { raw_mut(call.buf, n * size)? };
-            // SAFETY: as above: valid and not otherwise touched until the receive ends.
-            return Ok(Op::Raw(unsafe { c.irecv_raw(data.as_mut_ptr(), data.len(), src, call.tag)? }));
+            if let (Some(data), Ok(src)) = (unsafe { plain_mut(call.buf, call.count, call.datatype) }, src) {
+                // SAFETY: as above: valid and not otherwise touched until the receive ends.
+                return Ok(Op::Raw(unsafe { c.irecv_raw(data.as_mut_ptr(), data.len(), src, call.tag)? }));
+            }
         }
+        Some(Mode::Standard) => {
+            // SAFETY: the caller's buffer (this function's contract).
+            if let (Some(data), Ok(dest)) =
+                (unsafe { plain(call.buf, call.count, call.datatype) }, usize::try_from(call.peer))
+            {
+                // SAFETY: as above: valid until the operation ends.
+                return Ok(Op::Raw(unsafe { c.isend_raw(data.as_ptr(), data.len(), dest, call.tag)? }));
+            }
+        }
+        Some(Mode::Sync | Mode::Buffered) => {}
     }
     match call.send {
         Some(mode) => {
