@@ -162,9 +162,8 @@ unsafe fn start_on(name: &str, c: &crate::Comm, call: &Call) -> Res<Op> {
         }
         Some(Mode::Standard) => {
             // SAFETY: the caller's buffer (this function's contract).
-            if let (Some(data), Ok(dest)) =
-                (unsafe { plain(call.buf, call.count, call.datatype) }, usize::try_from(call.peer))
-            {
+            let data = unsafe { plain(call.buf, call.count, call.datatype) };
+            if let (Some(data), Ok(dest)) = (data, usize::try_from(call.peer)) {
                 // SAFETY: as above: valid until the operation ends.
                 return Ok(Op::Raw(unsafe { c.isend_raw(data.as_ptr(), data.len(), dest, call.tag)? }));
             }
