@@ -436,6 +436,7 @@ impl Comm {
     ///
     /// # Safety
     /// As [`Comm::irecv_unscoped`].
+    #[inline(always)]
     pub(crate) unsafe fn irecv_raw(&self, buf: *mut u8, len: usize, src: usize, tag: i32) -> Result<Raw, Error> {
         // SAFETY: the caller guarantees validity and exclusivity until completion.
         let bytes = unsafe { RawBufMut::new(std::slice::from_raw_parts_mut(buf, len)) };
@@ -446,6 +447,7 @@ impl Comm {
     ///
     /// # Safety
     /// As [`Comm::isend_unscoped`].
+    #[inline(always)]
     pub(crate) unsafe fn isend_raw(&self, buf: *const u8, len: usize, dest: usize, tag: i32) -> Result<Raw, Error> {
         // SAFETY: the caller guarantees validity until completion.
         Ok(Raw::of(self.start_send(unsafe { raw_parts(buf, len) }, dest, tag, false)?))

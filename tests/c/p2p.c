@@ -263,6 +263,17 @@ static void persistent(void)
     MPI_Recv(&w, 1, MPI_INT, prev, 18, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     MPI_Barrier(MPI_COMM_WORLD);
     SAY("freed send arrived: %d", w);
+    /* A receive freed while in flight still lands, before the message sent after its own. */
+    int landed = -1, after = -1, first = rank + 950, second = rank + 960;
+    MPI_Request fr;
+    MPI_Irecv(&landed, 1, MPI_INT, prev, 30, MPI_COMM_WORLD, &fr);
+    MPI_Request_free(&fr);
+    SAY("freed receive: null %d", fr == MPI_REQUEST_NULL);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Send(&first, 1, MPI_INT, next, 30, MPI_COMM_WORLD);
+    MPI_Send(&second, 1, MPI_INT, next, 31, MPI_COMM_WORLD);
+    MPI_Recv(&after, 1, MPI_INT, prev, 31, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    SAY("freed receive landed: %d, then %d", landed, after);
 }
 
 static void errors(void)

@@ -94,6 +94,23 @@ int main(int argc, char **argv)
     printf("%d: grid of a communicator without one: class %d\n", rank, cls);
     MPI_Error_class(MPI_Cartdim_get(MPI_COMM_WORLD, &nd), &cls);
     printf("%d: dimensions of a communicator without a grid: class %d, %d\n", rank, cls, nd);
+    /* A request's handle used after its request completed (through a copy), and a handle
+       no call made: MPICH cannot tell them from live ones. The receive is in flight when
+       its handle is copied (its message is sent after a barrier). */
+    MPI_Request live, copy, made_up = -12345;
+    int x = -1, y = rank + 40, flag = -1, c[5];
+    MPI_Irecv(&x, 1, MPI_INT, (rank + size - 1) % size, 40, MPI_COMM_WORLD, &live);
+    copy = live;
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Send(&y, 1, MPI_INT, next, 40, MPI_COMM_WORLD);
+    MPI_Wait(&live, MPI_STATUS_IGNORE);
+    MPI_Error_class(MPI_Wait(&copy, MPI_STATUS_IGNORE), &c[0]);
+    MPI_Error_class(MPI_Test(&copy, &flag, MPI_STATUS_IGNORE), &c[1]);
+    MPI_Error_class(MPI_Cancel(&copy), &c[2]);
+    MPI_Error_class(MPI_Request_free(&copy), &c[3]);
+    MPI_Error_class(MPI_Wait(&made_up, MPI_STATUS_IGNORE), &c[4]);
+    printf("%d: a completed request's handle: got %d, classes %d %d %d %d, a made-up handle: class %d\n", rank,
+           x, c[0], c[1], c[2], c[3], c[4]);
     MPI_Win_free(&win);
     MPI_Finalize();
     return 0;

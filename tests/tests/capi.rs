@@ -232,7 +232,7 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     // Error classes as include/mpi.h numbers them (MPICH's numbers).
-    let (truncate, keyval, rma_sync, op, topology, dims) = (14, 48, 50, 9, 10, 11);
+    let (truncate, keyval, rma_sync, op, topology, dims, request) = (14, 48, 50, 9, 10, 11, 19);
     for rank in 0..2 {
         let refused = format!("{rank}: in a fence epoch: class {rma_sync}, null 1\n");
         assert_eq!(stdout.matches(&refused).count(), 4, "{stdout}");
@@ -254,6 +254,12 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         assert!(stdout.contains(&kinds), "{stdout}");
         let nd = format!("{rank}: dimensions of a communicator without a grid: class {topology}, -1\n");
         assert!(stdout.contains(&nd), "{stdout}");
+        let stale = format!(
+            "{rank}: a completed request's handle: got {}, classes {request} {request} {request} {request}, \
+             a made-up handle: class {request}\n",
+            (rank + 1) % 2 + 40
+        );
+        assert!(stdout.contains(&stale), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -153,6 +153,9 @@ struct State {
     groups: Vec<Option<Group>>,
     /// Handle h is slot h - 1 (0 is `MPI_REQUEST_NULL`).
     requests: slab::Slab<p2p::CReq>,
+    /// The requests the engine holds alone (sends and receives of one run of bytes in
+    /// flight), by the engine's index: handle h (negative) is index -1 - h.
+    named: Vec<Option<p2p::Named>>,
     /// `MPI_Buffer_attach`'s buffer and the buffered sends in flight.
     attached: p2p::Attached,
     /// Indexed by handle: 0 is `MPI_WIN_NULL` (boxed: a call takes its window out and puts it back).
@@ -871,6 +874,7 @@ fn init(name: &str, required: c_int) -> Res {
             comms: vec![None, entry(world, "MPI_COMM_WORLD"), entry(solo, "MPI_COMM_SELF")],
             groups: vec![None, Some(empty)],
             requests: slab::Slab::new(),
+            named: Vec::new(),
             attached: p2p::Attached::default(),
             wins: vec![None],
             infos: info::predefined(),

@@ -1,9 +1,12 @@
 //! Point-to-point beyond the blocking calls: requests (`MPI_Request`), the nonblocking,
 //! synchronous, ready and buffered sends, persistent requests, and the Wait/Test family.
 //!
-//! A request handle is 1 + a slot of the state's request table (0 is `MPI_REQUEST_NULL`).
-//! The request itself is the Rust API's unscoped [`Request`]: the C caller keeps the buffer
-//! valid until the request completes, as MPI's contract says.
+//! A request handle is 1 + a slot of the state's request table (0 is `MPI_REQUEST_NULL`),
+//! or, for a send or receive of one run of bytes in flight (the common case), negative:
+//! -1 - the engine's index of the request, with what the C ABI adds kept at that index
+//! ([`Named`]), so that such a request costs no table entry of its own. The request itself
+//! is the Rust API's unscoped [`Request`] (or its [`Raw`] form): the C caller keeps the
+//! buffer valid until the request completes, as MPI's contract says.
 
 use std::borrow::Cow;
 use std::ffi::{c_int, c_void};
@@ -14,6 +17,7 @@ use super::{
     with_state, Fail, MpiStatus, Res, ANY_SOURCE, ANY_TAG, COMM_WORLD, ERR_ARG, ERR_BUFFER, ERR_IN_STATUS, ERR_REQUEST,
     MPI_SUCCESS, UNDEFINED,
 };
+use crate::engine::ReqId;
 use crate::request::{wait_raw_each, Raw};
 use crate::Request;
 
@@ -102,6 +106,49 @@ pub(super) struct CReq {
     op: Option<Op>,
     /// A persistent request's operation (boxed, as [`Op::Coll`]).
     persistent: Option<Box<Call>>,
+}
+
+/// A request the engine holds alone, named by a negative handle: what the C ABI keeps of
+/// it, at the engine's index of the request.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Named {
+    id: ReqId,
+    comm: c_int,
+    /// `MPI_Cancel` cancelled it.
+    cancelled: bool,
+}
+
+/// The handle of engine request `id`, started on `comm`, its entry made; `None` if its
+/// index is beyond what a negative `int` names (the table takes it then).
+#[inline(always)]
+fn name_request(s: &mut super::State, id: ReqId, comm: c_int) -> Option<c_int> {
+    let i = id.index();
+    let h = -1 - c_int::try_from(i).ok()?;
+    let n = Named { id, comm, cancelled: false };
+    match s.named.get_mut(i) {
+        Some(slot) => *slot = Some(n),
+        None => grow(&mut s.named, i, n),
+    }
+    Some(h)
+}
+
+/// Makes room for index `i` of the named requests, `n` there.
+#[cold]
+#[inline(never)]
+fn grow(named: &mut Vec<Option<Named>>, i: usize, n: Named) {
+    named.resize(i + 1, None);
+    named[i] = Some(n);
+}
+
+/// The engine's index that handle `h` names, if it is a named request's handle.
+#[inline(always)]
+fn named_index(h: c_int) -> Option<usize> {
+    (h < 0).then_some(!h as usize)
+}
+
+/// Named request `h`'s entry (`i` its index).
+fn named_entry<'s>(name: &str, s: &'s mut super::State, i: usize, h: c_int) -> Res<&'s mut Named> {
+    s.named.get_mut(i).and_then(Option::as_mut).ok_or_else(|| not_a_request(name, h))
 }
 
 /// The buffer of `MPI_Buffer_attach`, and the buffered sends that hold part of it.
@@ -324,6 +371,12 @@ pub(super) unsafe fn new_coll_request(
 /// # Safety
 /// As [`start`]; `request` points to an `MPI_Request`.
 unsafe fn immediate(name: &str, call: Call, request: *mut c_int) -> c_int {
+    // SAFETY: this function's contract.
+    match unsafe { quick(&call, request) } {
+        Some(Ok(())) => return MPI_SUCCESS,
+        Some(Err(e)) => return finish(name, call.comm, Err(Fail::from(e))),
+        None => {}
+    }
     let r = (|| {
         if request.is_null() {
             return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
@@ -341,6 +394,10 @@ unsafe fn immediate(name: &str, call: Call, request: *mut c_int) -> c_int {
                 let op = unsafe { start_on(name, s.comm(name, call.comm)?, &call)? };
                 Ok::<_, Fail>(match op {
                     Op::Raw(Raw::Done(_)) if call.send.is_some() => SENT,
+                    Op::Raw(Raw::InFlight(id)) => match name_request(s, id, call.comm) {
+                        Some(h) => h,
+                        None => s.requests.insert(entry(op)) as c_int + 1,
+                    },
                     op => s.requests.insert(entry(op)) as c_int + 1,
                 })
             })??
@@ -350,6 +407,58 @@ unsafe fn immediate(name: &str, call: Call, request: *mut c_int) -> c_int {
         Ok(())
     })();
     finish(name, call.comm, r)
+}
+
+/// [`immediate`]'s path for a standard send or a receive of a run of a predefined type's
+/// elements to or from a rank (the path of every stream of small messages): started in
+/// one borrow of the state, a request in flight named ([`name_request`]). `None`, with
+/// nothing done, for every other case and every error but the engine's, which the general
+/// path reports as it finds them.
+///
+/// # Safety
+/// As [`immediate`].
+#[inline(always)]
+unsafe fn quick(call: &Call, request: *mut c_int) -> Option<Result<(), crate::Error>> {
+    if request.is_null() {
+        return None;
+    }
+    let mut state = super::STATE.get()?.try_borrow_mut().ok()?;
+    let s = state.as_mut()?;
+    let c = &s.entry(call.comm)?.comm;
+    let started = match call.send {
+        None => {
+            let src = if call.peer == ANY_SOURCE { crate::ANY_SOURCE } else { usize::try_from(call.peer).ok()? };
+            // SAFETY: the caller's buffer (this function's contract).
+            let data = unsafe { plain_mut(call.buf, call.count, call.datatype)? };
+            // SAFETY: as above: valid and not otherwise touched until the receive ends.
+            unsafe { c.irecv_raw(data.as_mut_ptr(), data.len(), src, call.tag) }
+        }
+        Some(Mode::Standard) => {
+            let dest = usize::try_from(call.peer).ok()?;
+            // SAFETY: the caller's buffer (this function's contract).
+            let data = unsafe { plain(call.buf, call.count, call.datatype)? };
+            // SAFETY: as above: valid until the operation ends.
+            unsafe { c.isend_raw(data.as_ptr(), data.len(), dest, call.tag) }
+        }
+        Some(Mode::Sync | Mode::Buffered) => return None,
+    };
+    let h = match started {
+        Err(e) => return Some(Err(e)),
+        Ok(Raw::Done(_)) if call.send.is_some() => SENT,
+        Ok(raw) => {
+            let named = match raw {
+                Raw::InFlight(id) => name_request(s, id, call.comm),
+                Raw::Done(_) => None,
+            };
+            named.unwrap_or_else(|| {
+                let entry = CReq { comm: call.comm, cancelled: false, op: Some(Op::Raw(raw)), persistent: None };
+                s.requests.insert(entry) as c_int + 1
+            })
+        }
+    };
+    // SAFETY: not null (checked): the caller's MPI_Request.
+    unsafe { *request = h };
+    Some(Ok(()))
 }
 
 /// Makes `call` a persistent request in `*request`, not started.
@@ -436,6 +545,16 @@ fn take_op(name: &str, h: c_int, wait: bool) -> Res<Option<Taken>> {
     if h == REQUEST_NULL {
         return Ok(None);
     }
+    if let Some(i) = named_index(h) {
+        return with_state(name, |s| {
+            let n = *named_entry(name, s, i, h)?;
+            if wait {
+                s.named[i] = None;
+            }
+            let op = Op::Live(Raw::InFlight(n.id).into_request(world_runtime(&s.comms)));
+            Ok(Some(Taken { op: Some(op), comm: n.comm, gone: wait, cancelled: wait && n.cancelled }))
+        })?;
+    }
     let k = key(name, h)?;
     with_state(name, |s| {
         if h == SENT {
@@ -493,7 +612,10 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
         Some(Op::Live(req)) => match req.test() {
             Ok(r) => r.map(MpiStatus::of),
             Err(req) => {
-                with_state(name, |s| s.requests[handle as usize - 1].op = Some(Op::Live(req)))?;
+                // A named request stays the engine's (its entry untouched).
+                if named_index(handle).is_none() {
+                    with_state(name, |s| s.requests[handle as usize - 1].op = Some(Op::Live(req)))?;
+                }
                 return Ok(Outcome::Pending);
             }
         },
@@ -524,6 +646,9 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
         (!gone, cancelled)
     } else {
         with_state(name, |s| {
+            if let Some(i) = named_index(handle) {
+                return (false, s.named[i].take().is_some_and(|n| n.cancelled));
+            }
             let k = handle as usize - 1;
             let r = &mut s.requests[k];
             let (p, c) = (r.persistent.is_some(), std::mem::take(&mut r.cancelled));
@@ -585,6 +710,12 @@ fn is_settled(name: &str, h: c_int) -> Res<bool> {
     if h == REQUEST_NULL || h == SENT {
         return Ok(true);
     }
+    if let Some(i) = named_index(h) {
+        return with_state(name, |s| {
+            let id = named_entry(name, s, i, h)?.id;
+            Ok(Raw::InFlight(id).is_complete(world_runtime(&s.comms)))
+        })?;
+    }
     let k = key(name, h)?;
     with_state(name, |s| match s.requests.get(k) {
         Some(r) => Ok(match &r.op {
@@ -601,6 +732,13 @@ fn is_settled(name: &str, h: c_int) -> Res<bool> {
 fn poll(name: &str, h: c_int) -> Res {
     if h == REQUEST_NULL || h == SENT {
         return Ok(());
+    }
+    if let Some(i) = named_index(h) {
+        let req = with_state(name, |s| {
+            let id = named_entry(name, s, i, h)?.id;
+            Ok::<_, Fail>(Raw::InFlight(id).into_request(world_runtime(&s.comms)))
+        })??;
+        return Ok(req.poll().map(|_| ())?);
     }
     let k = key(name, h)?;
     let op = with_state(name, |s| s.requests.get_mut(k).map(|r| r.op.take()).map(|op| op.map(|op| op.live(&s.comms))))?
@@ -621,6 +759,9 @@ fn is_active(name: &str, h: c_int) -> Res<bool> {
     }
     if h == SENT {
         return Ok(true);
+    }
+    if let Some(i) = named_index(h) {
+        return with_state(name, |s| named_entry(name, s, i, h).map(|_| true))?;
     }
     let k = key(name, h)?;
     with_state(name, |s| s.requests.get(k).map(|r| r.op.is_some()))?.ok_or_else(|| not_a_request(name, h))
@@ -668,14 +809,14 @@ fn in_status(name: &str, first: Option<(Fail, c_int)>) -> Option<(Fail, c_int)> 
 /// # Safety
 /// As [`settle_all`].
 unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -> Option<Res<Option<(Fail, c_int)>>> {
-    if hs.contains(&REQUEST_NULL) {
-        // The general path, which passes over a null request without the state.
-        return None;
-    }
     let taken = with_state(name, |s| {
+        // (A null request is not plain: the general path passes over it.)
         let plain = |h: c_int| {
             if h == SENT {
                 return true;
+            }
+            if let Some(i) = named_index(h) {
+                return s.named.get(i).is_some_and(|n| n.is_some_and(|n| !n.cancelled));
             }
             let r = slot(h).and_then(|k| s.requests.get(k));
             r.is_some_and(|r| r.persistent.is_none() && !r.cancelled && matches!(r.op, Some(Op::Raw(_) | Op::Live(_))))
@@ -684,10 +825,20 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
             return None;
         }
         let sent = sent_status(s);
+        if hs.iter().all(|&h| h == SENT) {
+            // A window of sends that all completed as they started.
+            return Some((None, Vec::new(), sent));
+        }
         let mut reqs = Vec::with_capacity(hs.len());
         for &h in hs.iter() {
             if h == SENT {
                 reqs.push((Raw::Done(sent), COMM_WORLD));
+                continue;
+            }
+            if let Some(i) = named_index(h) {
+                // Twice in the array: gone at its first place, as below.
+                let Some(n) = s.named[i].take() else { break };
+                reqs.push((Raw::InFlight(n.id), n.comm));
                 continue;
             }
             // A handle the array holds twice left the table at its first place: the
@@ -700,12 +851,21 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
             };
             reqs.push(req);
         }
-        Some((world_runtime(&s.comms).clone(), reqs))
+        Some((Some(world_runtime(&s.comms).clone()), reqs, sent))
     });
-    let (rt, reqs) = match taken {
+    let (rt, reqs, sent) = match taken {
         Ok(Some(taken)) => taken,
         Ok(None) => return None,
         Err(fail) => return Some(Err(fail)),
+    };
+    let Some(rt) = rt else {
+        let st = MpiStatus::of(sent);
+        for (i, h) in hs.iter_mut().enumerate() {
+            // SAFETY: `statuses` is null or holds `hs.len()` statuses (this function's contract).
+            unsafe { store(statuses, i, st) };
+            *h = REQUEST_NULL;
+        }
+        return Some(Ok(None));
     };
     let taken = reqs.len();
     let (mut i, mut first) = (0, None);
@@ -717,15 +877,18 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
     });
     wait_raw_each(&rt, reqs, |res| {
         let st = match res {
-            Ok(st) => MpiStatus::of(st),
+            Ok(_) if statuses.is_null() => None,
+            Ok(st) => Some(MpiStatus::of(st)),
             Err(e) => {
                 let (st, fail) = failed_status(e);
                 first.get_or_insert((fail, comm.get()));
-                st
+                Some(st)
             }
         };
-        // SAFETY: `statuses` is null or holds `hs.len()` statuses (this function's contract).
-        unsafe { store(statuses, i, st) };
+        if let Some(st) = st {
+            // SAFETY: `statuses` is null or holds `hs.len()` statuses (this function's contract).
+            unsafe { store(statuses, i, st) };
+        }
         hs[i] = REQUEST_NULL;
         i += 1;
     });
@@ -850,7 +1013,7 @@ unsafe fn settle_some(
 
 /// Starts persistent request `h`.
 fn start_persistent(name: &str, h: c_int) -> Res<c_int> {
-    if h == SENT {
+    if h == SENT || named_index(h).is_some() {
         return Err(Fail::new(ERR_REQUEST, format!("{name}: request {h} is not persistent")));
     }
     let k = key(name, h)?;
@@ -1005,6 +1168,17 @@ mpi! {
                 unsafe { *request = REQUEST_NULL };
                 return Ok(());
             }
+            if let Some(i) = named_index(h) {
+                with_state("MPI_Request_free", |s| {
+                    let id = named_entry("MPI_Request_free", s, i, h)?.id;
+                    s.named[i] = None;
+                    Raw::InFlight(id).into_request(world_runtime(&s.comms)).free();
+                    Ok::<_, Fail>(())
+                })??;
+                // SAFETY: as above.
+                unsafe { *request = REQUEST_NULL };
+                return Ok(());
+            }
             let k = key("MPI_Request_free", h)?;
             let coll = with_state("MPI_Request_free", |s| s.requests.get(k).map(|r| matches!(r.op, Some(Op::Coll(..)))))?
                 .ok_or_else(|| not_a_request("MPI_Request_free", h))?;
@@ -1028,7 +1202,7 @@ mpi! {
     fn MPI_Request_get_status / PMPI_Request_get_status(request: c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
         let r = (|| {
             let done = is_settled("MPI_Request_get_status", request)?;
-            if done && request != REQUEST_NULL && request != SENT {
+            if done && request != REQUEST_NULL && request != SENT && named_index(request).is_none() {
                 let k = key("MPI_Request_get_status", request)?;
                 let st = with_state("MPI_Request_get_status", |s| match &s.requests[k].op {
                     Some(Op::Done(st)) => *st,
@@ -1395,6 +1569,14 @@ mpi! {
             if h == SENT {
                 // Complete already: it cannot be cancelled.
                 return Ok(());
+            }
+            if let Some(i) = named_index(h) {
+                return with_state("MPI_Cancel", |s| {
+                    let rt = world_runtime(&s.comms).clone();
+                    let n = named_entry("MPI_Cancel", s, i, h)?;
+                    n.cancelled |= Raw::InFlight(n.id).into_request(&rt).cancel();
+                    Ok(())
+                })?;
             }
             let k = key("MPI_Cancel", h)?;
             with_state("MPI_Cancel", |s| {

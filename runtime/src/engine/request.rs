@@ -23,6 +23,12 @@ impl ReqId {
     pub(crate) fn from_wire(v: u64) -> ReqId {
         ReqId { key: v as u32, gen: (v >> 32) as u32 }
     }
+
+    /// The request's slot: small and dense, unique among the requests not yet collected
+    /// (the C ABI names its requests by it, keeping the whole id beside).
+    pub(crate) fn index(self) -> usize {
+        self.key as usize
+    }
 }
 
 /// Where a request stands.
