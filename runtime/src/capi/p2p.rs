@@ -370,13 +370,23 @@ pub(super) unsafe fn new_coll_request(
 ///
 /// # Safety
 /// As [`start`]; `request` points to an `MPI_Request`.
+#[inline(always)]
 unsafe fn immediate(name: &str, call: Call, request: *mut c_int) -> c_int {
     // SAFETY: this function's contract.
     match unsafe { quick(&call, request) } {
-        Some(Ok(())) => return MPI_SUCCESS,
-        Some(Err(e)) => return finish(name, call.comm, Err(Fail::from(e))),
-        None => {}
+        Some(Ok(())) => MPI_SUCCESS,
+        Some(Err(e)) => finish(name, call.comm, Err(Fail::from(e))),
+        // SAFETY: this function's contract.
+        None => unsafe { immediate_general(name, call, request) },
     }
+}
+
+/// [`immediate`] of every call [`quick`] does not take, and of every error.
+///
+/// # Safety
+/// As [`immediate`].
+#[inline(never)]
+unsafe fn immediate_general(name: &str, call: Call, request: *mut c_int) -> c_int {
     let r = (|| {
         if request.is_null() {
             return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
