@@ -158,7 +158,13 @@ impl<T> Queues<T> {
 /// The sequence number and position of the first entry of `q` that `fits`.
 #[inline(always)]
 fn first_fit<T>(q: &VecDeque<(u64, T)>, fits: &impl Fn(&T) -> bool) -> Option<(u64, usize)> {
-    q.iter().enumerate().find(|(_, (_, t))| fits(t)).map(|(at, (seq, _))| (*seq, at))
+    // The head first (the common case: a stream whose receives are posted in order), without
+    // the walk over the deque's two halves.
+    match q.front() {
+        None => None,
+        Some((seq, t)) if fits(t) => Some((*seq, 0)),
+        Some(_) => q.iter().enumerate().skip(1).find(|(_, (_, t))| fits(t)).map(|(at, (seq, _))| (*seq, at)),
+    }
 }
 
 #[cfg(test)]
