@@ -27,11 +27,11 @@
 //!
 //! The word of a frame says whether it is there: `0` not yet, `READY | gap << 23 | len` a frame
 //! of `len` bytes `gap` bytes in, `SKIP` the rest of the lap is unused, `PAD` the rest of the
-//! line is. A `PAD` word
-//! is published after the frame behind it, so a consumer that sees it finds that frame
-//! whole. Before the producer publishes a frame with a release store of its word, the word
-//! after the frame (the place of the next one) reads `0`: the producer clears the words of
-//! the places ahead of it, a few lines at a time and after a publication, not on its path.
+//! line is. A `PAD` word is published after the frame behind it, so a consumer that sees it
+//! finds that frame whole. Before the producer publishes a frame with a release store of its
+//! word, the word after the frame (the place of the next one) reads `0`: the producer clears
+//! the words of the places ahead of it, a few lines at a time and after a publication, not on
+//! its path.
 //! So when the consumer reaches a position, its word is `0` or a frame published since: the
 //! consumer never writes the frame lines, and never mistakes old bytes for a frame. (UCX's
 //! mm FIFO avoids the consumer's writes the same way, with an owner bit per fixed-size
