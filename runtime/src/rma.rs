@@ -285,7 +285,7 @@ impl<'a, T: Pod> Window<'a, T> {
                 return Err(sync_err("window freed with a lock, start or post epoch still open".into()));
             }
         }
-        self.flush_dirty(|_| true)?;
+        self.flush_dirty(self.all())?;
         self.comm.barrier()
         // Dropping stops the engine serving it.
     }
@@ -433,16 +433,15 @@ impl<'a, T: Pod> Window<'a, T> {
         }
     }
 
-    /// Waits until the operations this rank started to the ranks `pick` selects that end
-    /// here have ended: RDMA transfers (complete at the target: RC acknowledges a WRITE
+    /// Waits until the operations this rank started to the ranks `ranks` that end here have
+    /// ended: RDMA transfers (complete at the target: RC acknowledges a WRITE
     /// once its bytes are placed), and gets and other operations awaiting an answer, which a
     /// flush, unlock, fence or complete must finish too (a request form may not have been
     /// waited for yet).
-    fn land(&self, pick: impl Fn(usize) -> bool) -> Result<(), Error> {
+    fn land(&self, ranks: impl IntoIterator<Item = usize>) -> Result<(), Error> {
         // Operations on a part in the host's shared segment are done when they return.
         let direct = |r: usize| self.seg.as_ref().is_some_and(|s| s.part(r).is_some());
-        let targets: Vec<usize> =
-            (0..self.reach.len()).filter(|&r| pick(r) && r != self.comm.rank() && !direct(r)).collect();
+        let targets: Vec<usize> = ranks.into_iter().filter(|&r| r != self.comm.rank() && !direct(r)).collect();
         if targets.is_empty() {
             return Ok(());
         }
@@ -571,6 +570,11 @@ impl<'a, T: Pod> Window<'a, T> {
             )));
         }
         Ok(At { win: self.id, peer: self.comm.group()[target], disp: at as u64 })
+    }
+
+    /// Every rank of the window.
+    fn all(&self) -> std::ops::Range<usize> {
+        0..self.comm.size()
     }
 
     fn world(&self, rank: usize) -> usize {
@@ -1070,15 +1074,17 @@ impl<T: Pod> Window<'_, T> {
         Ok(())
     }
 
-    /// Flushes the ranks `pick` selects among those with operations not yet known complete,
-    /// all at once.
-    fn flush_dirty(&self, pick: impl Fn(usize) -> bool) -> Result<(), Error> {
+    /// Flushes those of the ranks `ranks` with operations not yet known complete, all at
+    /// once. (Only the ranks given are looked at: a flush of one target costs the same on a
+    /// job of any size.)
+    fn flush_dirty(&self, ranks: impl IntoIterator<Item = usize, IntoIter: Clone>) -> Result<(), Error> {
+        let ranks = ranks.into_iter();
         // Direct operations are complete once visible: order them before what follows.
         fence(Ordering::SeqCst);
-        self.land(&pick)?;
+        self.land(ranks.clone())?;
         let peers: Vec<usize> = {
             let e = self.epoch.borrow();
-            (0..e.dirty.len()).filter(|&r| e.dirty[r] && pick(r)).collect()
+            ranks.filter(|&r| e.dirty[r]).collect()
         };
         if peers.is_empty() {
             return Ok(());
@@ -1111,7 +1117,7 @@ impl<T: Pod> Window<'_, T> {
             }
         }
         if !assert.contains(Assert::NOPRECEDE) {
-            self.flush_dirty(|_| true)?;
+            self.flush_dirty(self.all())?;
         }
         self.comm.barrier()?;
         self.epoch.borrow_mut().fence = !assert.contains(Assert::NOSUCCEED);
@@ -1161,10 +1167,10 @@ impl<T: Pod> Window<'_, T> {
         }
         if self.epoch.borrow().nocheck[target] {
             // No lock at the target: complete the epoch's operations there.
-            self.flush_dirty(|r| r == target)?;
+            self.flush_dirty([target])?;
         } else {
             // The lock is released only after the RDMA transfers of the epoch are placed.
-            self.land(|r| r == target)?;
+            self.land([target])?;
             self.send_ctl(&[target], ctl::UNLOCK)?;
             self.await_each(&[target], |c| &mut c.acked)?;
         }
@@ -1208,9 +1214,9 @@ impl<T: Pod> Window<'_, T> {
         }
         let all: Vec<usize> = (0..self.comm.size()).collect();
         if self.epoch.borrow().nocheck.iter().all(|&n| n) {
-            self.flush_dirty(|_| true)?;
+            self.flush_dirty(self.all())?;
         } else {
-            self.land(|_| true)?;
+            self.land(self.all())?;
             self.send_ctl(&all, ctl::UNLOCK)?;
             self.await_each(&all, |c| &mut c.acked)?;
         }
@@ -1236,7 +1242,7 @@ impl<T: Pod> Window<'_, T> {
     /// lock epoch on it.
     pub fn flush(&self, target: usize) -> Result<(), Error> {
         self.check_passive(target, "flush")?;
-        self.flush_dirty(|r| r == target)
+        self.flush_dirty([target])
     }
 
     /// [`Window::flush`] for every rank (`MPI_Win_flush_all`).
@@ -1245,7 +1251,7 @@ impl<T: Pod> Window<'_, T> {
         if !locked.iter().any(|&l| l) {
             return Err(sync_err("flush_all outside a lock epoch".into()));
         }
-        self.flush_dirty(|r| locked[r])
+        self.flush_dirty((0..locked.len()).filter(|&r| locked[r]))
     }
 
     /// Completes every operation to `target` at this rank: their buffers may be reused
@@ -1254,7 +1260,7 @@ impl<T: Pod> Window<'_, T> {
         self.check_passive(target, "flush_local")?;
         let peer = self.world(target);
         // An RDMA transfer's buffer is free once the transfer is over.
-        self.land(|r| r == target)?;
+        self.land([target])?;
         self.comm.rt().borrow_mut().wait_on_peer(Some(peer), |rt| !rt.queued_to(peer))
     }
 
@@ -1336,7 +1342,7 @@ impl<T: Pod> Window<'_, T> {
         };
         // Each `Complete` travels behind the operations it closes, after the RDMA transfers
         // of the epoch are placed.
-        if let Err(e) = self.land(|r| group.contains(&r)) {
+        if let Err(e) = self.land(group.iter().copied()) {
             self.epoch.borrow_mut().access = Some(group);
             return Err(e);
         }
