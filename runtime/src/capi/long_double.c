@@ -1,8 +1,9 @@
 /* Arithmetic on C's long double for the run-time kernel table (datatype.rs), which the C
  * ABI's reductions and accumulates share: Rust has no such type, the C compiler has it on
  * every platform. */
+/* Only the compiler's own header: the file compiles for any target without its C library's
+ * headers (a check of the macOS build from Linux, say). */
 #include <stddef.h>
-#include <string.h>
 
 /* acc[i] = x[i] (op) acc[i] for n long doubles, which may be unaligned (packed data): each
  * is copied through a local. op: 0 sum, 1 product, 2 maximum, 3 minimum. */
@@ -10,8 +11,8 @@ void mpr_long_double_op(int op, const unsigned char *x, unsigned char *acc, size
 {
     for (size_t i = 0; i < n; i++) {
         long double a, b;
-        memcpy(&a, x + i * sizeof a, sizeof a);
-        memcpy(&b, acc + i * sizeof b, sizeof b);
+        __builtin_memcpy(&a, x + i * sizeof a, sizeof a);
+        __builtin_memcpy(&b, acc + i * sizeof b, sizeof b);
         switch (op) {
         case 0:
             b = a + b;
@@ -28,7 +29,7 @@ void mpr_long_double_op(int op, const unsigned char *x, unsigned char *acc, size
                 b = a;
             break;
         }
-        memcpy(acc + i * sizeof b, &b, sizeof b);
+        __builtin_memcpy(acc + i * sizeof b, &b, sizeof b);
     }
 }
 
@@ -42,12 +43,12 @@ size_t mpr_long_double_size(void)
 void mpr_long_double_from(double v, unsigned char *p)
 {
     long double l = v;
-    memcpy(p, &l, sizeof l);
+    __builtin_memcpy(p, &l, sizeof l);
 }
 
 double mpr_long_double_to(const unsigned char *p)
 {
     long double l;
-    memcpy(&l, p, sizeof l);
+    __builtin_memcpy(&l, p, sizeof l);
     return (double)l;
 }

@@ -188,11 +188,53 @@ struct Owned {
 unsafe impl Sync for Owned {}
 
 impl Owned {
-    /// This thread, as `pthread_self` names it.
-    #[inline]
+    /// This thread: a word no other living thread has. Where the C library keeps the
+    /// thread's pointer in a register, that register, read in place (as mimalloc reads its
+    /// thread id): `pthread_self` is a call, and every argument of an MPI call would have to
+    /// be saved around it; elsewhere `pthread_self`.
+    #[inline(always)]
     fn me() -> usize {
-        // SAFETY: pthread_self has no preconditions and always succeeds.
-        unsafe { libc::pthread_self() as usize }
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            let tp: usize;
+            // SAFETY: on x86-64 Linux (glibc and musl alike, the TLS ABI) %fs holds the
+            // thread's control block, whose first word is its own address (what
+            // `pthread_self` returns); a load of one word, no other effect.
+            unsafe {
+                std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags, pure))
+            };
+            tp
+        }
+        #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+        {
+            let tp: usize;
+            // SAFETY: on aarch64 Linux TPIDR_EL0 holds the thread's pointer, set by the C
+            // library for each thread; reading a register, no other effect.
+            unsafe {
+                std::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nomem, nostack, preserves_flags, pure))
+            };
+            tp
+        }
+        #[cfg(all(target_arch = "aarch64", target_vendor = "apple"))]
+        {
+            let tp: usize;
+            // SAFETY: on Apple's aarch64 systems TPIDRRO_EL0 holds the thread's own data
+            // (what `pthread_self` is built on; older kernels kept the CPU's number in its low
+            // three bits, masked off); reading a register, no other effect.
+            unsafe {
+                std::arch::asm!("mrs {}, tpidrro_el0", out(reg) tp, options(nomem, nostack, preserves_flags, pure))
+            };
+            tp & !7
+        }
+        #[cfg(not(any(
+            all(target_arch = "x86_64", target_os = "linux"),
+            all(target_arch = "aarch64", target_os = "linux"),
+            all(target_arch = "aarch64", target_vendor = "apple")
+        )))]
+        {
+            // SAFETY: pthread_self has no preconditions and always succeeds.
+            unsafe { libc::pthread_self() as usize }
+        }
     }
 
     /// Makes this thread the owner, unless one is already.
