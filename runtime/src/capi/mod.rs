@@ -370,11 +370,15 @@ fn comm_of(name: &str, comm: c_int) -> Res<Comm> {
 /// as the rest of the call).
 #[inline(always)]
 fn comm_ref(name: &str, comm: c_int) -> Res<Ref<'static, Comm>> {
-    let found = STATE.get().and_then(|s| {
-        let s = s.try_borrow().ok()?;
-        Ref::filter_map(s, |s| Some(&s.as_ref()?.entry(comm)?.comm)).ok()
-    });
-    found.ok_or_else(|| no_comm(name, comm))
+    comm_at(comm).ok_or_else(|| no_comm(name, comm))
+}
+
+/// The communicator of handle `comm`, borrowed from the table, or `None` (for whatever
+/// reason: a quick path's test, whose general path tells the error).
+#[inline(always)]
+fn comm_at(comm: c_int) -> Option<Ref<'static, Comm>> {
+    let s = STATE.get()?.try_borrow().ok()?;
+    Ref::filter_map(s, |s| Some(&s.as_ref()?.entry(comm)?.comm)).ok()
 }
 
 /// Why [`comm_of`] found no communicator.
@@ -867,6 +871,63 @@ unsafe fn put<T>(out: *mut T, value: T) -> Res {
     // SAFETY: not null (checked); the caller passed a valid pointer.
     unsafe { out.write(value) };
     Ok(())
+}
+
+/// `MPI_Send` of what its quick path does not take: a derived type, `MPI_PROC_NULL`, an
+/// argument in error.
+///
+/// # Safety
+/// MPI's contract for `MPI_Send`.
+#[cold]
+#[inline(never)]
+unsafe fn send_general(
+    buf: *const c_void,
+    count: c_int,
+    datatype: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+) -> c_int {
+    let r = (|| {
+        let c = comm_ref("MPI_Send", comm)?;
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        let data = unsafe { message(buf, count, datatype)? };
+        match peer(dest, false)? {
+            None => Ok(()),
+            Some(d) => Ok(c.send(&data, d, tag)?),
+        }
+    })();
+    finish("MPI_Send", comm, r)
+}
+
+/// `MPI_Recv` of what its quick path does not take, as [`send_general`].
+///
+/// # Safety
+/// MPI's contract for `MPI_Recv`.
+#[cold]
+#[inline(never)]
+unsafe fn recv_general(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    let r = (|| {
+        let c = comm_ref("MPI_Recv", comm)?;
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        let mut data = unsafe { landing(buf, count, datatype)? };
+        let st = match peer(source, true)? {
+            None => MpiStatus::proc_null(),
+            Some(s) => MpiStatus::of(c.recv(&mut data, s, tag)?),
+        };
+        // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
+        unsafe { set_status_raw(status, st) };
+        Ok(())
+    })();
+    finish("MPI_Recv", comm, r)
 }
 
 /// Exports `fn PMPI_x(..)` with `body`, and `fn MPI_x(..)` calling it.
@@ -1392,20 +1453,20 @@ mpi! {
         tag: c_int,
         comm: c_int,
     ) -> c_int {
-        let r = (|| {
-            let c = comm_ref("MPI_Send", comm)?;
-            // SAFETY: MPI's contract: `count` elements of `datatype` at `buf`.
-            if let (Some(data), Ok(d)) = (unsafe { plain(buf, count, datatype) }, usize::try_from(dest)) {
-                return Ok(c.send(data, d, tag)?);
-            }
-            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let data = unsafe { message(buf, count, datatype)? };
-            match peer(dest, false)? {
-                None => Ok(()),
-                Some(d) => Ok(c.send(&data, d, tag)?),
-            }
-        })();
-        finish("MPI_Send", comm, r)
+        // A run of a predefined type's elements to a rank, in this frame; every other case
+        // and every argument error out of line (`send_general`), so that the common call
+        // keeps no registers for theirs.
+        // SAFETY: MPI's contract: `count` elements of `datatype` at `buf`.
+        if let (Some(data), Ok(d), Some(c)) = (unsafe { plain(buf, count, datatype) }, usize::try_from(dest), comm_at(comm)) {
+            let r = c.send(data, d, tag);
+            drop(c);
+            return match r {
+                Ok(()) => MPI_SUCCESS,
+                Err(e) => finish("MPI_Send", comm, Err(e.into())),
+            };
+        }
+        // SAFETY: the same contract, passed on.
+        unsafe { send_general(buf, count, datatype, dest, tag, comm) }
     }
 
     fn MPI_Recv / PMPI_Recv(
@@ -1417,30 +1478,26 @@ mpi! {
         comm: c_int,
         status: *mut MpiStatus,
     ) -> c_int {
-        let r = (|| {
-            let c = comm_ref("MPI_Recv", comm)?;
-            let src = match source {
-                ANY_SOURCE => Ok(crate::ANY_SOURCE),
-                s => usize::try_from(s),
+        let src = match source {
+            ANY_SOURCE => Ok(crate::ANY_SOURCE),
+            s => usize::try_from(s),
+        };
+        // As MPI_Send: the common case in this frame, the others in `recv_general`.
+        // SAFETY: MPI's contract: room for `count` elements of `datatype` at `buf`.
+        if let (Some(data), Ok(s), Some(c)) = (unsafe { plain_mut(buf, count, datatype) }, src, comm_at(comm)) {
+            let r = c.recv(data, s, tag);
+            drop(c);
+            return match r {
+                Ok(st) => {
+                    // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
+                    unsafe { set_status_raw(status, MpiStatus::of(st)) };
+                    MPI_SUCCESS
+                }
+                Err(e) => finish("MPI_Recv", comm, Err(e.into())),
             };
-            // SAFETY: MPI's contract: room for `count` elements of `datatype` at `buf`.
-            if let (Some(data), Ok(s)) = (unsafe { plain_mut(buf, count, datatype) }, src) {
-                let st = MpiStatus::of(c.recv(data, s, tag)?);
-                // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
-                unsafe { set_status_raw(status, st) };
-                return Ok(());
-            }
-            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let mut data = unsafe { landing(buf, count, datatype)? };
-            let st = match peer(source, true)? {
-                None => MpiStatus::proc_null(),
-                Some(s) => MpiStatus::of(c.recv(&mut data, s, tag)?),
-            };
-            // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
-            unsafe { set_status_raw(status, st) };
-            Ok(())
-        })();
-        finish("MPI_Recv", comm, r)
+        }
+        // SAFETY: the same contract, passed on.
+        unsafe { recv_general(buf, count, datatype, source, tag, comm, status) }
     }
 
     fn MPI_Sendrecv / PMPI_Sendrecv(
