@@ -17,7 +17,7 @@
 //! wait for the target's next mpr call, as in MPICH without its async thread).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -40,7 +40,10 @@ struct Helper {
 /// The shared runtime.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    rt: Mutex<Runtime>,
+    /// parking_lot's lock: no poisoning, whose check std's lock makes on every take and
+    /// give-back (a panic inside the runtime leaves it as it was at that point, as a
+    /// `RefCell` would; the job goes on or ends by the panic's own path).
+    rt: parking_lot::Mutex<Runtime>,
     mode: Mode,
     /// Fastest and slowest napping of the progress thread.
     naps: (Duration, Duration),
@@ -63,7 +66,7 @@ impl Shared {
         let max = Duration::from_micros(crate::env::parsed("MPR_PROGRESS_NAP_US").unwrap_or(1000).max(50));
         let solo = rt.boot.size == 1;
         let s = Arc::new(Shared {
-            rt: Mutex::new(rt),
+            rt: parking_lot::Mutex::new(rt),
             mode: if solo { Mode::Off } else { mode },
             naps: (Duration::from_micros(50).min(max), max),
             helper: Mutex::new((0, None)),
@@ -75,24 +78,20 @@ impl Shared {
     }
 
     /// The runtime, for the calling thread alone until the guard drops.
-    pub(crate) fn borrow_mut(&self) -> MutexGuard<'_, Runtime> {
-        // A panic inside the runtime leaves it as it was at that point, as a `RefCell`
-        // would; the job goes on or ends by the panic's own path.
-        self.rt.lock().unwrap_or_else(PoisonError::into_inner)
+    #[inline]
+    pub(crate) fn borrow_mut(&self) -> parking_lot::MutexGuard<'_, Runtime> {
+        self.rt.lock()
     }
 
     /// As [`Shared::borrow_mut`] (reading needs the lock too).
-    pub(crate) fn borrow(&self) -> MutexGuard<'_, Runtime> {
+    #[inline]
+    pub(crate) fn borrow(&self) -> parking_lot::MutexGuard<'_, Runtime> {
         self.borrow_mut()
     }
 
     /// The runtime if nobody holds it.
-    pub(crate) fn try_borrow_mut(&self) -> Option<MutexGuard<'_, Runtime>> {
-        match self.rt.try_lock() {
-            Ok(g) => Some(g),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        }
+    pub(crate) fn try_borrow_mut(&self) -> Option<parking_lot::MutexGuard<'_, Runtime>> {
+        self.rt.try_lock()
     }
 
     fn helper(&self) -> MutexGuard<'_, (usize, Option<Helper>)> {
