@@ -19,13 +19,12 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
@@ -276,7 +275,8 @@ impl Proxy {
         poll.registry().register(&mut link.stream, CONTROL, Interest::READABLE | Interest::WRITABLE)?;
 
         let (stdin, rank0_stdin) = if spec.stdin {
-            let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+            // std's pipe: close-on-exec on every OS (`pipe2` is Linux's and the BSDs', not macOS's).
+            let (read_end, write_end) = std::io::pipe().map(|(r, w)| (OwnedFd::from(r), OwnedFd::from(w)))?;
             set_nonblocking(write_end.as_raw_fd())?;
             poll.registry().register(&mut SourceFd(&write_end.as_raw_fd()), STDIN, Interest::WRITABLE)?;
             let sink = StdinSink { file: Some(File::from(write_end)), buf: Vec::new(), eof: false };

@@ -281,7 +281,8 @@ impl Ranks {
     }
 }
 
-#[cfg(test)]
+// Linux's: the test reads /proc.
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
@@ -305,7 +306,6 @@ mod tests {
             .is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
     }
 
-    #[cfg(target_os = "linux")]
     #[test]
     fn a_reaped_rank_is_never_signalled_and_its_leftovers_die_with_it() {
         let poll = mio::Poll::new().unwrap();

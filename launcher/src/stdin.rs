@@ -14,7 +14,6 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
 
 /// Starts copying mprun's stdin into a new pipe; returns the pipe's read end, or `None` if
 /// mprun is in the background of its terminal.
@@ -22,7 +21,8 @@ pub(crate) fn forward() -> io::Result<Option<OwnedFd>> {
     if in_background() {
         return Ok(None);
     }
-    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    // std's pipe: close-on-exec on every OS (`pipe2` is Linux's and the BSDs', not macOS's).
+    let (read_end, write_end) = std::io::pipe().map(|(r, w)| (OwnedFd::from(r), OwnedFd::from(w)))?;
     std::thread::Builder::new().name("mprun-stdin".into()).spawn(move || copy(File::from(write_end)))?;
     Ok(Some(read_end))
 }
