@@ -140,9 +140,7 @@ impl Ring {
         fits(self.tail)
     }
 
-    /// Producer: writes `hdr ++ payload` as one frame; false if the ring is full. (Inlined
-    /// into its one caller, the transport's send, in the shared library as in a program.)
-    #[inline]
+    /// Producer: writes `hdr ++ payload` as one frame; false if the ring is full.
     pub(crate) fn push(&mut self, hdr: &[u8], payload: &[u8]) -> bool {
         let n = hdr.len() + payload.len();
         assert!(n <= self.max_frame, "frame of {n} bytes exceeds the ring's {}", self.max_frame);
