@@ -289,7 +289,7 @@ unsafe fn apply_avx2(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool 
 #[inline(always)]
 fn apply_any(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
     let Some(n) = size_of(dt) else { return false };
-    if dst.len() != src.len() || dst.len() % n != 0 {
+    if dst.len() != src.len() || !dst.len().is_multiple_of(n) {
         return false;
     }
     match op {

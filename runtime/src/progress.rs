@@ -731,14 +731,14 @@ impl Runtime {
             } else {
                 idle = idle.wrapping_add(1);
                 std::hint::spin_loop();
-                if idle % SPIN_CLOCK_EVERY == 0 {
+                if idle.is_multiple_of(SPIN_CLOCK_EVERY) {
                     let now = Instant::now();
                     yielding = now.duration_since(*idle_since.get_or_insert(now)) >= self.policy.spin;
                 }
             }
             // The clock is read every 256 rounds, busy or not.
             iter = iter.wrapping_add(1);
-            if iter % 256 != 0 {
+            if !iter.is_multiple_of(256) {
                 continue;
             }
             let now = Instant::now();

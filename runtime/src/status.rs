@@ -19,6 +19,6 @@ impl Status {
         if n == 0 {
             return Some(0);
         }
-        (self.bytes % n == 0).then_some(self.bytes / n)
+        self.bytes.is_multiple_of(n).then_some(self.bytes / n)
     }
 }

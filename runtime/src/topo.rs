@@ -205,7 +205,7 @@ impl Comm {
 /// largest extents are smallest: MPICH's choice.
 pub fn dims_create(nodes: usize, dims: &mut [usize]) -> Result<(), Error> {
     let fixed: usize = dims.iter().filter(|&&d| d != 0).product();
-    if nodes == 0 || nodes % fixed != 0 {
+    if nodes == 0 || !nodes.is_multiple_of(fixed) {
         return Err(Error::Dims(format!(
             "{nodes} ranks are not a whole number of grids of the {fixed} points the given extents make"
         )));
@@ -222,7 +222,7 @@ pub fn dims_create(nodes: usize, dims: &mut [usize]) -> Result<(), Error> {
     let mut best: Option<Vec<usize>> = None;
     // Every factor divides `left`: its divisors, largest first (found up to its square root).
     let mut divisors: Vec<usize> =
-        (1..).take_while(|d| d * d <= left).filter(|d| left % d == 0).flat_map(|d| [d, left / d]).collect();
+        (1..).take_while(|d| d * d <= left).filter(|d| left.is_multiple_of(*d)).flat_map(|d| [d, left / d]).collect();
     divisors.sort_unstable_by(|a, b| b.cmp(a));
     divisors.dedup();
     factorings(&divisors, left, free, left, &mut Vec::with_capacity(free), &mut |f| {
@@ -257,7 +257,7 @@ fn factorings(
         }
         return;
     }
-    for &f in divisors.iter().filter(|&&f| f <= most.min(n) && n % f == 0) {
+    for &f in divisors.iter().filter(|&&f| f <= most.min(n) && n.is_multiple_of(f)) {
         // The k factors of n are at most f each: f^k >= n, or no ordering fits.
         if f.checked_pow(k as u32).is_some_and(|p| p < n) {
             break;

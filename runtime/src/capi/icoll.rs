@@ -242,7 +242,7 @@ fn carried<R>(ty: &Datatype, op: &ReduceOp, bufs: &[*const u8], f: impl FnOnce(C
     // A derived type's packed data is a run of its basic type's elements.
     let (ty, _) = ty.as_basic(1).ok_or_else(unfit)?;
     let elem = ty.elem.ok_or_else(unfit)?;
-    if bufs.iter().any(|&p| p as usize % ty.size.max(1) != 0) {
+    if bufs.iter().any(|&p| !(p as usize).is_multiple_of(ty.size.max(1))) {
         return Err(Fail::new(ERR_BUFFER, format!("a buffer of {} not aligned for it", ty.name)));
     }
     let c = match ty.size {

@@ -1435,8 +1435,8 @@ mpi! {
             let basic = t.as_basic(1).map_or(0, |(b, _)| b.size);
             let n = match t.size {
                 0 => 0,
-                size if bytes % size == 0 => bytes / size * t.elements(),
-                _ if basic > 0 && bytes % basic == 0 => bytes / basic,
+                size if bytes.is_multiple_of(size) => bytes / size * t.elements(),
+                _ if basic > 0 && bytes.is_multiple_of(basic) => bytes / basic,
                 _ => UNDEFINED as usize,
             };
             // SAFETY: MPI's contract: count points to an int.

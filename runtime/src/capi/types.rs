@@ -629,7 +629,7 @@ fn run<C: Pod>(
     op: Builtin,
 ) -> Option<Result<(), Error>> {
     let op = DynOp::<C>::new(op, elem)?;
-    let aligned = |p: *const u8| p as usize % align_of::<C>() == 0;
+    let aligned = |p: *const u8| (p as usize).is_multiple_of(align_of::<C>());
     let copy: Vec<C>;
     let send: Option<&[C]> = match send {
         Some(s) if aligned(s.as_ptr()) => Some(bytemuck::cast_slice(s)),

@@ -442,7 +442,7 @@ fn rd_steps<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O, tm
     let me = c.rank();
     let rd = RecDoubling::new(c.size());
     if rd.folded(me) {
-        if me % 2 == 0 {
+        if me.is_multiple_of(2) {
             c.coll_xchg(tag, Some((bytemuck::cast_slice(buf), me + 1)), None)?;
         } else {
             c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(&mut *tmp), me - 1)))?;
@@ -463,7 +463,7 @@ fn rd_steps<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O, tm
         }
     }
     if rd.folded(me) {
-        if me % 2 == 0 {
+        if me.is_multiple_of(2) {
             c.coll_xchg(tag, None, Some((bytemuck::cast_slice_mut(buf), me + 1)))?;
         } else {
             c.coll_xchg(tag, Some((bytemuck::cast_slice(buf), me - 1)), None)?;

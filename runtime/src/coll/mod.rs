@@ -337,7 +337,7 @@ impl Comm {
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
         let p = self.size();
         check_len("alltoall", send.len(), recv.len())?;
-        if send.len() % p != 0 {
+        if !send.len().is_multiple_of(p) {
             return Err(Error::Other(format!("alltoall: {} elements do not split into {p} blocks", send.len())));
         }
         let n = send.len() / p;

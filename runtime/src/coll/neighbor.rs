@@ -110,7 +110,7 @@ impl CartComm {
         recv: &'a mut [T],
     ) -> Result<CollRequest<'a>, Error> {
         let k = 2 * self.grid().ndims();
-        if (k == 0 && !send.is_empty()) || (k > 0 && send.len() % k != 0) || recv.len() != send.len() {
+        if (k == 0 && !send.is_empty()) || (k > 0 && !send.len().is_multiple_of(k)) || recv.len() != send.len() {
             return Err(Error::Arg(format!(
                 "ineighbor_alltoall: {} elements to send and {} to receive, for {k} neighbours",
                 send.len(),

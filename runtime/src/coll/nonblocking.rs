@@ -263,7 +263,7 @@ impl Comm {
     ) -> Result<CollRequest<'a>, Error> {
         let (p, me) = (self.size(), self.rank());
         super::check_len("ialltoall", send.len(), recv.len())?;
-        if send.len() % p != 0 {
+        if !send.len().is_multiple_of(p) {
             return Err(Error::Other(format!("ialltoall: {} elements do not split into {p} blocks", send.len())));
         }
         let n = send.len() / p;

@@ -67,7 +67,7 @@ impl Net {
             for mut t in out {
                 if t.expose {
                     // Like a transport with a budget of keys: every third buffer gets none.
-                    let key = e.to_expose(&t).filter(|_| self.next_key % 3 != 0).map(|b| {
+                    let key = e.to_expose(&t).filter(|_| !self.next_key.is_multiple_of(3)).map(|b| {
                         self.keys[me].insert(self.next_key, b.addr());
                         self.next_key
                     });

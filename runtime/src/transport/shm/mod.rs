@@ -268,7 +268,7 @@ mod tests {
         assert_eq!(ShmConfig::from_env(128).frame, SMALL_FRAME);
         for n in 1..=128 {
             let c = ShmConfig::from_env(n);
-            assert!(c.ring >= ring::min_size(c.frame) && c.ring % segment::LINE == 0, "{n} ranks: {c:?}");
+            assert!(c.ring >= ring::min_size(c.frame) && c.ring.is_multiple_of(segment::LINE), "{n} ranks: {c:?}");
             assert!(c.frame - MAX_HEADER >= 8 << 10, "{n} ranks: 8 KiB messages stay eager");
             let rings = n * n * ring::ring_bytes(c.ring);
             assert!(

@@ -105,7 +105,7 @@ impl Ring {
     /// with exactly one producer `Ring` and one consumer `Ring` using it across all
     /// processes. `size` must be a multiple of [`LINE`] and at least [`min_size`]`(max_frame)`.
     pub(crate) unsafe fn new(base: NonNull<u8>, size: usize, max_frame: usize) -> Ring {
-        debug_assert!(size % LINE == 0 && size >= min_size(max_frame) && max_frame <= LEN as usize);
+        debug_assert!(size.is_multiple_of(LINE) && size >= min_size(max_frame) && max_frame <= LEN as usize);
         // The ring starts zeroed: every place's word is 0 for a whole lap.
         Ring { base, size, max_frame, pos: 0, tail: 0, zeroed: size as u64 }
     }
@@ -154,7 +154,7 @@ impl Ring {
         // there, else the rest of the line (`PAD`) if the frame would take a line more
         // without (a whole number of lines, from half a line in; not for a frame with a gap,
         // which its gap places).
-        let pad = if !aligned && need % LINE == 0 { off.next_multiple_of(LINE) - off } else { 0 };
+        let pad = if !aligned && need.is_multiple_of(LINE) { off.next_multiple_of(LINE) - off } else { 0 };
         let wraps = off + pad + need > self.size;
         let (gap, need) = if wraps { (gap(0), slot_len(gap(0) + n)) } else { (gap(off), need) };
         let skip = if wraps { self.size - off } else { pad };
@@ -347,7 +347,7 @@ mod tests {
             assert!(tx.push(&f[..1], &f[1..]), "frame {k}");
             let unused = (tx.pos - before) as usize - slot_len(f.len());
             pads += usize::from(unused == ALIGN);
-            skips += usize::from(unused > 0 && (tx.pos - slot_len(f.len()) as u64) % size as u64 == 0);
+            skips += usize::from(unused > 0 && (tx.pos - slot_len(f.len()) as u64).is_multiple_of(size as u64));
             let (got, at) = rx.pop(|g| (g.to_vec(), g.as_ptr() as usize - FRAME_HDR - frames)).unwrap();
             assert_eq!(got, f, "frame {k}");
             let lines = slot_len(f.len()).div_ceil(LINE);

@@ -64,7 +64,7 @@ impl Geometry {
 
     /// Whether the rings can work: aligned, and room for two of the largest frames.
     fn valid(&self) -> bool {
-        self.ring % LINE == 0 && self.frame > 0 && self.ring >= super::ring::min_size(self.frame)
+        self.ring.is_multiple_of(LINE) && self.frame > 0 && self.ring >= super::ring::min_size(self.frame)
     }
 
     fn total(&self) -> usize {

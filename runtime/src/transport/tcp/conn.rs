@@ -211,7 +211,7 @@ impl Conn {
             // Still sending: the socket is busy with our bytes, and reading it on every
             // round would only contend for its lock; look for input every few rounds.
             self.busy_rounds = self.busy_rounds.wrapping_add(1);
-            if self.busy_rounds % 16 != 0 && self.direct.is_none() {
+            if !self.busy_rounds.is_multiple_of(16) && self.direct.is_none() {
                 return Ok(0);
             }
         }

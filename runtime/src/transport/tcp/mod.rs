@@ -292,7 +292,7 @@ impl Transport for TcpTransport {
 
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
         self.polls = self.polls.wrapping_add(1);
-        if self.polls % 4096 == 0 {
+        if self.polls.is_multiple_of(4096) {
             self.turn_away_strays();
         }
         let n = self.conns.len();

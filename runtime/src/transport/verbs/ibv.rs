@@ -411,7 +411,7 @@ impl Provider for Ibv {
         if len == 0 || addr.is_null() {
             return Err(VerbsError::Invalid("an empty memory region".into()));
         }
-        if (addr as usize) % align != 0 || len % align != 0 {
+        if !(addr as usize).is_multiple_of(align) || !len.is_multiple_of(align) {
             return Err(VerbsError::Invalid(format!("memory regions must start and end on {align}-byte boundaries")));
         }
         if self.mrs.len() >= self.caps.max_mr {

@@ -46,7 +46,7 @@ impl Regions {
         if addr.is_null() || len == 0 || start.checked_add(len as u64).is_none() {
             return Err(VerbsError::Invalid(format!("cannot register {len} B at {addr:?}")));
         }
-        if start % self.align as u64 != 0 || len % self.align != 0 {
+        if !start.is_multiple_of(self.align as u64) || !len.is_multiple_of(self.align) {
             return Err(VerbsError::Invalid(format!(
                 "memory must be aligned to {} B in address and length ({len} B at {addr:?})",
                 self.align
