@@ -1190,7 +1190,7 @@ impl<T: Pod> Window<'_, T> {
     /// [`Window::lock_all`] with promises ([`Assert::NOCHECK`]: no lock is taken at the
     /// targets).
     pub fn lock_all_with(&self, assert: Assert) -> Result<(), Error> {
-        let all: Vec<usize> = (0..self.comm.size()).collect();
+        let all: Vec<usize> = self.all().collect();
         if let Some(t) = all.iter().find(|&&t| self.check_no_epoch_to(t, "lock_all").is_err()) {
             return self.check_no_epoch_to(*t, "lock_all");
         }
@@ -1212,11 +1212,11 @@ impl<T: Pod> Window<'_, T> {
         if !self.epoch.borrow().all {
             return Err(sync_err("unlock_all without lock_all".into()));
         }
-        let all: Vec<usize> = (0..self.comm.size()).collect();
+        let all: Vec<usize> = self.all().collect();
         if self.epoch.borrow().nocheck.iter().all(|&n| n) {
-            self.flush_dirty(self.all())?;
+            self.flush_dirty(all.iter().copied())?;
         } else {
-            self.land(self.all())?;
+            self.land(all.iter().copied())?;
             self.send_ctl(&all, ctl::UNLOCK)?;
             self.await_each(&all, |c| &mut c.acked)?;
         }
