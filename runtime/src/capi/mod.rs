@@ -900,6 +900,23 @@ unsafe fn send_general(
     finish("MPI_Send", comm, r)
 }
 
+/// `MPI_Bcast` of what its quick path does not take, as [`send_general`].
+///
+/// # Safety
+/// MPI's contract for `MPI_Bcast`.
+#[cold]
+#[inline(never)]
+unsafe fn bcast_general(buffer: *mut c_void, count: c_int, datatype: c_int, root: c_int, comm: c_int) -> c_int {
+    let r = (|| {
+        let c = comm_ref("MPI_Bcast", comm)?;
+        // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+        let mut data = unsafe { landing(buffer, count, datatype)? };
+        let root = root_of(&c, root)?;
+        Ok(c.bcast(&mut data, root)?)
+    })();
+    finish("MPI_Bcast", comm, r)
+}
+
 /// `MPI_Recv` of what its quick path does not take, as [`send_general`].
 ///
 /// # Safety
@@ -1577,14 +1594,21 @@ mpi! {
     }
 
     fn MPI_Bcast / PMPI_Bcast(buffer: *mut c_void, count: c_int, datatype: c_int, root: c_int, comm: c_int) -> c_int {
-        let r = (|| {
-            let c = comm_ref("MPI_Bcast", comm)?;
-            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            let mut data = unsafe { landing(buffer, count, datatype)? };
-            let root = root_of(&c, root)?;
-            Ok(c.bcast(&mut data, root)?)
-        })();
-        finish("MPI_Bcast", comm, r)
+        // As MPI_Send: a run of a predefined type's elements from a valid root in this
+        // frame, every other case and every argument error in `bcast_general`.
+        // SAFETY: MPI's contract: `count` elements of `datatype` at `buffer`.
+        if let (Some(data), Ok(r), Some(c)) = (unsafe { plain_mut(buffer, count, datatype) }, usize::try_from(root), comm_at(comm)) {
+            if r < c.size() {
+                let res = c.bcast(data, r);
+                drop(c);
+                return match res {
+                    Ok(()) => MPI_SUCCESS,
+                    Err(e) => finish("MPI_Bcast", comm, Err(e.into())),
+                };
+            }
+        }
+        // SAFETY: the same contract, passed on.
+        unsafe { bcast_general(buffer, count, datatype, root, comm) }
     }
 
     fn MPI_Reduce / PMPI_Reduce(

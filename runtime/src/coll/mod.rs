@@ -257,6 +257,7 @@ impl Comm {
     /// more than the segment's copies; when ranks outnumber cores, every size (each of
     /// those steps may wait for a scheduler time slice). Every rank of the collective calls
     /// this with the same `bytes` and `tag`.
+    #[inline]
     fn reduce_plan<T, O: Op<T>>(&self, bytes: usize, op: &O, tag: i32) -> Result<Option<&node::Plan>, Error> {
         let s = settings();
         let Some(plan) = self.node_plan().filter(|_| s.allreduce_algo.is_none()) else { return Ok(None) };
