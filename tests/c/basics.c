@@ -186,6 +186,13 @@ static void errors(void)
     CLASS("null communicator", MPI_Send(&x, 1, MPI_INT, 0, 0, MPI_COMM_NULL));
     CLASS("null datatype", MPI_Send(&x, 1, MPI_DATATYPE_NULL, 0, 0, MPI_COMM_WORLD));
     CLASS("bcast root size", MPI_Bcast(&x, 1, MPI_INT, size, MPI_COMM_WORLD));
+    /* The short paths of the collectives of predefined types give the same. */
+    CLASS("bcast root -1", MPI_Bcast(&x, 1, MPI_INT, -1, MPI_COMM_SELF));
+    CLASS("bcast of a null buffer", MPI_Bcast(NULL, 1, MPI_INT, 0, MPI_COMM_SELF));
+    CLASS("allgather into a null buffer", MPI_Allgather(&x, 1, MPI_INT, NULL, 1, MPI_INT, MPI_COMM_SELF));
+    CLASS("allgather of a negative count", MPI_Allgather(&x, -1, MPI_INT, y, 1, MPI_INT, MPI_COMM_SELF));
+    CLASS("alltoall of a null datatype", MPI_Alltoall(&x, 1, MPI_DATATYPE_NULL, y, 1, MPI_INT, MPI_COMM_SELF));
+    CLASS("alltoall on a null communicator", MPI_Alltoall(&x, 1, MPI_INT, y, 1, MPI_INT, MPI_COMM_NULL));
     CLASS("band on doubles", MPI_Allreduce(&x, y, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_SELF));
     CLASS("null op", MPI_Allreduce(&x, y, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_SELF));
     CLASS("all-reduce of one buffer into itself", MPI_Allreduce(y, y, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF));

@@ -613,6 +613,46 @@ unsafe fn plain_mut<'a>(buf: *mut c_void, count: c_int, datatype: c_int) -> Opti
     Some(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) })
 }
 
+/// The buffers of an all-gather or all-to-all of predefined types, as [`plain`] and
+/// [`plain_mut`]: `send_blocks` runs of `sendcount` elements of `sendtype` at `sendbuf`,
+/// `recv_blocks` of `recvcount` of `recvtype` at `recvbuf`. `None` for any other case
+/// (`MPI_IN_PLACE`, a derived type, a negative count, a null buffer for data).
+///
+/// # Safety
+/// As [`plain`] for the send buffer and [`plain_mut`] for the receive buffer, which do not
+/// overlap (MPI's contract).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn plain_pair<'a>(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    send_blocks: usize,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    recv_blocks: usize,
+) -> Option<(&'a [u8], &'a mut [u8])> {
+    let bytes = |count: c_int, ty: c_int, blocks: usize| {
+        usize::try_from(count).ok()?.checked_mul(types::predefined_size(ty)?)?.checked_mul(blocks)
+    };
+    if sendbuf == IN_PLACE {
+        return None;
+    }
+    let (sn, rn) = (bytes(sendcount, sendtype, send_blocks)?, bytes(recvcount, recvtype, recv_blocks)?);
+    if (sn > 0 && sendbuf.is_null()) || (rn > 0 && recvbuf.is_null()) {
+        return None;
+    }
+    // SAFETY: not null where not empty (checked); the caller's `sn` readable bytes at
+    // `sendbuf` and `rn` writable ones at `recvbuf`, apart.
+    unsafe {
+        Some((
+            if sn == 0 { &[] } else { std::slice::from_raw_parts(sendbuf.cast::<u8>(), sn) },
+            if rn == 0 { &mut [] } else { std::slice::from_raw_parts_mut(recvbuf.cast::<u8>(), rn) },
+        ))
+    }
+}
+
 /// `n` bytes of data at `off` from `buf`, as a message.
 ///
 /// # Safety
@@ -915,6 +955,72 @@ unsafe fn bcast_general(buffer: *mut c_void, count: c_int, datatype: c_int, root
         Ok(c.bcast(&mut data, root)?)
     })();
     finish("MPI_Bcast", comm, r)
+}
+
+/// `MPI_Allgather` of what its quick path does not take, as [`send_general`].
+///
+/// # Safety
+/// MPI's contract for `MPI_Allgather`.
+#[cold]
+#[inline(never)]
+unsafe fn allgather_general(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    let r = (|| {
+        let c = comm_of("MPI_Allgather", comm)?;
+        let rt = Datatype::of(recvtype)?;
+        let n = count_of(recvcount)?;
+        // SAFETY: MPI's contract: recvbuf holds size x recvcount elements.
+        let mut recv = unsafe { bytes_mut(recvbuf, n * c.size(), &rt)? };
+        if sendbuf == IN_PLACE {
+            let me = c.rank();
+            let mine = recv[me * n * rt.size..(me + 1) * n * rt.size].to_vec();
+            return Ok(c.allgather(&mine, &mut recv)?);
+        }
+        let st = Datatype::of(sendtype)?;
+        // SAFETY: MPI's contract for sendbuf.
+        let send = unsafe { bytes(sendbuf, count_of(sendcount)?, &st)? };
+        Ok(c.allgather(&send, &mut recv)?)
+    })();
+    finish("MPI_Allgather", comm, r)
+}
+
+/// `MPI_Alltoall` of what its quick path does not take, as [`send_general`].
+///
+/// # Safety
+/// MPI's contract for `MPI_Alltoall`.
+#[cold]
+#[inline(never)]
+unsafe fn alltoall_general(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: c_int,
+    comm: c_int,
+) -> c_int {
+    let r = (|| {
+        let c = comm_of("MPI_Alltoall", comm)?;
+        let rt = Datatype::of(recvtype)?;
+        // SAFETY: MPI's contract: recvbuf holds size x recvcount elements.
+        let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), &rt)? };
+        if sendbuf == IN_PLACE {
+            let mine = recv.to_vec();
+            return Ok(c.alltoall(&mine, &mut recv)?);
+        }
+        let st = Datatype::of(sendtype)?;
+        // SAFETY: MPI's contract: sendbuf holds size x sendcount elements.
+        let send = unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), &st)? };
+        Ok(c.alltoall(&send, &mut recv)?)
+    })();
+    finish("MPI_Alltoall", comm, r)
 }
 
 /// `MPI_Recv` of what its quick path does not take, as [`send_general`].
@@ -1839,23 +1945,24 @@ mpi! {
         recvtype: c_int,
         comm: c_int,
     ) -> c_int {
-        let r = (|| {
-            let c = comm_of("MPI_Allgather", comm)?;
-            let rt = Datatype::of(recvtype)?;
-            let n = count_of(recvcount)?;
-            // SAFETY: MPI's contract: recvbuf holds size x recvcount elements.
-            let mut recv = unsafe { bytes_mut(recvbuf, n * c.size(), &rt)? };
-            if sendbuf == IN_PLACE {
-                let me = c.rank();
-                let mine = recv[me * n * rt.size..(me + 1) * n * rt.size].to_vec();
-                return Ok(c.allgather(&mine, &mut recv)?);
+        // As MPI_Send: runs of predefined types' elements in this frame, every other case
+        // and every argument error in `allgather_general`.
+        if let Some(c) = comm_at(comm) {
+            let p = c.size();
+            // SAFETY: MPI's contract: the caller's buffers hold what the call reads or writes.
+            if let Some((send, recv)) =
+                unsafe { plain_pair(sendbuf, sendcount, sendtype, 1, recvbuf, recvcount, recvtype, p) }
+            {
+                let r = c.allgather(send, recv);
+                drop(c);
+                return match r {
+                    Ok(()) => MPI_SUCCESS,
+                    Err(e) => finish("MPI_Allgather", comm, Err(e.into())),
+                };
             }
-            let st = Datatype::of(sendtype)?;
-            // SAFETY: MPI's contract for sendbuf.
-            let send = unsafe { bytes(sendbuf, count_of(sendcount)?, &st)? };
-            Ok(c.allgather(&send, &mut recv)?)
-        })();
-        finish("MPI_Allgather", comm, r)
+        }
+        // SAFETY: the same contract, passed on.
+        unsafe { allgather_general(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) }
     }
 
     fn MPI_Alltoall / PMPI_Alltoall(
@@ -1867,21 +1974,24 @@ mpi! {
         recvtype: c_int,
         comm: c_int,
     ) -> c_int {
-        let r = (|| {
-            let c = comm_of("MPI_Alltoall", comm)?;
-            let rt = Datatype::of(recvtype)?;
-            // SAFETY: MPI's contract: recvbuf holds size x recvcount elements.
-            let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), &rt)? };
-            if sendbuf == IN_PLACE {
-                let mine = recv.to_vec();
-                return Ok(c.alltoall(&mine, &mut recv)?);
+        // As MPI_Send: runs of predefined types' elements in this frame, every other case
+        // and every argument error in `alltoall_general`.
+        if let Some(c) = comm_at(comm) {
+            let p = c.size();
+            // SAFETY: MPI's contract: the caller's buffers hold what the call reads or writes.
+            if let Some((send, recv)) =
+                unsafe { plain_pair(sendbuf, sendcount, sendtype, p, recvbuf, recvcount, recvtype, p) }
+            {
+                let r = c.alltoall(send, recv);
+                drop(c);
+                return match r {
+                    Ok(()) => MPI_SUCCESS,
+                    Err(e) => finish("MPI_Alltoall", comm, Err(e.into())),
+                };
             }
-            let st = Datatype::of(sendtype)?;
-            // SAFETY: MPI's contract: sendbuf holds size x sendcount elements.
-            let send = unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), &st)? };
-            Ok(c.alltoall(&send, &mut recv)?)
-        })();
-        finish("MPI_Alltoall", comm, r)
+        }
+        // SAFETY: the same contract, passed on.
+        unsafe { alltoall_general(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) }
     }
 
     fn MPI_Gatherv / PMPI_Gatherv(
