@@ -1950,9 +1950,8 @@ mpi! {
         if let Some(c) = comm_at(comm) {
             let p = c.size();
             // SAFETY: MPI's contract: the caller's buffers hold what the call reads or writes.
-            if let Some((send, recv)) =
-                unsafe { plain_pair(sendbuf, sendcount, sendtype, 1, recvbuf, recvcount, recvtype, p) }
-            {
+            let bufs = unsafe { plain_pair(sendbuf, sendcount, sendtype, 1, recvbuf, recvcount, recvtype, p) };
+            if let Some((send, recv)) = bufs {
                 let r = c.allgather(send, recv);
                 drop(c);
                 return match r {
@@ -1979,9 +1978,8 @@ mpi! {
         if let Some(c) = comm_at(comm) {
             let p = c.size();
             // SAFETY: MPI's contract: the caller's buffers hold what the call reads or writes.
-            if let Some((send, recv)) =
-                unsafe { plain_pair(sendbuf, sendcount, sendtype, p, recvbuf, recvcount, recvtype, p) }
-            {
+            let bufs = unsafe { plain_pair(sendbuf, sendcount, sendtype, p, recvbuf, recvcount, recvtype, p) };
+            if let Some((send, recv)) = bufs {
                 let r = c.alltoall(send, recv);
                 drop(c);
                 return match r {
