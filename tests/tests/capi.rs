@@ -292,7 +292,7 @@ fn mprcc_shows_compiles_and_links_in_steps() {
 /// tests/c/build, copied to a scratch directory.
 fn build_project(name: &str) -> PathBuf {
     let dir = scratch(name);
-    for f in ["ring.c", "Makefile", "configure.ac", "Makefile.conf.in"] {
+    for f in ["ring.c", "Makefile", "configure.ac", "Makefile.conf.in", "CMakeLists.txt"] {
         std::fs::copy(source("build").join(f), dir.join(f)).unwrap();
     }
     dir
@@ -340,5 +340,39 @@ fn an_autoconf_configure_probes_compile_link_and_run_with_mprcc() {
     }
     built(run(Command::new("make").args(["-f", "Makefile.conf"]).current_dir(&dir)), "make");
     ring_runs(&dir, "4");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cmake_find_package_mpi_finds_mpr_through_mprcc() {
+    let found = Command::new("cmake").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        mpr_tests::cannot_run("cmake not installed (apt-get install cmake)");
+        return;
+    }
+    let dir = build_project("cmake");
+    let mprcc = bin_dir().join("mprcc");
+    let out = run(Command::new("cmake")
+        .arg("-S")
+        .arg(&dir)
+        .arg("-B")
+        .arg(dir.join("build"))
+        .arg(format!("-DMPI_C_COMPILER={}", mprcc.display())));
+    let log = text(&out.stdout);
+    built(out, "cmake -DMPI_C_COMPILER=mprcc");
+    // FindMPI asked mprcc, not another MPI of this machine, for the library and the header.
+    assert!(log.contains("Found MPI_C: ") && log.contains("found suitable version \"3.1\""), "{log}");
+    let libs = log.lines().find_map(|l| l.strip_prefix("-- MPI_C_LIBRARIES: ")).unwrap_or_default();
+    let includes = log.lines().find_map(|l| l.strip_prefix("-- MPI_C_INCLUDE_DIRS: ")).unwrap_or_default();
+    assert!(libs.split(';').any(|l| l.ends_with("/libmpr.so")), "MPI_C_LIBRARIES: {libs:?}\n{log}");
+    assert!(
+        includes
+            .split(';')
+            .any(|d| std::fs::read_to_string(Path::new(d).join("mpi.h")).is_ok_and(|h| h.contains("MPR_C_ABI"))),
+        "MPI_C_INCLUDE_DIRS: {includes:?}\n{log}"
+    );
+    built(run(Command::new("cmake").arg("--build").arg(dir.join("build"))), "cmake --build");
+    std::fs::rename(dir.join("build").join("ring"), dir.join("ring")).unwrap();
+    ring_runs(&dir, "3");
     let _ = std::fs::remove_dir_all(&dir);
 }
