@@ -298,6 +298,16 @@ fn build_project(name: &str) -> PathBuf {
     dir
 }
 
+/// Whether build tool `tool` (a Debian package of that name) runs here; says it cannot
+/// run the test if not (an error under `CI=true`).
+fn installed(tool: &str) -> bool {
+    let found = Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        mpr_tests::cannot_run(&format!("{tool} not installed (apt-get install {tool})"));
+    }
+    found
+}
+
 fn ring_runs(dir: &Path, np: &str) {
     let out = mprun(&["-np", np, dir.join("ring").to_str().unwrap()], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -317,9 +327,7 @@ fn a_makefile_builds_with_cc_mprcc() {
 
 #[test]
 fn an_autoconf_configure_probes_compile_link_and_run_with_mprcc() {
-    let found = Command::new("autoconf").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !found {
-        mpr_tests::cannot_run("autoconf not installed (apt-get install autoconf)");
+    if !installed("autoconf") {
         return;
     }
     let dir = build_project("autoconf");
@@ -345,9 +353,7 @@ fn an_autoconf_configure_probes_compile_link_and_run_with_mprcc() {
 
 #[test]
 fn cmake_find_package_mpi_finds_mpr_through_mprcc() {
-    let found = Command::new("cmake").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !found {
-        mpr_tests::cannot_run("cmake not installed (apt-get install cmake)");
+    if !installed("cmake") {
         return;
     }
     let dir = build_project("cmake");
