@@ -1191,8 +1191,8 @@ impl<T: Pod> Window<'_, T> {
     /// targets).
     pub fn lock_all_with(&self, assert: Assert) -> Result<(), Error> {
         let all: Vec<usize> = self.all().collect();
-        if let Some(t) = all.iter().find(|&&t| self.check_no_epoch_to(t, "lock_all").is_err()) {
-            return self.check_no_epoch_to(*t, "lock_all");
+        for &t in &all {
+            self.check_no_epoch_to(t, "lock_all")?;
         }
         let nocheck = assert.contains(Assert::NOCHECK);
         if !nocheck {
