@@ -403,7 +403,8 @@ impl State {
     /// The table's entry of communicator handle `comm`, if it names one.
     #[inline(always)]
     fn entry(&self, comm: c_int) -> Option<&CommEntry> {
-        self.comms.get(usize::try_from(comm).ok()?)?.as_ref()
+        // A negative handle, read as unsigned, lies past the table: one comparison for both.
+        self.comms.get(comm as u32 as usize)?.as_ref()
     }
 
     /// As [`State::entry`], to change.
@@ -583,16 +584,22 @@ unsafe fn landing<'a>(buf: *mut c_void, count: c_int, datatype: c_int) -> Res<La
 /// As [`bytes`].
 #[inline(always)]
 unsafe fn plain<'a>(buf: *const c_void, count: c_int, datatype: c_int) -> Option<&'a [u8]> {
-    let n = usize::try_from(count).ok()?.checked_mul(types::predefined_size(datatype)?)?;
-    if n == 0 {
-        return Some(&[]);
-    }
+    let n = plain_len(count, datatype)?;
     if buf.is_null() {
-        return None;
+        return (n == 0).then_some(&[]);
     }
     // SAFETY: the caller promises `count` readable elements (`n` bytes) at `buf`, not null
     // (checked).
     Some(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) })
+}
+
+/// The bytes of `count` elements of a predefined datatype of a single run, or `None` (a
+/// negative count, any other type). The product needs no check: a count below 2^31 times
+/// a size of a few bytes fits 64 bits.
+#[inline(always)]
+fn plain_len(count: c_int, datatype: c_int) -> Option<usize> {
+    let size = types::predefined_size(datatype)?;
+    usize::try_from(u64::from(u32::try_from(count).ok()?) * size as u64).ok()
 }
 
 /// As [`plain`], for data to be written (a receive's buffer; [`landing`] takes other cases).
@@ -601,12 +608,9 @@ unsafe fn plain<'a>(buf: *const c_void, count: c_int, datatype: c_int) -> Option
 /// As [`bytes_mut`].
 #[inline(always)]
 unsafe fn plain_mut<'a>(buf: *mut c_void, count: c_int, datatype: c_int) -> Option<&'a mut [u8]> {
-    let n = usize::try_from(count).ok()?.checked_mul(types::predefined_size(datatype)?)?;
-    if n == 0 {
-        return Some(&mut []);
-    }
+    let n = plain_len(count, datatype)?;
     if buf.is_null() {
-        return None;
+        return if n == 0 { Some(&mut []) } else { None };
     }
     // SAFETY: the caller promises room for `count` elements (`n` bytes) at `buf`, not null
     // (checked), which nothing else refers to during the call.
@@ -633,9 +637,7 @@ unsafe fn plain_pair<'a>(
     recvtype: c_int,
     recv_blocks: usize,
 ) -> Option<(&'a [u8], &'a mut [u8])> {
-    let bytes = |count: c_int, ty: c_int, blocks: usize| {
-        usize::try_from(count).ok()?.checked_mul(types::predefined_size(ty)?)?.checked_mul(blocks)
-    };
+    let bytes = |count: c_int, ty: c_int, blocks: usize| plain_len(count, ty)?.checked_mul(blocks);
     if sendbuf == IN_PLACE {
         return None;
     }

@@ -121,7 +121,8 @@ static SIZES: [usize; PREDEFINED.len()] = {
 /// small-message path, which needs no more of the type).
 #[inline]
 pub(super) fn predefined_size(h: c_int) -> Option<usize> {
-    SIZES.get(usize::try_from(h).ok()?).copied().filter(|&s| s > 0)
+    // A negative handle, read as unsigned, lies past the table: one comparison for both.
+    SIZES.get(h as u32 as usize).copied().filter(|&s| s > 0)
 }
 
 /// The first handle of the table of datatypes with a layout (the pair types, then the

@@ -69,8 +69,9 @@ fn with_win<R>(name: &str, win: c_int, f: impl FnOnce(&mut WinEntry) -> Res<R>) 
 fn win_ref(name: &str, win: c_int) -> Res<Ref<'static, WinEntry>> {
     let found = STATE.get().and_then(|s| {
         let s = s.try_borrow().ok()?;
-        let slot = usize::try_from(win).ok().filter(|&i| i > 0)?;
-        Ref::filter_map(s, |s| s.as_ref()?.wins.get(slot)?.as_deref()).ok()
+        // A negative handle, read as unsigned, lies past the table; slot 0
+        // (`MPI_WIN_NULL`) is always empty.
+        Ref::filter_map(s, |s| s.as_ref()?.wins.get(win as u32 as usize)?.as_deref()).ok()
     });
     found.ok_or_else(|| no_win(name, win))
 }
