@@ -112,7 +112,7 @@ command -v mpirun.openmpi >/dev/null || OK[openmpi]=0
 
 if [[ $MPR_BUILD != 0 ]]; then
     log "compare.sh: cargo build --release (mprun, mpr-bench, mprcc, libmpr)"
-    (cd "$ROOT" && cargo build --release --bin mprun --bin mpr-bench --bin mprcc && cargo build --release -p mpr --lib) ||
+    (cd "$ROOT" && cargo build --release --bin mprun --bin mpr-bench --bin mprcc && cargo build --release -p mpr-c) ||
         log "compare.sh: cargo build failed; using whatever is in $TARGET"
 fi
 [[ -x $TARGET/mprun ]] && OK[mpr]=1 || log "compare.sh: no $TARGET/mprun; mpr column will be n/a"
