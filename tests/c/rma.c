@@ -226,6 +226,10 @@ static void errors(void)
     SAY("unlock without a lock: class %d", class_of(MPI_Win_unlock(0, win)));
     MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
     SAY("put to rank 99: class %d", class_of(MPI_Put(&v, 1, MPI_INT, 99, 0, 1, MPI_INT, win)));
+    SAY("get from rank -3: class %d", class_of(MPI_Get(&v, 1, MPI_INT, -3, 0, 1, MPI_INT, win)));
+    SAY("flush of rank 99: class %d", class_of(MPI_Win_flush(99, win)));
+    SAY("flush of rank -3: class %d", class_of(MPI_Win_flush(-3, win)));
+    SAY("local flush of rank 99: class %d", class_of(MPI_Win_flush_local(99, win)));
     /* MPI compares and swaps integers, logicals and bytes: not complex numbers or long
      * doubles, which accumulate. */
     double z[2] = {1.0, 2.0}, c[2] = {0.0, 0.0}, r[2];

@@ -67,13 +67,65 @@ fn with_win<R>(name: &str, win: c_int, f: impl FnOnce(&mut WinEntry) -> Res<R>) 
 /// (the one-sided operations and synchronisation, on the small-message path).
 #[inline(always)]
 fn win_ref(name: &str, win: c_int) -> Res<Ref<'static, WinEntry>> {
-    let found = STATE.get().and_then(|s| {
-        let s = s.try_borrow().ok()?;
-        // A negative handle, read as unsigned, lies past the table; slot 0
-        // (`MPI_WIN_NULL`) is always empty.
-        Ref::filter_map(s, |s| s.as_ref()?.wins.get(win as u32 as usize)?.as_deref()).ok()
-    });
-    found.ok_or_else(|| no_win(name, win))
+    win_at(win).ok_or_else(|| no_win(name, win))
+}
+
+/// Window `win` of the table, borrowed, or `None` (for whatever reason: a quick path's
+/// test, whose general path tells the error).
+#[inline(always)]
+fn win_at(win: c_int) -> Option<Ref<'static, WinEntry>> {
+    let s = STATE.get()?.try_borrow().ok()?;
+    // A negative handle, read as unsigned, lies past the table; slot 0 (`MPI_WIN_NULL`)
+    // is always empty.
+    Ref::filter_map(s, |s| s.as_ref()?.wins.get(win as u32 as usize)?.as_deref()).ok()
+}
+
+/// A window call's common case in the caller's frame, as `MPI_Send`'s: `f` on window `win`
+/// borrowed gives `None` where the arguments need the general path (which also tells every
+/// argument's error), else what the Rust API returned. `None` too for a handle that names
+/// no window. Else the call's code: `MPI_SUCCESS`, or the error under the window's handler.
+#[inline(always)]
+fn quick(name: &str, win: c_int, f: impl FnOnce(&WinEntry) -> Option<Result<(), crate::Error>>) -> Option<c_int> {
+    let w = win_at(win)?;
+    let r = f(&w)?;
+    if r.is_ok() {
+        return Some(super::MPI_SUCCESS);
+    }
+    Some(failed_on(name, win, w, r))
+}
+
+/// [`quick`]'s error: `r` under window `win`'s handler.
+#[cold]
+#[inline(never)]
+fn failed_on(name: &str, win: c_int, w: Ref<'static, WinEntry>, r: Result<(), crate::Error>) -> c_int {
+    let errhandler = w.errhandler;
+    drop(w);
+    super::finish_under(name, COMM_WORLD, Some((win, errhandler)), r.map_err(Fail::from))
+}
+
+/// Where `count` elements of a predefined datatype of a single run at displacement `disp`
+/// lie in target `target`'s window, if they are `bytes` bytes (the origin's: `origin`
+/// (count, datatype), whose bytes the caller found): the target and the offset. `None`
+/// for any other case, which [`target_of`] takes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn plain_target(
+    w: &WinEntry,
+    target: c_int,
+    disp: isize,
+    count: c_int,
+    datatype: c_int,
+    origin: (c_int, c_int),
+    bytes: usize,
+) -> Option<(usize, usize)> {
+    // The target's data as the origin's (the usual call) needs no second look at the type.
+    if (count, datatype) != origin && super::plain_len(count, datatype)? != bytes {
+        return None;
+    }
+    // A negative rank, read as unsigned, lies past the window's ranks.
+    let t = target as u32 as usize;
+    let at = usize::try_from(disp).ok()?.checked_mul(*w.units.get(t)?)?;
+    Some((t, at))
 }
 
 /// Why [`win_ref`] found no window.
@@ -303,6 +355,69 @@ pub(super) fn call_handler(win: c_int, code: c_int) -> c_int {
     }
 }
 
+/// `MPI_Put` in general: derived types, and every argument's error.
+///
+/// # Safety
+/// MPI's contract: the origin buffer holds what its arguments say.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn put_general(
+    origin_addr: *const c_void,
+    origin_count: c_int,
+    origin_datatype: c_int,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: c_int,
+    win: c_int,
+) -> c_int {
+    call_ref("MPI_Put", win, |w| {
+        // SAFETY: this function's contract.
+        let data = unsafe { message(origin_addr, origin_count, origin_datatype)? };
+        let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
+        t.each("MPI_Put", data.len(), |r, at| Ok(w.win.put(&data[r], t.rank, at)?))
+    })
+}
+
+/// `MPI_Get` in general, as [`put_general`].
+///
+/// # Safety
+/// MPI's contract: room at the origin for what its arguments say.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn get_general(
+    origin_addr: *mut c_void,
+    origin_count: c_int,
+    origin_datatype: c_int,
+    target_rank: c_int,
+    target_disp: isize,
+    target_count: c_int,
+    target_datatype: c_int,
+    win: c_int,
+) -> c_int {
+    call_ref("MPI_Get", win, |w| {
+        // SAFETY: this function's contract.
+        let mut buf = unsafe { landing(origin_addr, origin_count, origin_datatype)? };
+        let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
+        t.each("MPI_Get", buf.len(), |r, at| Ok(w.win.get(&mut buf[r], t.rank, at)?))
+    })
+}
+
+/// A flush of one target in general (`MPI_Win_flush`, `MPI_Win_flush_local`): a bad rank
+/// or window, and its error.
+#[cold]
+#[inline(never)]
+fn flush_general(
+    name: &str,
+    rank: c_int,
+    win: c_int,
+    flush: fn(&Window<'static, u8>, usize) -> Result<(), crate::Error>,
+) -> c_int {
+    call_ref(name, win, |w| Ok(flush(&w.win, rank_arg(rank)?)?))
+}
+
 mpi! {
     fn MPI_Win_create / PMPI_Win_create(
         base: *mut c_void,
@@ -487,12 +602,19 @@ mpi! {
         target_datatype: c_int,
         win: c_int,
     ) -> c_int {
-        call_ref("MPI_Put", win, |w| {
+        // A run of a predefined type's elements on both sides, in this frame; every other
+        // case and every argument error out of line (`put_general`).
+        let done = quick("MPI_Put", win, |w| {
             // SAFETY: MPI's contract: the origin buffer holds what it says.
-            let data = unsafe { message(origin_addr, origin_count, origin_datatype)? };
-            let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
-            t.each("MPI_Put", data.len(), #[inline(always)] |r, at| Ok(w.win.put(&data[r], t.rank, at)?))
-        })
+            let data = unsafe { super::plain(origin_addr, origin_count, origin_datatype)? };
+            let (t, at) = plain_target(w, target_rank, target_disp, target_count, target_datatype, (origin_count, origin_datatype), data.len())?;
+            Some(w.win.put(data, t, at))
+        });
+        match done {
+            Some(code) => code,
+            // SAFETY: the same contract, passed on.
+            None => unsafe { put_general(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) },
+        }
     }
 
     fn MPI_Get / PMPI_Get(
@@ -505,12 +627,18 @@ mpi! {
         target_datatype: c_int,
         win: c_int,
     ) -> c_int {
-        call_ref("MPI_Get", win, |w| {
-            // SAFETY: MPI's contract: the origin buffer holds what it says.
-            let mut buf = unsafe { landing(origin_addr, origin_count, origin_datatype)? };
-            let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
-            t.each("MPI_Get", buf.len(), #[inline(always)] |r, at| Ok(w.win.get(&mut buf[r], t.rank, at)?))
-        })
+        // As MPI_Put: the common case here, the others in `get_general`.
+        let done = quick("MPI_Get", win, |w| {
+            // SAFETY: MPI's contract: room for what the origin's arguments say.
+            let buf = unsafe { super::plain_mut(origin_addr, origin_count, origin_datatype)? };
+            let (t, at) = plain_target(w, target_rank, target_disp, target_count, target_datatype, (origin_count, origin_datatype), buf.len())?;
+            Some(w.win.get(buf, t, at))
+        });
+        match done {
+            Some(code) => code,
+            // SAFETY: the same contract, passed on.
+            None => unsafe { get_general(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) },
+        }
     }
 
     fn MPI_Accumulate / PMPI_Accumulate(
@@ -783,25 +911,24 @@ mpi! {
     }
 
     fn MPI_Win_flush / PMPI_Win_flush(rank: c_int, win: c_int) -> c_int {
-        call_ref("MPI_Win_flush", win, |w| {
-            let r = rank_arg(rank)?;
-            Ok(w.win.flush(r)?)
-        })
+        // As MPI_Put: a rank that may be one, here; a bad rank or window out of line.
+        quick("MPI_Win_flush", win, |w| Some(w.win.flush(usize::try_from(rank).ok()?)))
+            .unwrap_or_else(|| flush_general("MPI_Win_flush", rank, win, Window::flush))
     }
 
     fn MPI_Win_flush_all / PMPI_Win_flush_all(win: c_int) -> c_int {
-        call_ref("MPI_Win_flush_all", win, |w| Ok(w.win.flush_all()?))
+        quick("MPI_Win_flush_all", win, |w| Some(w.win.flush_all()))
+            .unwrap_or_else(|| call_ref("MPI_Win_flush_all", win, |w| Ok(w.win.flush_all()?)))
     }
 
     fn MPI_Win_flush_local / PMPI_Win_flush_local(rank: c_int, win: c_int) -> c_int {
-        call_ref("MPI_Win_flush_local", win, |w| {
-            let r = rank_arg(rank)?;
-            Ok(w.win.flush_local(r)?)
-        })
+        quick("MPI_Win_flush_local", win, |w| Some(w.win.flush_local(usize::try_from(rank).ok()?)))
+            .unwrap_or_else(|| flush_general("MPI_Win_flush_local", rank, win, Window::flush_local))
     }
 
     fn MPI_Win_flush_local_all / PMPI_Win_flush_local_all(win: c_int) -> c_int {
-        call_ref("MPI_Win_flush_local_all", win, |w| Ok(w.win.flush_local_all()?))
+        quick("MPI_Win_flush_local_all", win, |w| Some(w.win.flush_local_all()))
+            .unwrap_or_else(|| call_ref("MPI_Win_flush_local_all", win, |w| Ok(w.win.flush_local_all()?)))
     }
 
     fn MPI_Win_sync / PMPI_Win_sync(win: c_int) -> c_int {
