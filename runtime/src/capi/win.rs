@@ -80,18 +80,27 @@ fn win_at(win: c_int) -> Option<Ref<'static, WinEntry>> {
     Ref::filter_map(s, |s| s.as_ref()?.wins.get(win as u32 as usize)?.as_deref()).ok()
 }
 
-/// A window call's common case in the caller's frame, as `MPI_Send`'s: `f` on window `win`
-/// borrowed gives `None` where the arguments need the general path (which also tells every
-/// argument's error), else what the Rust API returned. `None` too for a handle that names
-/// no window. Else the call's code: `MPI_SUCCESS`, or the error under the window's handler.
+/// A window call's common case in the caller's frame, as `MPI_Send`'s: window `win`
+/// borrowed and what `check` finds in the arguments for the Rust API's call, or `None`
+/// where they need the general path (which also tells every argument's error; a handle
+/// that names no window, too). The caller makes the call and returns [`done`] of it, so
+/// that no path leads from the call to the general one, which would keep every argument
+/// alive across it.
 #[inline(always)]
-fn quick(name: &str, win: c_int, f: impl FnOnce(&WinEntry) -> Option<Result<(), crate::Error>>) -> Option<c_int> {
+fn quick<A>(win: c_int, check: impl FnOnce(&WinEntry) -> Option<A>) -> Option<(Ref<'static, WinEntry>, A)> {
     let w = win_at(win)?;
-    let r = f(&w)?;
+    let a = check(&w)?;
+    Some((w, a))
+}
+
+/// The code of a [`quick`] call's result `r`: `MPI_SUCCESS`, or the error under the
+/// window's handler.
+#[inline(always)]
+fn done(name: &str, win: c_int, w: Ref<'static, WinEntry>, r: Result<(), crate::Error>) -> c_int {
     if r.is_ok() {
-        return Some(super::MPI_SUCCESS);
+        return super::MPI_SUCCESS;
     }
-    Some(failed_on(name, win, w, r))
+    failed_on(name, win, w, r)
 }
 
 /// [`quick`]'s error: `r` under window `win`'s handler.
@@ -604,17 +613,18 @@ mpi! {
     ) -> c_int {
         // A run of a predefined type's elements on both sides, in this frame; every other
         // case and every argument error out of line (`put_general`).
-        let done = quick("MPI_Put", win, |w| {
+        let found = quick(win, |w| {
             // SAFETY: MPI's contract: the origin buffer holds what it says.
             let data = unsafe { super::plain(origin_addr, origin_count, origin_datatype)? };
-            let (t, at) = plain_target(w, target_rank, target_disp, target_count, target_datatype, (origin_count, origin_datatype), data.len())?;
-            Some(w.win.put(data, t, at))
+            let n = data.len();
+            Some((data, plain_target(w, target_rank, target_disp, target_count, target_datatype, (origin_count, origin_datatype), n)?))
         });
-        match done {
-            Some(code) => code,
-            // SAFETY: the same contract, passed on.
-            None => unsafe { put_general(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) },
+        if let Some((w, (data, (t, at)))) = found {
+            let r = w.win.put(data, t, at);
+            return done("MPI_Put", win, w, r);
         }
+        // SAFETY: the same contract, passed on.
+        unsafe { put_general(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) }
     }
 
     fn MPI_Get / PMPI_Get(
@@ -628,17 +638,18 @@ mpi! {
         win: c_int,
     ) -> c_int {
         // As MPI_Put: the common case here, the others in `get_general`.
-        let done = quick("MPI_Get", win, |w| {
+        let found = quick(win, |w| {
             // SAFETY: MPI's contract: room for what the origin's arguments say.
             let buf = unsafe { super::plain_mut(origin_addr, origin_count, origin_datatype)? };
-            let (t, at) = plain_target(w, target_rank, target_disp, target_count, target_datatype, (origin_count, origin_datatype), buf.len())?;
-            Some(w.win.get(buf, t, at))
+            let n = buf.len();
+            Some((buf, plain_target(w, target_rank, target_disp, target_count, target_datatype, (origin_count, origin_datatype), n)?))
         });
-        match done {
-            Some(code) => code,
-            // SAFETY: the same contract, passed on.
-            None => unsafe { get_general(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) },
+        if let Some((w, (buf, (t, at)))) = found {
+            let r = w.win.get(buf, t, at);
+            return done("MPI_Get", win, w, r);
         }
+        // SAFETY: the same contract, passed on.
+        unsafe { get_general(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) }
     }
 
     fn MPI_Accumulate / PMPI_Accumulate(
@@ -912,23 +923,35 @@ mpi! {
 
     fn MPI_Win_flush / PMPI_Win_flush(rank: c_int, win: c_int) -> c_int {
         // As MPI_Put: a rank that may be one, here; a bad rank or window out of line.
-        quick("MPI_Win_flush", win, |w| Some(w.win.flush(usize::try_from(rank).ok()?)))
-            .unwrap_or_else(|| flush_general("MPI_Win_flush", rank, win, Window::flush))
+        if let Some((w, r)) = quick(win, |_| usize::try_from(rank).ok()) {
+            let res = w.win.flush(r);
+            return done("MPI_Win_flush", win, w, res);
+        }
+        flush_general("MPI_Win_flush", rank, win, Window::flush)
     }
 
     fn MPI_Win_flush_all / PMPI_Win_flush_all(win: c_int) -> c_int {
-        quick("MPI_Win_flush_all", win, |w| Some(w.win.flush_all()))
-            .unwrap_or_else(|| call_ref("MPI_Win_flush_all", win, |w| Ok(w.win.flush_all()?)))
+        if let Some((w, ())) = quick(win, |_| Some(())) {
+            let res = w.win.flush_all();
+            return done("MPI_Win_flush_all", win, w, res);
+        }
+        call_ref("MPI_Win_flush_all", win, |w| Ok(w.win.flush_all()?))
     }
 
     fn MPI_Win_flush_local / PMPI_Win_flush_local(rank: c_int, win: c_int) -> c_int {
-        quick("MPI_Win_flush_local", win, |w| Some(w.win.flush_local(usize::try_from(rank).ok()?)))
-            .unwrap_or_else(|| flush_general("MPI_Win_flush_local", rank, win, Window::flush_local))
+        if let Some((w, r)) = quick(win, |_| usize::try_from(rank).ok()) {
+            let res = w.win.flush_local(r);
+            return done("MPI_Win_flush_local", win, w, res);
+        }
+        flush_general("MPI_Win_flush_local", rank, win, Window::flush_local)
     }
 
     fn MPI_Win_flush_local_all / PMPI_Win_flush_local_all(win: c_int) -> c_int {
-        quick("MPI_Win_flush_local_all", win, |w| Some(w.win.flush_local_all()))
-            .unwrap_or_else(|| call_ref("MPI_Win_flush_local_all", win, |w| Ok(w.win.flush_local_all()?)))
+        if let Some((w, ())) = quick(win, |_| Some(())) {
+            let res = w.win.flush_local_all();
+            return done("MPI_Win_flush_local_all", win, w, res);
+        }
+        call_ref("MPI_Win_flush_local_all", win, |w| Ok(w.win.flush_local_all()?))
     }
 
     fn MPI_Win_sync / PMPI_Win_sync(win: c_int) -> c_int {
