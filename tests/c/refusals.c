@@ -111,6 +111,17 @@ int main(int argc, char **argv)
     MPI_Error_class(MPI_Wait(&made_up, MPI_STATUS_IGNORE), &c[4]);
     printf("%d: a completed request's handle: got %d, classes %d %d %d %d, a made-up handle: class %d\n", rank,
            x, c[0], c[1], c[2], c[3], c[4]);
+    /* A window handle no call made (MPICH cannot tell it from a live one), on the calls
+       whose common case mpr takes in a few instructions: each must still refuse it. */
+    MPI_Win bogus = 77;
+    int w[6];
+    MPI_Error_class(MPI_Put(&v, 1, MPI_INT, next, 0, 1, MPI_INT, bogus), &w[0]);
+    MPI_Error_class(MPI_Get(&got, 1, MPI_INT, next, 0, 1, MPI_INT, bogus), &w[1]);
+    MPI_Error_class(MPI_Win_flush(next, bogus), &w[2]);
+    MPI_Error_class(MPI_Win_flush_local(next, bogus), &w[3]);
+    MPI_Error_class(MPI_Win_flush_all(bogus), &w[4]);
+    MPI_Error_class(MPI_Win_flush_local_all(bogus), &w[5]);
+    printf("%d: a made-up window: classes %d %d %d %d %d %d\n", rank, w[0], w[1], w[2], w[3], w[4], w[5]);
     MPI_Win_free(&win);
     MPI_Finalize();
     return 0;

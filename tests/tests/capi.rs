@@ -260,6 +260,9 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
             (rank + 1) % 2 + 40
         );
         assert!(stdout.contains(&stale), "{stdout}");
+        let win = 45;
+        let bogus = format!("{rank}: a made-up window: classes {win} {win} {win} {win} {win} {win}\n");
+        assert!(stdout.contains(&bogus), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

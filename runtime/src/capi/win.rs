@@ -414,6 +414,14 @@ unsafe fn get_general(
     })
 }
 
+/// The code of a call on handle `win`, which names no window (or the state cannot be
+/// reached), as [`call_ref`] gives it.
+#[cold]
+#[inline(never)]
+fn not_a_window(name: &str, win: c_int) -> c_int {
+    finish_under(name, COMM_WORLD, None, Err(no_win(name, win)))
+}
+
 /// A flush of one target in general (`MPI_Win_flush`, `MPI_Win_flush_local`): a bad rank
 /// or window, and its error.
 #[cold]
@@ -931,11 +939,13 @@ mpi! {
     }
 
     fn MPI_Win_flush_all / PMPI_Win_flush_all(win: c_int) -> c_int {
-        if let Some((w, ())) = quick(win, |_| Some(())) {
-            let res = w.win.flush_all();
-            return done("MPI_Win_flush_all", win, w, res);
+        match win_at(win) {
+            Some(w) => {
+                let res = w.win.flush_all();
+                done("MPI_Win_flush_all", win, w, res)
+            }
+            None => not_a_window("MPI_Win_flush_all", win),
         }
-        call_ref("MPI_Win_flush_all", win, |w| Ok(w.win.flush_all()?))
     }
 
     fn MPI_Win_flush_local / PMPI_Win_flush_local(rank: c_int, win: c_int) -> c_int {
@@ -947,11 +957,13 @@ mpi! {
     }
 
     fn MPI_Win_flush_local_all / PMPI_Win_flush_local_all(win: c_int) -> c_int {
-        if let Some((w, ())) = quick(win, |_| Some(())) {
-            let res = w.win.flush_local_all();
-            return done("MPI_Win_flush_local_all", win, w, res);
+        match win_at(win) {
+            Some(w) => {
+                let res = w.win.flush_local_all();
+                done("MPI_Win_flush_local_all", win, w, res)
+            }
+            None => not_a_window("MPI_Win_flush_local_all", win),
         }
-        call_ref("MPI_Win_flush_local_all", win, |w| Ok(w.win.flush_local_all()?))
     }
 
     fn MPI_Win_sync / PMPI_Win_sync(win: c_int) -> c_int {
