@@ -195,6 +195,20 @@ static void errors(void)
     CLASS("alltoall on a null communicator", MPI_Alltoall(&x, 1, MPI_INT, y, 1, MPI_INT, MPI_COMM_NULL));
     CLASS("band on doubles", MPI_Allreduce(&x, y, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_SELF));
     CLASS("null op", MPI_Allreduce(&x, y, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_SELF));
+    /* Bytes take the bitwise operations only, booleans the logical ones only. */
+    unsigned char b1[2] = {0x0f, 1}, b2[2] = {0xf0, 0}, b3[2];
+    CLASS("sum of bytes", MPI_Allreduce(b1, b3, 2, MPI_BYTE, MPI_SUM, MPI_COMM_SELF));
+    CLASS("max of bytes", MPI_Reduce_local(b1, b2, 2, MPI_BYTE, MPI_MAX));
+    CLASS("band of booleans", MPI_Allreduce(b1, b3, 2, MPI_C_BOOL, MPI_BAND, MPI_COMM_SELF));
+    CLASS("sum of booleans", MPI_Reduce_local(b1, b2, 2, MPI_C_BOOL, MPI_SUM));
+    MPI_Request ob;
+    CLASS("iallreduce sum of bytes", MPI_Iallreduce(b1, b3, 2, MPI_BYTE, MPI_SUM, MPI_COMM_SELF, &ob));
+    CLASS("bxor of bytes", MPI_Reduce_local(b1, b2, 2, MPI_BYTE, MPI_BXOR));
+    SAY("bxor of bytes = %d %d", b2[0], b2[1]);
+    b2[0] = 0;
+    b2[1] = 1;
+    CLASS("lor of booleans", MPI_Reduce_local(b1, b2, 2, MPI_C_BOOL, MPI_LOR));
+    SAY("lor of booleans = %d %d", b2[0], b2[1]);
     CLASS("all-reduce of one buffer into itself", MPI_Allreduce(y, y, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF));
     CLASS("reduce of one buffer into itself", MPI_Reduce(y, y, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_SELF));
     /* Ranges of ranks: a stride of 0, past the group's end, below 0, a rank twice. */

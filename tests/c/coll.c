@@ -294,6 +294,47 @@ int main(int argc, char **argv)
     memset(out, -1, sizeof out);
     MPI_Alltoallv(buf, counts, displs, MPI_INT, out, rcounts, rdispls, MPI_INT, MPI_COMM_WORLD);
     say("alltoallv", out, rdispls[p - 1] + rcounts[p - 1]);
+    /* Alltoallw: a datatype per peer, byte displacements. To an even rank j go j + 1 ints,
+     * to an odd one 2 ints a vector type picks (every other int); rank j takes each
+     * rank's block as ints (even j) or as one pair type (odd j), with gaps between. */
+    MPI_Datatype every_other, pair2, wst[8], wrt[8];
+    MPI_Type_vector(2, 1, 2, MPI_INT, &every_other);
+    MPI_Type_contiguous(2, MPI_INT, &pair2);
+    MPI_Type_commit(&every_other);
+    MPI_Type_commit(&pair2);
+    int wsc[8], wsd[8], wrc[8], wrd[8], odd = rank % 2, wstep = odd ? 3 : rank + 2;
+    for (int j = 0, at = 0; j < p; j++) {
+        wst[j] = j % 2 ? every_other : MPI_INT;
+        wsc[j] = j % 2 ? 1 : j + 1;
+        wsd[j] = at * (int)sizeof(int);
+        at += j % 2 ? 3 : j + 1;
+        wrt[j] = odd ? pair2 : MPI_INT;
+        wrc[j] = odd ? 1 : rank + 1;
+        wrd[j] = j * wstep * (int)sizeof(int);
+    }
+    int wn = (p - 1) * wstep + (odd ? 2 : rank + 1), wout[64];
+    for (int i = 0; i < 32; i++)
+        buf[i] = rank * 1000 + i;
+    memset(out, -1, sizeof out);
+    MPI_Alltoallw(buf, wsc, wsd, wst, out, wrc, wrd, wrt, MPI_COMM_WORLD);
+    say("alltoallw", out, wn);
+    MPI_Request wreq;
+    memset(wout, -1, sizeof wout);
+    MPI_Ialltoallw(buf, wsc, wsd, wst, wout, wrc, wrd, wrt, MPI_COMM_WORLD, &wreq);
+    MPI_Wait(&wreq, MPI_STATUS_IGNORE);
+    say("ialltoallw", wout, wn);
+    /* In place: two ints a block everywhere (as a pair type at odd ranks), 3 ints apart. */
+    memset(out, -1, sizeof out);
+    for (int j = 0; j < p; j++) {
+        wrc[j] = odd ? 1 : 2;
+        wrd[j] = j * 3 * (int)sizeof(int);
+        out[j * 3] = rank * 100 + j * 10;
+        out[j * 3 + 1] = rank * 100 + j * 10 + 1;
+    }
+    MPI_Alltoallw(MPI_IN_PLACE, NULL, NULL, NULL, out, wrc, wrd, wrt, MPI_COMM_WORLD);
+    say("alltoallw in place", out, 3 * p - 1);
+    MPI_Type_free(&every_other);
+    MPI_Type_free(&pair2);
     /* Scans, reduce-scatter, local reduction. */
     int x[2] = {rank + 1, 10 - rank}, y[2] = {-1, -1};
     MPI_Scan(x, y, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -367,6 +408,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < p; i++)
         to[i] = to[i] == MPI_UNDEFINED ? -1 : to[i];
     say("world in odds", to, p);
+    /* MPI_PROC_NULL translates to itself. */
+    int with_null[3] = {MPI_PROC_NULL, 0, MPI_PROC_NULL};
+    MPI_Group_translate_ranks(wg, 3, with_null, evens, to);
+    for (int i = 0; i < 3; i++)
+        to[i] = to[i] == MPI_PROC_NULL ? -100 : to[i];
+    say("proc null and 0 in evens (-100: MPI_PROC_NULL)", to, 3);
     for (int i = 0; i < p; i++)
         g[i] = p - 1 - i;
     MPI_Group_incl(wg, p, g, &rev);

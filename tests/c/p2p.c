@@ -191,6 +191,18 @@ static void modes(void)
     MPI_Rsend(&x, 1, MPI_INT, next, 11, MPI_COMM_WORLD);
     MPI_Wait(&r2, MPI_STATUS_IGNORE);
     SAY("rsend: %d", v);
+    /* The same, nonblocking, from memory of MPI_Alloc_mem. */
+    int *am = NULL;
+    MPI_Alloc_mem(2 * sizeof(int), MPI_INFO_NULL, &am);
+    am[0] = rank + 600;
+    MPI_Irecv(&am[1], 1, MPI_INT, prev, 14, MPI_COMM_WORLD, &r2);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Request rr;
+    MPI_Irsend(&am[0], 1, MPI_INT, next, 14, MPI_COMM_WORLD, &rr);
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    MPI_Wait(&r2, MPI_STATUS_IGNORE);
+    SAY("irsend from MPI_Alloc_mem memory: %d", am[1]);
+    SAY("free_mem: %d", MPI_Free_mem(am));
 
     /* Buffered sends from an attached buffer. */
     int room = 2 * (BIG * (int)sizeof(int) + MPI_BSEND_OVERHEAD);

@@ -6,8 +6,10 @@
  * - MPI_Pack into a buffer too small for the data: MPI_ERR_TRUNCATE, nothing written (MPICH
  *   writes past the buffer and says success);
  * - MPI_Comm_set_attr with a freed key: MPI_ERR_KEYVAL (MPICH says success);
- * - an accumulate of MPI_MAX on complex numbers, which have no order: MPI_ERR_OP, the
- *   target unchanged (MPICH says success). */
+ * - an accumulate of MPI_MAX on complex numbers, which have no order, or of MPI_SUM on
+ *   bytes: MPI_ERR_OP, the target unchanged (MPICH says success);
+ * - an assertion naming no MPI_MODE_ flag: MPI_ERR_ASSERT; a window attribute key MPI does
+ *   not define: MPI_ERR_KEYVAL. */
 #include <mpi.h>
 #include <stdio.h>
 
@@ -63,6 +65,17 @@ int main(int argc, char **argv)
     MPI_Get(seen, 1, MPI_C_DOUBLE_COMPLEX, next, 0, 1, MPI_C_DOUBLE_COMPLEX, win);
     MPI_Win_unlock(next, win);
     printf("%d: max of complex numbers: class %d, target %g %g\n", rank, cls, seen[0], seen[1]);
+    /* A sum of bytes (bitwise operations only), an assertion of no MPI_MODE_ flag, a key
+     * that is no window attribute. */
+    unsigned char byte = 1;
+    int sum_cls, assert_cls, key_cls, *val, found = 7;
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, next, 0, win);
+    MPI_Error_class(MPI_Accumulate(&byte, 1, MPI_BYTE, next, 0, 1, MPI_BYTE, MPI_SUM, win), &sum_cls);
+    MPI_Win_unlock(next, win);
+    MPI_Error_class(MPI_Win_fence(1 << 20, win), &assert_cls);
+    MPI_Error_class(MPI_Win_get_attr(win, 12345, &val, &found), &key_cls);
+    printf("%d: sum of bytes: class %d, assertion 1<<20: class %d, window key 12345: class %d\n", rank, sum_cls,
+           assert_cls, key_cls);
 
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     char small[4] = {'a', 'b', 'c', 'd'};

@@ -57,6 +57,10 @@ static void fence(void)
     MPI_Win_get_attr(win, MPI_WIN_SIZE, &wsize, &flag);
     MPI_Win_get_attr(win, MPI_WIN_DISP_UNIT, &unit, &flag);
     SAY("attributes: base ok %d size %ld unit %d", base == (void *)mem, (long)*wsize, *unit);
+    int *flavor, *model;
+    MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, &flavor, &flag);
+    MPI_Win_get_attr(win, MPI_WIN_MODEL, &model, &flag);
+    SAY("flavor create %d, model unified %d", *flavor == MPI_WIN_FLAVOR_CREATE, *model == MPI_WIN_UNIFIED);
     MPI_Win_free(&win);
     SAY("freed: %d", win == MPI_WIN_NULL);
     free(mem);
@@ -156,6 +160,9 @@ static void pscw_dynamic(void)
     MPI_Win win;
     MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win);
     MPI_Win_attach(win, mem, 8 * sizeof(int));
+    int *flavor, known;
+    MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, &flavor, &known);
+    SAY("flavor dynamic %d", known && *flavor == MPI_WIN_FLAVOR_DYNAMIC);
     MPI_Aint mine, theirs;
     MPI_Get_address(mem, &mine);
     MPI_Sendrecv(&mine, 1, MPI_AINT, prev, 0, &theirs, 1, MPI_AINT, next, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -199,6 +206,9 @@ static void shared(void)
     long *mine;
     MPI_Win win;
     MPI_Win_allocate_shared(4 * sizeof(long), sizeof(long), MPI_INFO_NULL, node, &mine, &win);
+    int *flavor, flag;
+    MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, &flavor, &flag);
+    SAY("flavor shared %d", flag && *flavor == MPI_WIN_FLAVOR_SHARED);
     MPI_Win_lock_all(0, win);
     for (int i = 0; i < 4; i++)
         mine[i] = nr * 10 + i;
@@ -224,6 +234,10 @@ static void errors(void)
     int v = 1;
     SAY("put outside an epoch: class %d", class_of(MPI_Put(&v, 1, MPI_INT, 0, 0, 1, MPI_INT, win)));
     SAY("unlock without a lock: class %d", class_of(MPI_Win_unlock(0, win)));
+    SAY("lock of type 999: class %d", class_of(MPI_Win_lock(999, 0, 0, win)));
+    int *flavor, flag;
+    MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, &flavor, &flag);
+    SAY("flavor allocate %d", flag && *flavor == MPI_WIN_FLAVOR_ALLOCATE);
     MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win);
     SAY("put to rank 99: class %d", class_of(MPI_Put(&v, 1, MPI_INT, 99, 0, 1, MPI_INT, win)));
     SAY("get from rank -3: class %d", class_of(MPI_Get(&v, 1, MPI_INT, -3, 0, 1, MPI_INT, win)));

@@ -52,9 +52,46 @@ static void describe(const char *name, MPI_Datatype t)
         for (int i = 0; i < na && n < 360; i++)
             n += snprintf(line + n, sizeof line - n, " %ld", (long)aints[i]);
         n += snprintf(line + n, sizeof line - n, " types %d", nd > 0 && types[0] == MPI_INT);
+        /* A derived type among them is a new handle, the caller's to free. */
+        for (int i = 0; i < nd; i++) {
+            int ti, ta, td, tc;
+            MPI_Type_get_envelope(types[i], &ti, &ta, &td, &tc);
+            if (tc != MPI_COMBINER_NAMED)
+                MPI_Type_free(&types[i]);
+        }
     }
     if (rank == 0)
         SAY("%s", line);
+}
+
+/* MPI_Type_get_contents gives a new handle of a derived type it was made of, which lives on
+ * after the program freed its own (and another type took the freed handle); freeing the new
+ * one leaves the outer type whole. */
+static void contents(void)
+{
+    MPI_Datatype inner, outer, other, got[1];
+    int ints[4];
+    MPI_Aint aints[1];
+    MPI_Type_vector(2, 1, 3, MPI_INT, &inner);
+    MPI_Type_contiguous(2, inner, &outer);
+    MPI_Type_commit(&outer);
+    MPI_Type_free(&inner);
+    MPI_Type_contiguous(5, MPI_DOUBLE, &other);
+    MPI_Type_get_contents(outer, 4, 1, 1, ints, aints, got);
+    int size, ni, na, nd, comb;
+    MPI_Type_size(got[0], &size);
+    MPI_Type_get_envelope(got[0], &ni, &na, &nd, &comb);
+    MPI_Type_get_contents(got[0], 4, 1, 1, ints, aints, &inner);
+    SAY("contents of a freed inner type: size %d vector %d ints %d %d %d %d, of int %d", size,
+        comb == MPI_COMBINER_VECTOR, ni, ints[0], ints[1], ints[2], inner == MPI_INT);
+    MPI_Type_free(&got[0]);
+    int src[8], dst[4] = {-1, -1, -1, -1};
+    for (int i = 0; i < 8; i++)
+        src[i] = 10 + i;
+    MPI_Sendrecv(src, 1, outer, 0, 5, dst, 4, MPI_INT, 0, 5, MPI_COMM_SELF, MPI_STATUS_IGNORE);
+    SAY("outer after its parts were freed = %d %d %d %d", dst[0], dst[1], dst[2], dst[3]);
+    MPI_Type_free(&outer);
+    MPI_Type_free(&other);
 }
 
 static void constructors(void)
@@ -561,6 +598,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     constructors();
+    contents();
     point_to_point();
     collectives();
     user_ops();

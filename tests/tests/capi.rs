@@ -184,22 +184,30 @@ fn the_library_exports_what_the_header_declares() {
 
 #[test]
 fn an_error_under_errors_are_fatal_ends_the_job_naming_the_rank() {
-    if !mpich() {
-        return;
-    }
     let dir = scratch("fatal");
-    let (mine, reference) = (dir.join("fatal.mpr"), dir.join("fatal.mpich"));
+    let mine = dir.join("fatal.mpr");
     built(run(Command::new(bin_dir().join("mprcc")).arg("-o").arg(&mine).arg(source("fatal.c"))), "mprcc");
-    built(run(Command::new("mpicc.mpich").arg("-o").arg(&reference).arg(source("fatal.c"))), "mpicc.mpich");
-    let theirs = run(Command::new("timeout").args(["120", "mpiexec.mpich", "-n", "3"]).arg(&reference));
     let ours = mprun(&["-np", "3", mine.to_str().unwrap()], &[]);
-    for (who, out) in [("MPICH", &theirs), ("mpr", &ours)] {
+    let mut jobs = vec![("mpr", ours.clone())];
+    // MPICH ends the same program too (checked where it is installed).
+    if mpich() {
+        let reference = dir.join("fatal.mpich");
+        built(run(Command::new("mpicc.mpich").arg("-o").arg(&reference).arg(source("fatal.c"))), "mpicc.mpich");
+        jobs.push(("MPICH", run(Command::new("timeout").args(["120", "mpiexec.mpich", "-n", "3"]).arg(&reference))));
+    }
+    for (who, out) in &jobs {
         assert!(!out.status.success(), "{who}: the job went on: {}", text(&out.stdout));
         assert!(!text(&out.stdout).contains("not reached"), "{who}: {}", text(&out.stdout));
     }
     let err = text(&ours.stderr);
     assert!(err.contains("rank 1") && err.contains("MPI_Send") && err.contains("invalid rank 99"), "{err}");
     assert_eq!(ours.status.code(), Some(6), "MPI_ERR_RANK as the exit code: {err}");
+    // MPI_Abort: the job ends with the program's code, the rank named.
+    let aborted = mprun(&["-np", "3", mine.to_str().unwrap(), "abort"], &[]);
+    let err = text(&aborted.stderr);
+    assert_eq!(aborted.status.code(), Some(7), "MPI_Abort's code as the job's: {err}");
+    assert!(err.contains("rank 1") && err.contains("aborted the job with code 7"), "{err}");
+    assert!(!text(&aborted.stdout).contains("not reached"), "{}", text(&aborted.stdout));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -243,6 +251,11 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         // Refused, and the target's zeroed window unchanged.
         let max = format!("{rank}: max of complex numbers: class {op}, target 0 0\n");
         assert!(stdout.contains(&max), "{stdout}");
+        let assert = 53;
+        let bytes = format!(
+            "{rank}: sum of bytes: class {op}, assertion 1<<20: class {assert}, window key 12345: class {keyval}\n"
+        );
+        assert!(stdout.contains(&bytes), "{stdout}");
         let zero = format!("{rank}: grid with a dimension of no points: class {dims}, null 1\n");
         assert!(stdout.contains(&zero), "{stdout}");
         assert!(

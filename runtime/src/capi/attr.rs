@@ -6,7 +6,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::{comm_of, finish, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_OTHER, MPI_SUCCESS};
+use super::{comm_of, finish, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_KEYVAL, ERR_OTHER, MPI_SUCCESS};
 
 /// `MPI_Comm_copy_attr_function`.
 pub(super) type CopyFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
@@ -17,8 +17,6 @@ pub(super) type DeleteFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut 
 /// attributes).
 const KEYVAL_INVALID: c_int = 0;
 const FIRST_KEYVAL: c_int = 16;
-/// `MPI_ERR_KEYVAL`.
-const ERR_KEYVAL: c_int = 48;
 
 /// A key of the program's.
 #[derive(Debug, Clone, Copy)]

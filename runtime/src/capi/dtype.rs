@@ -68,7 +68,7 @@ unsafe fn new_type(layout: Layout, made: Made, out: *mut c_int) -> Res {
         combiner: made.combiner,
         ints: made.ints,
         aints: made.aints,
-        types: made.types,
+        types: olds,
         committed: Cell::new(false),
         pair,
     };
@@ -451,14 +451,19 @@ mpi! {
                 Some(d) if datatype >= FIRST_DERIVED => d,
                 _ => return Err(Fail::new(ERR_TYPE, "MPI_Type_get_contents of a predefined datatype")),
             };
+            /// Whether an array `out` with room for `max` takes `n` elements.
+            fn fits<T>(n: usize, out: *const T, max: c_int) -> Res {
+                if n > count_of(max)? || (n > 0 && out.is_null()) {
+                    return Err(Fail::new(ERR_ARG, "MPI_Type_get_contents: arrays smaller than its envelope"));
+                }
+                Ok(())
+            }
             /// Copies `v` to `out`, which has room for `max`.
             ///
             /// # Safety
             /// `out` points to `max` elements.
             unsafe fn give<T: Copy>(v: &[T], out: *mut T, max: c_int) -> Res {
-                if v.len() > count_of(max)? || (!v.is_empty() && out.is_null()) {
-                    return Err(Fail::new(ERR_ARG, "MPI_Type_get_contents: arrays smaller than its envelope"));
-                }
+                fits(v.len(), out, max)?;
                 // SAFETY: room for v.len() (checked) at out, not null where v is not empty.
                 unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out, v.len()) };
                 Ok(())
@@ -467,8 +472,15 @@ mpi! {
             unsafe {
                 give(&d.ints, integers, max_integers)?;
                 give(&d.aints, addresses, max_addresses)?;
-                give(&d.types, datatypes, max_datatypes)
             }
+            // Checked before any new handle is made (the copy below cannot fail then).
+            fits(d.types.len(), datatypes, max_datatypes)?;
+            // A predefined type is itself; a derived one a new handle of the same type (MPI:
+            // the program frees it), which lives on though the program freed its own handle.
+            let handles: Vec<c_int> =
+                d.types.iter().map(|t| if t.handle < FIRST_DERIVED { t.handle } else { Datatype::insert_again(t) }).collect();
+            // SAFETY: as above.
+            unsafe { give(&handles, datatypes, max_datatypes) }
         })
     }
 

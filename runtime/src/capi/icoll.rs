@@ -13,8 +13,8 @@ use bytemuck::Pod;
 use super::p2p::new_coll_request;
 use super::types::{self, Datatype, ElemFn, ReduceOp};
 use super::{
-    blocks, bytes, bytes_mut, comm_of, count_of, finish, ints_at, root_of, Fail, Landing, Res, ERR_ARG, ERR_BUFFER,
-    ERR_OP, IN_PLACE,
+    blocks, bytes, bytes_mut, comm_of, count_of, finish, ints_at, root_of, typed_blocks, Blocks, Fail, Landing, Res,
+    ERR_ARG, ERR_BUFFER, ERR_OP, IN_PLACE,
 };
 use crate::op::DynOp;
 use crate::{CollRequest, Comm, Error};
@@ -229,6 +229,31 @@ unsafe fn output_of(buf: *mut c_void, count: usize, ty: &Datatype) -> Res<&'stat
     Ok(view)
 }
 
+/// `MPI_Ialltoallv` and `MPI_Ialltoallw` once the receive buffer's blocks `r` are known, as
+/// their blocking forms (`alltoall_blocks`).
+///
+/// # Safety
+/// As `alltoall_blocks`, the buffers valid until the request completes.
+unsafe fn ialltoall_blocks(
+    c: &Comm,
+    s: &crate::Scope<'static>,
+    sendbuf: *const c_void,
+    send: impl FnOnce() -> Res<Blocks>,
+    recvbuf: *mut c_void,
+    r: Blocks,
+) -> Res<CollRequest<'static>> {
+    // SAFETY: this function's contract.
+    let recv = unsafe { output_of(recvbuf, r.count, &r.ty)? };
+    if sendbuf == IN_PLACE {
+        let send = held(recv);
+        return Ok(c.ialltoallv(s, send, &r.counts, &r.displs, recv, &r.counts, &r.displs)?);
+    }
+    let v = send()?;
+    // SAFETY: this function's contract.
+    let data = unsafe { input_of(sendbuf, v.count, &v.ty)? };
+    Ok(c.ialltoallv(s, data, &v.counts, &v.displs, recv, &r.counts, &r.displs)?)
+}
+
 /// `MPI_IN_PLACE` where only the root may give it.
 fn not_root() -> Fail {
     Fail::new(ERR_BUFFER, "MPI_IN_PLACE at a rank that is not the root")
@@ -240,7 +265,7 @@ fn carried<R>(ty: &Datatype, op: &ReduceOp, bufs: &[*const u8], f: impl FnOnce(C
     let unfit = || Fail::new(ERR_OP, format!("{} does not apply to {}", op.name, ty.name));
     let b = op.builtin().ok_or_else(unfit)?;
     // A derived type's packed data is a run of its basic type's elements.
-    let (ty, _) = ty.as_basic(1).ok_or_else(unfit)?;
+    let (ty, _) = ty.as_basic(1).filter(|(basic, _)| types::applies(b, basic.handle)).ok_or_else(unfit)?;
     let elem = ty.elem.ok_or_else(unfit)?;
     if bufs.iter().any(|&p| !(p as usize).is_multiple_of(ty.size.max(1))) {
         return Err(Fail::new(ERR_BUFFER, format!("a buffer of {} not aligned for it", ty.name)));
@@ -588,15 +613,31 @@ mpi! {
         // SAFETY: MPI's contract, as for MPI_Igatherv.
         unsafe {
             launch("MPI_Ialltoallv", comm, request, |c, s| {
-                let r = blocks(recvcounts, rdispls, c.size(), &Datatype::of(recvtype)?)?;
-                let recv = output_of(recvbuf, r.count, &r.ty)?;
-                if sendbuf == IN_PLACE {
-                    let send = held(recv);
-                    return Ok(c.ialltoallv(s, send, &r.counts, &r.displs, recv, &r.counts, &r.displs)?);
-                }
-                let v = blocks(sendcounts, sdispls, c.size(), &Datatype::of(sendtype)?)?;
-                let send = input_of(sendbuf, v.count, &v.ty)?;
-                Ok(c.ialltoallv(s, send, &v.counts, &v.displs, recv, &r.counts, &r.displs)?)
+                let p = c.size();
+                let r = blocks(recvcounts, rdispls, p, &Datatype::of(recvtype)?)?;
+                ialltoall_blocks(c, s, sendbuf, || blocks(sendcounts, sdispls, p, &Datatype::of(sendtype)?), recvbuf, r)
+            })
+        }
+    }
+
+    fn MPI_Ialltoallw / PMPI_Ialltoallw(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        sdispls: *const c_int,
+        sendtypes: *const c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        rdispls: *const c_int,
+        recvtypes: *const c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI's contract, as for MPI_Igatherv.
+        unsafe {
+            launch("MPI_Ialltoallw", comm, request, |c, s| {
+                let p = c.size();
+                let r = typed_blocks(recvcounts, rdispls, recvtypes, p)?;
+                ialltoall_blocks(c, s, sendbuf, || typed_blocks(sendcounts, sdispls, sendtypes, p), recvbuf, r)
             })
         }
     }

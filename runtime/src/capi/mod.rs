@@ -53,6 +53,9 @@ const ERR_SIZE: c_int = 51;
 const ERR_DISP: c_int = 52;
 const ERR_RMA_SYNC: c_int = 50;
 const ERR_RMA_RANGE: c_int = 55;
+const ERR_KEYVAL: c_int = 48;
+const ERR_LOCKTYPE: c_int = 47;
+const ERR_ASSERT: c_int = 53;
 const ERRX_PROC_FAILED: c_int = 101;
 const COMM_WORLD: c_int = 1;
 const COMM_SELF: c_int = 2;
@@ -312,13 +315,41 @@ fn class_text(class: c_int) -> &'static str {
         ERR_OTHER => "other error",
         ERR_INTERN => "internal error",
         ERR_IN_STATUS => "error code is in status",
+        18 => "pending request",
         ERR_REQUEST => "invalid request",
         ERR_NO_MEM => "out of memory",
         28 => "invalid info object",
         29 => "invalid info key",
         30 => "invalid info value",
         31 => "no such info key",
-        48 => "invalid attribute key",
+        20 => "permission denied",
+        21 => "invalid file access mode",
+        22 => "invalid file name",
+        23 => "data conversion failed",
+        24 => "data representation already defined",
+        25 => "file exists",
+        26 => "file in use",
+        27 => "invalid file handle",
+        32 => "input/output error",
+        33 => "invalid name",
+        35 => "collective argument not identical on all processes",
+        36 => "no space left",
+        37 => "no such file",
+        38 => "invalid port",
+        39 => "quota exceeded",
+        40 => "read-only file or file system",
+        41 => "invalid service name",
+        42 => "spawn failed",
+        43 => "unsupported data representation",
+        44 => "unsupported operation",
+        46 => "invalid base address",
+        ERR_LOCKTYPE => "invalid lock type",
+        ERR_KEYVAL => "invalid attribute key",
+        49 => "conflicting accesses to a window",
+        ERR_ASSERT => "invalid assertion",
+        56 => "memory cannot be attached",
+        57 => "memory cannot be shared",
+        58 => "operation not allowed for this window's flavor",
         ERR_WIN => "invalid window",
         ERR_SIZE => "invalid size",
         ERR_DISP => "invalid displacement",
@@ -1241,6 +1272,61 @@ unsafe fn blocks(counts: *const c_int, displs: *const c_int, n: usize, ty: &Data
     Ok(Blocks { ty, count: 1, counts, displs })
 }
 
+/// [`Blocks`] of an `MPI_Alltoallw` buffer: block `i` is `counts[i]` elements of datatype
+/// `types[i]` at `displs[i]` bytes. Where every type is a predefined one of plain bytes, the
+/// buffer's bytes up to the furthest block; else the blocks packed in order (a struct of
+/// every block).
+///
+/// # Safety
+/// `counts`, `displs` and `types` point to `n` ints each (MPI's contract).
+unsafe fn typed_blocks(counts: *const c_int, displs: *const c_int, types: *const c_int, n: usize) -> Res<Blocks> {
+    // SAFETY: this function's contract.
+    let (c, d, t) = unsafe {
+        (ints_at(counts, n, "counts")?, ints_at(displs, n, "displacements")?, ints_at(types, n, "datatypes")?)
+    };
+    let types: Vec<Datatype> = t.iter().map(|&h| Datatype::of(h)).collect::<Res<_>>()?;
+    let elems: Vec<usize> = c.iter().map(|&c| count_of(c)).collect::<Res<_>>()?;
+    let counts: Vec<usize> = elems.iter().zip(&types).map(|(c, t)| c * t.size).collect();
+    if types.iter().all(|t| t.derived.is_none()) {
+        let displs: Vec<usize> = d
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| Fail::new(ERR_ARG, format!("displacement {d}"))))
+            .collect::<Res<_>>()?;
+        let count = counts.iter().zip(&displs).map(|(c, d)| c + d).max().unwrap_or(0);
+        return Ok(Blocks { ty: Datatype::BYTE, count, counts, displs });
+    }
+    types.iter().try_for_each(Datatype::usable)?;
+    let layouts: Vec<Layout> = types.iter().map(Datatype::layout).collect();
+    let fields: Vec<(usize, isize, &Layout)> =
+        elems.iter().zip(d).zip(&layouts).map(|((&n, &d), l)| (n, d as isize, l)).collect();
+    let displs = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+    Ok(Blocks { ty: types::derived(Layout::structure(&fields), None), count: 1, counts, displs })
+}
+
+/// `MPI_Alltoallv` and `MPI_Alltoallw` once the receive buffer's blocks `r` are known: the
+/// send buffer's (from `send`), or with `MPI_IN_PLACE` the receive buffer's data itself.
+///
+/// # Safety
+/// `recvbuf` spans the blocks of `r`, `sendbuf` (unless `MPI_IN_PLACE`) those `send` gives.
+unsafe fn alltoall_blocks(
+    c: &Comm,
+    sendbuf: *const c_void,
+    send: impl FnOnce() -> Res<Blocks>,
+    recvbuf: *mut c_void,
+    r: Blocks,
+) -> Res {
+    // SAFETY: this function's contract.
+    let mut recv = unsafe { bytes_mut(recvbuf, r.count, &r.ty)? };
+    if sendbuf == IN_PLACE {
+        let mine = recv.to_vec();
+        return Ok(c.alltoallv(&mine, &r.counts, &r.displs, &mut recv, &r.counts, &r.displs)?);
+    }
+    let s = send()?;
+    // SAFETY: this function's contract.
+    let data = unsafe { bytes(sendbuf, s.count, &s.ty)? };
+    Ok(c.alltoallv(&data, &s.counts, &s.displs, &mut recv, &r.counts, &r.displs)?)
+}
+
 /// A new communicator into the table (inheriting `errhandler`), its handle into `out`.
 ///
 /// # Safety
@@ -2109,21 +2195,37 @@ mpi! {
         let r = (|| {
             let c = comm_of("MPI_Alltoallv", comm)?;
             let p = c.size();
-            // SAFETY: MPI's contract: the arrays hold size ints.
-            let r = unsafe { blocks(recvcounts, rdispls, p, &Datatype::of(recvtype)?)? };
-            // SAFETY: MPI's contract: recvbuf spans every block.
-            let mut recv = unsafe { bytes_mut(recvbuf, r.count, &r.ty)? };
-            if sendbuf == IN_PLACE {
-                let mine = recv.to_vec();
-                return Ok(c.alltoallv(&mine, &r.counts, &r.displs, &mut recv, &r.counts, &r.displs)?);
+            // SAFETY: MPI's contract: the arrays hold size ints, the buffers span every block.
+            unsafe {
+                let r = blocks(recvcounts, rdispls, p, &Datatype::of(recvtype)?)?;
+                alltoall_blocks(&c, sendbuf, || blocks(sendcounts, sdispls, p, &Datatype::of(sendtype)?), recvbuf, r)
             }
-            // SAFETY: MPI's contract: the arrays hold size ints.
-            let s = unsafe { blocks(sendcounts, sdispls, p, &Datatype::of(sendtype)?)? };
-            // SAFETY: MPI's contract: sendbuf spans every block.
-            let send = unsafe { bytes(sendbuf, s.count, &s.ty)? };
-            Ok(c.alltoallv(&send, &s.counts, &s.displs, &mut recv, &r.counts, &r.displs)?)
         })();
         finish("MPI_Alltoallv", comm, r)
+    }
+
+    fn MPI_Alltoallw / PMPI_Alltoallw(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        sdispls: *const c_int,
+        sendtypes: *const c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        rdispls: *const c_int,
+        recvtypes: *const c_int,
+        comm: c_int,
+    ) -> c_int {
+        let r = (|| {
+            let c = comm_of("MPI_Alltoallw", comm)?;
+            let p = c.size();
+            // SAFETY: MPI's contract: the arrays hold size elements, the buffers span every
+            // block.
+            unsafe {
+                let r = typed_blocks(recvcounts, rdispls, recvtypes, p)?;
+                alltoall_blocks(&c, sendbuf, || typed_blocks(sendcounts, sdispls, sendtypes, p), recvbuf, r)
+            }
+        })();
+        finish("MPI_Alltoallw", comm, r)
     }
 
     fn MPI_Comm_dup / PMPI_Comm_dup(comm: c_int, newcomm: *mut c_int) -> c_int {
@@ -2256,14 +2358,21 @@ mpi! {
         let r = (|| {
             let (a, b) = (group_of("MPI_Group_translate_ranks", group1)?, group_of("MPI_Group_translate_ranks", group2)?);
             // SAFETY: MPI's contract: ranks1 holds n ints.
-            let from = unsafe { ranks_at(ranks1, n)? };
-            let to = a.translate_ranks(&from, &b)?;
-            if !to.is_empty() && ranks2.is_null() {
+            let given = unsafe { ints_at(ranks1, count_of(n)?, "ranks")? };
+            // MPI_PROC_NULL translates to itself; every other rank must be one of group1's.
+            let from = given
+                .iter()
+                .filter(|&&r| r != PROC_NULL)
+                .map(|&r| usize::try_from(r).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {r}"))))
+                .collect::<Res<Vec<usize>>>()?;
+            let mut to = a.translate_ranks(&from, &b)?.into_iter();
+            if !given.is_empty() && ranks2.is_null() {
                 return Err(Fail::new(ERR_ARG, "a null array for the translated ranks"));
             }
-            for (i, t) in to.iter().enumerate() {
+            for (i, &r) in given.iter().enumerate() {
+                let t = if r == PROC_NULL { PROC_NULL } else { to.next().flatten().map_or(UNDEFINED, |r| r as c_int) };
                 // SAFETY: MPI's contract: ranks2 holds n ints (not null, checked).
-                unsafe { *ranks2.add(i) = t.map_or(UNDEFINED, |r| r as c_int) };
+                unsafe { *ranks2.add(i) = t };
             }
             Ok(())
         })();

@@ -39,7 +39,9 @@ pub(super) struct Derived {
     pub(super) combiner: c_int,
     pub(super) ints: Vec<c_int>,
     pub(super) aints: Vec<isize>,
-    pub(super) types: Vec<c_int>,
+    /// The types it was made of (`MPI_Type_get_contents`): held, so that the program may
+    /// free its handles of them.
+    pub(super) types: Vec<Datatype>,
     pub(super) committed: Cell<bool>,
     /// A value-index pair (`MPI_DOUBLE_INT` ...): the value's type.
     pub(super) pair: Option<ElemType>,
@@ -225,7 +227,17 @@ impl Datatype {
 
     /// A new derived datatype into the table, its handle.
     pub(super) fn insert(d: Derived) -> c_int {
-        let mut t = Datatype::with("a derived datatype", d);
+        Datatype::place(Datatype::with("a derived datatype", d))
+    }
+
+    /// A new handle of derived datatype `t` (the same type: its commit is the other
+    /// handles' too).
+    pub(super) fn insert_again(t: &Datatype) -> c_int {
+        Datatype::place(t.clone())
+    }
+
+    /// `t` into the first free slot of the table, its handle.
+    fn place(mut t: Datatype) -> c_int {
         TYPES.with(|types| {
             let mut types = types.borrow_mut();
             let first = (FIRST_DERIVED - FIRST_LAID_OUT) as usize;
@@ -436,6 +448,12 @@ pub(super) fn accumulate_of(op: c_int, ty: &Datatype) -> Res<crate::DynAcc> {
         return acc.ok_or_else(undefined);
     }
     let elem = ty.elem.ok_or_else(|| Fail::new(ERR_TYPE, format!("{} is not a type accumulates combine", ty.name)))?;
+    if let crate::AccOp::Builtin(b) = how {
+        let basic = ty.derived.as_ref().and_then(|d| d.basic).unwrap_or(ty.handle);
+        if !applies(b, basic) {
+            return Err(undefined());
+        }
+    }
     crate::DynAcc::new(how, elem).ok_or_else(undefined)
 }
 
@@ -447,7 +465,10 @@ pub(super) fn accumulate_basic(op: c_int, datatype: c_int) -> Option<crate::DynA
     let how = match op {
         OP_REPLACE => crate::AccOp::Replace,
         OP_NO_OP => crate::AccOp::NoOp,
-        _ => crate::AccOp::Builtin(OPS.get(usize::try_from(op).ok()?).copied().flatten()?.1),
+        _ => {
+            let b = OPS.get(usize::try_from(op).ok()?).copied().flatten()?.1;
+            crate::AccOp::Builtin(applies(b, datatype).then_some(b)?)
+        }
     };
     crate::DynAcc::new(how, elem?)
 }
@@ -494,7 +515,7 @@ pub(super) fn reduce(
     let unfit = || Fail::new(ERR_OP, format!("{} does not apply to {}", op.name, ty.name));
     let b = op.builtin().ok_or_else(unfit)?;
     // A derived type's packed data is a run of its basic type's elements.
-    let (basic, _) = ty.as_basic(1).ok_or_else(unfit)?;
+    let (basic, _) = ty.as_basic(1).filter(|(basic, _)| applies(b, basic.handle)).ok_or_else(unfit)?;
     let elem = basic.elem.ok_or_else(unfit)?;
     reduce_basic(comm, how, send, recv, Basic { size: basic.size, elem, op: b, names: (op.name, ty.name) })
 }
@@ -575,7 +596,23 @@ impl Basic {
     pub(super) fn of(datatype: c_int, op: c_int) -> Option<Basic> {
         let (ty_name, size, elem) = PREDEFINED.get(usize::try_from(datatype).ok()?).copied().flatten()?;
         let (op_name, op) = OPS.get(usize::try_from(op).ok()?).copied().flatten()?;
-        Some(Basic { size, elem: elem?, op, names: (op_name, ty_name) })
+        applies(op, datatype).then_some(Basic { size, elem: elem?, op, names: (op_name, ty_name) })
+    }
+}
+
+/// `MPI_BYTE` and `MPI_C_BOOL` (include/mpi.h).
+const BYTE: c_int = 4;
+const C_BOOL: c_int = 16;
+
+/// Whether MPI defines predefined operation `op` on elements of predefined type `basic`
+/// (MPI-3.1 5.9.2): bytes take the bitwise operations only, booleans the logical ones only,
+/// though both are carried as unsigned bytes; for the other types the core's kernels say.
+#[inline(always)]
+pub(super) fn applies(op: Builtin, basic: c_int) -> bool {
+    match basic {
+        BYTE => matches!(op, Builtin::BitAnd | Builtin::BitOr | Builtin::BitXor),
+        C_BOOL => matches!(op, Builtin::LogicalAnd | Builtin::LogicalOr | Builtin::LogicalXor),
+        _ => true,
     }
 }
 

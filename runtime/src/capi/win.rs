@@ -12,8 +12,8 @@ use std::cell::Ref;
 use super::types::{accumulate_basic, accumulate_of, predefined_size, Datatype};
 use super::{
     bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, name_at, put, raw_mut,
-    with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERR_ARG, ERR_DISP, ERR_NO_MEM, ERR_OTHER,
-    ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, STATE,
+    with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERR_ARG, ERR_ASSERT, ERR_DISP, ERR_KEYVAL,
+    ERR_NO_MEM, ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, STATE,
 };
 use crate::rma::{Assert, LockType, Window};
 use crate::{Comm, DynAcc};
@@ -21,6 +21,17 @@ use crate::{Comm, DynAcc};
 const WIN_BASE: c_int = 5;
 const WIN_SIZE: c_int = 6;
 const WIN_DISP_UNIT: c_int = 7;
+const WIN_CREATE_FLAVOR: c_int = 8;
+const WIN_MODEL: c_int = 9;
+/// `MPI_WIN_FLAVOR_*` (include/mpi.h, MPICH's values): how a window was made.
+const FLAVOR_CREATE: c_int = 1;
+const FLAVOR_ALLOCATE: c_int = 2;
+const FLAVOR_DYNAMIC: c_int = 3;
+const FLAVOR_SHARED: c_int = 4;
+/// `MPI_WIN_UNIFIED`: every window's memory is the one copy that both local loads and stores
+/// and the other ranks' puts and gets reach (the engine writes and reads the caller's memory
+/// itself, and a registered region is that memory), so MPI's unified model.
+static WIN_UNIFIED: c_int = 2;
 const LOCK_EXCLUSIVE: c_int = 234;
 const LOCK_SHARED: c_int = 235;
 /// `MPI_MODE_*`, as include/mpi.h numbers them.
@@ -37,6 +48,8 @@ pub(super) struct WinEntry {
     base: *mut c_void,
     size: Box<isize>,
     unit: Box<c_int>,
+    /// `MPI_WIN_FLAVOR_*`: which call made the window.
+    flavor: Box<c_int>,
     /// `MPI_Win_set_errhandler`'s (a window's errors go to it, not to a communicator's).
     errhandler: c_int,
     /// `MPI_Win_set_name`'s.
@@ -47,7 +60,7 @@ pub(super) struct WinEntry {
 fn assert_of(bits: c_int) -> Res<Assert> {
     let known: c_int = MODES.iter().map(|m| m.0).sum();
     if bits & !known != 0 {
-        return Err(Fail::new(ERR_ARG, format!("assertion {bits:#x} names no MPI_MODE_ flag mpr knows")));
+        return Err(Fail::new(ERR_ASSERT, format!("assertion {bits:#x} names no MPI_MODE_ flag mpr knows")));
     }
     Ok(MODES.iter().filter(|m| bits & m.0 != 0).fold(Assert::NONE, |a, m| a | m.1))
 }
@@ -201,7 +214,14 @@ fn accumulate_at(
 ///
 /// # Safety
 /// `out` points to an `MPI_Win`.
-unsafe fn new_win(name: &str, comm: &Comm, win: Window<'static, u8>, unit: c_int, out: *mut c_int) -> Res {
+unsafe fn new_win(
+    name: &str,
+    comm: &Comm,
+    win: Window<'static, u8>,
+    unit: c_int,
+    flavor: c_int,
+    out: *mut c_int,
+) -> Res {
     let unit = usize::try_from(unit)
         .ok()
         .filter(|&u| u > 0)
@@ -216,6 +236,7 @@ unsafe fn new_win(name: &str, comm: &Comm, win: Window<'static, u8>, unit: c_int
         base,
         size,
         unit: Box::new(unit as c_int),
+        flavor: Box::new(flavor),
         errhandler: ERRORS_ARE_FATAL,
         name: String::new(),
     };
@@ -320,6 +341,7 @@ fn lock_type(t: c_int) -> Res<LockType> {
     match t {
         LOCK_EXCLUSIVE => Ok(LockType::Exclusive),
         LOCK_SHARED => Ok(LockType::Shared),
+        // MPI_ERR_ARG as MPICH gives (MPI defines MPI_ERR_LOCKTYPE, which it does not use).
         _ => Err(Fail::new(ERR_ARG, format!("lock type {t}"))),
     }
 }
@@ -452,7 +474,7 @@ mpi! {
             let mem: &'static mut [u8] = unsafe { raw_mut(base, n)? };
             let w = Window::create(&c, mem)?;
             // SAFETY: MPI's contract: `win` points to an MPI_Win.
-            unsafe { new_win("MPI_Win_create", &c, w, disp_unit, win) }
+            unsafe { new_win("MPI_Win_create", &c, w, disp_unit, FLAVOR_CREATE, win) }
         })();
         finish("MPI_Win_create", comm, r)
     }
@@ -473,7 +495,7 @@ mpi! {
             // SAFETY: MPI's contract: `baseptr` points to a pointer, `win` to an MPI_Win.
             unsafe {
                 put(baseptr.cast::<*mut c_void>(), base)?;
-                new_win("MPI_Win_allocate", &c, w, disp_unit, win)
+                new_win("MPI_Win_allocate", &c, w, disp_unit, FLAVOR_ALLOCATE, win)
             }
         })();
         finish("MPI_Win_allocate", comm, r)
@@ -496,7 +518,7 @@ mpi! {
             // SAFETY: MPI's contract: `baseptr` points to a pointer, `win` to an MPI_Win.
             unsafe {
                 put(baseptr.cast::<*mut c_void>(), base)?;
-                new_win("MPI_Win_allocate_shared", &c, w, disp_unit, win)
+                new_win("MPI_Win_allocate_shared", &c, w, disp_unit, FLAVOR_SHARED, win)
             }
         })();
         finish("MPI_Win_allocate_shared", comm, r)
@@ -532,7 +554,7 @@ mpi! {
             let c = comm_of("MPI_Win_create_dynamic", comm)?;
             let w = Window::create_dynamic(&c)?;
             // SAFETY: MPI's contract: `win` points to an MPI_Win.
-            unsafe { new_win("MPI_Win_create_dynamic", &c, w, 1, win) }
+            unsafe { new_win("MPI_Win_create_dynamic", &c, w, 1, FLAVOR_DYNAMIC, win) }
         })();
         finish("MPI_Win_create_dynamic", comm, r)
     }
@@ -598,7 +620,9 @@ mpi! {
                 WIN_BASE => w.base,
                 WIN_SIZE => (&*w.size as *const isize).cast_mut().cast(),
                 WIN_DISP_UNIT => (&*w.unit as *const c_int).cast_mut().cast(),
-                _ => return Err(Fail::new(ERR_ARG, format!("MPI_Win_get_attr: key {keyval}"))),
+                WIN_CREATE_FLAVOR => (&*w.flavor as *const c_int).cast_mut().cast(),
+                WIN_MODEL => (&WIN_UNIFIED as *const c_int).cast_mut().cast(),
+                _ => return Err(Fail::new(ERR_KEYVAL, format!("MPI_Win_get_attr: key {keyval}"))),
             };
             // SAFETY: MPI's contract: `attribute_val` points to a pointer, `flag` to an int;
             // the values pointed at live as long as the window.
