@@ -93,10 +93,14 @@ typedef struct MPI_Status {
 #define MPI_C_FLOAT_COMPLEX ((MPI_Datatype)35)
 #define MPI_C_COMPLEX MPI_C_FLOAT_COMPLEX
 #define MPI_C_DOUBLE_COMPLEX ((MPI_Datatype)36)
+#define MPI_C_LONG_DOUBLE_COMPLEX ((MPI_Datatype)37)
+/* A value-index pair of MPI_MINLOC and MPI_MAXLOC whose value is a long double. */
+#define MPI_LONG_DOUBLE_INT ((MPI_Datatype)38)
 /* C++'s bool and complex types are laid out as C's (names: the C types'). */
 #define MPI_CXX_BOOL MPI_C_BOOL
 #define MPI_CXX_FLOAT_COMPLEX MPI_C_FLOAT_COMPLEX
 #define MPI_CXX_DOUBLE_COMPLEX MPI_C_DOUBLE_COMPLEX
+#define MPI_CXX_LONG_DOUBLE_COMPLEX MPI_C_LONG_DOUBLE_COMPLEX
 
 /* Datatype constructors: how a type was made (MPI_Type_get_envelope), array orders. */
 #define MPI_COMBINER_NAMED 1

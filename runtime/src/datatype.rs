@@ -137,6 +137,8 @@ pub(crate) mod foreign {
     pub(crate) const COMPLEX_F64: u8 = 26;
     /// C's `long double`, by the C compiler's own arithmetic (`capi/long_double.c`).
     pub(crate) const LONG_DOUBLE: u8 = 27;
+    /// A complex number of two C `long double`s (C's `long double _Complex`).
+    pub(crate) const COMPLEX_LONG_DOUBLE: u8 = 28;
 }
 
 /// Bytes of C's `long double`: 80-bit x87 in 16 bytes on x86-64, binary128 on Linux on
@@ -148,6 +150,20 @@ extern "C" {
     /// `acc[i] = x[i] (op) acc[i]` for `n` C `long double`s, stored at any alignment; `op` 0
     /// sum, 1 product, 2 maximum, 3 minimum (capi/long_double.c).
     fn mpr_long_double_op(op: std::ffi::c_int, x: *const u8, acc: *mut u8, n: usize);
+    /// `acc[i] = acc[i] (op) x[i]` for `n` complex numbers of two C `long double`s; `op` 0
+    /// sum, 1 product.
+    fn mpr_long_double_complex_op(op: std::ffi::c_int, x: *const u8, acc: *mut u8, n: usize);
+    /// -1, 0 or 1 as the `long double` at `a` is below, equal to (or unordered with) or
+    /// above the one at `b`.
+    fn mpr_long_double_cmp(a: *const u8, b: *const u8) -> std::ffi::c_int;
+}
+
+/// How the C `long double` at the start of `a` compares with the one at the start of `b`
+/// (unordered ones as equal).
+pub(crate) fn long_double_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    assert!(a.len() >= LONG_DOUBLE_BYTES && b.len() >= LONG_DOUBLE_BYTES, "a long double each");
+    // SAFETY: both hold a long double's bytes (asserted); the C side copies each to a local.
+    unsafe { mpr_long_double_cmp(a.as_ptr(), b.as_ptr()) }.cmp(&0)
 }
 
 /// Bytes of one element of type `dt`, or `None` for an unknown code.
@@ -159,6 +175,7 @@ pub(crate) fn size_of(dt: Dtype) -> Option<usize> {
         4 | 8 | 10 | 13 | 15 | 21 | foreign::COMPLEX_F32 => 8,
         14 | 16 | 22 | foreign::COMPLEX_F64 => 16,
         foreign::LONG_DOUBLE => LONG_DOUBLE_BYTES,
+        foreign::COMPLEX_LONG_DOUBLE => 2 * LONG_DOUBLE_BYTES,
         _ => return None,
     })
 }
@@ -260,6 +277,18 @@ fn long_double(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
     true
 }
 
+/// Sums and products of complex numbers of C `long double`s, by the C compiler.
+fn long_double_complex(op: OpCode, dst: &mut [u8], src: &[u8]) -> bool {
+    let code = match op {
+        code::SUM => 0,
+        code::PROD => 1,
+        _ => return false,
+    };
+    // SAFETY: as in `long_double`.
+    unsafe { mpr_long_double_complex_op(code, src.as_ptr(), dst.as_mut_ptr(), dst.len() / (2 * LONG_DOUBLE_BYTES)) };
+    true
+}
+
 /// Applies operation `op` to elements of type `dt`: `dst[i] = dst[i] (op) src[i]`. Returns
 /// false (and changes nothing) for an unknown code, a pair MPI does not define (a bitwise
 /// operation on floats, `MINLOC` on plain numbers), or lengths that are not the same whole
@@ -328,6 +357,7 @@ fn apply_any(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
         foreign::COMPLEX_F32 => complex::<f32>(op, dst, src),
         foreign::COMPLEX_F64 => complex::<f64>(op, dst, src),
         foreign::LONG_DOUBLE => long_double(op, dst, src),
+        foreign::COMPLEX_LONG_DOUBLE => long_double_complex(op, dst, src),
         _ => false,
     }
 }
@@ -506,6 +536,13 @@ impl DynAcc {
         Some(DynAcc { op, dtype })
     }
 
+    /// `op` on complex numbers of two C `long double`s (C's `long double _Complex`): as
+    /// [`DynAcc::complex`].
+    pub fn long_double_complex(op: AccOp) -> Option<DynAcc> {
+        let op = code_of(op).filter(|c| matches!(*c, code::REPLACE | code::NO_OP | code::SUM | code::PROD))?;
+        Some(DynAcc { op, dtype: foreign::COMPLEX_LONG_DOUBLE })
+    }
+
     /// `op` on C `long double`s (a sum, a product, a maximum, a minimum, `MPI_REPLACE`,
     /// `MPI_NO_OP`), computed by the C compiler's arithmetic; `None` for another operation.
     pub fn long_double(op: AccOp) -> Option<DynAcc> {
@@ -603,5 +640,18 @@ mod dyn_tests {
         assert_eq!((back(&d[..super::LONG_DOUBLE_BYTES]), back(&d[super::LONG_DOUBLE_BYTES..])), (1.75, 5.0));
         assert!(max.apply(&mut d, &x));
         assert_eq!((back(&d[..super::LONG_DOUBLE_BYTES]), back(&d[super::LONG_DOUBLE_BYTES..])), (1.75, 7.0));
+        // Complex numbers of long doubles: (1.75 + 7i)(0.25 + 7i) = -48.5625 + 14i, one byte
+        // off alignment.
+        let prod = DynAcc::long_double_complex(AccOp::Builtin(Builtin::Prod)).unwrap();
+        assert!(DynAcc::long_double_complex(AccOp::Builtin(Builtin::Max)).is_none());
+        let mut odd = vec![0u8; 1 + d.len()];
+        odd[1..].copy_from_slice(&d);
+        assert!(prod.apply(&mut odd[1..], &x));
+        let l = super::LONG_DOUBLE_BYTES;
+        assert_eq!((back(&odd[1..1 + l]), back(&odd[1 + l..])), (-48.5625, 14.0));
+        assert!(!prod.apply(&mut odd[1..1 + l], &x[..l]), "half a complex number");
+        use std::cmp::Ordering::*;
+        let cmp = |a: f64, b: f64| super::long_double_cmp(&ld(a), &ld(b));
+        assert_eq!((cmp(1.0, 2.0), cmp(2.0, 2.0), cmp(3.0, -1.0), cmp(f64::NAN, 0.0)), (Less, Equal, Greater, Equal));
     }
 }

@@ -2,8 +2,10 @@
  * "rank: what = value" lines. The test builds it with mprcc and with MPICH's mpicc and runs
  * each with 3 ranks: the two outputs, sorted, must be the same. */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <wchar.h>
 
 #include "say.h"
 
@@ -348,6 +350,49 @@ static void info(void)
     SAY("info freed = %d", in == MPI_INFO_NULL && copy == MPI_INFO_NULL);
 }
 
+/* Every predefined integer type: a ring of messages, then a sum and a maximum over the ranks
+ * (bytes by a bitwise or, booleans by a logical or; characters are moved only). */
+#define RING_AND_REDUCE(T, MT, SUM, MAX)                                                                               \
+    do {                                                                                                               \
+        T v[2] = {(T)(rank + 1), (T)(100 - rank)}, got[2] = {0, 0}, sum[2] = {0, 0}, max[2] = {0, 0};                   \
+        MPI_Sendrecv(v, 2, MT, next, 40, got, 2, MT, prev, 40, MPI_COMM_WORLD, MPI_STATUS_IGNORE);                      \
+        if (SUM != MPI_OP_NULL) {                                                                                      \
+            MPI_Allreduce(v, sum, 2, MT, SUM, MPI_COMM_WORLD);                                                         \
+            MPI_Allreduce(v, max, 2, MT, MAX, MPI_COMM_WORLD);                                                         \
+        }                                                                                                              \
+        SAY("%s: from prev %lld %lld, sum %lld %lld, max %lld %lld", #MT, (long long)got[0], (long long)got[1],          \
+            (long long)sum[0], (long long)sum[1], (long long)max[0], (long long)max[1]);                               \
+    } while (0)
+
+static void integer_types(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    RING_AND_REDUCE(signed char, MPI_SIGNED_CHAR, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(unsigned char, MPI_UNSIGNED_CHAR, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(short, MPI_SHORT, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(unsigned short, MPI_UNSIGNED_SHORT, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(unsigned, MPI_UNSIGNED, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(long, MPI_LONG, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(unsigned long, MPI_UNSIGNED_LONG, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(long long, MPI_LONG_LONG, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(unsigned long long, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(int8_t, MPI_INT8_T, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(int16_t, MPI_INT16_T, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(int32_t, MPI_INT32_T, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(int64_t, MPI_INT64_T, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(uint8_t, MPI_UINT8_T, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(uint16_t, MPI_UINT16_T, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(uint32_t, MPI_UINT32_T, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(uint64_t, MPI_UINT64_T, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(MPI_Aint, MPI_AINT, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(MPI_Offset, MPI_OFFSET, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(MPI_Count, MPI_COUNT, MPI_SUM, MPI_MAX);
+    RING_AND_REDUCE(unsigned char, MPI_BYTE, MPI_BOR, MPI_BAND);
+    RING_AND_REDUCE(unsigned char, MPI_C_BOOL, MPI_LOR, MPI_LAND);
+    RING_AND_REDUCE(char, MPI_CHAR, MPI_OP_NULL, MPI_OP_NULL);
+    RING_AND_REDUCE(wchar_t, MPI_WCHAR, MPI_OP_NULL, MPI_OP_NULL);
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -358,6 +403,7 @@ int main(int argc, char **argv)
     environment();
     point_to_point();
     collectives();
+    integer_types();
     errors();
     handlers();
     info();

@@ -9,7 +9,9 @@
  * - an accumulate of MPI_MAX on complex numbers, which have no order, or of MPI_SUM on
  *   bytes: MPI_ERR_OP, the target unchanged (MPICH says success);
  * - an assertion naming no MPI_MODE_ flag: MPI_ERR_ASSERT; a window attribute key MPI does
- *   not define: MPI_ERR_KEYVAL. */
+ *   not define: MPI_ERR_KEYVAL;
+ * - a made-up info handle where a window or memory is made, or set on a window:
+ *   MPI_ERR_INFO, by the window's handler where there is a window. */
 #include <mpi.h>
 #include <stdio.h>
 
@@ -35,6 +37,10 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Win_allocate(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
     MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    /* A made-up info handle: refused by the window's handler (the world's is still fatal). */
+    int info_cls;
+    MPI_Error_class(MPI_Win_set_info(win, 12345), &info_cls);
+    printf("%d: window info 12345: class %d\n", rank, info_cls);
     int next = (rank + 1) % size;
     MPI_Win_fence(0, win);
     int rc[4] = {
@@ -78,6 +84,14 @@ int main(int argc, char **argv)
            assert_cls, key_cls);
 
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    /* The same handle where a window or memory is made. */
+    MPI_Win no_win = MPI_WIN_NULL;
+    void *mine = NULL;
+    int created_cls, alloc_cls;
+    MPI_Error_class(MPI_Win_create_dynamic(12345, MPI_COMM_WORLD, &no_win), &created_cls);
+    MPI_Error_class(MPI_Alloc_mem(16, 12345, &mine), &alloc_cls);
+    printf("%d: info 12345 making a window: class %d, null %d; allocating: class %d, null %d\n", rank, created_cls,
+           no_win == MPI_WIN_NULL, alloc_cls, mine == NULL);
     char small[4] = {'a', 'b', 'c', 'd'};
     int data[4] = {1, 2, 3, 4}, pos = 0, key, k;
     MPI_Error_class(MPI_Pack(data, 4, MPI_INT, small, sizeof small, &pos, MPI_COMM_WORLD), &cls);

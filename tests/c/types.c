@@ -484,6 +484,23 @@ static void user_ops(void)
     MPI_Scan(ld, ldmin, 2, MPI_LONG_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     SAY("long double sum = %.1Lf %.1Lf, max = %.1Lf %.1Lf, scan min = %.1Lf %.1Lf", ldsum[0], ldsum[1], ldmax[0],
         ldmax[1], ldmin[0], ldmin[1]);
+    /* Complex numbers of long doubles (as pairs of parts), and long double-int pairs. */
+    long double lz[4] = {rank + 1.0L, 0.5L, -1.0L, rank * 1.0L}, lzsum[4], lzprod[4];
+    MPI_Allreduce(lz, lzsum, 2, MPI_C_LONG_DOUBLE_COMPLEX, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Iallreduce(lz, lzprod, 2, MPI_C_LONG_DOUBLE_COMPLEX, MPI_PROD, MPI_COMM_WORLD, &rq[0]);
+    MPI_Wait(&rq[0], MPI_STATUS_IGNORE);
+    SAY("long double complex sum = %.2Lf%+.2Lfi %.2Lf%+.2Lfi, prod = %.2Lf%+.2Lfi %.2Lf%+.2Lfi", lzsum[0], lzsum[1],
+        lzsum[2], lzsum[3], lzprod[0], lzprod[1], lzprod[2], lzprod[3]);
+    struct {
+        long double v;
+        int i;
+    } ldi[2] = {{1.0L + (rank % 2) * 1.0e-18L, rank}, {-(long double)rank, 10 + rank}}, ldimin[2], ldimax[2];
+    /* (1 + 1e-18 is 1 as a double: only a comparison of long doubles finds the odd ranks greater.) */
+    MPI_Allreduce(ldi, ldimin, 2, MPI_LONG_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD);
+    MPI_Reduce(ldi, ldimax, 2, MPI_LONG_DOUBLE_INT, MPI_MAXLOC, size - 1, MPI_COMM_WORLD);
+    SAY("long double int minloc = %Lg@%d %Lg@%d", ldimin[0].v, ldimin[0].i, ldimin[1].v, ldimin[1].i);
+    if (rank == size - 1)
+        SAY("long double int maxloc = %Lg@%d %Lg@%d", ldimax[0].v, ldimax[0].i, ldimax[1].v, ldimax[1].i);
 
     MPI_Op_free(&am);
     SAY("op freed is null = %d", am == MPI_OP_NULL);

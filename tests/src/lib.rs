@@ -45,6 +45,10 @@ pub fn mprun_path() -> PathBuf {
 pub fn mprun(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(mprun_path());
     c.args(args);
+    // A program built with mprcc finds libmpr by the run path mprcc wrote into it, as a
+    // user's does; the library path cargo gives tests lists target/release first, whose
+    // libmpr a `cargo test` without a `cargo build` leaves stale, and would override it.
+    c.env_remove("LD_LIBRARY_PATH");
     for (k, v) in env {
         c.env(k, v);
     }

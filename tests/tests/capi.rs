@@ -256,6 +256,11 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
             "{rank}: sum of bytes: class {op}, assertion 1<<20: class {assert}, window key 12345: class {keyval}\n"
         );
         assert!(stdout.contains(&bytes), "{stdout}");
+        let info = 28;
+        assert!(stdout.contains(&format!("{rank}: window info 12345: class {info}\n")), "{stdout}");
+        let made =
+            format!("{rank}: info 12345 making a window: class {info}, null 1; allocating: class {info}, null 1\n");
+        assert!(stdout.contains(&made), "{stdout}");
         let zero = format!("{rank}: grid with a dimension of no points: class {dims}, null 1\n");
         assert!(stdout.contains(&zero), "{stdout}");
         assert!(

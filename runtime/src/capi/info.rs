@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use super::{comm_of, finish, put, with_state, write_text, Fail, Res, COMM_WORLD, ERR_ARG, ERR_WIN};
+use super::{comm_of, finish, put, with_state, write_text, Fail, Res, COMM_WORLD, ERR_ARG};
 
 const ERR_INFO: c_int = 28;
 const ERR_INFO_KEY: c_int = 29;
@@ -74,19 +74,11 @@ unsafe fn new_info(name: &str, pairs: Pairs, out: *mut c_int) -> Res {
 }
 
 /// Checks that `info` is an info object or `MPI_INFO_NULL` (hints, which mpr takes none of).
-fn hints(name: &str, info: c_int) -> Res {
+pub(super) fn hints(name: &str, info: c_int) -> Res {
     if info == 0 {
         return Ok(());
     }
     with_info(name, info, false, |_| Ok(()))
-}
-
-/// Checks that `win` is a window.
-fn window(name: &str, win: c_int) -> Res {
-    let found = with_state(name, |s| {
-        usize::try_from(win).ok().filter(|&i| i > 0).and_then(|i| s.wins.get(i)?.as_ref()).is_some()
-    })?;
-    found.then_some(()).ok_or_else(|| Fail::new(ERR_WIN, format!("{name}: {win} is not a window")))
 }
 
 mpi! {
@@ -114,15 +106,13 @@ mpi! {
     }
 
     fn MPI_Win_set_info / PMPI_Win_set_info(win: c_int, info: c_int) -> c_int {
-        let r = window("MPI_Win_set_info", win).and_then(|()| hints("MPI_Win_set_info", info));
-        finish("MPI_Win_set_info", COMM_WORLD, r)
+        // Errors go to the window's handler.
+        super::win::call("MPI_Win_set_info", win, |_| hints("MPI_Win_set_info", info))
     }
 
     fn MPI_Win_get_info / PMPI_Win_get_info(win: c_int, info_used: *mut c_int) -> c_int {
-        let r = window("MPI_Win_get_info", win)
-            // SAFETY: MPI's contract: `info_used` points to an MPI_Info.
-            .and_then(|()| unsafe { new_info("MPI_Win_get_info", Pairs::new(), info_used) });
-        finish("MPI_Win_get_info", COMM_WORLD, r)
+        // SAFETY: MPI's contract: `info_used` points to an MPI_Info.
+        super::win::call("MPI_Win_get_info", win, |_| unsafe { new_info("MPI_Win_get_info", Pairs::new(), info_used) })
     }
 
     fn MPI_Info_create / PMPI_Info_create(info: *mut c_int) -> c_int {

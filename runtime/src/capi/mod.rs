@@ -2255,8 +2255,9 @@ mpi! {
         finish("MPI_Comm_split", comm, r)
     }
 
-    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: c_int, split_type: c_int, key: c_int, _info: c_int, newcomm: *mut c_int) -> c_int {
+    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: c_int, split_type: c_int, key: c_int, info: c_int, newcomm: *mut c_int) -> c_int {
         let r = comm_of("MPI_Comm_split_type", comm).and_then(|c| {
+            info::hints("MPI_Comm_split_type", info)?;
             let made = match split_type {
                 COMM_TYPE_SHARED => Some(c.split_shared(key)?),
                 // Taking part in the same split as the others, with no color.

@@ -44,7 +44,25 @@ pub(super) struct Derived {
     pub(super) types: Vec<Datatype>,
     pub(super) committed: Cell<bool>,
     /// A value-index pair (`MPI_DOUBLE_INT` ...): the value's type.
-    pub(super) pair: Option<ElemType>,
+    pub(super) pair: Option<PairValue>,
+}
+
+/// The value of a value-index pair: one of Rust's numbers, or C's `long double`
+/// (`MPI_LONG_DOUBLE_INT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PairValue {
+    Num(ElemType),
+    LongDouble,
+}
+
+impl PairValue {
+    /// Bytes of the value.
+    fn size(self) -> usize {
+        match self {
+            PairValue::Num(e) => e.size(),
+            PairValue::LongDouble => LONG_DOUBLE,
+        }
+    }
 }
 
 /// A signed C integer type of `bytes` bytes.
@@ -152,17 +170,20 @@ fn pairs() -> Vec<Option<Datatype>> {
     };
     let data =
         |name, size, align| Some(Datatype::with(name, Derived::named(Layout::basic(size, align), None, 1, None)));
+    let num = PairValue::Num;
     let mut v = vec![
-        pair("MPI_FLOAT_INT", 4, ElemType::F32, 4),
-        pair("MPI_DOUBLE_INT", 8, ElemType::F64, 8),
-        pair("MPI_LONG_INT", LONG, signed(LONG), LONG as isize),
-        pair("MPI_2INT", 4, ElemType::I32, 4),
-        pair("MPI_SHORT_INT", 2, ElemType::I16, 4),
+        pair("MPI_FLOAT_INT", 4, num(ElemType::F32), 4),
+        pair("MPI_DOUBLE_INT", 8, num(ElemType::F64), 8),
+        pair("MPI_LONG_INT", LONG, num(signed(LONG)), LONG as isize),
+        pair("MPI_2INT", 4, num(ElemType::I32), 4),
+        pair("MPI_SHORT_INT", 2, num(ElemType::I16), 4),
         // Reduced and accumulated by the core's kernels of types Rust has no number for
         // (`foreign`).
         data("MPI_LONG_DOUBLE", LONG_DOUBLE, LONG_DOUBLE),
         data("MPI_C_FLOAT_COMPLEX", 8, 4),
         data("MPI_C_DOUBLE_COMPLEX", 16, 8),
+        data("MPI_C_LONG_DOUBLE_COMPLEX", 2 * LONG_DOUBLE, LONG_DOUBLE),
+        pair("MPI_LONG_DOUBLE_INT", LONG_DOUBLE, PairValue::LongDouble, LONG_DOUBLE as isize),
     ];
     for (i, t) in v.iter_mut().enumerate() {
         if let Some(t) = t {
@@ -181,7 +202,7 @@ pub(super) fn derived(layout: Layout, basic: Option<c_int>) -> Datatype {
 
 impl Derived {
     /// A committed type of `layout` made by no constructor (`MPI_COMBINER_NAMED`).
-    fn named(layout: Layout, basic: Option<c_int>, elements: usize, pair: Option<ElemType>) -> Derived {
+    fn named(layout: Layout, basic: Option<c_int>, elements: usize, pair: Option<PairValue>) -> Derived {
         Derived {
             layout,
             basic,
@@ -480,6 +501,9 @@ fn foreign(ty: &Datatype, how: crate::AccOp) -> Option<Option<crate::DynAcc>> {
     if is_long_double(ty) {
         return Some(crate::DynAcc::long_double(how));
     }
+    if basic_handle(ty) == C_LONG_DOUBLE_COMPLEX {
+        return Some(crate::DynAcc::long_double_complex(how));
+    }
     complex_part(ty).map(|part| crate::DynAcc::complex(how, part))
 }
 
@@ -562,9 +586,20 @@ fn is_long_double(ty: &Datatype) -> bool {
     ty.handle == LONG_DOUBLE_HANDLE || ty.derived.as_ref().and_then(|d| d.basic) == Some(LONG_DOUBLE_HANDLE)
 }
 
-/// `MPI_C_FLOAT_COMPLEX` and `MPI_C_DOUBLE_COMPLEX` (include/mpi.h).
+/// `MPI_C_FLOAT_COMPLEX`, `MPI_C_DOUBLE_COMPLEX` and `MPI_C_LONG_DOUBLE_COMPLEX`
+/// (include/mpi.h).
 const C_FLOAT_COMPLEX: c_int = 35;
 const C_DOUBLE_COMPLEX: c_int = 36;
+const C_LONG_DOUBLE_COMPLEX: c_int = 37;
+
+/// The predefined type `ty`'s elements are (itself if predefined, a derived type's basic
+/// type, 0 for one of mixed types).
+fn basic_handle(ty: &Datatype) -> c_int {
+    match &ty.derived {
+        Some(d) if ty.handle >= FIRST_DERIVED || ty.handle == 0 => d.basic.unwrap_or(0),
+        _ => ty.handle,
+    }
+}
 
 /// The type of the parts of `ty`'s complex numbers, if its elements are complex numbers.
 fn complex_part(ty: &Datatype) -> Option<ElemType> {
@@ -790,11 +825,11 @@ pub(super) fn fold(all: &[u8], n: usize, upto: usize, f: &dyn Fn(&[u8], &mut [u8
 
 /// `MPI_MINLOC` (`min`) or `MPI_MAXLOC` over packed value-index pairs whose value is
 /// `elem`: `acc = x (op) acc`; of equal values, the lower index.
-fn loc(min: bool, elem: ElemType, x: &[u8], acc: &mut [u8]) {
+fn loc(min: bool, value_type: PairValue, x: &[u8], acc: &mut [u8]) {
     use std::cmp::Ordering;
-    let vs = elem.size();
+    let vs = value_type.size();
     let index = |b: &[u8]| i32::from_ne_bytes(b[vs..vs + 4].try_into().expect("4 bytes"));
-    let value = |b: &[u8]| -> f64 {
+    let value = |elem: ElemType, b: &[u8]| -> f64 {
         let v = &b[..vs];
         match elem {
             ElemType::F32 => f32::from_ne_bytes(v.try_into().expect("4 bytes")) as f64,
@@ -805,16 +840,17 @@ fn loc(min: bool, elem: ElemType, x: &[u8], acc: &mut [u8]) {
         }
     };
     let exact = |a: &[u8], b: &[u8]| -> Ordering {
-        match elem {
-            // 64-bit integers compare exactly, not through a double.
-            ElemType::I64 => {
+        match value_type {
+            // 64-bit integers compare exactly, not through a double; long doubles by C.
+            PairValue::Num(ElemType::I64) => {
                 let (a, b) = (
                     i64::from_ne_bytes(a[..8].try_into().expect("8")),
                     i64::from_ne_bytes(b[..8].try_into().expect("8")),
                 );
                 a.cmp(&b)
             }
-            _ => value(a).partial_cmp(&value(b)).unwrap_or(Ordering::Equal),
+            PairValue::LongDouble => crate::datatype::long_double_cmp(a, b),
+            PairValue::Num(elem) => value(elem, a).partial_cmp(&value(elem, b)).unwrap_or(Ordering::Equal),
         }
     };
     for (xe, ae) in x.chunks_exact(vs + 4).zip(acc.chunks_exact_mut(vs + 4)) {

@@ -9,6 +9,7 @@ use std::ffi::{c_int, c_void};
 
 use std::cell::Ref;
 
+use super::info::hints;
 use super::types::{accumulate_basic, accumulate_of, predefined_size, Datatype};
 use super::{
     bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, name_at, put, raw_mut,
@@ -368,7 +369,7 @@ fn call_ref(name: &str, win: c_int, f: impl FnOnce(&WinEntry) -> Res) -> c_int {
 
 /// As [`call_ref`], with the window taken out of the table meanwhile (so that `f` may use
 /// the state, or change the entry).
-fn call(name: &str, win: c_int, f: impl FnOnce(&mut WinEntry) -> Res) -> c_int {
+pub(super) fn call(name: &str, win: c_int, f: impl FnOnce(&mut WinEntry) -> Res) -> c_int {
     let mut errhandler = None;
     let r = with_win(name, win, |w| {
         errhandler = Some((win, w.errhandler));
@@ -462,12 +463,13 @@ mpi! {
         base: *mut c_void,
         size: isize,
         disp_unit: c_int,
-        _info: c_int,
+        info: c_int,
         comm: c_int,
         win: *mut c_int,
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Win_create", comm)?;
+            hints("MPI_Win_create", info)?;
             let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_create: size {size}")))?;
             // SAFETY: MPI's contract: `base` holds `size` bytes, valid until the window is
             // freed (the window stops the engine touching them then).
@@ -482,13 +484,14 @@ mpi! {
     fn MPI_Win_allocate / PMPI_Win_allocate(
         size: isize,
         disp_unit: c_int,
-        _info: c_int,
+        info: c_int,
         comm: c_int,
         baseptr: *mut c_void,
         win: *mut c_int,
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Win_allocate", comm)?;
+            hints("MPI_Win_allocate", info)?;
             let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_allocate: size {size}")))?;
             let w = Window::<u8>::allocate(&c, n)?;
             let base = w.local_ptr().cast::<c_void>();
@@ -504,13 +507,14 @@ mpi! {
     fn MPI_Win_allocate_shared / PMPI_Win_allocate_shared(
         size: isize,
         disp_unit: c_int,
-        _info: c_int,
+        info: c_int,
         comm: c_int,
         baseptr: *mut c_void,
         win: *mut c_int,
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Win_allocate_shared", comm)?;
+            hints("MPI_Win_allocate_shared", info)?;
             let n = usize::try_from(size)
                 .map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_allocate_shared: size {size}")))?;
             let w = Window::<u8>::allocate_shared(&c, n)?;
@@ -549,9 +553,10 @@ mpi! {
         })
     }
 
-    fn MPI_Win_create_dynamic / PMPI_Win_create_dynamic(_info: c_int, comm: c_int, win: *mut c_int) -> c_int {
+    fn MPI_Win_create_dynamic / PMPI_Win_create_dynamic(info: c_int, comm: c_int, win: *mut c_int) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Win_create_dynamic", comm)?;
+            hints("MPI_Win_create_dynamic", info)?;
             let w = Window::create_dynamic(&c)?;
             // SAFETY: MPI's contract: `win` points to an MPI_Win.
             unsafe { new_win("MPI_Win_create_dynamic", &c, w, 1, FLAVOR_DYNAMIC, win) }
@@ -1023,8 +1028,9 @@ mpi! {
         finish("MPI_Get_address", COMM_WORLD, unsafe { put(address, location as isize) })
     }
 
-    fn MPI_Alloc_mem / PMPI_Alloc_mem(size: isize, _info: c_int, baseptr: *mut c_void) -> c_int {
+    fn MPI_Alloc_mem / PMPI_Alloc_mem(size: isize, info: c_int, baseptr: *mut c_void) -> c_int {
         let r = (|| {
+            hints("MPI_Alloc_mem", info)?;
             let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Alloc_mem: size {size}")))?;
             // SAFETY: malloc of at least one byte (MPI allows size 0; a valid pointer is
             // returned all the same); checked for failure below.
