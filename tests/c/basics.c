@@ -280,6 +280,11 @@ static void handlers(void)
     MPI_Win_set_errhandler(handled_win, h);
     err = MPI_Win_call_errhandler(handled_win, MPI_ERR_WIN);
     SAY("window handler: %d, called %d, code %d, on its window %d", err, handled, handled_class, handled_self);
+    MPI_Errhandler wh;
+    MPI_Win_get_errhandler(handled_win, &wh);
+    int same = wh == h;
+    MPI_Errhandler_free(&wh);
+    SAY("window handler taken: same %d, reference freed %d", same, wh == MPI_ERRHANDLER_NULL);
     MPI_Win_free(&handled_win);
     MPI_Errhandler_free(&h);
     /* MPI_ERRORS_RETURN: the call returns, nothing else happens. */

@@ -267,6 +267,34 @@ static void persistent(void)
     MPI_Wait(&s, MPI_STATUS_IGNORE);
     MPI_Request_free(&s);
     SAY("ssend_init: %d %d %d", in[0], in[1], in[2]);
+    /* Ready and buffered persistent sends. */
+    MPI_Request rs, rrecv;
+    MPI_Irecv(in, 3, MPI_INT, prev, 19, MPI_COMM_WORLD, &rrecv);
+    MPI_Rsend_init(out, 3, MPI_INT, next, 19, MPI_COMM_WORLD, &rs);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Start(&rs);
+    MPI_Wait(&rs, MPI_STATUS_IGNORE);
+    MPI_Wait(&rrecv, MPI_STATUS_IGNORE);
+    MPI_Request_free(&rs);
+    SAY("rsend_init: %d %d %d", in[0], in[1], in[2]);
+    int room = 2 * (3 * (int)sizeof(int) + MPI_BSEND_OVERHEAD), dsize;
+    char *bb = (char *)malloc((size_t)room);
+    void *det;
+    MPI_Buffer_attach(bb, room);
+    MPI_Request bs;
+    MPI_Bsend_init(out, 3, MPI_INT, next, 20, MPI_COMM_WORLD, &bs);
+    for (int it = 0; it < 2; it++) {
+        MPI_Start(&bs);
+        MPI_Wait(&bs, MPI_STATUS_IGNORE);
+        out[0] += 1000;
+    }
+    MPI_Recv(in, 3, MPI_INT, prev, 20, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    int first0 = in[0];
+    MPI_Recv(in, 3, MPI_INT, prev, 20, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Request_free(&bs);
+    MPI_Buffer_detach(&det, &dsize);
+    free(det);
+    SAY("bsend_init twice: %d then %d %d %d, detached %d", first0, in[0], in[1], in[2], dsize == room);
     /* A send freed while in flight still arrives. */
     int v = rank + 900, w = -1;
     MPI_Request f;

@@ -148,8 +148,8 @@ int main(int argc, char **argv)
         ints(line, sizeof line, got, 6);
         SAY("neighbor alltoallv: %s", line);
         /* The nonblocking forms, in flight together, then waited for at once. */
-        int iall[4], ito[4], iv[6], isend[4];
-        MPI_Request rq[3];
+        int iall[4], ito[4], iv[6], isend[4], igv[4] = {-1, -1, -1, -1};
+        MPI_Request rq[4];
         for (int i = 0; i < 4; i++) {
             iall[i] = ito[i] = -1;
             isend[i] = crank * 10 + i;
@@ -161,12 +161,15 @@ int main(int argc, char **argv)
         MPI_Ineighbor_allgather(&crank, 1, MPI_INT, iall, 1, MPI_INT, cart, &rq[0]);
         MPI_Ineighbor_alltoall(isend, 1, MPI_INT, ito, 1, MPI_INT, cart, &rq[1]);
         MPI_Ineighbor_alltoallv(send, sc, sd, MPI_INT, iv, rc, rd, MPI_INT, open3, &rq[2]);
-        MPI_Waitall(3, rq, MPI_STATUSES_IGNORE);
+        MPI_Ineighbor_allgatherv(&crank, 1, MPI_INT, igv, one, rev, MPI_INT, cart, &rq[3]);
+        MPI_Waitall(4, rq, MPI_STATUSES_IGNORE);
         char l2[128], l3[128];
         ints(line, sizeof line, iall, 4);
         ints(l2, sizeof l2, ito, 4);
         ints(l3, sizeof l3, iv, 6);
         SAY("ineighbor allgather %s, alltoall %s, alltoallv %s", line, l2, l3);
+        ints(line, sizeof line, igv, 4);
+        SAY("ineighbor allgatherv reversed: %s", line);
         MPI_Comm_free(&open3);
         /* A rank its own neighbour, both ways, along a periodic dimension of one point. */
         int single[1] = {1}, wrap[1] = {1}, mine[2] = {rank * 2, rank * 2 + 1}, back[2] = {-1, -1};
