@@ -195,6 +195,10 @@ static void errors(void)
     CLASS("allgather of a negative count", MPI_Allgather(&x, -1, MPI_INT, y, 1, MPI_INT, MPI_COMM_SELF));
     CLASS("alltoall of a null datatype", MPI_Alltoall(&x, 1, MPI_DATATYPE_NULL, y, 1, MPI_INT, MPI_COMM_SELF));
     CLASS("alltoall on a null communicator", MPI_Alltoall(&x, 1, MPI_INT, y, 1, MPI_INT, MPI_COMM_NULL));
+    int wone[1] = {1}, wneg[1] = {-1}, wzero[1] = {0};
+    MPI_Datatype wnull[1] = {MPI_DATATYPE_NULL}, wint[1] = {MPI_INT};
+    CLASS("alltoallw of a null datatype", MPI_Alltoallw(&x, wone, wzero, wnull, y, wone, wzero, wint, MPI_COMM_SELF));
+    CLASS("alltoallw of a negative count", MPI_Alltoallw(&x, wneg, wzero, wint, y, wone, wzero, wint, MPI_COMM_SELF));
     CLASS("band on doubles", MPI_Allreduce(&x, y, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_SELF));
     CLASS("null op", MPI_Allreduce(&x, y, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_SELF));
     /* Bytes take the bitwise operations only, booleans the logical ones only. */

@@ -296,10 +296,10 @@ static void foreign_types(void)
     char *mem;
     MPI_Win win;
     /* 0: a complex sum, 16: a complex product, 32: a single complex sum, 48: a long double
-     * sum, 64: a long double maximum (displacement unit 1). */
-    MPI_Win_allocate(80, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
+     * sum, 64: a long double maximum, 96: a long double complex sum (displacement unit 1). */
+    MPI_Win_allocate(128, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
     double one[2] = {1.0, 0.0};
-    memset(mem, 0, 80);
+    memset(mem, 0, 128);
     memcpy(mem + 16, one, sizeof one);
     MPI_Win_fence(0, win);
     double z[2] = {rank + 1.0, -0.5 * rank}, w[2] = {1.0, (double)rank};
@@ -310,6 +310,8 @@ static void foreign_types(void)
     MPI_Accumulate(f, 1, MPI_C_FLOAT_COMPLEX, 0, 32, 1, MPI_C_FLOAT_COMPLEX, MPI_SUM, win);
     MPI_Accumulate(&l, 1, MPI_LONG_DOUBLE, 0, 48, 1, MPI_LONG_DOUBLE, MPI_SUM, win);
     MPI_Accumulate(&m, 1, MPI_LONG_DOUBLE, 0, 64, 1, MPI_LONG_DOUBLE, MPI_MAX, win);
+    long double lz[2] = {rank + 0.25L, 1.0L};
+    MPI_Accumulate(lz, 1, MPI_C_LONG_DOUBLE_COMPLEX, 0, 96, 1, MPI_C_LONG_DOUBLE_COMPLEX, MPI_SUM, win);
     MPI_Win_fence(0, win);
     if (rank == 0) {
         double s[2], p[2];
@@ -321,7 +323,9 @@ static void foreign_types(void)
         memcpy(&ls, mem + 48, sizeof ls);
         memcpy(&lm, mem + 64, sizeof lm);
         SAY("complex sum %g%+gi, product %g%+gi, float sum %g%+gi", s[0], s[1], p[0], p[1], fs[0], fs[1]);
-        SAY("long double sum %.3Lf, max %.3Lf", ls, lm);
+        long double lzs[2];
+        memcpy(lzs, mem + 96, sizeof lzs);
+        SAY("long double sum %.3Lf, max %.3Lf, complex sum %.3Lf%+.3Lfi", ls, lm, lzs[0], lzs[1]);
     }
     MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
     /* Passive: each rank in turn swaps its own complex number into rank 0's sum slot and
