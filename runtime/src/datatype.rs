@@ -495,6 +495,12 @@ fn code_of(op: AccOp) -> Option<OpCode> {
     })
 }
 
+/// The code of `op` on complex numbers, where MPI defines one (a sum, a product,
+/// `MPI_REPLACE`, `MPI_NO_OP`).
+fn complex_op(op: AccOp) -> Option<OpCode> {
+    code_of(op).filter(|c| matches!(*c, code::REPLACE | code::NO_OP | code::SUM | code::PROD))
+}
+
 impl DynAcc {
     /// `op` on elements of `ty`; `None` where MPI defines no such accumulate (a bitwise or
     /// logical operation on floating point, or `MPI_LXOR`, which one-sided operations do not
@@ -532,15 +538,13 @@ impl DynAcc {
             E::F64 => foreign::COMPLEX_F64,
             _ => return None,
         };
-        let op = code_of(op).filter(|c| matches!(*c, code::REPLACE | code::NO_OP | code::SUM | code::PROD))?;
-        Some(DynAcc { op, dtype })
+        Some(DynAcc { op: complex_op(op)?, dtype })
     }
 
     /// `op` on complex numbers of two C `long double`s (C's `long double _Complex`): as
     /// [`DynAcc::complex`].
     pub fn long_double_complex(op: AccOp) -> Option<DynAcc> {
-        let op = code_of(op).filter(|c| matches!(*c, code::REPLACE | code::NO_OP | code::SUM | code::PROD))?;
-        Some(DynAcc { op, dtype: foreign::COMPLEX_LONG_DOUBLE })
+        Some(DynAcc { op: complex_op(op)?, dtype: foreign::COMPLEX_LONG_DOUBLE })
     }
 
     /// `op` on C `long double`s (a sum, a product, a maximum, a minimum, `MPI_REPLACE`,

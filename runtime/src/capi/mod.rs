@@ -1256,20 +1256,28 @@ unsafe fn blocks(counts: *const c_int, displs: *const c_int, n: usize, ty: &Data
     let (c, d) = unsafe { (ints_at(counts, n, "counts")?, ints_at(displs, n, "displacements")?) };
     let counts: Vec<usize> = c.iter().map(|&c| count_of(c).map(|c| c * ty.size)).collect::<Res<_>>()?;
     let Some(derived) = &ty.derived else {
-        let displs: Vec<usize> = d
-            .iter()
-            .map(|&d| {
-                usize::try_from(d).map(|d| d * ty.size).map_err(|_| Fail::new(ERR_ARG, format!("displacement {d}")))
-            })
-            .collect::<Res<_>>()?;
-        let count = counts.iter().zip(&displs).map(|(c, d)| c + d).max().unwrap_or(0);
-        return Ok(Blocks { ty: Datatype::BYTE, count, counts, displs });
+        return byte_blocks(counts, d, ty.size);
     };
     let ext = derived.layout.extent();
     let parts: Vec<(usize, isize)> = c.iter().zip(d).map(|(&c, &d)| (c.max(0) as usize, d as isize * ext)).collect();
-    let displs = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
     let ty = types::derived(Layout::hindexed(&parts, &derived.layout), derived.basic);
-    Ok(Blocks { ty, count: 1, counts, displs })
+    Ok(Blocks { ty, count: 1, displs: packed(&counts), counts })
+}
+
+/// [`Blocks`] of plain bytes: block `i` is `counts[i]` bytes at `displs[i]` units of `unit`
+/// bytes.
+fn byte_blocks(counts: Vec<usize>, displs: &[c_int], unit: usize) -> Res<Blocks> {
+    let displs: Vec<usize> = displs
+        .iter()
+        .map(|&d| usize::try_from(d).map(|d| d * unit).map_err(|_| Fail::new(ERR_ARG, format!("displacement {d}"))))
+        .collect::<Res<_>>()?;
+    let count = counts.iter().zip(&displs).map(|(c, d)| c + d).max().unwrap_or(0);
+    Ok(Blocks { ty: Datatype::BYTE, count, counts, displs })
+}
+
+/// Where blocks of `counts` bytes lie packed one after another.
+fn packed(counts: &[usize]) -> Vec<usize> {
+    counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect()
 }
 
 /// [`Blocks`] of an `MPI_Alltoallw` buffer: block `i` is `counts[i]` elements of datatype
@@ -1288,19 +1296,13 @@ unsafe fn typed_blocks(counts: *const c_int, displs: *const c_int, types: *const
     let elems: Vec<usize> = c.iter().map(|&c| count_of(c)).collect::<Res<_>>()?;
     let counts: Vec<usize> = elems.iter().zip(&types).map(|(c, t)| c * t.size).collect();
     if types.iter().all(|t| t.derived.is_none()) {
-        let displs: Vec<usize> = d
-            .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| Fail::new(ERR_ARG, format!("displacement {d}"))))
-            .collect::<Res<_>>()?;
-        let count = counts.iter().zip(&displs).map(|(c, d)| c + d).max().unwrap_or(0);
-        return Ok(Blocks { ty: Datatype::BYTE, count, counts, displs });
+        return byte_blocks(counts, d, 1);
     }
     types.iter().try_for_each(Datatype::usable)?;
     let layouts: Vec<Layout> = types.iter().map(Datatype::layout).collect();
     let fields: Vec<(usize, isize, &Layout)> =
         elems.iter().zip(d).zip(&layouts).map(|((&n, &d), l)| (n, d as isize, l)).collect();
-    let displs = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
-    Ok(Blocks { ty: types::derived(Layout::structure(&fields), None), count: 1, counts, displs })
+    Ok(Blocks { ty: types::derived(Layout::structure(&fields), None), count: 1, displs: packed(&counts), counts })
 }
 
 /// `MPI_Alltoallv` and `MPI_Alltoallw` once the receive buffer's blocks `r` are known: the

@@ -470,8 +470,7 @@ pub(super) fn accumulate_of(op: c_int, ty: &Datatype) -> Res<crate::DynAcc> {
     }
     let elem = ty.elem.ok_or_else(|| Fail::new(ERR_TYPE, format!("{} is not a type accumulates combine", ty.name)))?;
     if let crate::AccOp::Builtin(b) = how {
-        let basic = ty.derived.as_ref().and_then(|d| d.basic).unwrap_or(ty.handle);
-        if !applies(b, basic) {
+        if !applies(b, basic_handle(ty)) {
             return Err(undefined());
         }
     }
@@ -498,13 +497,13 @@ pub(super) fn accumulate_basic(op: c_int, datatype: c_int) -> Option<crate::DynA
 /// core's kernel of `how` on its elements, `Some(None)` where MPI defines none; `None` for
 /// any other type.
 fn foreign(ty: &Datatype, how: crate::AccOp) -> Option<Option<crate::DynAcc>> {
-    if is_long_double(ty) {
-        return Some(crate::DynAcc::long_double(how));
-    }
-    if basic_handle(ty) == C_LONG_DOUBLE_COMPLEX {
-        return Some(crate::DynAcc::long_double_complex(how));
-    }
-    complex_part(ty).map(|part| crate::DynAcc::complex(how, part))
+    Some(match basic_handle(ty) {
+        LONG_DOUBLE_HANDLE => crate::DynAcc::long_double(how),
+        C_FLOAT_COMPLEX => crate::DynAcc::complex(how, ElemType::F32),
+        C_DOUBLE_COMPLEX => crate::DynAcc::complex(how, ElemType::F64),
+        C_LONG_DOUBLE_COMPLEX => crate::DynAcc::long_double_complex(how),
+        _ => return None,
+    })
 }
 
 /// Which reduction: where the result lands and how the ranks' inputs combine.
@@ -578,16 +577,9 @@ pub(super) fn elementwise(ty: &Datatype, op: &ReduceOp) -> Res<Option<ElemFn>> {
     }))
 }
 
-/// `MPI_LONG_DOUBLE` (include/mpi.h).
+/// `MPI_LONG_DOUBLE`, `MPI_C_FLOAT_COMPLEX`, `MPI_C_DOUBLE_COMPLEX` and
+/// `MPI_C_LONG_DOUBLE_COMPLEX` (include/mpi.h): the types no Rust number carries.
 const LONG_DOUBLE_HANDLE: c_int = 34;
-
-/// Whether `ty`'s elements are C `long double`s.
-fn is_long_double(ty: &Datatype) -> bool {
-    ty.handle == LONG_DOUBLE_HANDLE || ty.derived.as_ref().and_then(|d| d.basic) == Some(LONG_DOUBLE_HANDLE)
-}
-
-/// `MPI_C_FLOAT_COMPLEX`, `MPI_C_DOUBLE_COMPLEX` and `MPI_C_LONG_DOUBLE_COMPLEX`
-/// (include/mpi.h).
 const C_FLOAT_COMPLEX: c_int = 35;
 const C_DOUBLE_COMPLEX: c_int = 36;
 const C_LONG_DOUBLE_COMPLEX: c_int = 37;
@@ -598,19 +590,6 @@ fn basic_handle(ty: &Datatype) -> c_int {
     match &ty.derived {
         Some(d) if ty.handle >= FIRST_DERIVED || ty.handle == 0 => d.basic.unwrap_or(0),
         _ => ty.handle,
-    }
-}
-
-/// The type of the parts of `ty`'s complex numbers, if its elements are complex numbers.
-fn complex_part(ty: &Datatype) -> Option<ElemType> {
-    let basic = match &ty.derived {
-        Some(d) if ty.handle != C_FLOAT_COMPLEX && ty.handle != C_DOUBLE_COMPLEX => d.basic?,
-        _ => ty.handle,
-    };
-    match basic {
-        C_FLOAT_COMPLEX => Some(ElemType::F32),
-        C_DOUBLE_COMPLEX => Some(ElemType::F64),
-        _ => None,
     }
 }
 

@@ -45,12 +45,14 @@ pub(super) struct WinEntry {
     win: Window<'static, u8>,
     /// Each rank's displacement unit, by rank in the window's communicator.
     units: Vec<usize>,
-    /// What `MPI_Win_get_attr` points at: this rank's base, size and unit.
+    /// What `MPI_Win_get_attr` points at: this rank's base, size and unit, and the flavor
+    /// (the table boxes every entry, and moves only the box: the values stay put while
+    /// the window lives).
     base: *mut c_void,
-    size: Box<isize>,
-    unit: Box<c_int>,
+    size: isize,
+    unit: c_int,
     /// `MPI_WIN_FLAVOR_*`: which call made the window.
-    flavor: Box<c_int>,
+    flavor: c_int,
     /// `MPI_Win_set_errhandler`'s (a window's errors go to it, not to a communicator's).
     errhandler: c_int,
     /// `MPI_Win_set_name`'s.
@@ -229,15 +231,15 @@ unsafe fn new_win(
         .ok_or_else(|| Fail::new(ERR_ARG, format!("{name}: displacement unit {unit}")))?;
     let mut units = vec![0u64; comm.size()];
     comm.allgather(&[unit as u64], &mut units)?;
-    let (base, size) = (win.local_ptr().cast::<c_void>(), Box::new(win.local_len() as isize));
+    let (base, size) = (win.local_ptr().cast::<c_void>(), win.local_len() as isize);
     let units = units.into_iter().map(|u| u as usize).collect();
     let entry = WinEntry {
         win,
         units,
         base,
         size,
-        unit: Box::new(unit as c_int),
-        flavor: Box::new(flavor),
+        unit: unit as c_int,
+        flavor,
         errhandler: ERRORS_ARE_FATAL,
         name: String::new(),
     };
@@ -445,6 +447,34 @@ fn not_a_window(name: &str, win: c_int) -> c_int {
     finish_under(name, COMM_WORLD, None, Err(no_win(name, win)))
 }
 
+/// A flush of target `rank` (`MPI_Win_flush`, `MPI_Win_flush_local`), as `MPI_Put`: a rank
+/// that may be one, in the caller's frame; a bad rank or window out of line.
+#[inline(always)]
+fn flush_one(
+    name: &str,
+    rank: c_int,
+    win: c_int,
+    flush: fn(&Window<'static, u8>, usize) -> Result<(), crate::Error>,
+) -> c_int {
+    if let Some((w, r)) = quick(win, |_| usize::try_from(rank).ok()) {
+        let res = flush(&w.win, r);
+        return done(name, win, w, res);
+    }
+    flush_general(name, rank, win, flush)
+}
+
+/// A flush of every target (`MPI_Win_flush_all`, `MPI_Win_flush_local_all`).
+#[inline(always)]
+fn flush_every(name: &str, win: c_int, flush: fn(&Window<'static, u8>) -> Result<(), crate::Error>) -> c_int {
+    match win_at(win) {
+        Some(w) => {
+            let res = flush(&w.win);
+            done(name, win, w, res)
+        }
+        None => not_a_window(name, win),
+    }
+}
+
 /// A flush of one target in general (`MPI_Win_flush`, `MPI_Win_flush_local`): a bad rank
 /// or window, and its error.
 #[cold]
@@ -623,9 +653,9 @@ mpi! {
         call("MPI_Win_get_attr", win, |w| {
             let value: *mut c_void = match keyval {
                 WIN_BASE => w.base,
-                WIN_SIZE => (&*w.size as *const isize).cast_mut().cast(),
-                WIN_DISP_UNIT => (&*w.unit as *const c_int).cast_mut().cast(),
-                WIN_CREATE_FLAVOR => (&*w.flavor as *const c_int).cast_mut().cast(),
+                WIN_SIZE => (&w.size as *const isize).cast_mut().cast(),
+                WIN_DISP_UNIT => (&w.unit as *const c_int).cast_mut().cast(),
+                WIN_CREATE_FLAVOR => (&w.flavor as *const c_int).cast_mut().cast(),
                 WIN_MODEL => (&WIN_UNIFIED as *const c_int).cast_mut().cast(),
                 _ => return Err(Fail::new(ERR_KEYVAL, format!("MPI_Win_get_attr: key {keyval}"))),
             };
@@ -959,40 +989,19 @@ mpi! {
     }
 
     fn MPI_Win_flush / PMPI_Win_flush(rank: c_int, win: c_int) -> c_int {
-        // As MPI_Put: a rank that may be one, here; a bad rank or window out of line.
-        if let Some((w, r)) = quick(win, |_| usize::try_from(rank).ok()) {
-            let res = w.win.flush(r);
-            return done("MPI_Win_flush", win, w, res);
-        }
-        flush_general("MPI_Win_flush", rank, win, Window::flush)
+        flush_one("MPI_Win_flush", rank, win, Window::flush)
     }
 
     fn MPI_Win_flush_all / PMPI_Win_flush_all(win: c_int) -> c_int {
-        match win_at(win) {
-            Some(w) => {
-                let res = w.win.flush_all();
-                done("MPI_Win_flush_all", win, w, res)
-            }
-            None => not_a_window("MPI_Win_flush_all", win),
-        }
+        flush_every("MPI_Win_flush_all", win, Window::flush_all)
     }
 
     fn MPI_Win_flush_local / PMPI_Win_flush_local(rank: c_int, win: c_int) -> c_int {
-        if let Some((w, r)) = quick(win, |_| usize::try_from(rank).ok()) {
-            let res = w.win.flush_local(r);
-            return done("MPI_Win_flush_local", win, w, res);
-        }
-        flush_general("MPI_Win_flush_local", rank, win, Window::flush_local)
+        flush_one("MPI_Win_flush_local", rank, win, Window::flush_local)
     }
 
     fn MPI_Win_flush_local_all / PMPI_Win_flush_local_all(win: c_int) -> c_int {
-        match win_at(win) {
-            Some(w) => {
-                let res = w.win.flush_local_all();
-                done("MPI_Win_flush_local_all", win, w, res)
-            }
-            None => not_a_window("MPI_Win_flush_local_all", win),
-        }
+        flush_every("MPI_Win_flush_local_all", win, Window::flush_local_all)
     }
 
     fn MPI_Win_sync / PMPI_Win_sync(win: c_int) -> c_int {
