@@ -187,6 +187,13 @@ int MPR_Comm_dup_fn(MPI_Comm oldcomm, int comm_keyval, void *extra_state, void *
 #define MPI_COMM_NULL_DELETE_FN ((MPI_Comm_delete_attr_function *)0)
 #define MPI_COMM_DUP_FN MPR_Comm_dup_fn
 #define MPI_KEYVAL_INVALID 0
+/* The same under MPI-1's names (deprecated since MPI-2.0, still in MPI-3.1). */
+typedef int(MPI_Copy_function)(MPI_Comm oldcomm, int keyval, void *extra_state, void *attribute_val_in,
+                               void *attribute_val_out, int *flag);
+typedef int(MPI_Delete_function)(MPI_Comm comm, int keyval, void *attribute_val, void *extra_state);
+#define MPI_NULL_COPY_FN ((MPI_Copy_function *)0)
+#define MPI_NULL_DELETE_FN ((MPI_Delete_function *)0)
+#define MPI_DUP_FN MPR_Comm_dup_fn
 
 /* Info objects (accepted by every call that takes one; their keys are kept). */
 #define MPI_INFO_NULL ((MPI_Info)0)
@@ -203,6 +210,8 @@ int MPR_Comm_dup_fn(MPI_Comm oldcomm, int comm_keyval, void *extra_state, void *
 #define MPI_ERRORS_RETURN ((MPI_Errhandler)2)
 typedef void MPI_Comm_errhandler_function(MPI_Comm *, int *, ...);
 typedef void MPI_Win_errhandler_function(MPI_Win *, int *, ...);
+/* MPI-1's name of a communicator's handler function (removed in MPI-3.0). */
+typedef void MPI_Handler_function(MPI_Comm *, int *, ...);
 
 /* Special values. */
 #define MPI_ANY_SOURCE (-1)
@@ -639,6 +648,27 @@ int MPI_Op_commutative(MPI_Op op, int *commute);
 int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[], MPI_Datatype datatype,
                        MPI_Op op, MPI_Comm comm);
 
+/* MPI-1's names: deprecated since MPI-2.0 (the attribute calls, still in MPI-3.1) or removed
+ * in MPI-3.0 (the rest), kept for the programs written against them, as MPICH and Open MPI
+ * keep them. Each is its successor under the old name. MPI_LB and MPI_UB are not defined. */
+int MPI_Keyval_create(MPI_Copy_function *copy_fn, MPI_Delete_function *delete_fn, int *keyval, void *extra_state);
+int MPI_Keyval_free(int *keyval);
+int MPI_Attr_put(MPI_Comm comm, int keyval, void *attribute_val);
+int MPI_Attr_get(MPI_Comm comm, int keyval, void *attribute_val, int *flag);
+int MPI_Attr_delete(MPI_Comm comm, int keyval);
+int MPI_Address(void *location, MPI_Aint *address);
+int MPI_Type_extent(MPI_Datatype datatype, MPI_Aint *extent);
+int MPI_Type_lb(MPI_Datatype datatype, MPI_Aint *displacement);
+int MPI_Type_ub(MPI_Datatype datatype, MPI_Aint *displacement);
+int MPI_Type_hvector(int count, int blocklength, MPI_Aint stride, MPI_Datatype oldtype, MPI_Datatype *newtype);
+int MPI_Type_hindexed(int count, int array_of_blocklengths[], MPI_Aint array_of_displacements[],
+                      MPI_Datatype oldtype, MPI_Datatype *newtype);
+int MPI_Type_struct(int count, int array_of_blocklengths[], MPI_Aint array_of_displacements[],
+                    MPI_Datatype array_of_types[], MPI_Datatype *newtype);
+int MPI_Errhandler_create(MPI_Handler_function *function, MPI_Errhandler *errhandler);
+int MPI_Errhandler_set(MPI_Comm comm, MPI_Errhandler errhandler);
+int MPI_Errhandler_get(MPI_Comm comm, MPI_Errhandler *errhandler);
+
 /* The same, by their profiling names. */
 int PMPI_Init(int *argc, char ***argv);
 int PMPI_Init_thread(int *argc, char ***argv, int required, int *provided);
@@ -946,6 +976,23 @@ int PMPI_Op_free(MPI_Op *op);
 int PMPI_Op_commutative(MPI_Op op, int *commute);
 int PMPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[], MPI_Datatype datatype, MPI_Op op,
                         MPI_Comm comm);
+int PMPI_Keyval_create(MPI_Copy_function *copy_fn, MPI_Delete_function *delete_fn, int *keyval, void *extra_state);
+int PMPI_Keyval_free(int *keyval);
+int PMPI_Attr_put(MPI_Comm comm, int keyval, void *attribute_val);
+int PMPI_Attr_get(MPI_Comm comm, int keyval, void *attribute_val, int *flag);
+int PMPI_Attr_delete(MPI_Comm comm, int keyval);
+int PMPI_Address(void *location, MPI_Aint *address);
+int PMPI_Type_extent(MPI_Datatype datatype, MPI_Aint *extent);
+int PMPI_Type_lb(MPI_Datatype datatype, MPI_Aint *displacement);
+int PMPI_Type_ub(MPI_Datatype datatype, MPI_Aint *displacement);
+int PMPI_Type_hvector(int count, int blocklength, MPI_Aint stride, MPI_Datatype oldtype, MPI_Datatype *newtype);
+int PMPI_Type_hindexed(int count, int array_of_blocklengths[], MPI_Aint array_of_displacements[],
+                       MPI_Datatype oldtype, MPI_Datatype *newtype);
+int PMPI_Type_struct(int count, int array_of_blocklengths[], MPI_Aint array_of_displacements[],
+                     MPI_Datatype array_of_types[], MPI_Datatype *newtype);
+int PMPI_Errhandler_create(MPI_Handler_function *function, MPI_Errhandler *errhandler);
+int PMPI_Errhandler_set(MPI_Comm comm, MPI_Errhandler errhandler);
+int PMPI_Errhandler_get(MPI_Comm comm, MPI_Errhandler *errhandler);
 
 #ifdef __cplusplus
 }

@@ -155,6 +155,13 @@ fn cartesian_grids_as_on_mpich() {
 }
 
 #[test]
+fn mpi_1_names_as_on_mpich() {
+    // What programs written for MPI-1 call (HPL 2.x's panels among them), over shared
+    // memory and TCP.
+    same_as_mpich("legacy.c", &["3"], &[(&["--transports", "tcp"], "")]);
+}
+
+#[test]
 fn the_library_exports_what_the_header_declares() {
     let header =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/include/mpi.h")).unwrap();

@@ -1105,6 +1105,7 @@ mod dtype;
 mod errh;
 mod icoll;
 mod info;
+mod legacy;
 mod p2p;
 mod topo;
 mod win;
