@@ -106,15 +106,19 @@ impl Comm {
     }
 
     /// A communicator of the members of `group`, which must be a subset of this
-    /// communicator's group (`MPI_Comm_create`). Collective over this communicator; every
-    /// rank passes the same group; non-members get `None`.
+    /// communicator's group (`MPI_Comm_create`). Collective over this communicator; the
+    /// members of a group pass the same group, and groups passed by different ranks are
+    /// the same or disjoint (MPI-2.2's form: one call makes a communicator of each);
+    /// non-members get `None`.
     pub fn create(&self, group: &Group) -> Result<Option<Comm>, Error> {
         let mine = self.group();
         if let Some(&w) = group.world.iter().find(|w| !mine.contains(w)) {
             return Err(Error::Other(format!("create: world rank {w} is not in this communicator")));
         }
         let me_world = mine[self.rank()];
-        let color = group.rank_of_world(me_world).map(|_| 0u32);
+        // Disjoint groups have distinct least members: the least names the group.
+        let least = group.world.iter().min().map_or(0, |&w| w as u32);
+        let color = group.rank_of_world(me_world).map(|_| least);
         // Order by the group's order: the key is the rank in the group.
         let key = group.rank_of_world(me_world).map_or(0, |r| r as i32);
         self.split(color, key)

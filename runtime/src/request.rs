@@ -191,7 +191,15 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// The runtime and id of a request in flight.
+    /// The result of the completed operation, without collecting it (`MPI_Request_get_status`):
+    /// `None` while it is in flight. No progress is made.
+    pub fn status(&self) -> Option<Result<Status, Error>> {
+        match &self.state {
+            Live::InFlight { rt, id } => rt.borrow().engine.peek(*id),
+            Live::Done(st) => Some(Ok(*st)),
+        }
+    }
+
     /// Cancels a receive no message has matched yet (`MPI_Cancel`): it completes, empty.
     /// Whether it was cancelled (a send, or a receive matched already, goes on).
     pub fn cancel(&self) -> bool {
@@ -201,6 +209,7 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// The runtime and id of a request in flight.
     fn in_flight(&self) -> Option<(&Arc<Shared>, ReqId)> {
         match &self.state {
             Live::InFlight { rt, id } => Some((rt, *id)),
@@ -233,6 +242,14 @@ impl Raw {
         match self {
             Raw::InFlight(id) => rt.borrow().engine.is_done(*id),
             Raw::Done(_) => true,
+        }
+    }
+
+    /// As [`Request::status`], its runtime `rt` given back.
+    pub(crate) fn status(&self, rt: &Shared) -> Option<Result<Status, Error>> {
+        match self {
+            Raw::InFlight(id) => rt.borrow().engine.peek(*id),
+            Raw::Done(st) => Some(Ok(*st)),
         }
     }
 

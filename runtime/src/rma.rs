@@ -308,13 +308,15 @@ impl<'a, T: Pod> Window<'a, T> {
     /// The pointer stays valid while the window lives. Loads and stores through it are
     /// `unsafe` and follow MPI's rules for shared windows: separate them from conflicting
     /// accesses of other ranks with the window's synchronisation (or a barrier and
-    /// [`Window::sync`]).
+    /// [`Window::sync`]). A part of no elements lies nowhere: its pointer is null.
     pub fn shared_query(&self, rank: usize) -> Option<(*mut T, usize)> {
-        if rank == self.comm.rank() && self.comm.size() == 1 {
-            return Some((self.mem.addr_at(0) as *mut T, self.sizes[rank]));
-        }
-        let (base, _) = self.seg.as_ref()?.part(rank)?;
-        Some((base.cast(), self.sizes[rank]))
+        let at = if rank == self.comm.rank() && self.comm.size() == 1 {
+            self.mem.addr_at(0) as *mut T
+        } else {
+            self.seg.as_ref()?.part(rank)?.0.cast()
+        };
+        let n = self.sizes[rank];
+        Some((if n == 0 { std::ptr::null_mut() } else { at }, n))
     }
 
     /// Where this rank's memory in the window starts (null if it has none): what

@@ -58,7 +58,8 @@ fn delete(name: &str, comm: c_int, k: c_int, value: *mut c_void) -> Res {
 }
 
 /// Removes every attribute of `comm`, running their delete functions (before the
-/// communicator goes).
+/// communicator goes), the last set first: MPI orders `MPI_COMM_SELF`'s so at
+/// `MPI_Finalize` (MPI-3.1 8.7.1), and every communicator's go the same way.
 pub(super) fn delete_all(name: &str, comm: c_int) -> Res {
     let attrs = with_state(name, |s| {
         s.comms
@@ -67,7 +68,7 @@ pub(super) fn delete_all(name: &str, comm: c_int) -> Res {
             .map(|e| std::mem::take(&mut e.attrs))
             .unwrap_or_default()
     })?;
-    attrs.into_iter().try_for_each(|(k, v)| delete(name, comm, k, v))
+    attrs.into_iter().rev().try_for_each(|(k, v)| delete(name, comm, k, v))
 }
 
 /// Gives new communicator `new` the attributes `old`'s copy functions make (`MPI_Comm_dup`).

@@ -442,7 +442,8 @@ mpi! {
         unsafe {
             launch("MPI_Ialltoall", comm, request, |c, s| {
                 let recv = output(recvbuf, count_of(recvcount)? * c.size(), recvtype)?;
-                let sends = count_of(sendcount)? * c.size();
+                // With MPI_IN_PLACE the send count and type are not looked at.
+                let sends = if sendbuf == IN_PLACE { 0 } else { count_of(sendcount)? * c.size() };
                 let send = input(sendbuf, sends as c_int, sendtype, || Ok(&*recv))?;
                 Ok(c.ialltoall(s, send, recv)?)
             })

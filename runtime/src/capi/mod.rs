@@ -1385,10 +1385,16 @@ fn group_of(name: &str, group: c_int) -> Res<Group> {
 /// # Safety
 /// `out` is null (an error) or points to an `MPI_Group`.
 unsafe fn new_group(name: &str, group: Group, out: *mut c_int) -> Res {
-    let handle = with_state(name, |s| {
-        s.groups.push(Some(group));
-        (s.groups.len() - 1) as c_int
-    })?;
+    // An empty group is MPI_GROUP_EMPTY itself (as MPICH and Open MPI hand it out: programs
+    // compare with it), which MPI_Group_free takes back like any other.
+    let handle = if group.size() == 0 {
+        GROUP_EMPTY
+    } else {
+        with_state(name, |s| {
+            s.groups.push(Some(group));
+            (s.groups.len() - 1) as c_int
+        })?
+    };
     // SAFETY: the caller's MPI_Group, or null (put checks).
     unsafe { put(out, handle) }
 }
@@ -2398,7 +2404,7 @@ mpi! {
         }
         // SAFETY: not null (checked): the caller's MPI_Group.
         let h = unsafe { *group };
-        let r = with_state("MPI_Group_free", |s| free_handle(&mut s.groups, h, GROUP_EMPTY as usize + 1)).and_then(|freed| {
+        let r = with_state("MPI_Group_free", |s| h == GROUP_EMPTY || free_handle(&mut s.groups, h, GROUP_EMPTY as usize + 1)).and_then(|freed| {
             freed.then_some(()).ok_or_else(|| Fail::new(ERR_GROUP, format!("MPI_Group_free: {h} is not a group this program made")))
         });
         if r.is_ok() {

@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 use std::ffi::{c_int, c_void};
 
-use super::types::Datatype;
+use super::types::{Datatype, FIRST_DERIVED};
 use super::{
     bytes, bytes_mut, comm_of, comm_ref, count_of, finish, message, peer, plain, plain_mut, put, set_status_raw,
     with_state, Fail, MpiStatus, Res, ANY_SOURCE, ANY_TAG, COMM_WORLD, ERR_ARG, ERR_BUFFER, ERR_IN_STATUS, ERR_REQUEST,
@@ -105,7 +105,7 @@ pub(super) struct CReq {
     /// `None`: a persistent request not started.
     op: Option<Op>,
     /// A persistent request's operation (boxed, as [`Op::Coll`]).
-    persistent: Option<Box<Call>>,
+    persistent: Option<Box<Kept>>,
 }
 
 /// A request the engine holds alone, named by a negative handle: what the C ABI keeps of
@@ -471,6 +471,31 @@ unsafe fn quick(call: &Call, request: *mut c_int) -> Option<Result<(), crate::Er
     Some(Ok(()))
 }
 
+/// A persistent request's operation. A derived datatype it names is a handle of its own
+/// (MPI lets the program free its handle while the request lives, and the slot may name
+/// another type afterwards), freed with the request.
+#[derive(Debug)]
+struct Kept(Call);
+
+impl Kept {
+    fn new(mut call: Call) -> Res<Kept> {
+        let t = Datatype::of(call.datatype)?;
+        if call.datatype >= FIRST_DERIVED {
+            call.datatype = Datatype::insert_again(&t);
+        }
+        Ok(Kept(call))
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        if self.0.datatype >= FIRST_DERIVED {
+            // The request's own handle, which nothing else frees.
+            let _ = Datatype::free(self.0.datatype);
+        }
+    }
+}
+
 /// Makes `call` a persistent request in `*request`, not started.
 ///
 /// # Safety
@@ -478,15 +503,11 @@ unsafe fn quick(call: &Call, request: *mut c_int) -> Option<Result<(), crate::Er
 unsafe fn persistent(name: &str, call: Call, request: *mut c_int) -> c_int {
     let r = (|| {
         comm_of(name, call.comm)?;
-        Datatype::of(call.datatype)?;
         count_of(call.count)?;
+        let kept = Box::new(Kept::new(call)?);
         // SAFETY: this function's contract.
         unsafe {
-            new_request(
-                name,
-                CReq { comm: call.comm, cancelled: false, op: None, persistent: Some(Box::new(call)) },
-                request,
-            )
+            new_request(name, CReq { comm: call.comm, cancelled: false, op: None, persistent: Some(kept) }, request)
         }
     })();
     finish(name, call.comm, r)
@@ -735,6 +756,36 @@ fn is_settled(name: &str, h: c_int) -> Res<bool> {
             Some(Op::Coll(coll)) => coll.0.is_complete(),
         }),
         None => Err(not_a_request(name, h)),
+    })?
+}
+
+/// Request `h`'s result if it is null, inactive or complete, without progress or collecting
+/// it (`MPI_Request_get_status`); `None` while it is in flight.
+fn peek(name: &str, h: c_int) -> Res<Option<Result<MpiStatus, crate::Error>>> {
+    if h == REQUEST_NULL || h == SENT {
+        return Ok(Some(Ok(empty())));
+    }
+    let mark = |r: Option<Result<crate::Status, crate::Error>>, cancelled: bool| {
+        r.map(|r| r.map(|st| MpiStatus { count_hi: if cancelled { CANCELLED } else { 0 }, ..MpiStatus::of(st) }))
+    };
+    if let Some(i) = named_index(h) {
+        return with_state(name, |s| {
+            let n = named_entry(name, s, i, h)?;
+            let (id, cancelled) = (n.id, n.cancelled);
+            Ok(mark(Raw::InFlight(id).status(world_runtime(&s.comms)), cancelled))
+        })?;
+    }
+    let k = key(name, h)?;
+    with_state(name, |s| {
+        let r = s.requests.get(k).ok_or_else(|| not_a_request(name, h))?;
+        Ok(match &r.op {
+            None => Some(Ok(empty())),
+            Some(Op::Done(st)) => Some(Ok(*st)),
+            Some(Op::Raw(req)) => mark(req.status(world_runtime(&s.comms)), r.cancelled),
+            Some(Op::Live(req)) => mark(req.status(), r.cancelled),
+            // A collective's failure is reported by the call that completes it.
+            Some(Op::Coll(coll)) => coll.0.is_complete().then(|| Ok(empty())),
+        })
     })?
 }
 
@@ -1029,7 +1080,7 @@ fn start_persistent(name: &str, h: c_int) -> Res<c_int> {
     let k = key(name, h)?;
     let call = with_state(name, |s| {
         let r = s.requests.get_mut(k).ok_or_else(|| not_a_request(name, h))?;
-        let Some(call) = r.persistent.as_deref().copied() else {
+        let Some(call) = r.persistent.as_deref().map(|k| k.0) else {
             return Err(Fail::new(ERR_REQUEST, format!("{name}: request {h} is not persistent")));
         };
         if r.op.is_some() {
@@ -1211,23 +1262,29 @@ mpi! {
 
     fn MPI_Request_get_status / PMPI_Request_get_status(request: c_int, flag: *mut c_int, status: *mut MpiStatus) -> c_int {
         let r = (|| {
-            let done = is_settled("MPI_Request_get_status", request)?;
-            if done && request != REQUEST_NULL && request != SENT && named_index(request).is_none() {
-                let k = key("MPI_Request_get_status", request)?;
-                let st = with_state("MPI_Request_get_status", |s| match &s.requests[k].op {
-                    Some(Op::Done(st)) => *st,
-                    _ => empty(),
-                })?;
-                // A completed receive's status is known only once it is waited for; what
-                // MPI asks of this call is the flag.
+            // As MPI_Test, without freeing the request: progress once if it is in flight.
+            let got = match peek("MPI_Request_get_status", request)? {
+                None => {
+                    poll("MPI_Request_get_status", request)?;
+                    peek("MPI_Request_get_status", request)?
+                }
+                done => done,
+            };
+            let (st, failed) = match got {
+                None => (None, None),
+                Some(Ok(st)) => (Some(st), None),
+                Some(Err(e)) => {
+                    let (st, fail) = failed_status(e);
+                    (Some(st), Some(fail))
+                }
+            };
+            if let Some(st) = st {
                 // SAFETY: MPI's contract: null or the caller's MPI_Status.
                 unsafe { store(status, 0, st) };
-            } else if done {
-                // SAFETY: as above.
-                unsafe { store(status, 0, empty()) };
             }
             // SAFETY: MPI's contract: the caller's flag.
-            unsafe { put(flag, done as c_int) }
+            unsafe { put(flag, st.is_some() as c_int)? };
+            failed.map_or(Ok(()), Err)
         })();
         finish("MPI_Request_get_status", COMM_WORLD, r)
     }

@@ -14,7 +14,7 @@ use super::types::{accumulate_basic, accumulate_of, predefined_size, Datatype};
 use super::{
     bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, name_at, put, raw_mut,
     with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERR_ARG, ERR_ASSERT, ERR_DISP, ERR_KEYVAL,
-    ERR_NO_MEM, ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, STATE,
+    ERR_NO_MEM, ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, PROC_NULL, STATE,
 };
 use crate::rma::{Assert, LockType, Window};
 use crate::{Comm, DynAcc};
@@ -407,6 +407,11 @@ unsafe fn put_general(
     win: c_int,
 ) -> c_int {
     call_ref("MPI_Put", win, |w| {
+        // MPI_PROC_NULL is a valid target of every one-sided operation, which then does
+        // nothing (MPI-3.1 11.3); so in each below.
+        if target_rank == PROC_NULL {
+            return Ok(());
+        }
         // SAFETY: this function's contract.
         let data = unsafe { message(origin_addr, origin_count, origin_datatype)? };
         let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
@@ -432,6 +437,9 @@ unsafe fn get_general(
     win: c_int,
 ) -> c_int {
     call_ref("MPI_Get", win, |w| {
+        if target_rank == PROC_NULL {
+            return Ok(());
+        }
         // SAFETY: this function's contract.
         let mut buf = unsafe { landing(origin_addr, origin_count, origin_datatype)? };
         let t = target_of(w, target_rank, target_disp, target_count, target_datatype)?;
@@ -566,14 +574,26 @@ mpi! {
         baseptr: *mut c_void,
     ) -> c_int {
         call("MPI_Win_shared_query", win, |w| {
-            let r = usize::try_from(rank)
-                .ok()
-                .filter(|&r| r < w.units.len())
-                .ok_or_else(|| Fail::new(ERR_RANK, format!("MPI_Win_shared_query: rank {rank}")))?;
-            let (p, n) = w
-                .win
-                .shared_query(r)
-                .ok_or_else(|| Fail::new(ERR_OTHER, format!("MPI_Win_shared_query: rank {r}'s memory is not shared")))?;
+            let not_shared = |r| Fail::new(ERR_OTHER, format!("MPI_Win_shared_query: rank {r}'s memory is not shared"));
+            let (r, (p, n)) = if rank == PROC_NULL {
+                // The segment of the lowest rank that has memory (MPI-3.1 11.2.3); none: a
+                // null base of size 0.
+                let mut first = None;
+                for r in 0..w.units.len() {
+                    let seg = w.win.shared_query(r).ok_or_else(|| not_shared(r))?;
+                    if seg.1 > 0 {
+                        first = Some((r, seg));
+                        break;
+                    }
+                }
+                first.unwrap_or((0, (std::ptr::null_mut(), 0)))
+            } else {
+                let r = usize::try_from(rank)
+                    .ok()
+                    .filter(|&r| r < w.units.len())
+                    .ok_or_else(|| Fail::new(ERR_RANK, format!("MPI_Win_shared_query: rank {rank}")))?;
+                (r, w.win.shared_query(r).ok_or_else(|| not_shared(r))?)
+            };
             // SAFETY: MPI's contract: the caller's output pointers.
             unsafe {
                 put(size, n as isize)?;
@@ -731,6 +751,9 @@ mpi! {
         win: c_int,
     ) -> c_int {
         call_ref("MPI_Accumulate", win, |w| {
+            if target_rank == PROC_NULL {
+                return Ok(());
+            }
             let (how, t) = accumulate_at(w, op, target_rank, target_disp, target_count, target_datatype)?;
             // SAFETY: MPI's contract: the origin buffer holds what it says.
             let data = unsafe { message(origin_addr, origin_count, origin_datatype)? };
@@ -753,6 +776,9 @@ mpi! {
         win: c_int,
     ) -> c_int {
         call_ref("MPI_Get_accumulate", win, |w| {
+            if target_rank == PROC_NULL {
+                return Ok(());
+            }
             let (how, t) = accumulate_at(w, op, target_rank, target_disp, target_count, target_datatype)?;
             // SAFETY: MPI's contract: the result buffer holds what it says.
             let mut result = unsafe { landing(result_addr, result_count, result_datatype)? };
@@ -780,6 +806,9 @@ mpi! {
         win: c_int,
     ) -> c_int {
         call_ref("MPI_Fetch_and_op", win, |w| {
+            if target_rank == PROC_NULL {
+                return Ok(());
+            }
             let (how, t) = accumulate_at(w, op, target_rank, target_disp, 1, datatype)?;
             // SAFETY: MPI's contract: the result holds one element.
             let mut result = unsafe { landing(result_addr, 1, datatype)? };
@@ -807,6 +836,9 @@ mpi! {
         win: c_int,
     ) -> c_int {
         call_ref("MPI_Compare_and_swap", win, |w| {
+            if target_rank == PROC_NULL {
+                return Ok(());
+            }
             let ty = Datatype::of(datatype)?;
             if ty.elem.is_none() {
                 // Complex numbers and long doubles accumulate, but MPI compares and swaps
@@ -1063,7 +1095,11 @@ mpi! {
 /// `MPI_Rput` and the other request-based operations are for passive-target epochs only
 /// (MPI-3.1 11.3.5): `MPI_ERR_RMA_SYNC` unless a lock (or lock-all) epoch covers `target`.
 fn passive(name: &str, win: c_int, target: c_int) -> c_int {
-    call_ref(name, win, |w| Ok(w.win.check_passive(rank_arg(target)?, name)?))
+    call_ref(
+        name,
+        win,
+        |w| if target == PROC_NULL { Ok(()) } else { Ok(w.win.check_passive(rank_arg(target)?, name)?) },
+    )
 }
 
 /// The request of a request-based one-sided operation that returned `rc`: the window

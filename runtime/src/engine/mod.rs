@@ -790,6 +790,15 @@ impl Engine {
         matches!(self.reqs.get(id), Some(State::Done(_)) | None)
     }
 
+    /// The result of finished request `id`, left to be collected (`MPI_Request_get_status`);
+    /// `None` while it is in flight or once collected.
+    pub(crate) fn peek(&self, id: ReqId) -> Option<Result<Status, Error>> {
+        match self.reqs.get(id) {
+            Some(State::Done(r)) => Some(r.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether request `id` was collected with [`Engine::take`] (or never existed).
     pub(crate) fn is_collected(&self, id: ReqId) -> bool {
         self.reqs.get(id).is_none()
