@@ -162,6 +162,13 @@ fn mpi_1_names_as_on_mpich() {
 }
 
 #[test]
+fn corners_mpichs_test_suite_checks_as_on_mpich() {
+    // Over shared memory and TCP (where each rank's shared window is its own: those lines
+    // differ by design).
+    same_as_mpich("corners.c", &["4", "3"], &[(&["--transports", "tcp"], "shared parts")]);
+}
+
+#[test]
 fn the_library_exports_what_the_header_declares() {
     let header =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/include/mpi.h")).unwrap();

@@ -1,0 +1,222 @@
+/* Corners of MPI's semantics that MPICH's own test suite checks: the status MPI_Request_get_status
+ * gives of a completed request; a persistent request whose derived datatype the program freed;
+ * MPI_PROC_NULL as the target of every one-sided operation and of MPI_Win_shared_query; the
+ * null base of a shared window's empty part; MPI_Comm_create with disjoint groups; an empty
+ * group being MPI_GROUP_EMPTY; MPI_Ialltoall in place with a send count and type it must not
+ * look at; MPI_COMM_SELF's attributes deleted at MPI_Finalize, the last set first. Printed as
+ * "rank: what = values" lines; the test compares them with MPICH's. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "say.h"
+
+static void request_status(void)
+{
+    /* A message whose synchronous send returned has reached its receive. */
+    int buf[2] = {0, 0}, flag = -1, count = -1;
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Status st;
+    if (rank == size - 1)
+        MPI_Irecv(buf, 2, MPI_INT, 0, 10, MPI_COMM_WORLD, &req);
+    if (rank == 0) {
+        int out[2] = {size, 3};
+        MPI_Ssend(out, 2, MPI_INT, size - 1, 10, MPI_COMM_WORLD);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == size - 1) {
+        st.MPI_SOURCE = st.MPI_TAG = -1;
+        MPI_Request_get_status(req, &flag, &st);
+        MPI_Get_count(&st, MPI_INT, &count);
+        SAY("get_status = flag %d source %d tag %d count %d, request kept %d", flag, st.MPI_SOURCE, st.MPI_TAG, count,
+            req != MPI_REQUEST_NULL);
+        MPI_Wait(&req, &st);
+        SAY("wait after get_status = %d %d %d %d", st.MPI_SOURCE, st.MPI_TAG, buf[0], buf[1]);
+    }
+    MPI_Request_get_status(MPI_REQUEST_NULL, &flag, &st);
+    SAY("get_status of null = flag %d source %d tag %d", flag, st.MPI_SOURCE == MPI_ANY_SOURCE,
+        st.MPI_TAG == MPI_ANY_TAG);
+
+    /* A receive nobody sends to: not complete, and polling it does not hang. */
+    int none;
+    MPI_Irecv(&none, 1, MPI_INT, rank, 99, MPI_COMM_WORLD, &req);
+    MPI_Request_get_status(req, &flag, MPI_STATUS_IGNORE);
+    SAY("get_status pending = %d", flag);
+    MPI_Send(&rank, 1, MPI_INT, rank, 99, MPI_COMM_WORLD);
+    do
+        MPI_Request_get_status(req, &flag, &st);
+    while (!flag);
+    SAY("get_status later = %d %d", flag, st.MPI_TAG);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+}
+
+static void persistent_with_freed_type(void)
+{
+    /* Every other int, the type freed right after the requests are made; another type made
+     * then may take its handle. */
+    MPI_Datatype strided, other;
+    MPI_Type_vector(3, 1, 2, MPI_INT, &strided);
+    MPI_Type_commit(&strided);
+    int src[6], dst[6];
+    for (int i = 0; i < 6; i++) {
+        src[i] = rank * 10 + i;
+        dst[i] = -1;
+    }
+    int to = (rank + 1) % size, from = (rank + size - 1) % size;
+    MPI_Request reqs[2];
+    MPI_Send_init(src, 1, strided, to, 3, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Recv_init(dst, 1, strided, from, 3, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Type_free(&strided);
+    MPI_Type_contiguous(5, MPI_CHAR, &other);
+    MPI_Type_commit(&other);
+    for (int round = 0; round < 2; round++) {
+        MPI_Startall(2, reqs);
+        MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE);
+        SAY("persistent round %d = %d %d %d %d %d %d", round, dst[0], dst[1], dst[2], dst[3], dst[4], dst[5]);
+        src[0] += 100;
+    }
+    MPI_Request_free(&reqs[0]);
+    MPI_Request_free(&reqs[1]);
+    MPI_Type_free(&other);
+}
+
+static void one_sided_to_nobody(void)
+{
+    int mem[4] = {1, 2, 3, 4}, origin[4] = {9, 9, 9, 9}, result[4] = {7, 7, 7, 7}, one = 1, cmp = 1;
+    MPI_Win win;
+    MPI_Win_create(mem, sizeof mem, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    MPI_Win_fence(0, win);
+    int rc = MPI_Put(origin, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, win);
+    rc |= MPI_Get(result, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, win);
+    rc |= MPI_Accumulate(origin, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, MPI_SUM, win);
+    rc |= MPI_Get_accumulate(origin, 1, MPI_INT, result, 1, MPI_INT, MPI_PROC_NULL, 0, 1, MPI_INT, MPI_SUM, win);
+    rc |= MPI_Fetch_and_op(&one, result, MPI_INT, MPI_PROC_NULL, 0, MPI_SUM, win);
+    rc |= MPI_Compare_and_swap(&one, &cmp, result, MPI_INT, MPI_PROC_NULL, 0, win);
+    MPI_Win_fence(0, win);
+    SAY("to proc_null = rc %d mem %d %d %d %d result %d %d", rc, mem[0], mem[1], mem[2], mem[3], result[0], result[3]);
+
+    /* Request-based, in a passive epoch. */
+    MPI_Request r[2];
+    MPI_Win_lock_all(0, win);
+    rc = MPI_Rput(origin, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, win, &r[0]);
+    rc |= MPI_Rget_accumulate(origin, 1, MPI_INT, result, 1, MPI_INT, MPI_PROC_NULL, 0, 1, MPI_INT, MPI_SUM, win,
+                              &r[1]);
+    MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+    MPI_Win_unlock_all(win);
+    SAY("requests to proc_null = rc %d result %d nulled %d", rc, result[0],
+        r[0] == MPI_REQUEST_NULL && r[1] == MPI_REQUEST_NULL);
+    MPI_Win_free(&win);
+}
+
+static void shared_parts(void)
+{
+    /* Odd ranks have no memory in the window. */
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int nrank, nsize;
+    MPI_Comm_rank(node, &nrank);
+    MPI_Comm_size(node, &nsize);
+    int *base;
+    MPI_Win win;
+    MPI_Win_allocate_shared(nrank % 2 ? 0 : 4 * sizeof(int), sizeof(int), MPI_INFO_NULL, node, &base, &win);
+    MPI_Win_fence(0, win);
+    if (nrank % 2 == 0)
+        for (int i = 0; i < 4; i++)
+            base[i] = nrank * 10 + i;
+    MPI_Win_fence(0, win);
+    int bad = 0;
+    for (int r = 0; r < nsize; r++) {
+        MPI_Aint sz;
+        int unit, *p;
+        MPI_Win_shared_query(win, r, &sz, &unit, &p);
+        if (r % 2 ? sz != 0 || p != NULL : sz != 4 * sizeof(int) || p[3] != r * 10 + 3)
+            bad++;
+    }
+    MPI_Aint sz;
+    int unit, *p;
+    MPI_Win_shared_query(win, MPI_PROC_NULL, &sz, &unit, &p);
+    SAY("shared parts = bad %d, proc_null size %ld unit %d first %d", bad, (long)sz, unit, p ? p[0] : -1);
+    MPI_Win_free(&win);
+    MPI_Comm_free(&node);
+}
+
+static void groups(void)
+{
+    MPI_Group world, odd, even, empty;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int all[64], odds[32], evens[32], no = 0, ne = 0;
+    for (int i = 0; i < size; i++) {
+        all[i] = i;
+        if (i % 2)
+            odds[no++] = i;
+        else
+            evens[ne++] = i;
+    }
+    MPI_Group_excl(world, size, all, &empty);
+    SAY("excl all = %d", empty == MPI_GROUP_EMPTY);
+    MPI_Group_free(&empty);
+    SAY("freed empty = %d", empty == MPI_GROUP_NULL);
+
+    /* Each rank passes its own half: one call, a communicator of each half. */
+    MPI_Group_incl(world, no, odds, &odd);
+    MPI_Group_incl(world, ne, evens, &even);
+    MPI_Comm half;
+    MPI_Comm_create(MPI_COMM_WORLD, rank % 2 ? odd : even, &half);
+    int hrank, hsize, sum;
+    MPI_Comm_rank(half, &hrank);
+    MPI_Comm_size(half, &hsize);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, half);
+    SAY("disjoint create = rank %d size %d sum %d", hrank, hsize, sum);
+    MPI_Comm_free(&half);
+    MPI_Group_free(&odd);
+    MPI_Group_free(&even);
+    MPI_Group_free(&world);
+}
+
+static void alltoall_in_place(void)
+{
+    int buf[64];
+    for (int i = 0; i < size; i++)
+        buf[i] = rank * 100 + i;
+    MPI_Request req;
+    MPI_Ialltoall(MPI_IN_PLACE, -1, MPI_DATATYPE_NULL, buf, 1, MPI_INT, MPI_COMM_WORLD, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    SAY("ialltoall in place = %d %d", buf[0], buf[size - 1]);
+}
+
+static int delete_order[8], deletes;
+
+static int note_delete(MPI_Comm comm, int keyval, void *value, void *extra)
+{
+    (void)comm;
+    (void)keyval;
+    (void)extra;
+    delete_order[deletes++] = *(int *)value;
+    return MPI_SUCCESS;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    request_status();
+    persistent_with_freed_type();
+    one_sided_to_nobody();
+    shared_parts();
+    groups();
+    alltoall_in_place();
+
+    /* Set in the order 3, 1, 4, 2: deleted at MPI_Finalize as 2, 4, 1, 3. */
+    static int values[4] = {3, 1, 4, 2};
+    for (int i = 0; i < 4; i++) {
+        int key;
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, note_delete, &key, NULL);
+        MPI_Comm_set_attr(MPI_COMM_SELF, key, &values[i]);
+        MPI_Comm_free_keyval(&key);
+    }
+    MPI_Finalize();
+    SAY("self attributes deleted = %d: %d %d %d %d", deletes, delete_order[0], delete_order[1], delete_order[2],
+        delete_order[3]);
+    return 0;
+}
