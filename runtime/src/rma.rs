@@ -324,6 +324,9 @@ impl<'a, T: Pod> Window<'a, T> {
     /// follow MPI's rules for local accesses to a window (separated from the others' by
     /// its synchronisation).
     pub fn local_ptr(&self) -> *mut T {
+        if self.local_len() == 0 {
+            return std::ptr::null_mut();
+        }
         self.mem.addr_at(0) as *mut T
     }
 

@@ -1,7 +1,9 @@
 /* Corners of MPI's semantics that MPICH's own test suite checks: the status MPI_Request_get_status
  * gives of a completed request; a persistent request whose derived datatype the program freed;
- * MPI_PROC_NULL as the target of every one-sided operation and of MPI_Win_shared_query; the
- * null base of a shared window's empty part; MPI_Comm_create with disjoint groups; an empty
+ * MPI_PROC_NULL as the target of every one-sided operation and of MPI_Win_shared_query;
+ * one-sided operations of no elements; MPI_WIN_BASE of a window of no memory (null); a put across two
+ * attached regions of a dynamic window that follow each other in memory; the null base of a
+ * shared window's empty part; MPI_Comm_create with disjoint groups; an empty
  * group being MPI_GROUP_EMPTY; MPI_Ialltoall in place with a send count and type it must not
  * look at; MPI_COMM_SELF's attributes deleted at MPI_Finalize, the last set first. Printed as
  * "rank: what = values" lines; the test compares them with MPICH's. */
@@ -108,6 +110,57 @@ static void one_sided_to_nobody(void)
     MPI_Win_free(&win);
 }
 
+static void one_sided_edges(void)
+{
+    /* Operations of no elements, to another rank: nothing happens, nothing hangs. */
+    int mem[4] = {1, 2, 3, 4}, r[4] = {5, 5, 5, 5}, peer = (rank + 1) % size;
+    MPI_Win win;
+    MPI_Win_create(mem, sizeof mem, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    MPI_Win_fence(0, win);
+    int rc = MPI_Get(r, 0, MPI_INT, peer, 0, 0, MPI_INT, win);
+    MPI_Win_fence(0, win);
+    rc |= MPI_Put(r, 0, MPI_INT, peer, 0, 0, MPI_INT, win);
+    rc |= MPI_Accumulate(r, 0, MPI_INT, peer, 0, 0, MPI_INT, MPI_SUM, win);
+    MPI_Win_fence(0, win);
+    rc |= MPI_Get_accumulate(r, 0, MPI_INT, r, 0, MPI_INT, peer, 0, 0, MPI_INT, MPI_SUM, win);
+    MPI_Win_fence(0, win);
+    SAY("zero-element operations = rc %d mem %d %d r %d", rc, mem[0], mem[3], r[0]);
+    MPI_Win_free(&win);
+
+    /* MPI_WIN_BASE of windows of no memory: null, whatever pointer the program gave. */
+    void *base;
+    int flag;
+    MPI_Win_create(NULL, 0, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    MPI_Win_get_attr(win, MPI_WIN_BASE, &base, &flag);
+    SAY("empty window base = %d %d", flag, base == NULL);
+    MPI_Win_free(&win);
+    MPI_Win_create(mem, 0, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    MPI_Win_get_attr(win, MPI_WIN_BASE, &base, &flag);
+    SAY("empty window of a pointer = %d %d", flag, base == NULL);
+    MPI_Win_free(&win);
+
+    /* A dynamic window of two regions that follow each other in memory: one put across
+     * both. */
+    int *region = (int *)calloc(8, sizeof(int));
+    int across[4] = {rank + 10, rank + 11, rank + 12, rank + 13};
+    MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    MPI_Win_attach(win, region, 4 * sizeof(int));
+    MPI_Win_attach(win, region + 4, 4 * sizeof(int));
+    MPI_Aint mine, theirs;
+    MPI_Get_address(region + 2, &mine);
+    MPI_Sendrecv(&mine, 1, MPI_AINT, (rank + size - 1) % size, 8, &theirs, 1, MPI_AINT, peer, 8, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    MPI_Win_fence(0, win);
+    rc = MPI_Put(across, 4, MPI_INT, peer, theirs, 4, MPI_INT, win);
+    MPI_Win_fence(0, win);
+    SAY("put across regions = rc %d: %d %d %d %d %d %d", rc, region[1], region[2], region[3], region[4], region[5],
+        region[6]);
+    MPI_Win_detach(win, region);
+    MPI_Win_detach(win, region + 4);
+    MPI_Win_free(&win);
+    free(region);
+}
+
 static void shared_parts(void)
 {
     /* Odd ranks have no memory in the window. */
@@ -203,6 +256,7 @@ int main(int argc, char **argv)
     request_status();
     persistent_with_freed_type();
     one_sided_to_nobody();
+    one_sided_edges();
     shared_parts();
     groups();
     alltoall_in_place();

@@ -169,10 +169,18 @@ impl Win {
             return range(m.len(), disp, len).map(|d| m.window(d, len));
         }
         let addr = usize::try_from(disp).ok()?;
-        self.regions.iter().find_map(|m| {
-            let off = addr.checked_sub(m.addr_at(0) as usize)?;
-            (off.checked_add(len)? <= m.len()).then(|| m.window(off, len))
-        })
+        let end = addr.checked_add(len)?;
+        let within = |m: &RawBufMut, at: usize| at.checked_sub(m.addr_at(0) as usize).filter(|&off| off < m.len());
+        // Attached regions that follow each other in memory are one run of it: an access
+        // may cross from one into the next.
+        let mut at = addr;
+        while at < end {
+            let m = self.regions.iter().find(|m| within(m, at).is_some())?;
+            at = m.addr_at(0) as usize + m.len();
+        }
+        // SAFETY: every byte of `addr..end` lies in a region attached to the window (found
+        // above), which the program keeps valid until it detaches it.
+        Some(unsafe { RawBufMut::from_raw(addr as *mut u8, len) })
     }
 }
 
@@ -286,6 +294,9 @@ impl Engine {
     /// target after a flush or unlock.
     pub(crate) fn rma_put(&mut self, at: At, how: Combine, data: RawBuf) -> Result<ReqId, Error> {
         let (At { win: id, peer, disp }, Combine { op, dtype, elem }) = (at, how);
+        if data.len() == 0 {
+            return Ok(self.nothing_moved());
+        }
         if peer == self.me {
             self.apply(self.me, (id, disp), (op, dtype), data.bytes(), false)?;
             return Ok(self.reqs.insert(State::Done(Ok(self.rma_status(data.len())))));
@@ -308,6 +319,9 @@ impl Engine {
     /// Reads `dst.len()` bytes at byte `disp` of `peer`'s window `id` into `dst`.
     pub(crate) fn rma_get(&mut self, at: At, mut dst: RawBufMut) -> Result<ReqId, Error> {
         let At { win: id, peer, disp } = at;
+        if dst.len() == 0 {
+            return Ok(self.nothing_moved());
+        }
         if peer == self.me {
             let len = dst.len();
             let w = self.win_mut(id, peer)?;
@@ -332,6 +346,9 @@ impl Engine {
         mut result: RawBufMut,
     ) -> Result<ReqId, Error> {
         let (At { win: id, peer, disp }, Combine { op, dtype, elem }) = (at, how);
+        if operand.len() == 0 {
+            return Ok(self.nothing_moved());
+        }
         if peer == self.me {
             let old = self.apply(self.me, (id, disp), (op, dtype), operand.bytes(), true)?;
             result.write_at(0, &old);
@@ -425,6 +442,13 @@ impl Engine {
         let st = self.rma_status(len);
         let result = result.map(|_| st);
         self.reqs.complete(id, result);
+    }
+
+    /// The request of an operation of no bytes: done at once, with no frame (MPI: it has
+    /// no effect; a read of nothing would have no answer to wait for).
+    fn nothing_moved(&mut self) -> ReqId {
+        let st = self.rma_status(0);
+        self.reqs.insert(State::Done(Ok(st)))
     }
 
     fn rma_status(&self, bytes: usize) -> Status {
