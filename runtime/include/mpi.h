@@ -648,6 +648,16 @@ int MPI_Op_commutative(MPI_Op op, int *commute);
 int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[], MPI_Datatype datatype,
                        MPI_Op op, MPI_Comm comm);
 
+/* Counts and sizes as MPI_Count (MPI-3), and a status's count and cancellation set by the
+ * program (a layer above MPI filling in statuses of its own). */
+int MPI_Type_size_x(MPI_Datatype datatype, MPI_Count *size);
+int MPI_Type_get_extent_x(MPI_Datatype datatype, MPI_Count *lb, MPI_Count *extent);
+int MPI_Type_get_true_extent_x(MPI_Datatype datatype, MPI_Count *true_lb, MPI_Count *true_extent);
+int MPI_Get_elements_x(const MPI_Status *status, MPI_Datatype datatype, MPI_Count *count);
+int MPI_Status_set_elements(MPI_Status *status, MPI_Datatype datatype, int count);
+int MPI_Status_set_elements_x(MPI_Status *status, MPI_Datatype datatype, MPI_Count count);
+int MPI_Status_set_cancelled(MPI_Status *status, int flag);
+
 /* MPI-1's names: deprecated since MPI-2.0 (the attribute calls, still in MPI-3.1) or removed
  * in MPI-3.0 (the rest), kept for the programs written against them, as MPICH and Open MPI
  * keep them. Each is its successor under the old name. MPI_LB and MPI_UB are not defined. */
@@ -993,6 +1003,13 @@ int PMPI_Type_struct(int count, int array_of_blocklengths[], MPI_Aint array_of_d
 int PMPI_Errhandler_create(MPI_Handler_function *function, MPI_Errhandler *errhandler);
 int PMPI_Errhandler_set(MPI_Comm comm, MPI_Errhandler errhandler);
 int PMPI_Errhandler_get(MPI_Comm comm, MPI_Errhandler *errhandler);
+int PMPI_Type_size_x(MPI_Datatype datatype, MPI_Count *size);
+int PMPI_Type_get_extent_x(MPI_Datatype datatype, MPI_Count *lb, MPI_Count *extent);
+int PMPI_Type_get_true_extent_x(MPI_Datatype datatype, MPI_Count *true_lb, MPI_Count *true_extent);
+int PMPI_Get_elements_x(const MPI_Status *status, MPI_Datatype datatype, MPI_Count *count);
+int PMPI_Status_set_elements(MPI_Status *status, MPI_Datatype datatype, int count);
+int PMPI_Status_set_elements_x(MPI_Status *status, MPI_Datatype datatype, MPI_Count count);
+int PMPI_Status_set_cancelled(MPI_Status *status, int flag);
 
 #ifdef __cplusplus
 }

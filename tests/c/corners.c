@@ -5,7 +5,7 @@
  * attached regions of a dynamic window that follow each other in memory; the null base of a
  * shared window's empty part; MPI_Comm_create with disjoint groups; an empty
  * group being MPI_GROUP_EMPTY; MPI_Ialltoall in place with a send count and type it must not
- * look at; MPI_COMM_SELF's attributes deleted at MPI_Finalize, the last set first. Printed as
+ * look at; MPI-3's MPI_Count forms and the status setters; MPI_COMM_SELF's attributes deleted at MPI_Finalize, the last set first. Printed as
  * "rank: what = values" lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stdlib.h>
@@ -237,6 +237,52 @@ static void alltoall_in_place(void)
     SAY("ialltoall in place = %d %d", buf[0], buf[size - 1]);
 }
 
+static void counts(void)
+{
+    MPI_Datatype vec, wide, three;
+    MPI_Type_vector(3, 2, 5, MPI_DOUBLE, &vec);
+    MPI_Type_create_resized(vec, -16, 200, &wide);
+    MPI_Type_contiguous(3, MPI_INT, &three);
+    MPI_Type_commit(&three);
+    MPI_Count size, lb, extent, tlb, textent;
+    MPI_Type_size_x(wide, &size);
+    MPI_Type_get_extent_x(wide, &lb, &extent);
+    MPI_Type_get_true_extent_x(wide, &tlb, &textent);
+    SAY("count forms = size %lld lb %lld extent %lld true %lld %lld", size, lb, extent, tlb, textent);
+
+    /* A status filled in by the program, read back by the usual calls. */
+    MPI_Status st;
+    memset(&st, 0, sizeof st);
+    int n, e;
+    MPI_Count ex;
+    /* Of a predefined type (for a derived one MPICH counts whole elements of the type,
+     * where MPI-3.1 13.3 says basic elements, which mpr counts). */
+    MPI_Status_set_elements(&st, MPI_INT, 6);
+    MPI_Get_count(&st, three, &n);
+    MPI_Get_elements(&st, three, &e);
+    MPI_Get_elements_x(&st, MPI_INT, &ex);
+    SAY("set elements = count %d elements %d ints %lld", n, e, ex);
+    MPI_Status_set_elements(&st, MPI_INT, 7);
+    MPI_Get_count(&st, three, &n);
+    MPI_Get_elements(&st, three, &e);
+    SAY("set partial elements = count %d elements %d", n == MPI_UNDEFINED, e);
+    MPI_Status_set_elements_x(&st, MPI_BYTE, 3000000000LL);
+    MPI_Get_elements_x(&st, MPI_BYTE, &ex);
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    int cancelled;
+    MPI_Status_set_cancelled(&st, 1);
+    MPI_Test_cancelled(&st, &cancelled);
+    MPI_Count after;
+    MPI_Get_elements_x(&st, MPI_BYTE, &after);
+    SAY("large count = %lld count %d cancelled %d kept %d", ex, n == MPI_UNDEFINED, cancelled, after == ex);
+    MPI_Status_set_cancelled(&st, 0);
+    MPI_Test_cancelled(&st, &cancelled);
+    SAY("uncancelled = %d", cancelled);
+    MPI_Type_free(&vec);
+    MPI_Type_free(&wide);
+    MPI_Type_free(&three);
+}
+
 static int delete_order[8], deletes;
 
 static int note_delete(MPI_Comm comm, int keyval, void *value, void *extra)
@@ -260,6 +306,7 @@ int main(int argc, char **argv)
     shared_parts();
     groups();
     alltoall_in_place();
+    counts();
 
     /* Set in the order 3, 1, 4, 2: deleted at MPI_Finalize as 2, 4, 1, 3. */
     static int values[4] = {3, 1, 4, 2};

@@ -845,6 +845,28 @@ unsafe fn count_in(name: &str, status: *const MpiStatus, datatype: c_int, count:
     finish(name, COMM_WORLD, r)
 }
 
+/// The basic elements of `datatype` that `status`'s message held (`MPI_Get_elements`):
+/// whole elements of the type, and then of its one basic type; `None` (`MPI_UNDEFINED`) if
+/// they are no whole number.
+///
+/// # Safety
+/// `status` is null (an error) or the caller's `MPI_Status`.
+unsafe fn elements_in(name: &str, status: *const MpiStatus, datatype: c_int) -> Res<Option<u64>> {
+    let t = Datatype::of(datatype)?;
+    if status.is_null() {
+        return Err(Fail::new(ERR_ARG, format!("{name} of MPI_STATUS_IGNORE")));
+    }
+    // SAFETY: not null (checked): the caller's MPI_Status.
+    let bytes = unsafe { (*status).bytes() };
+    let (size, basic) = (t.size as u64, t.as_basic(1).map_or(0, |(b, _)| b.size as u64));
+    Ok(match size {
+        0 => Some(0),
+        _ if bytes.is_multiple_of(size) => Some(bytes / size * t.elements() as u64),
+        _ if basic > 0 && bytes.is_multiple_of(basic) => Some(bytes / basic),
+        _ => None,
+    })
+}
+
 /// `MPI_Sendrecv`'s exchange of bytes, either side of which may be `MPI_PROC_NULL`.
 fn sendrecv_bytes(
     c: &Comm,
@@ -1101,6 +1123,7 @@ macro_rules! mpi {
 }
 
 mod attr;
+mod count;
 mod dtype;
 mod errh;
 mod icoll;
@@ -1645,23 +1668,10 @@ mpi! {
     }
 
     fn MPI_Get_elements / PMPI_Get_elements(status: *const MpiStatus, datatype: c_int, count: *mut c_int) -> c_int {
-        let r = Datatype::of(datatype).and_then(|t| {
-            if status.is_null() {
-                return Err(Fail::new(ERR_ARG, "MPI_Get_elements of MPI_STATUS_IGNORE"));
-            }
-            // SAFETY: not null (checked): the caller's MPI_Status.
-            let bytes = unsafe { (*status).bytes() } as usize;
-            // Whole elements, then the basic elements of a part (of one basic type).
-            let basic = t.as_basic(1).map_or(0, |(b, _)| b.size);
-            let n = match t.size {
-                0 => 0,
-                size if bytes.is_multiple_of(size) => bytes / size * t.elements(),
-                _ if basic > 0 && bytes.is_multiple_of(basic) => bytes / basic,
-                _ => UNDEFINED as usize,
-            };
-            // SAFETY: MPI's contract: count points to an int.
-            unsafe { put(count, c_int::try_from(n).unwrap_or(UNDEFINED)) }
-        });
+        // SAFETY: MPI's contract: the caller's status (or null: an error) and count.
+        let r = unsafe { elements_in("MPI_Get_elements", status, datatype) }
+            // SAFETY: as above.
+            .and_then(|n| unsafe { put(count, n.and_then(|n| c_int::try_from(n).ok()).unwrap_or(UNDEFINED)) });
         finish("MPI_Get_elements", COMM_WORLD, r)
     }
 
