@@ -7,7 +7,6 @@
  * with MPICH's. */
 #include <mpi.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "say.h"
 

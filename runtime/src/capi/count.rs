@@ -33,12 +33,12 @@ unsafe fn set_elements(name: &str, status: *mut MpiStatus, datatype: c_int, coun
         let n = u64::try_from(count).map_err(|_| Fail::new(ERR_COUNT, format!("{name}: count {count}")))?;
         let per = t.elements() as u64;
         let basic = t.as_basic(1).map_or(0, |(b, _)| b.size as u64);
-        let bytes = match () {
-            _ if per > 0 && n.is_multiple_of(per) => n / per * t.size as u64,
-            _ if basic > 0 => n * basic,
-            _ => {
-                return Err(Fail::new(ERR_TYPE, format!("{name}: {count} elements are no whole number of {}", t.name)))
-            }
+        let bytes = if per > 0 && n.is_multiple_of(per) {
+            n / per * t.size as u64
+        } else if basic > 0 {
+            n * basic
+        } else {
+            return Err(Fail::new(ERR_TYPE, format!("{name}: {count} elements are no whole number of {}", t.name)));
         };
         // SAFETY: this function's contract.
         let st = unsafe { status_mut(name, status)? };

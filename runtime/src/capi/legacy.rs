@@ -11,26 +11,17 @@
 //!   `MPI_Errhandler_set`. The marker types `MPI_LB` and `MPI_UB` are not defined: a program
 //!   that uses them fails to compile rather than get other bounds than it asked for.
 //!
-//! Each is its successor under the old name (the same signature, or the successor's answer
-//! narrowed to the old one): it calls the successor's profiling name, so a tool that wraps
-//! the successor sees the call once, and an error is reported by the successor, under its
-//! name.
+//! Each is its successor under the old name: it calls the successor's profiling name (so a
+//! tool that wraps the successor sees the call once, and an error is reported by the
+//! successor, under its name); `MPI_Type_extent`, `_lb` and `_ub` read the datatype's bounds
+//! themselves and report under their own names.
 
 use std::ffi::{c_int, c_void};
 
 use super::attr::{CopyFn, DeleteFn};
 use super::errh::HandlerFn;
-use super::{finish, put, COMM_WORLD, MPI_SUCCESS};
-
-/// `MPI_Type_get_extent`'s two answers, or its error code.
-fn bounds(datatype: c_int) -> Result<(isize, isize), c_int> {
-    let (mut lb, mut extent) = (0, 0);
-    // SAFETY: both pointers are to locals.
-    match unsafe { super::dtype::PMPI_Type_get_extent(datatype, &mut lb, &mut extent) } {
-        MPI_SUCCESS => Ok((lb, extent)),
-        code => Err(code),
-    }
-}
+use super::types::Datatype;
+use super::{finish, put, COMM_WORLD};
 
 /// One of `datatype`'s bounds (`pick` of its lower bound and extent) into `out`, for the call
 /// `name`.
@@ -38,11 +29,12 @@ fn bounds(datatype: c_int) -> Result<(isize, isize), c_int> {
 /// # Safety
 /// `out` points to an `MPI_Aint` (MPI's contract).
 unsafe fn bound_into(name: &str, datatype: c_int, out: *mut isize, pick: fn(isize, isize) -> isize) -> c_int {
-    match bounds(datatype) {
+    let r = Datatype::of(datatype).and_then(|t| {
+        let (lb, extent) = t.bounds();
         // SAFETY: this function's contract.
-        Ok((lb, extent)) => finish(name, COMM_WORLD, unsafe { put(out, pick(lb, extent)) }),
-        Err(code) => code,
-    }
+        unsafe { put(out, pick(lb, extent)) }
+    });
+    finish(name, COMM_WORLD, r)
 }
 
 mpi! {

@@ -822,18 +822,26 @@ unsafe fn set_status(status: *mut MpiStatus, st: Status) {
     unsafe { set_status_raw(status, MpiStatus::of(st)) }
 }
 
+/// Datatype `datatype` and the bytes of the message `status` tells of, for the call `name`
+/// (`MPI_ERR_ARG` for `MPI_STATUS_IGNORE`).
+///
+/// # Safety
+/// `status` is null (an error) or the caller's `MPI_Status`.
+unsafe fn typed_bytes(name: &str, status: *const MpiStatus, datatype: c_int) -> Res<(Datatype, u64)> {
+    let t = Datatype::of(datatype)?;
+    // SAFETY: this function's contract: null or the caller's MPI_Status.
+    let st = unsafe { status.as_ref() }.ok_or_else(|| Fail::new(ERR_ARG, format!("{name} of MPI_STATUS_IGNORE")))?;
+    Ok((t, st.bytes()))
+}
+
 /// The elements of `datatype` in the message `status` tells of (`MPI_UNDEFINED` if not a
 /// whole number of them), into `count`.
 ///
 /// # Safety
 /// `status` is null (an error) or the caller's status; `count` points to an int.
 unsafe fn count_in(name: &str, status: *const MpiStatus, datatype: c_int, count: *mut c_int) -> c_int {
-    let r = Datatype::of(datatype).and_then(|t| {
-        if status.is_null() {
-            return Err(Fail::new(ERR_ARG, format!("{name} of MPI_STATUS_IGNORE")));
-        }
-        // SAFETY: not null (checked): the caller's MPI_Status.
-        let bytes = unsafe { (*status).bytes() };
+    // SAFETY: this function's contract.
+    let r = unsafe { typed_bytes(name, status, datatype) }.and_then(|(t, bytes)| {
         let n = match t.size as u64 {
             0 => 0,
             size if bytes % size == 0 => c_int::try_from(bytes / size).unwrap_or(UNDEFINED),
@@ -852,12 +860,8 @@ unsafe fn count_in(name: &str, status: *const MpiStatus, datatype: c_int, count:
 /// # Safety
 /// `status` is null (an error) or the caller's `MPI_Status`.
 unsafe fn elements_in(name: &str, status: *const MpiStatus, datatype: c_int) -> Res<Option<u64>> {
-    let t = Datatype::of(datatype)?;
-    if status.is_null() {
-        return Err(Fail::new(ERR_ARG, format!("{name} of MPI_STATUS_IGNORE")));
-    }
-    // SAFETY: not null (checked): the caller's MPI_Status.
-    let bytes = unsafe { (*status).bytes() };
+    // SAFETY: this function's contract.
+    let (t, bytes) = unsafe { typed_bytes(name, status, datatype)? };
     let (size, basic) = (t.size as u64, t.as_basic(1).map_or(0, |(b, _)| b.size as u64));
     Ok(match size {
         0 => Some(0),

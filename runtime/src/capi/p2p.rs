@@ -766,7 +766,16 @@ fn peek(name: &str, h: c_int) -> Res<Option<Result<MpiStatus, crate::Error>>> {
         return Ok(Some(Ok(empty())));
     }
     let mark = |r: Option<Result<crate::Status, crate::Error>>, cancelled: bool| {
-        r.map(|r| r.map(|st| MpiStatus { count_hi: if cancelled { CANCELLED } else { 0 }, ..MpiStatus::of(st) }))
+        r.map(|r| {
+            r.map(|st| {
+                let st = MpiStatus::of(st);
+                if cancelled {
+                    MpiStatus { count_hi: st.count_hi | CANCELLED, ..st }
+                } else {
+                    st
+                }
+            })
+        })
     };
     if let Some(i) = named_index(h) {
         return with_state(name, |s| {
