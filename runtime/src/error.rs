@@ -94,6 +94,10 @@ pub enum Error {
     /// Grid extents that do not fit: a dimension of no points, a number of ranks that the
     /// given extents do not divide.
     Dims(String),
+    /// The operation was cancelled ([`crate::Request::cancel`], `MPI_Cancel`) before anything
+    /// matched it: no byte of it was sent or received. Not a failure in MPI's terms (the C
+    /// ABI reports it as a status `MPI_Test_cancelled` recognises).
+    Cancelled,
     /// Anything else.
     Other(String),
 }
@@ -114,7 +118,7 @@ impl Error {
             Error::RmaRange { .. } => ErrorClass::RmaRange,
             Error::Arg(_) => ErrorClass::Arg,
             Error::Dims(_) => ErrorClass::Dims,
-            Error::Other(_) => ErrorClass::Other,
+            Error::Cancelled | Error::Other(_) => ErrorClass::Other,
         }
     }
 }
@@ -144,6 +148,7 @@ impl fmt::Display for Error {
             ),
             Error::Arg(m) => write!(f, "invalid argument: {m}"),
             Error::Dims(m) => write!(f, "invalid dimensions: {m}"),
+            Error::Cancelled => f.write_str("the operation was cancelled before anything matched it"),
             Error::Other(m) => f.write_str(m),
         }
     }

@@ -641,6 +641,12 @@ impl Runtime {
         }
     }
 
+    /// Asks to cancel request `id` (see [`Engine::cancel`]); a recall leaves at once.
+    pub(crate) fn cancel(&mut self, id: ReqId) {
+        self.engine.cancel(id);
+        self.flush();
+    }
+
     /// Fails request `id` and retires it (its buffer goes back to the caller); see
     /// [`Runtime::fail_in_flight`].
     fn fail(&mut self, id: ReqId, err: Error) -> Error {

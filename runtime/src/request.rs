@@ -200,12 +200,16 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// Cancels a receive no message has matched yet (`MPI_Cancel`): it completes, empty.
-    /// Whether it was cancelled (a send, or a receive matched already, goes on).
-    pub fn cancel(&self) -> bool {
-        match &self.state {
-            Live::InFlight { rt, id } => rt.borrow_mut().engine.cancel_recv(*id),
-            Live::Done(_) => false,
+    /// Asks to cancel the operation (`MPI_Cancel`): one that nothing has matched yet then
+    /// completes with [`Error::Cancelled`] (no byte of it moved); one already matched, or
+    /// past recalling, completes as usual. A receive not yet matched, or a large send to
+    /// this rank, is cancelled at once; a rendezvous send (a synchronous one, or one above
+    /// the eager size) once its receiver drops the announcement, which it does whenever it
+    /// makes progress; an eager send is not cancelled (its message may be queued at the
+    /// receiver already). Waiting for the request is still needed, and always ends.
+    pub fn cancel(&self) {
+        if let Live::InFlight { rt, id } = &self.state {
+            rt.borrow_mut().cancel(*id);
         }
     }
 

@@ -100,8 +100,6 @@ fn world_runtime(comms: &[Option<super::CommEntry>]) -> &std::sync::Arc<crate::p
 #[derive(Debug)]
 pub(super) struct CReq {
     comm: c_int,
-    /// `MPI_Cancel` cancelled it: its status says so.
-    cancelled: bool,
     /// `None`: a persistent request not started.
     op: Option<Op>,
     /// A persistent request's operation (boxed, as [`Op::Coll`]).
@@ -114,8 +112,6 @@ pub(super) struct CReq {
 pub(super) struct Named {
     id: ReqId,
     comm: c_int,
-    /// `MPI_Cancel` cancelled it.
-    cancelled: bool,
 }
 
 /// The handle of engine request `id`, started on `comm`, its entry made; `None` if its
@@ -124,7 +120,7 @@ pub(super) struct Named {
 fn name_request(s: &mut super::State, id: ReqId, comm: c_int) -> Option<c_int> {
     let i = id.index();
     let h = -1 - c_int::try_from(i).ok()?;
-    let n = Named { id, comm, cancelled: false };
+    let n = Named { id, comm };
     match s.named.get_mut(i) {
         Some(slot) => *slot = Some(n),
         None => grow(&mut s.named, i, n),
@@ -339,7 +335,7 @@ unsafe fn new_request(name: &str, req: CReq, out: *mut c_int) -> Res {
 /// # Safety
 /// `out` points to an `MPI_Request`.
 pub(super) unsafe fn done_request(name: &str, out: *mut c_int) -> Res {
-    let req = CReq { comm: COMM_WORLD, cancelled: false, op: Some(Op::Done(empty())), persistent: None };
+    let req = CReq { comm: COMM_WORLD, op: Some(Op::Done(empty())), persistent: None };
     // SAFETY: this function's contract.
     unsafe { new_request(name, req, out) }
 }
@@ -357,13 +353,7 @@ pub(super) unsafe fn new_coll_request(
     out: *mut c_int,
 ) -> Res {
     // SAFETY: this function's contract.
-    unsafe {
-        new_request(
-            name,
-            CReq { comm, cancelled: false, op: Some(Op::Coll(Box::new((req, keep)))), persistent: None },
-            out,
-        )
-    }
+    unsafe { new_request(name, CReq { comm, op: Some(Op::Coll(Box::new((req, keep)))), persistent: None }, out) }
 }
 
 /// Starts `call` as a new request in `*request`.
@@ -391,7 +381,7 @@ unsafe fn immediate_general(name: &str, call: Call, request: *mut c_int) -> c_in
         if request.is_null() {
             return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
         }
-        let entry = |op| CReq { comm: call.comm, cancelled: false, op: Some(op), persistent: None };
+        let entry = |op| CReq { comm: call.comm, op: Some(op), persistent: None };
         let h = if call.send == Some(Mode::Buffered) {
             // SAFETY: this function's contract.
             let op = unsafe { start(name, &call)? };
@@ -461,7 +451,7 @@ unsafe fn quick(call: &Call, request: *mut c_int) -> Option<Result<(), crate::Er
                 Raw::Done(_) => None,
             };
             named.unwrap_or_else(|| {
-                let entry = CReq { comm: call.comm, cancelled: false, op: Some(Op::Raw(raw)), persistent: None };
+                let entry = CReq { comm: call.comm, op: Some(Op::Raw(raw)), persistent: None };
                 s.requests.insert(entry) as c_int + 1
             })
         }
@@ -506,9 +496,7 @@ unsafe fn persistent(name: &str, call: Call, request: *mut c_int) -> c_int {
         count_of(call.count)?;
         let kept = Box::new(Kept::new(call)?);
         // SAFETY: this function's contract.
-        unsafe {
-            new_request(name, CReq { comm: call.comm, cancelled: false, op: None, persistent: Some(kept) }, request)
-        }
+        unsafe { new_request(name, CReq { comm: call.comm, op: None, persistent: Some(kept) }, request) }
     })();
     finish(name, call.comm, r)
 }
@@ -564,8 +552,6 @@ struct Taken {
     comm: c_int,
     /// Whether the request left the table (a request waited for that is not persistent).
     gone: bool,
-    /// Whether `MPI_Cancel` cancelled it (known here only for a request waited for).
-    cancelled: bool,
 }
 
 /// Request `h`'s operation, taken out of the table to be tested or (with `wait`) waited
@@ -583,29 +569,22 @@ fn take_op(name: &str, h: c_int, wait: bool) -> Res<Option<Taken>> {
                 s.named[i] = None;
             }
             let op = Op::Live(Raw::InFlight(n.id).into_request(world_runtime(&s.comms)));
-            Ok(Some(Taken { op: Some(op), comm: n.comm, gone: wait, cancelled: wait && n.cancelled }))
+            Ok(Some(Taken { op: Some(op), comm: n.comm, gone: wait }))
         })?;
     }
     let k = key(name, h)?;
     with_state(name, |s| {
         if h == SENT {
-            return Ok(Some(Taken {
-                op: Some(Op::Done(MpiStatus::of(sent_status(s)))),
-                comm: COMM_WORLD,
-                gone: true,
-                cancelled: false,
-            }));
+            return Ok(Some(Taken { op: Some(Op::Done(MpiStatus::of(sent_status(s)))), comm: COMM_WORLD, gone: true }));
         }
         let Some(r) = s.requests.get_mut(k) else {
             return Err(not_a_request(name, h));
         };
-        let mut taken = if !wait {
-            Taken { op: r.op.take(), comm: r.comm, gone: false, cancelled: false }
-        } else if r.persistent.is_some() {
-            Taken { op: r.op.take(), comm: r.comm, gone: false, cancelled: std::mem::take(&mut r.cancelled) }
+        let mut taken = if !wait || r.persistent.is_some() {
+            Taken { op: r.op.take(), comm: r.comm, gone: false }
         } else {
             let r = s.requests.remove(k);
-            Taken { op: r.op, comm: r.comm, gone: true, cancelled: r.cancelled }
+            Taken { op: r.op, comm: r.comm, gone: true }
         };
         taken.op = taken.op.map(|op| op.live(&s.comms));
         Ok(Some(taken))
@@ -631,7 +610,7 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
     }
     // SAFETY: not null (checked): the caller's MPI_Request.
     let handle = unsafe { *h };
-    let Some(Taken { op, comm, gone, cancelled }) = take_op(name, handle, wait)? else {
+    let Some(Taken { op, comm, gone }) = take_op(name, handle, wait)? else {
         return Ok(Outcome::Complete(empty(), None));
     };
     let result = match op {
@@ -673,20 +652,20 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
         }
     };
     // A request tested complete leaves the table now (or, persistent, goes inactive).
-    let (persistent, cancelled) = if wait || gone {
-        (!gone, cancelled)
+    let persistent = if wait || gone {
+        !gone
     } else {
         with_state(name, |s| {
             if let Some(i) = named_index(handle) {
-                return (false, s.named[i].take().is_some_and(|n| n.cancelled));
+                s.named[i] = None;
+                return false;
             }
             let k = handle as usize - 1;
-            let r = &mut s.requests[k];
-            let (p, c) = (r.persistent.is_some(), std::mem::take(&mut r.cancelled));
+            let p = s.requests[k].persistent.is_some();
             if !p {
                 s.requests.remove(k);
             }
-            (p, c)
+            p
         })?
     };
     if !persistent {
@@ -694,19 +673,22 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
         unsafe { *h = REQUEST_NULL };
     }
     Ok(match result {
-        Ok(st) if cancelled => Outcome::Complete(MpiStatus { count_hi: CANCELLED, ..st }, None),
         Ok(st) => Outcome::Complete(st, None),
         Err(e) => {
             let (st, fail) = failed_status(e);
-            Outcome::Complete(st, Some((fail, comm)))
+            Outcome::Complete(st, fail.map(|f| (f, comm)))
         }
     })
 }
 
-/// The status of a request that failed with `e`, and the failure.
-fn failed_status(e: crate::Error) -> (MpiStatus, Fail) {
+/// The status of a request that ended with `e`, and its failure: none for a request
+/// cancelled (`MPI_Cancel`), whose status says so instead (`MPI_Test_cancelled`).
+fn failed_status(e: crate::Error) -> (MpiStatus, Option<Fail>) {
+    if e == crate::Error::Cancelled {
+        return (MpiStatus { count_hi: CANCELLED, ..empty() }, None);
+    }
     let fail = Fail::from(e);
-    (MpiStatus { error: fail.class, ..empty() }, fail)
+    (MpiStatus { error: fail.class, ..empty() }, Some(fail))
 }
 
 /// Writes status `st` to `statuses[i]` unless `MPI_STATUSES_IGNORE`.
@@ -765,23 +747,11 @@ fn peek(name: &str, h: c_int) -> Res<Option<Result<MpiStatus, crate::Error>>> {
     if h == REQUEST_NULL || h == SENT {
         return Ok(Some(Ok(empty())));
     }
-    let mark = |r: Option<Result<crate::Status, crate::Error>>, cancelled: bool| {
-        r.map(|r| {
-            r.map(|st| {
-                let st = MpiStatus::of(st);
-                if cancelled {
-                    MpiStatus { count_hi: st.count_hi | CANCELLED, ..st }
-                } else {
-                    st
-                }
-            })
-        })
-    };
+    let of = |r: Option<Result<crate::Status, crate::Error>>| r.map(|r| r.map(MpiStatus::of));
     if let Some(i) = named_index(h) {
         return with_state(name, |s| {
-            let n = named_entry(name, s, i, h)?;
-            let (id, cancelled) = (n.id, n.cancelled);
-            Ok(mark(Raw::InFlight(id).status(world_runtime(&s.comms)), cancelled))
+            let id = named_entry(name, s, i, h)?.id;
+            Ok(of(Raw::InFlight(id).status(world_runtime(&s.comms))))
         })?;
     }
     let k = key(name, h)?;
@@ -790,8 +760,8 @@ fn peek(name: &str, h: c_int) -> Res<Option<Result<MpiStatus, crate::Error>>> {
         Ok(match &r.op {
             None => Some(Ok(empty())),
             Some(Op::Done(st)) => Some(Ok(*st)),
-            Some(Op::Raw(req)) => mark(req.status(world_runtime(&s.comms)), r.cancelled),
-            Some(Op::Live(req)) => mark(req.status(), r.cancelled),
+            Some(Op::Raw(req)) => of(req.status(world_runtime(&s.comms))),
+            Some(Op::Live(req)) => of(req.status()),
             // A collective's failure is reported by the call that completes it.
             Some(Op::Coll(coll)) => coll.0.is_complete().then(|| Ok(empty())),
         })
@@ -871,7 +841,7 @@ fn in_status(name: &str, first: Option<(Fail, c_int)>) -> Option<(Fail, c_int)> 
 }
 
 /// [`settle_all`] of requests that are all plain point-to-point operations in flight (not
-/// persistent, not cancelled), the path of every window of small messages: they leave the
+/// persistent), the path of every window of small messages: they leave the
 /// table in one borrow of the state, and are waited for under one lock of the runtime
 /// ([`wait_raw_each`]). `None`, with nothing done, if any request is of another kind.
 /// The first failure comes back with its communicator.
@@ -886,10 +856,10 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
                 return true;
             }
             if let Some(i) = named_index(h) {
-                return s.named.get(i).is_some_and(|n| n.is_some_and(|n| !n.cancelled));
+                return s.named.get(i).is_some_and(|n| n.is_some());
             }
             let r = slot(h).and_then(|k| s.requests.get(k));
-            r.is_some_and(|r| r.persistent.is_none() && !r.cancelled && matches!(r.op, Some(Op::Raw(_) | Op::Live(_))))
+            r.is_some_and(|r| r.persistent.is_none() && matches!(r.op, Some(Op::Raw(_) | Op::Live(_))))
         };
         if !hs.iter().all(|&h| plain(h)) {
             return None;
@@ -951,7 +921,9 @@ unsafe fn settle_plain(name: &str, hs: &mut [c_int], statuses: *mut MpiStatus) -
             Ok(st) => Some(MpiStatus::of(st)),
             Err(e) => {
                 let (st, fail) = failed_status(e);
-                first.get_or_insert((fail, comm.get()));
+                if let Some(fail) = fail {
+                    first.get_or_insert((fail, comm.get()));
+                }
                 Some(st)
             }
         };
@@ -1284,7 +1256,7 @@ mpi! {
                 Some(Ok(st)) => (Some(st), None),
                 Some(Err(e)) => {
                     let (st, fail) = failed_status(e);
-                    (Some(st), Some(fail))
+                    (Some(st), fail)
                 }
             };
             if let Some(st) = st {
@@ -1628,7 +1600,7 @@ mpi! {
                 // SAFETY: MPI's contract: buf holds count elements until the request completes.
                 Some(m) => Op::Live(unsafe { receive(Source::Matched(m), buf, n, &ty)? }),
             };
-            let req = CReq { comm: COMM_WORLD, cancelled: false, op: Some(op), persistent: None };
+            let req = CReq { comm: COMM_WORLD, op: Some(op), persistent: None };
             // SAFETY: MPI's contract: request points to an MPI_Request.
             unsafe { new_request("MPI_Imrecv", req, request) }
         })();
@@ -1649,19 +1621,19 @@ mpi! {
             if let Some(i) = named_index(h) {
                 return with_state("MPI_Cancel", |s| {
                     let rt = world_runtime(&s.comms).clone();
-                    let n = named_entry("MPI_Cancel", s, i, h)?;
-                    n.cancelled |= Raw::InFlight(n.id).into_request(&rt).cancel();
+                    let id = named_entry("MPI_Cancel", s, i, h)?.id;
+                    Raw::InFlight(id).into_request(&rt).cancel();
                     Ok(())
                 })?;
             }
             let k = key("MPI_Cancel", h)?;
             with_state("MPI_Cancel", |s| {
                 let r = s.requests.get_mut(k).ok_or_else(|| not_a_request("MPI_Cancel", h))?;
-                // A receive no message matched yet is cancelled; anything else goes on (MPI
-                // lets a send, or a matched receive, complete instead).
+                // What nothing matched yet is cancelled; anything else goes on (MPI lets a
+                // request complete instead), and its status tells which.
                 r.op = r.op.take().map(|op| op.live(&s.comms));
                 if let Some(Op::Live(req)) = &r.op {
-                    r.cancelled |= req.cancel();
+                    req.cancel();
                 }
                 Ok(())
             })?

@@ -140,6 +140,20 @@ impl<T> Queues<T> {
         taken.expect("slot from find").1
     }
 
+    /// Removes the oldest entry of its queue for which `hit` holds, in whichever context and
+    /// source queue it is (a full scan: the cancel path).
+    pub(super) fn remove_where(&mut self, hit: impl Fn(&T) -> bool) -> Option<T> {
+        for (_, by) in &mut self.ctxs {
+            for q in std::iter::once(&mut by.any).chain(by.by_src.iter_mut().map(|(_, q)| q)) {
+                if let Some(at) = q.iter().position(|(_, t)| hit(t)) {
+                    self.len -= 1;
+                    return q.remove(at).map(|(_, t)| t);
+                }
+            }
+        }
+        None
+    }
+
     /// Keeps only the entries for which `keep` holds (the error paths; a full scan).
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
         let mut len = 0;

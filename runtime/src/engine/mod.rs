@@ -24,6 +24,9 @@
 //!   A rendezvous send is done on the receiver's `Fin`, sent once every byte is in, or, when
 //!   it streamed the whole message, once the transport has taken its last frame (every byte
 //!   has then left the buffer; the `Fin` that follows is dropped).
+//! - A request completes cancelled ([`Engine::cancel`]) only if nothing matched it: no byte
+//!   of it moved, and its message is in no queue (a recalled `Rts` is dropped by its
+//!   receiver before the `Fin` that says so leaves).
 //! - A failed request ([`Engine::fail`]) leaves nothing behind: no frame of it is left in the
 //!   outbox, no single-copy transfer of it in the actions, no message of it to be matched.
 
@@ -40,7 +43,7 @@ use crate::error::Error;
 use crate::status::Status;
 pub(crate) use request::{ReqId, Staging};
 use request::{Requests, State};
-use wire::{Envelope, Frame, HeaderBytes, FLAG_TRUNCATED};
+use wire::{Envelope, Frame, HeaderBytes, FLAG_CANCELLED, FLAG_TRUNCATED};
 
 /// How an operation started: done at once (nothing in flight, no request), or as a request
 /// in the engine.
@@ -306,13 +309,13 @@ impl Engine {
         Status { source: self.me, tag: 0, bytes: 0 }
     }
 
-    /// Completes rendezvous send `id` to `peer`, concealing its buffer if it was exposed
-    /// under `key`.
-    fn finish_rndv_send(&mut self, id: ReqId, peer: usize, key: Option<u64>) {
+    /// Completes rendezvous send `id` to `peer` with `result`, concealing its buffer if it
+    /// was exposed under `key`.
+    fn finish_rndv_send(&mut self, id: ReqId, peer: usize, key: Option<u64>, result: Result<Status, Error>) {
         if let Some(key) = key {
             self.actions.push(Action::Conceal { peer, key });
         }
-        self.reqs.complete(id, self.sent());
+        self.reqs.complete(id, result);
     }
 
     /// Starts sending `buf` to world rank `peer` as `(ctx, src, tag)`.
@@ -496,21 +499,41 @@ impl Engine {
         Some(self.receive_unexpected(u, peer, buf, now))
     }
 
-    /// Cancels receive `id` if no message has matched it yet (`MPI_Cancel`): it leaves the
-    /// posted queue and completes, empty. Whether it was cancelled.
-    pub(crate) fn cancel_recv(&mut self, id: ReqId) -> bool {
-        if !matches!(self.reqs.get(id), Some(State::RecvPosted { .. })) {
-            return false;
+    /// Withdraws request `id` if nothing has matched it yet (`MPI_Cancel`); it then completes
+    /// with [`Error::Cancelled`]. A posted receive leaves the posted queue, and a large send
+    /// to self the unexpected queue, at once. A rendezvous send recalls its `Rts`: it
+    /// completes cancelled when the receiver answers that it dropped it, or as usual if a
+    /// receive matched it first. Anything else goes on, as MPI allows: a matched receive, an
+    /// eager send (its message may be in the receiver's queue already, and its frame names
+    /// no request to recall).
+    pub(crate) fn cancel(&mut self, id: ReqId) {
+        let withdrawn = match self.reqs.get(id) {
+            Some(State::RecvPosted { .. }) => self.posted.remove_where(|p| p.req == id).is_some(),
+            // Not in the queue: a matching probe took it (`MPI_Mprobe`), and it goes on.
+            Some(State::SendSelf { .. }) => {
+                self.unexpected.remove_where(|u| matches!(u.body, Body::SelfSend(s) if s == id)).is_some()
+            }
+            Some(&State::SendRndv { peer, .. }) => {
+                self.push_owned(peer, Frame::Recall { sreq: id.to_wire() }, RawBuf::EMPTY, id, false);
+                false
+            }
+            _ => false,
+        };
+        if withdrawn {
+            self.reqs.complete(id, Err(Error::Cancelled));
         }
-        let mut found = false;
-        self.posted.retain(|p| {
-            found |= p.req == id;
-            p.req != id
-        });
-        if found {
-            self.reqs.complete(id, Ok(Status { source: 0, tag: 0, bytes: 0 }));
+    }
+
+    /// `peer` recalls its rendezvous send `sreq`: dropped, with a `Fin` that says so, if its
+    /// `Rts` still waits unmatched; else nothing (the transfer ends as usual).
+    fn recall(&mut self, peer: usize, sreq: u64) {
+        let theirs =
+            |u: &Unexpected| matches!(u.body, Body::Rts { peer: p, offer, .. } if p == peer && offer.sreq == sreq);
+        let Some(u) = self.unexpected.remove_where(theirs) else { return };
+        if let Body::Rts { head, .. } = u.body {
+            self.pool.give_back(head);
         }
-        found
+        self.push(peer, Frame::Fin { sreq, flags: FLAG_CANCELLED }, RawBuf::EMPTY, None);
     }
 
     /// The status of the oldest unexpected message that fits the selector (`MPI_Iprobe`).
@@ -679,7 +702,7 @@ impl Engine {
             Some(State::SendEager { .. }) => self.reqs.complete(id, self.sent()),
             Some(&State::SendRndv { peer, key, .. }) => {
                 self.streamed.insert(id.to_wire());
-                self.finish_rndv_send(id, peer, key);
+                self.finish_rndv_send(id, peer, key, self.sent());
             }
             _ => {}
         }
@@ -773,10 +796,14 @@ impl Engine {
             | Frame::Cas { .. }
             | Frame::Reply { .. }
             | Frame::Ctl { .. } => return self.on_rma_frame(peer, f, payload),
-            Frame::Fin { sreq, .. } => {
+            Frame::Recall { sreq } => self.recall(peer, sreq),
+            Frame::Fin { sreq, flags } => {
                 let sid = ReqId::from_wire(sreq);
                 match self.reqs.get(sid) {
-                    Some(&State::SendRndv { key, .. }) => self.finish_rndv_send(sid, peer, key),
+                    Some(&State::SendRndv { key, .. }) => {
+                        let result = if flags & FLAG_CANCELLED != 0 { Err(Error::Cancelled) } else { self.sent() };
+                        self.finish_rndv_send(sid, peer, key, result)
+                    }
                     _ if self.streamed.remove(&sreq) => {}
                     _ => return Err(proto_err(peer, "FIN for no pending send")),
                 }

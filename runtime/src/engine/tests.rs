@@ -852,3 +852,129 @@ fn a_synchronous_send_ends_only_once_a_receive_matched_it() {
     e.take(s2).unwrap().unwrap();
     assert_eq!(e.live_requests(), 0);
 }
+
+#[test]
+fn a_cancelled_send_is_withdrawn_only_while_nothing_matched_it() {
+    // Streamed, with heads, and read by key (the cancelled send's key is concealed).
+    for variant in 0..3 {
+        let mut net = Net::new(2, 64, 100, 2);
+        if variant == 1 {
+            net = net.with_heads();
+        }
+        if variant == 2 {
+            for l in net.engines.iter_mut().flat_map(|e| e.limits.iter_mut()) {
+                *l = PeerLimits { bulk_read: true, expose: true, ..*l };
+            }
+        }
+        let msgs: Vec<Vec<u8>> = [10usize, 1000, 1000, 10, 500].iter().enumerate().map(|(i, &n)| data(i, n)).collect();
+        let e0 = &mut net.engines[0];
+        // Tag 0: synchronous; 1, 2: rendezvous; 3: eager; 4: cancelled before its `Rts` left.
+        let mut sends = vec![e0.issend(0, 0, 0, 1, rb(&msgs[0]))];
+        sends.extend((1..5).map(|t| e0.isend(0, 0, t as i32, 1, rb(&msgs[t]))));
+        net.engines[0].cancel(sends[4]);
+        for _ in 0..20 {
+            net.step(3);
+            net.run_actions(false);
+        }
+        for &t in &[0, 1, 3] {
+            net.engines[0].cancel(sends[t]);
+        }
+        let ended = [0, 1, 3, 4];
+        net.run_until(|n| ended.iter().all(|&t| n.engines[0].is_done(sends[t])));
+        assert!(!net.engines[0].is_done(sends[2]), "variant {variant}: a send nobody received ended");
+        let results: Vec<_> = ended.iter().map(|&t| net.engines[0].take(sends[t]).unwrap()).collect();
+        // The eager one had left whole: it is sent, not cancelled.
+        assert_eq!(results[2], Ok(net.engines[0].sent_status()), "variant {variant}");
+        for t in [0, 1, 3] {
+            assert_eq!(results[t], Err(Error::Cancelled), "variant {variant}: tag {}", ended[t]);
+        }
+        // What is left to receive: tags 2 and 3, nothing of the others.
+        let mut bufs = [vec![0u8; 1000], vec![0u8; 1000]];
+        let [b2, b3] = &mut bufs;
+        let r2 = net.engines[1].irecv(0, Some(0), None, Some(0), rbm(b2));
+        let r3 = net.engines[1].irecv(0, Some(0), None, Some(0), rbm(b3));
+        for _ in 0..100_000 {
+            if net.engines[1].is_done(r2) && net.engines[1].is_done(r3) {
+                break;
+            }
+            assert!(net.step(3) | net.run_actions(false), "variant {variant}: stuck");
+        }
+        net.run_until(|n| n.engines[0].is_done(sends[2]));
+        net.engines[0].take(sends[2]).unwrap().unwrap();
+        let st2 = net.engines[1].take(r2).unwrap().unwrap();
+        let st3 = net.engines[1].take(r3).unwrap().unwrap();
+        assert_eq!((st2.tag, st2.bytes, st3.tag, st3.bytes), (2, 1000, 3, 10));
+        assert_eq!((&bufs[0][..], &bufs[1][..10]), (&msgs[2][..], &msgs[3][..]));
+        assert_eq!(net.engines[1].probe(0, None, None), None, "variant {variant}: a cancelled message is left");
+        net.run_until(|n| n.engines.iter().all(|e| e.outbox.is_empty()));
+        net.run_actions(false);
+        assert!(net.keys[0].is_empty(), "variant {variant}: a key left exposed");
+        assert_eq!(net.engines[0].live_requests() + net.engines[1].live_requests(), 0);
+    }
+}
+
+#[test]
+fn a_recall_that_comes_after_the_match_is_ignored() {
+    let mut net = Net::new(2, 64, 100, 2);
+    let m = data(5, 1000);
+    let s = net.engines[0].issend(0, 0, 0, 1, rb(&m));
+    net.run_until(|n| n.engines[1].probe(0, None, None).is_some());
+    // The recall is on its way while the receive matches the message.
+    net.engines[0].cancel(s);
+    let mut buf = vec![0u8; 1000];
+    let r = net.engines[1].irecv(0, Some(0), Some(0), Some(0), rbm(&mut buf));
+    net.run_until(|n| n.engines[0].is_done(s) && n.engines[1].is_done(r));
+    assert!(net.engines[0].take(s).unwrap().is_ok(), "matched first: sent, not cancelled");
+    assert_eq!(net.engines[1].take(r).unwrap().unwrap().bytes, 1000);
+    assert_eq!(buf, m);
+    // A message taken by a matching probe is matched too.
+    let s = net.engines[0].issend(0, 0, 1, 1, rb(&m));
+    net.run_until(|n| n.engines[1].probe(0, None, None).is_some());
+    let (key, _) = net.engines[1].take_matching(0, Some(0), None).unwrap();
+    net.engines[0].cancel(s);
+    for _ in 0..10 {
+        net.step(3);
+    }
+    assert!(!net.engines[0].is_done(s), "a probed message is not withdrawn");
+    let mut buf = vec![0u8; 1000];
+    let Some(Started::Req(r)) = net.engines[1].receive_matched(key, Some(0), rbm(&mut buf), false) else {
+        panic!("the probed message is there")
+    };
+    net.run_until(|n| n.engines[0].is_done(s) && n.engines[1].is_done(r));
+    assert!(net.engines[0].take(s).unwrap().is_ok());
+    assert_eq!(buf, m);
+}
+
+#[test]
+fn cancelled_receives_and_sends_to_self_complete_at_once() {
+    let lim = PeerLimits {
+        max_payload: 100,
+        eager: 64,
+        bulk_read: false,
+        expose: false,
+        bulk_write: false,
+        split_min: usize::MAX,
+        head: 0,
+    };
+    let mut e = Engine::new(0, vec![lim]);
+    let mut b = vec![0u8; 5];
+    let r = e.irecv(0, Some(0), Some(3), Some(0), rbm(&mut b));
+    e.cancel(r);
+    assert_eq!(e.take(r), Some(Err(Error::Cancelled)));
+    let m = data(9, 5);
+    let s = e.issend(0, 0, 3, 0, rb(&m));
+    e.cancel(s);
+    assert_eq!(e.take(s), Some(Err(Error::Cancelled)));
+    assert_eq!(e.probe(0, None, None), None, "the cancelled message is gone");
+    // A receive then waits for the next message, which it gets whole; cancelling a
+    // completed request changes nothing.
+    let r = e.irecv(0, Some(0), Some(3), Some(0), rbm(&mut b));
+    let s = e.isend(0, 0, 3, 0, rb(&m));
+    e.cancel(r);
+    e.cancel(s);
+    assert_eq!(e.take(r).unwrap().unwrap().bytes, 5);
+    e.take(s).unwrap().unwrap();
+    assert_eq!(b, m);
+    assert!(e.outbox.is_empty());
+    assert_eq!(e.live_requests(), 0);
+}

@@ -19,6 +19,7 @@
 //! | Cas     | 32    | pad u8, dtype u8, pad u32, win u64, disp u64, oreq u64       |
 //! | Reply   | 24    | flags u8, pad u8 + u32, oreq u64, off u64                    |
 //! | Ctl     | 16    | what u8, pad u8 + u32, win u64                               |
+//! | Recall  | 16    | pad u16 + u32, sreq u64                                      |
 //!
 //! Rendezvous: the sender announces a large message with `Rts`. Where the path allows
 //! single-copy reads, the `Rts` carries the sender's buffer address (and the key that opens
@@ -27,7 +28,10 @@
 //! reads the bytes itself, or asks with `Cts` for a byte range (those after the `Rts`'s), to
 //! be streamed as `Data` frames or (when `raddr` is set) written straight into its memory
 //! and then confirmed by `Written`. When all bytes are in, the receiver sends `Fin`: only
-//! then may the sender reuse its buffer.
+//! then may the sender reuse its buffer. A sender that cancels its send (`MPI_Cancel`) sends
+//! `Recall`: a receiver still holding the `Rts` unmatched drops it and answers with `Fin`
+//! flagged `FLAG_CANCELLED`; one that matched it already ignores the `Recall`, and the
+//! transfer ends as usual. (Frames of one peer arrive in order, so the `Rts` is there first.)
 
 //!
 //! One-sided operations are active messages its target's engine serves (every transport
@@ -40,11 +44,13 @@
 //! the synchronisation (locks, flushes, post/complete) and its acknowledgements.
 
 /// Version of this format; a frame of another version is rejected.
-pub(crate) const WIRE_VERSION: u8 = 4;
+pub(crate) const WIRE_VERSION: u8 = 5;
 /// Bytes of the longest header.
 pub(crate) const MAX_HEADER: usize = 48;
 /// On `Fin`: the receiver matched the message but it did not fit (the receive failed).
 pub(crate) const FLAG_TRUNCATED: u8 = 1;
+/// On `Fin`: the receiver dropped the unmatched message its sender recalled.
+pub(crate) const FLAG_CANCELLED: u8 = 2;
 
 const EAGER: u8 = 1;
 const RTS: u8 = 2;
@@ -58,6 +64,7 @@ const FETCH: u8 = 9;
 const CAS: u8 = 10;
 const REPLY: u8 = 11;
 const CTL: u8 = 12;
+const RECALL: u8 = 13;
 
 /// Matching information of a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +102,8 @@ pub(crate) enum Frame {
     Reply { oreq: u64, off: u64, flags: u8 },
     /// Synchronisation of window `win` (see `engine::rma::ctl`).
     Ctl { win: u64, what: u8 },
+    /// The sender cancels rendezvous send `sreq`: drop its `Rts` if no receive matched it.
+    Recall { sreq: u64 },
 }
 
 /// Why a frame was rejected.
@@ -188,7 +197,7 @@ impl Reader<'_> {
 
 fn header_len(kind: u8) -> Option<usize> {
     Some(match kind {
-        EAGER | FIN | CTL => 16,
+        EAGER | FIN | CTL | RECALL => 16,
         DATA | WRITTEN | PUT | REPLY => 24,
         CAS => 32,
         GET | FETCH => 40,
@@ -239,6 +248,7 @@ impl Frame {
             }
             Frame::Reply { oreq, off, flags } => Writer::new(REPLY, flags).u64(oreq).u64(off).done(),
             Frame::Ctl { win, what } => Writer::new(CTL, what).u64(win).done(),
+            Frame::Recall { sreq } => Writer::new(RECALL, 0).u64(sreq).done(),
         }
     }
 
@@ -283,6 +293,7 @@ impl Frame {
             CAS => Frame::Cas { win: r.u64(), disp: r.u64(), dtype: byte3, oreq: r.u64() },
             REPLY => Frame::Reply { oreq: r.u64(), off: r.u64(), flags },
             CTL => Frame::Ctl { win: r.u64(), what: flags },
+            RECALL => Frame::Recall { sreq: r.u64() },
             _ => unreachable!("header_len accepted the kind"),
         };
         debug_assert_eq!(r.at, need);
@@ -298,7 +309,7 @@ mod tests {
     fn random_frame(rng: &mut impl Rng) -> Frame {
         let env = Envelope { ctx: rng.gen(), src: rng.gen(), tag: rng.gen() };
         let (win, disp, oreq) = (rng.gen(), rng.gen(), rng.gen());
-        match rng.gen_range(0..12) {
+        match rng.gen_range(0..13) {
             0 => Frame::Eager(env),
             1 => Frame::Rts { env, len: rng.gen(), sreq: rng.gen(), saddr: rng.gen(), skey: rng.gen() },
             2 => Frame::Cts { sreq: rng.gen(), rreq: rng.gen(), off: rng.gen(), len: rng.gen(), raddr: rng.gen() },
@@ -310,7 +321,8 @@ mod tests {
             8 => Frame::Fetch { win, disp, op: rng.gen(), dtype: rng.gen(), oreq, roff: rng.gen() },
             9 => Frame::Cas { win, disp, dtype: rng.gen(), oreq },
             10 => Frame::Reply { oreq, off: rng.gen(), flags: rng.gen() },
-            _ => Frame::Ctl { win, what: rng.gen() },
+            11 => Frame::Ctl { win, what: rng.gen() },
+            _ => Frame::Recall { sreq: rng.gen() },
         }
     }
 
