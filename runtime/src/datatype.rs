@@ -139,6 +139,119 @@ pub(crate) mod foreign {
     pub(crate) const LONG_DOUBLE: u8 = 27;
     /// A complex number of two C `long double`s (C's `long double _Complex`).
     pub(crate) const COMPLEX_LONG_DOUBLE: u8 = 28;
+    /// The first of C's value-index pairs ([`super::PairValue`]), each a struct as C lays it
+    /// out, padding and all: `float` and `int` (`MPI_FLOAT_INT`), then `double`, `short`,
+    /// `int` (`MPI_2INT`), `long` (or a 64-bit integer), `long double`.
+    pub(crate) const PAIR_F32: u8 = 29;
+    pub(crate) const PAIR_F64: u8 = 30;
+    pub(crate) const PAIR_I16: u8 = 31;
+    pub(crate) const PAIR_I32: u8 = 32;
+    pub(crate) const PAIR_I64: u8 = 33;
+    pub(crate) const PAIR_LONG_DOUBLE: u8 = 34;
+}
+
+/// The value of one of C's value-index pairs of `MPI_MINLOC` and `MPI_MAXLOC`
+/// (`MPI_FLOAT_INT`, `MPI_DOUBLE_INT`, `MPI_LONG_INT`, `MPI_2INT`, `MPI_SHORT_INT`,
+/// `MPI_LONG_DOUBLE_INT`): a struct of the value and a C `int`, the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairValue {
+    /// A float or a signed integer of 2, 4 or 8 bytes.
+    Num(crate::coll::op::ElemType),
+    /// C's `long double`.
+    LongDouble,
+}
+
+impl PairValue {
+    /// Bytes of the value.
+    pub fn size(self) -> usize {
+        match self {
+            PairValue::Num(e) => e.size(),
+            PairValue::LongDouble => LONG_DOUBLE_BYTES,
+        }
+    }
+
+    /// Where C's struct of the value and an `int` holds the `int`, and the struct's size
+    /// (each of these values is aligned to its size).
+    pub fn c_struct(self) -> (usize, usize) {
+        let at = self.size().max(4);
+        (at, (at + 4).next_multiple_of(at))
+    }
+
+    /// The code of C's struct as an element type; `None` for a value MPI pairs with no index.
+    fn code(self) -> Option<Dtype> {
+        use crate::coll::op::ElemType as E;
+        Some(match self {
+            PairValue::Num(E::F32) => foreign::PAIR_F32,
+            PairValue::Num(E::F64) => foreign::PAIR_F64,
+            PairValue::Num(E::I16) => foreign::PAIR_I16,
+            PairValue::Num(E::I32) => foreign::PAIR_I32,
+            PairValue::Num(E::I64) => foreign::PAIR_I64,
+            PairValue::LongDouble => foreign::PAIR_LONG_DOUBLE,
+            PairValue::Num(_) => return None,
+        })
+    }
+
+    fn of_code(dt: Dtype) -> Option<PairValue> {
+        use crate::coll::op::ElemType as E;
+        Some(match dt {
+            foreign::PAIR_F32 => PairValue::Num(E::F32),
+            foreign::PAIR_F64 => PairValue::Num(E::F64),
+            foreign::PAIR_I16 => PairValue::Num(E::I16),
+            foreign::PAIR_I32 => PairValue::Num(E::I32),
+            foreign::PAIR_I64 => PairValue::Num(E::I64),
+            foreign::PAIR_LONG_DOUBLE => PairValue::LongDouble,
+            _ => return None,
+        })
+    }
+
+    /// How the value at the start of `a` compares with the one at the start of `b`
+    /// (unordered ones as equal).
+    fn cmp(self, a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+        use crate::coll::op::ElemType as E;
+        fn read<T: Pod>(a: &[u8]) -> T {
+            bytemuck::pod_read_unaligned(&a[..std::mem::size_of::<T>()])
+        }
+        let partial = |x: Option<std::cmp::Ordering>| x.unwrap_or(std::cmp::Ordering::Equal);
+        match self {
+            PairValue::Num(E::F32) => partial(read::<f32>(a).partial_cmp(&read::<f32>(b))),
+            PairValue::Num(E::F64) => partial(read::<f64>(a).partial_cmp(&read::<f64>(b))),
+            PairValue::Num(E::I16) => read::<i16>(a).cmp(&read::<i16>(b)),
+            PairValue::Num(E::I32) => read::<i32>(a).cmp(&read::<i32>(b)),
+            PairValue::Num(E::I64) => read::<i64>(a).cmp(&read::<i64>(b)),
+            PairValue::Num(_) => unreachable!("no pair has such a value"),
+            PairValue::LongDouble => long_double_cmp(a, b),
+        }
+    }
+}
+
+/// `MPI_MINLOC` (`min`) or `MPI_MAXLOC` over value-index pairs of `value` laid out
+/// `stride` bytes apart with the index at `index_at` (packed, or as C's structs):
+/// `acc = x (op) acc`; of equal values, the lower index.
+pub(crate) fn pair_loc(min: bool, value: PairValue, index_at: usize, stride: usize, x: &[u8], acc: &mut [u8]) {
+    use std::cmp::Ordering;
+    let index = |b: &[u8]| i32::from_ne_bytes(b[index_at..index_at + 4].try_into().expect("4 bytes"));
+    for (xe, ae) in x.chunks_exact(stride).zip(acc.chunks_exact_mut(stride)) {
+        let take = match value.cmp(xe, ae) {
+            Ordering::Less => min,
+            Ordering::Greater => !min,
+            Ordering::Equal => index(xe) < index(ae),
+        };
+        if take {
+            ae[..index_at + 4].copy_from_slice(&xe[..index_at + 4]);
+        }
+    }
+}
+
+/// `MPI_MINLOC` or `MPI_MAXLOC` on C's structs of value-index pairs of type `dt`.
+fn pair(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
+    let Some(v) = PairValue::of_code(dt) else { return false };
+    let (at, stride) = v.c_struct();
+    match op {
+        code::MINLOC => pair_loc(true, v, at, stride, src, dst),
+        code::MAXLOC => pair_loc(false, v, at, stride, src, dst),
+        _ => return false,
+    }
+    true
 }
 
 /// Bytes of C's `long double`: 80-bit x87 in 16 bytes on x86-64, binary128 on Linux on
@@ -176,6 +289,7 @@ pub(crate) fn size_of(dt: Dtype) -> Option<usize> {
         14 | 16 | 22 | foreign::COMPLEX_F64 => 16,
         foreign::LONG_DOUBLE => LONG_DOUBLE_BYTES,
         foreign::COMPLEX_LONG_DOUBLE => 2 * LONG_DOUBLE_BYTES,
+        foreign::PAIR_F32..=foreign::PAIR_LONG_DOUBLE => PairValue::of_code(dt)?.c_struct().1,
         _ => return None,
     })
 }
@@ -358,6 +472,7 @@ fn apply_any(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
         foreign::COMPLEX_F64 => complex::<f64>(op, dst, src),
         foreign::LONG_DOUBLE => long_double(op, dst, src),
         foreign::COMPLEX_LONG_DOUBLE => long_double_complex(op, dst, src),
+        foreign::PAIR_F32..=foreign::PAIR_LONG_DOUBLE => pair(op, dt, dst, src),
         _ => false,
     }
 }
@@ -471,6 +586,10 @@ pub enum AccOp {
     Replace,
     /// `MPI_NO_OP`.
     NoOp,
+    /// `MPI_MINLOC` (of C's value-index pairs: [`DynAcc::pair`]).
+    MinLoc,
+    /// `MPI_MAXLOC` (as `MinLoc`).
+    MaxLoc,
 }
 
 /// The code of `op` on the wire; `None` for `MPI_LXOR`, which one-sided operations do not
@@ -480,6 +599,8 @@ fn code_of(op: AccOp) -> Option<OpCode> {
     Some(match op {
         AccOp::Replace => code::REPLACE,
         AccOp::NoOp => code::NO_OP,
+        AccOp::MinLoc => code::MINLOC,
+        AccOp::MaxLoc => code::MAXLOC,
         AccOp::Builtin(b) => match b {
             B::Sum => code::SUM,
             B::Prod => code::PROD,
@@ -520,7 +641,10 @@ impl DynAcc {
             E::F64 => 10,
         };
         let float = matches!(ty, E::F32 | E::F64);
-        let op = code_of(op).filter(|c| !(float && (code::BAND..=code::LOR).contains(c)))?;
+        // No bitwise or logical operation on floats; MINLOC and MAXLOC on pairs alone.
+        let undefined =
+            |c: OpCode| matches!(c, code::MINLOC | code::MAXLOC) || float && (code::BAND..=code::LOR).contains(&c);
+        let op = code_of(op).filter(|&c| !undefined(c))?;
         Some(DynAcc { op, dtype })
     }
 
@@ -553,6 +677,14 @@ impl DynAcc {
         let op = code_of(op)
             .filter(|c| matches!(*c, code::REPLACE | code::NO_OP | code::SUM | code::PROD | code::MIN | code::MAX))?;
         Some(DynAcc { op, dtype: foreign::LONG_DOUBLE })
+    }
+
+    /// `op` on C's structs of a value of `value` and an `int` index (`MPI_DOUBLE_INT` ...),
+    /// whole, as they lie in memory, padding included ([`PairValue::c_struct`]): `MPI_MINLOC`,
+    /// `MPI_MAXLOC`, `MPI_REPLACE` or `MPI_NO_OP`; `None` for another operation.
+    pub fn pair(op: AccOp, value: PairValue) -> Option<DynAcc> {
+        let op = code_of(op).filter(|c| matches!(*c, code::REPLACE | code::NO_OP | code::MINLOC | code::MAXLOC))?;
+        Some(DynAcc { op, dtype: value.code()? })
     }
 
     /// `dst (op)= src`, elementwise, on bytes of any alignment; false (nothing changed)
@@ -589,6 +721,31 @@ mod dyn_tests {
         assert!(
             DynAcc::new(AccOp::Replace, ElemType::F32).is_some() && DynAcc::new(AccOp::NoOp, ElemType::U8).is_some()
         );
+    }
+
+    #[test]
+    fn pairs_combine_as_c_lays_them_out() {
+        use super::PairValue;
+        // C's `struct { double v; int i; }` and `struct { short v; int i; }`.
+        assert_eq!(PairValue::Num(ElemType::F64).c_struct(), (8, 16));
+        assert_eq!(PairValue::Num(ElemType::I16).c_struct(), (4, 8));
+        assert_eq!(PairValue::Num(ElemType::F32).c_struct(), (4, 8));
+        let c = |v: f64, i: i32, pad: u8| [&v.to_ne_bytes()[..], &i.to_ne_bytes(), &[pad; 4]].concat();
+        let min = DynAcc::pair(AccOp::MinLoc, PairValue::Num(ElemType::F64)).unwrap();
+        let max = DynAcc::pair(AccOp::MaxLoc, PairValue::Num(ElemType::F64)).unwrap();
+        assert_eq!(min.elem(), 16);
+        // Smaller value wins; of equal ones the lower index; the padding is left alone.
+        let mut dst = [c(2.0, 5, 0xaa), c(1.0, 5, 0xaa), c(-1.0, 3, 0xaa)].concat();
+        let src = [c(1.0, 9, 0), c(1.0, 4, 0), c(-1.0, 7, 0)].concat();
+        assert!(min.apply(&mut dst, &src));
+        assert_eq!(dst, [c(1.0, 9, 0xaa), c(1.0, 4, 0xaa), c(-1.0, 3, 0xaa)].concat());
+        assert!(max.apply(&mut dst, &[c(3.0, 1, 0), c(0.0, 0, 0), c(-1.0, 2, 0)].concat()));
+        assert_eq!(dst, [c(3.0, 1, 0xaa), c(1.0, 4, 0xaa), c(-1.0, 2, 0xaa)].concat());
+        // Pairs take MINLOC, MAXLOC, REPLACE and NO_OP; plain numbers no MINLOC.
+        assert!(DynAcc::pair(AccOp::Builtin(Builtin::Sum), PairValue::Num(ElemType::F64)).is_none());
+        assert!(DynAcc::pair(AccOp::Replace, PairValue::LongDouble).is_some());
+        assert!(DynAcc::new(AccOp::MinLoc, ElemType::I32).is_none());
+        assert!(!min.apply(&mut dst[..12], &src[..12]), "not whole structs");
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub use group::Group;
 pub use half;
 pub use layout::Layout;
 pub use request::{scope, test_all, unscoped, wait_all, wait_any, Request, Scope};
-pub use rma::{AccOp, Assert, DynAcc, Elem, LockType, NoOp, Replace, RmaOp, Window};
+pub use rma::{AccOp, Assert, DynAcc, Elem, LockType, NoOp, PairValue, Replace, RmaOp, Window};
 pub use status::Status;
 
 /// The README's example runs as a doctest (a job of one rank), so it cannot go stale.

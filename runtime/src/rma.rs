@@ -33,7 +33,7 @@ use bytemuck::Pod;
 use crate::buf::{RawBuf, RawBufMut};
 use crate::comm::Comm;
 use crate::datatype::code;
-pub use crate::datatype::{AccOp, DynAcc, Elem, NoOp, Replace, RmaOp};
+pub use crate::datatype::{AccOp, DynAcc, Elem, NoOp, PairValue, Replace, RmaOp};
 use crate::engine::rma::{ctl, AccLock, At, Combine, Counts};
 use crate::error::Error;
 use crate::request::{Request, Scope};

@@ -71,6 +71,14 @@ int main(int argc, char **argv)
     MPI_Get(seen, 1, MPI_C_DOUBLE_COMPLEX, next, 0, 1, MPI_C_DOUBLE_COMPLEX, win);
     MPI_Win_unlock(next, win);
     printf("%d: max of complex numbers: class %d, target %g %g\n", rank, cls, seen[0], seen[1]);
+    /* A sum of value-index pairs, a minimum-and-index of plain ints (MPI defines neither). */
+    struct { double v; int i; } pair = {1.0, 1};
+    int ints[2] = {1, 2}, pair_cls, loc_cls;
+    MPI_Win_lock(MPI_LOCK_EXCLUSIVE, next, 0, win);
+    MPI_Error_class(MPI_Accumulate(&pair, 1, MPI_DOUBLE_INT, next, 0, 1, MPI_DOUBLE_INT, MPI_SUM, win), &pair_cls);
+    MPI_Error_class(MPI_Accumulate(ints, 2, MPI_INT, next, 0, 2, MPI_INT, MPI_MINLOC, win), &loc_cls);
+    MPI_Win_unlock(next, win);
+    printf("%d: sum of pairs: class %d, minloc of ints: class %d\n", rank, pair_cls, loc_cls);
     /* A sum of bytes (bitwise operations only), an assertion of no MPI_MODE_ flag, a key
      * that is no window attribute. */
     unsigned char byte = 1;

@@ -3,6 +3,7 @@
  * value" lines. The test builds it with mprcc and with MPICH's mpicc and runs each with 3
  * and 4 ranks: the outputs, sorted, must be the same. */
 #include <mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,71 @@ static void foreign_types(void)
     MPI_Win_free(&win);
 }
 
+/* Accumulates of the value-index pairs of MPI_MINLOC and MPI_MAXLOC, each C's struct in the
+ * window: every rank's pair combined into every rank's window (ties keep the lower index;
+ * a count of two; a duplicate of a pair type), then a swap and fetches that return what
+ * was there. */
+struct pairs {
+    struct { double v; int i; } d[2];
+    struct { short v; int i; } s[2];
+    struct { long double v; int i; } l;
+    struct { float v; int i; } f;
+    struct { long v; int i; } g;
+    int two[2];
+};
+
+static void pair_accumulates(void)
+{
+    struct pairs *p;
+    MPI_Win win;
+    MPI_Win_allocate(sizeof *p, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &p, &win);
+    memset(p, 0, sizeof *p);
+    p->d[0].v = 1e9, p->d[0].i = -1, p->d[1].v = -1e9, p->d[1].i = -1;
+    p->s[0].v = 999, p->s[0].i = -1, p->s[1].v = 998, p->s[1].i = -2;
+    p->l.v = -1e9L, p->l.i = -1, p->f.v = 1e9f, p->f.i = -1, p->g.v = -1, p->g.i = -1;
+    p->two[0] = 1000, p->two[1] = -1;
+    MPI_Datatype dup;
+    MPI_Type_dup(MPI_FLOAT_INT, &dup);
+    MPI_Win_fence(0, win);
+    struct { double v; int i; } d = {(double)(rank % 2), rank};
+    struct { short v; int i; } s[2] = {{(short)(rank % 3), rank}, {(short)(rank % 2 - 5), rank}};
+    struct { long double v; int i; } l = {rank / 2 + 0.5L, rank};
+    struct { float v; int i; } f = {(float)(-rank), rank};
+    struct { long v; int i; } g = {1L << 40, size - 1 - rank};
+    int two[2] = {rank % 2 + 7, rank};
+    for (int t = 0; t < size; t++) {
+        MPI_Accumulate(&d, 1, MPI_DOUBLE_INT, t, offsetof(struct pairs, d[0]), 1, MPI_DOUBLE_INT, MPI_MINLOC, win);
+        MPI_Accumulate(&d, 1, MPI_DOUBLE_INT, t, offsetof(struct pairs, d[1]), 1, MPI_DOUBLE_INT, MPI_MAXLOC, win);
+        MPI_Accumulate(s, 2, MPI_SHORT_INT, t, offsetof(struct pairs, s), 2, MPI_SHORT_INT, MPI_MINLOC, win);
+        MPI_Accumulate(&l, 1, MPI_LONG_DOUBLE_INT, t, offsetof(struct pairs, l), 1, MPI_LONG_DOUBLE_INT, MPI_MAXLOC,
+                       win);
+        MPI_Accumulate(&f, 1, dup, t, offsetof(struct pairs, f), 1, dup, MPI_MINLOC, win);
+        MPI_Accumulate(&g, 1, MPI_LONG_INT, t, offsetof(struct pairs, g), 1, MPI_LONG_INT, MPI_MAXLOC, win);
+        MPI_Accumulate(two, 1, MPI_2INT, t, offsetof(struct pairs, two), 1, MPI_2INT, MPI_MINLOC, win);
+    }
+    MPI_Win_fence(0, win);
+    SAY("pairs: double min %g at %d max %g at %d; short min %d at %d, %d at %d; long double max %.1Lf at %d",
+        p->d[0].v, p->d[0].i, p->d[1].v, p->d[1].i, p->s[0].v, p->s[0].i, p->s[1].v, p->s[1].i, p->l.v, p->l.i);
+    SAY("pairs: float min %g at %d; long max %ld at %d; 2int min %d at %d", p->f.v, p->f.i, p->g.v, p->g.i,
+        p->two[0], p->two[1]);
+    /* (Every rank has read its window before the next accesses.) */
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* Each rank swaps a pair into its next one's window and fetches what was there. */
+    int next = (rank + 1) % size;
+    struct { double v; int i; } mine = {-2.5 * rank, 100 + rank}, old = {0, 0}, got;
+    MPI_Get_accumulate(&mine, 1, MPI_DOUBLE_INT, &old, 1, MPI_DOUBLE_INT, next, offsetof(struct pairs, d[0]), 1,
+                       MPI_DOUBLE_INT, MPI_REPLACE, win);
+    struct { long double v; int i; } lower = {-1.0L * rank, rank}, lold;
+    MPI_Fetch_and_op(&lower, &lold, MPI_LONG_DOUBLE_INT, next, offsetof(struct pairs, l), MPI_MINLOC, win);
+    MPI_Fetch_and_op(NULL, &got, MPI_DOUBLE_INT, next, offsetof(struct pairs, d[1]), MPI_NO_OP, win);
+    MPI_Win_fence(0, win);
+    SAY("swapped out %g at %d; fetched long double %.1Lf at %d, double %g at %d; now %g at %d, long double %.1Lf at %d",
+        old.v, old.i, lold.v, lold.i, got.v, got.i, p->d[0].v, p->d[0].i, p->l.v, p->l.i);
+    MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
+    MPI_Type_free(&dup);
+    MPI_Win_free(&win);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -363,6 +429,7 @@ int main(int argc, char **argv)
     shared();
     request_based();
     foreign_types();
+    pair_accumulates();
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     errors();
     MPI_Barrier(MPI_COMM_WORLD);

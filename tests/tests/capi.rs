@@ -306,6 +306,8 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         // Refused, and the target's zeroed window unchanged.
         let max = format!("{rank}: max of complex numbers: class {op}, target 0 0\n");
         assert!(stdout.contains(&max), "{stdout}");
+        let pairs = format!("{rank}: sum of pairs: class {op}, minloc of ints: class {op}\n");
+        assert!(stdout.contains(&pairs), "{stdout}");
         let assert = 53;
         let bytes = format!(
             "{rank}: sum of bytes: class {op}, assertion 1<<20: class {assert}, window key 12345: class {keyval}\n"

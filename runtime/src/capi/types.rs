@@ -11,7 +11,7 @@ use bytemuck::Pod;
 
 use super::{Fail, Res, ERR_OP, ERR_TYPE};
 use crate::op::{Builtin, DynOp, ElemType, Op};
-use crate::{Comm, Error, Layout};
+use crate::{Comm, Error, Layout, PairValue};
 
 /// A datatype: its name, the bytes of data in one element and, for those reductions apply
 /// to, the basic element type; a derived one (and a pair type of `MPI_MINLOC`) also its
@@ -45,24 +45,6 @@ pub(super) struct Derived {
     pub(super) committed: Cell<bool>,
     /// A value-index pair (`MPI_DOUBLE_INT` ...): the value's type.
     pub(super) pair: Option<PairValue>,
-}
-
-/// The value of a value-index pair: one of Rust's numbers, or C's `long double`
-/// (`MPI_LONG_DOUBLE_INT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum PairValue {
-    Num(ElemType),
-    LongDouble,
-}
-
-impl PairValue {
-    /// Bytes of the value.
-    fn size(self) -> usize {
-        match self {
-            PairValue::Num(e) => e.size(),
-            PairValue::LongDouble => LONG_DOUBLE,
-        }
-    }
 }
 
 /// A signed C integer type of `bytes` bytes.
@@ -460,11 +442,16 @@ pub(super) fn accumulate_of(op: c_int, ty: &Datatype) -> Res<crate::DynAcc> {
     let how = match op {
         OP_REPLACE => crate::AccOp::Replace,
         OP_NO_OP => crate::AccOp::NoOp,
+        OP_MINLOC => crate::AccOp::MinLoc,
+        OP_MAXLOC => crate::AccOp::MaxLoc,
         h => crate::AccOp::Builtin(ReduceOp::of(h)?.builtin().ok_or_else(|| {
             Fail::new(ERR_OP, format!("operation {h} in an accumulate (MPI allows predefined ones only)"))
         })?),
     };
     let undefined = || Fail::new(ERR_OP, format!("operation {op} does not apply to {} in an accumulate", ty.name));
+    if let Some(v) = pair_of(ty) {
+        return crate::DynAcc::pair(how, v).ok_or_else(undefined);
+    }
     if let Some(acc) = foreign(ty, how) {
         return acc.ok_or_else(undefined);
     }
@@ -475,6 +462,12 @@ pub(super) fn accumulate_of(op: c_int, ty: &Datatype) -> Res<crate::DynAcc> {
         }
     }
     crate::DynAcc::new(how, elem).ok_or_else(undefined)
+}
+
+/// The value of `ty` if it is one of C's value-index pairs (or a duplicate of one), whose
+/// accumulates combine C's structs whole, as they lie in memory.
+pub(super) fn pair_of(ty: &Datatype) -> Option<PairValue> {
+    ty.derived.as_ref().and_then(|d| d.pair)
 }
 
 /// [`accumulate_of`] where the operation and the datatype are predefined and the type is one
@@ -568,7 +561,9 @@ pub(super) fn elementwise(ty: &Datatype, op: &ReduceOp) -> Res<Option<ElemFn>> {
         }
         Combine::Loc { min } => {
             let elem = ty.derived.as_ref().and_then(|d| d.pair).ok_or_else(unfit)?;
-            Rc::new(move |x: &[u8], acc: &mut [u8]| loc(min, elem, x, acc))
+            // Packed: the index right after the value.
+            let n = elem.size();
+            Rc::new(move |x: &[u8], acc: &mut [u8]| crate::datatype::pair_loc(min, elem, n, n + 4, x, acc))
         }
         Combine::User(u) => {
             let ty = ty.clone();
@@ -800,48 +795,6 @@ pub(super) fn fold(all: &[u8], n: usize, upto: usize, f: &dyn Fn(&[u8], &mut [u8
         acc = next;
     }
     acc
-}
-
-/// `MPI_MINLOC` (`min`) or `MPI_MAXLOC` over packed value-index pairs whose value is
-/// `elem`: `acc = x (op) acc`; of equal values, the lower index.
-fn loc(min: bool, value_type: PairValue, x: &[u8], acc: &mut [u8]) {
-    use std::cmp::Ordering;
-    let vs = value_type.size();
-    let index = |b: &[u8]| i32::from_ne_bytes(b[vs..vs + 4].try_into().expect("4 bytes"));
-    let value = |elem: ElemType, b: &[u8]| -> f64 {
-        let v = &b[..vs];
-        match elem {
-            ElemType::F32 => f32::from_ne_bytes(v.try_into().expect("4 bytes")) as f64,
-            ElemType::F64 => f64::from_ne_bytes(v.try_into().expect("8 bytes")),
-            ElemType::I16 => i16::from_ne_bytes(v.try_into().expect("2 bytes")) as f64,
-            ElemType::I32 => i32::from_ne_bytes(v.try_into().expect("4 bytes")) as f64,
-            _ => i64::from_ne_bytes(v.try_into().expect("8 bytes")) as f64,
-        }
-    };
-    let exact = |a: &[u8], b: &[u8]| -> Ordering {
-        match value_type {
-            // 64-bit integers compare exactly, not through a double; long doubles by C.
-            PairValue::Num(ElemType::I64) => {
-                let (a, b) = (
-                    i64::from_ne_bytes(a[..8].try_into().expect("8")),
-                    i64::from_ne_bytes(b[..8].try_into().expect("8")),
-                );
-                a.cmp(&b)
-            }
-            PairValue::LongDouble => crate::datatype::long_double_cmp(a, b),
-            PairValue::Num(elem) => value(elem, a).partial_cmp(&value(elem, b)).unwrap_or(Ordering::Equal),
-        }
-    };
-    for (xe, ae) in x.chunks_exact(vs + 4).zip(acc.chunks_exact_mut(vs + 4)) {
-        let take = match exact(xe, ae) {
-            Ordering::Less => min,
-            Ordering::Greater => !min,
-            Ordering::Equal => index(xe) < index(ae),
-        };
-        if take {
-            ae.copy_from_slice(xe);
-        }
-    }
 }
 
 /// A user's operation on packed elements of `ty`: `acc = x (op) acc`. The function sees the

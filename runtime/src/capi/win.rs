@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 use std::cell::Ref;
 
 use super::info::hints;
-use super::types::{accumulate_basic, accumulate_of, predefined_size, Datatype};
+use super::types::{accumulate_basic, accumulate_of, pair_of, predefined_size, Datatype};
 use super::{
     bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, name_at, put, raw_mut,
     with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERR_ARG, ERR_ASSERT, ERR_DISP, ERR_KEYVAL,
@@ -208,8 +208,53 @@ fn accumulate_at(
         Some(how) => Ok((how, target_of(w, target, disp, count, datatype)?)),
         None => {
             let ty = Datatype::of(datatype)?;
-            Ok((accumulate_of(op, &ty)?, target_runs(w, target, disp, count, &ty)?))
+            let how = accumulate_of(op, &ty)?;
+            if let Some(v) = pair_of(&ty) {
+                // C's structs, combined whole where they lie.
+                let (t, at) = target_at(w, target, disp)?;
+                let bytes = count_of(count)? * v.c_struct().1;
+                return Ok((how, Target { rank: t, runs: Runs::One((at, bytes)), bytes }));
+            }
+            Ok((how, target_runs(w, target, disp, count, &ty)?))
         }
+    }
+}
+
+/// The size of C's struct of value-index pair type `datatype` (or a duplicate of one):
+/// an accumulate's operands of it are its elements as they lie in memory, as its target
+/// ([`accumulate_at`]); `None` for any other type.
+fn pair_struct(datatype: c_int) -> Res<Option<usize>> {
+    if predefined_size(datatype).is_some() {
+        return Ok(None);
+    }
+    Ok(pair_of(&Datatype::of(datatype)?).map(|v| v.c_struct().1))
+}
+
+/// An accumulate's operand of `count` elements of `datatype` at `buf`: as [`message`]
+/// packs them, or, of a value-index pair type, C's structs whole ([`pair_struct`]).
+///
+/// # Safety
+/// As [`message`].
+unsafe fn operand<'a>(buf: *const c_void, count: c_int, datatype: c_int) -> Res<Cow<'a, [u8]>> {
+    match pair_struct(datatype)? {
+        // SAFETY: this function's contract: `count` elements of `size` bytes at `buf`.
+        Some(size) => unsafe { super::run_at(buf, 0, count_of(count)? * size) },
+        // SAFETY: this function's contract.
+        None => unsafe { message(buf, count, datatype) },
+    }
+}
+
+/// Where an accumulate's result of `count` elements of `datatype` at `buf` lands: as
+/// [`landing`], or, of a value-index pair type, C's structs whole.
+///
+/// # Safety
+/// As [`landing`].
+unsafe fn result_of<'a>(buf: *mut c_void, count: c_int, datatype: c_int) -> Res<super::Landing<'a>> {
+    match pair_struct(datatype)? {
+        // SAFETY: this function's contract: `count` writable elements of `size` bytes.
+        Some(size) => Ok(super::Landing::Direct(unsafe { super::raw_mut(buf, count_of(count)? * size)? })),
+        // SAFETY: this function's contract.
+        None => unsafe { landing(buf, count, datatype) },
     }
 }
 
@@ -756,7 +801,7 @@ mpi! {
             }
             let (how, t) = accumulate_at(w, op, target_rank, target_disp, target_count, target_datatype)?;
             // SAFETY: MPI's contract: the origin buffer holds what it says.
-            let data = unsafe { message(origin_addr, origin_count, origin_datatype)? };
+            let data = unsafe { operand(origin_addr, origin_count, origin_datatype)? };
             t.each("MPI_Accumulate", data.len(), |r, at| Ok(w.win.accumulate_dyn(how, &data[r], t.rank, at)?))
         })
     }
@@ -781,13 +826,13 @@ mpi! {
             }
             let (how, t) = accumulate_at(w, op, target_rank, target_disp, target_count, target_datatype)?;
             // SAFETY: MPI's contract: the result buffer holds what it says.
-            let mut result = unsafe { landing(result_addr, result_count, result_datatype)? };
+            let mut result = unsafe { result_of(result_addr, result_count, result_datatype)? };
             // With MPI_NO_OP the origin is not read (and may be null): zeros stand in.
             let data = if op == super::types::OP_NO_OP {
                 Cow::Owned(vec![0u8; t.bytes])
             } else {
                 // SAFETY: MPI's contract: the origin buffer holds what it says.
-                unsafe { message(origin_addr, origin_count, origin_datatype)? }
+                unsafe { operand(origin_addr, origin_count, origin_datatype)? }
             };
             same("MPI_Get_accumulate", result.len(), t.bytes)?;
             t.each("MPI_Get_accumulate", data.len(), |r, at| {
@@ -811,14 +856,15 @@ mpi! {
             }
             let (how, t) = accumulate_at(w, op, target_rank, target_disp, 1, datatype)?;
             // SAFETY: MPI's contract: the result holds one element.
-            let mut result = unsafe { landing(result_addr, 1, datatype)? };
-            // With MPI_NO_OP the origin is not read (and may be null): zeros stand in.
-            let zeros = [0u8; 16];
+            let mut result = unsafe { result_of(result_addr, 1, datatype)? };
+            // With MPI_NO_OP the origin is not read (and may be null): zeros stand in (as
+            // many as the largest element, C's struct of a long double and an int).
+            let zeros = [0u8; 32];
             let data = if op == super::types::OP_NO_OP {
-                Cow::Borrowed(&zeros[..t.bytes.min(16)])
+                Cow::Borrowed(&zeros[..t.bytes.min(32)])
             } else {
                 // SAFETY: MPI's contract: the origin holds one element.
-                unsafe { message(origin_addr, 1, datatype)? }
+                unsafe { operand(origin_addr, 1, datatype)? }
             };
             t.each("MPI_Fetch_and_op", data.len(), |r, at| {
                 Ok(w.win.get_accumulate_dyn(how, &data[r.clone()], &mut result[r], t.rank, at)?)
