@@ -177,6 +177,25 @@ impl PairValue {
         (at, (at + 4).next_multiple_of(at))
     }
 
+    /// Bytes `count` of C's structs span in memory, from the first value to the last index
+    /// (the last struct's trailing padding is not the type's).
+    pub fn span(self, count: usize) -> usize {
+        let (at, size) = self.c_struct();
+        if count == 0 {
+            0
+        } else {
+            (count - 1) * size + at + 4
+        }
+    }
+
+    /// Whether `len` bytes are whole structs: a multiple of their size, or a [`span`].
+    ///
+    /// [`span`]: PairValue::span
+    fn whole(self, len: usize) -> bool {
+        let (at, size) = self.c_struct();
+        len % size == 0 || len % size == at + 4
+    }
+
     /// The code of C's struct as an element type; `None` for a value MPI pairs with no index.
     fn code(self) -> Option<Dtype> {
         use crate::coll::op::ElemType as E;
@@ -225,12 +244,14 @@ impl PairValue {
 }
 
 /// `MPI_MINLOC` (`min`) or `MPI_MAXLOC` over value-index pairs of `value` laid out
-/// `stride` bytes apart with the index at `index_at` (packed, or as C's structs):
-/// `acc = x (op) acc`; of equal values, the lower index.
+/// `stride` bytes apart with the index at `index_at` (packed, or as C's structs, the last
+/// one's trailing padding perhaps absent): `acc = x (op) acc`; of equal values, the lower
+/// index. Only values and indices are written.
 pub(crate) fn pair_loc(min: bool, value: PairValue, index_at: usize, stride: usize, x: &[u8], acc: &mut [u8]) {
     use std::cmp::Ordering;
     let index = |b: &[u8]| i32::from_ne_bytes(b[index_at..index_at + 4].try_into().expect("4 bytes"));
-    for (xe, ae) in x.chunks_exact(stride).zip(acc.chunks_exact_mut(stride)) {
+    let whole = |c: &&[u8]| c.len() >= index_at + 4;
+    for (xe, ae) in x.chunks(stride).take_while(whole).zip(acc.chunks_mut(stride)) {
         let take = match value.cmp(xe, ae) {
             Ordering::Less => min,
             Ordering::Greater => !min,
@@ -242,11 +263,20 @@ pub(crate) fn pair_loc(min: bool, value: PairValue, index_at: usize, stride: usi
     }
 }
 
-/// `MPI_MINLOC` or `MPI_MAXLOC` on C's structs of value-index pairs of type `dt`.
-fn pair(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
-    let Some(v) = PairValue::of_code(dt) else { return false };
+/// `op` on C's structs of value-index pairs of `v` (whole ones, [`PairValue::whole`]): each
+/// value and index combined or replaced, the padding left as it is.
+fn pair(op: OpCode, v: PairValue, dst: &mut [u8], src: &[u8]) -> bool {
     let (at, stride) = v.c_struct();
+    if dst.len() != src.len() || !v.whole(dst.len()) {
+        return false;
+    }
     match op {
+        code::REPLACE => {
+            for (d, s) in dst.chunks_mut(stride).zip(src.chunks(stride)) {
+                d[..at + 4].copy_from_slice(&s[..at + 4]);
+            }
+        }
+        code::NO_OP => {}
         code::MINLOC => pair_loc(true, v, at, stride, src, dst),
         code::MAXLOC => pair_loc(false, v, at, stride, src, dst),
         _ => return false,
@@ -431,6 +461,9 @@ unsafe fn apply_avx2(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool 
 /// [`apply`] for whatever the build targets.
 #[inline(always)]
 fn apply_any(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
+    if let Some(v) = PairValue::of_code(dt) {
+        return pair(op, v, dst, src);
+    }
     let Some(n) = size_of(dt) else { return false };
     if dst.len() != src.len() || !dst.len().is_multiple_of(n) {
         return false;
@@ -472,7 +505,6 @@ fn apply_any(op: OpCode, dt: Dtype, dst: &mut [u8], src: &[u8]) -> bool {
         foreign::COMPLEX_F64 => complex::<f64>(op, dst, src),
         foreign::LONG_DOUBLE => long_double(op, dst, src),
         foreign::COMPLEX_LONG_DOUBLE => long_double_complex(op, dst, src),
-        foreign::PAIR_F32..=foreign::PAIR_LONG_DOUBLE => pair(op, dt, dst, src),
         _ => false,
     }
 }
@@ -624,8 +656,8 @@ fn complex_op(op: AccOp) -> Option<OpCode> {
 
 impl DynAcc {
     /// `op` on elements of `ty`; `None` where MPI defines no such accumulate (a bitwise or
-    /// logical operation on floating point, or `MPI_LXOR`, which one-sided operations do not
-    /// carry).
+    /// logical operation on floating point, `MPI_MINLOC` or `MPI_MAXLOC`, which take pairs,
+    /// or `MPI_LXOR`, which one-sided operations do not carry).
     pub fn new(op: AccOp, ty: crate::coll::op::ElemType) -> Option<DynAcc> {
         use crate::coll::op::ElemType as E;
         let dtype = match ty {
@@ -680,8 +712,9 @@ impl DynAcc {
     }
 
     /// `op` on C's structs of a value of `value` and an `int` index (`MPI_DOUBLE_INT` ...),
-    /// whole, as they lie in memory, padding included ([`PairValue::c_struct`]): `MPI_MINLOC`,
-    /// `MPI_MAXLOC`, `MPI_REPLACE` or `MPI_NO_OP`; `None` for another operation.
+    /// as they lie in memory ([`PairValue::c_struct`]; operands of whole structs or of their
+    /// [`PairValue::span`]; padding neither read nor written): `MPI_MINLOC`, `MPI_MAXLOC`,
+    /// `MPI_REPLACE` or `MPI_NO_OP`; `None` for another operation.
     pub fn pair(op: AccOp, value: PairValue) -> Option<DynAcc> {
         let op = code_of(op).filter(|c| matches!(*c, code::REPLACE | code::NO_OP | code::MINLOC | code::MAXLOC))?;
         Some(DynAcc { op, dtype: value.code()? })
@@ -696,6 +729,15 @@ impl DynAcc {
     /// Bytes of one element.
     pub fn elem(&self) -> usize {
         size_of(self.dtype).expect("a known type")
+    }
+
+    /// Whether `len` bytes are whole elements: a multiple of [`DynAcc::elem`], or, of C's
+    /// value-index structs, also their span (the last one's trailing padding left out).
+    pub fn whole(&self, len: usize) -> bool {
+        match PairValue::of_code(self.dtype) {
+            Some(v) => v.whole(len),
+            None => len.is_multiple_of(self.elem()),
+        }
     }
 }
 
@@ -745,7 +787,18 @@ mod dyn_tests {
         assert!(DynAcc::pair(AccOp::Builtin(Builtin::Sum), PairValue::Num(ElemType::F64)).is_none());
         assert!(DynAcc::pair(AccOp::Replace, PairValue::LongDouble).is_some());
         assert!(DynAcc::new(AccOp::MinLoc, ElemType::I32).is_none());
-        assert!(!min.apply(&mut dst[..12], &src[..12]), "not whole structs");
+        assert!(!min.apply(&mut dst[..10], &src[..10]), "not whole structs");
+        // Two structs' span (the last one's padding absent), and a replacement: values and
+        // indices only, the padding left alone.
+        let v = PairValue::Num(ElemType::F64);
+        assert_eq!((v.span(0), v.span(1), v.span(2)), (0, 12, 28));
+        let mut two = [c(5.0, 1, 0xaa), c(5.0, 1, 0xaa)].concat();
+        assert!(min.apply(&mut two[..28], &[c(4.0, 2, 0), c(4.0, 3, 0)].concat()[..28]));
+        assert_eq!(two, [c(4.0, 2, 0xaa), c(4.0, 3, 0xaa)].concat());
+        let replace = DynAcc::pair(AccOp::Replace, v).unwrap();
+        assert!(replace.whole(28) && replace.whole(32) && !replace.whole(20));
+        assert!(replace.apply(&mut two[..28], &[c(-1.0, 7, 0), c(-2.0, 8, 0)].concat()[..28]));
+        assert_eq!(two, [c(-1.0, 7, 0xaa), c(-2.0, 8, 0xaa)].concat());
     }
 
     #[test]

@@ -992,7 +992,7 @@ impl<T: Pod> Window<'_, T> {
 impl Window<'_, u8> {
     fn dyn_combine(how: DynAcc, len: usize) -> Result<Combine, Error> {
         let elem = how.elem();
-        if !len.is_multiple_of(elem) {
+        if !how.whole(len) {
             return Err(Error::Other(format!("an accumulate of {len} bytes, not whole elements of {elem}")));
         }
         Ok(Combine { op: how.op, dtype: how.dtype, elem })

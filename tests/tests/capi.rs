@@ -308,6 +308,10 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         assert!(stdout.contains(&max), "{stdout}");
         let pairs = format!("{rank}: sum of pairs: class {op}, minloc of ints: class {op}\n");
         assert!(stdout.contains(&pairs), "{stdout}");
+        // From the other rank: (rank 1 % 2) at 1 into rank 0, (0 % 2) at 0 into rank 1.
+        let from = (rank + 1) % 2;
+        let small = format!("{rank}: a window of one pair's bytes: {} at {from}\n", from % 2);
+        assert!(stdout.contains(&small), "{stdout}");
         let assert = 53;
         let bytes = format!(
             "{rank}: sum of bytes: class {op}, assertion 1<<20: class {assert}, window key 12345: class {keyval}\n"

@@ -210,9 +210,9 @@ fn accumulate_at(
             let ty = Datatype::of(datatype)?;
             let how = accumulate_of(op, &ty)?;
             if let Some(v) = pair_of(&ty) {
-                // C's structs, combined whole where they lie.
+                // C's structs, combined where they lie.
                 let (t, at) = target_at(w, target, disp)?;
-                let bytes = count_of(count)? * v.c_struct().1;
+                let bytes = v.span(count_of(count)?);
                 return Ok((how, Target { rank: t, runs: Runs::One((at, bytes)), bytes }));
             }
             Ok((how, target_runs(w, target, disp, count, &ty)?))
@@ -220,39 +220,41 @@ fn accumulate_at(
     }
 }
 
-/// The size of C's struct of value-index pair type `datatype` (or a duplicate of one):
-/// an accumulate's operands of it are its elements as they lie in memory, as its target
-/// ([`accumulate_at`]); `None` for any other type.
-fn pair_struct(datatype: c_int) -> Res<Option<usize>> {
+/// The value of value-index pair type `datatype` (or of a duplicate of one): an
+/// accumulate's operands of it are its elements as they lie in memory, C's structs, as its
+/// target ([`accumulate_at`]); `None` for any other type.
+fn pair_type(datatype: c_int) -> Res<Option<crate::PairValue>> {
     if predefined_size(datatype).is_some() {
         return Ok(None);
     }
-    Ok(pair_of(&Datatype::of(datatype)?).map(|v| v.c_struct().1))
+    Ok(pair_of(&Datatype::of(datatype)?))
 }
 
 /// An accumulate's operand of `count` elements of `datatype` at `buf`: as [`message`]
-/// packs them, or, of a value-index pair type, C's structs whole ([`pair_struct`]).
+/// packs them, or, of a value-index pair type, the bytes its structs span ([`pair_type`]).
 ///
 /// # Safety
 /// As [`message`].
 unsafe fn operand<'a>(buf: *const c_void, count: c_int, datatype: c_int) -> Res<Cow<'a, [u8]>> {
-    match pair_struct(datatype)? {
-        // SAFETY: this function's contract: `count` elements of `size` bytes at `buf`.
-        Some(size) => unsafe { super::run_at(buf, 0, count_of(count)? * size) },
+    match pair_type(datatype)? {
+        // SAFETY: this function's contract: `count` elements of the pair type at `buf`,
+        // whose data spans these bytes.
+        Some(v) => unsafe { super::run_at(buf, 0, v.span(count_of(count)?)) },
         // SAFETY: this function's contract.
         None => unsafe { message(buf, count, datatype) },
     }
 }
 
 /// Where an accumulate's result of `count` elements of `datatype` at `buf` lands: as
-/// [`landing`], or, of a value-index pair type, C's structs whole.
+/// [`landing`], or, of a value-index pair type, the bytes its structs span (the kernels
+/// write no padding).
 ///
 /// # Safety
 /// As [`landing`].
 unsafe fn result_of<'a>(buf: *mut c_void, count: c_int, datatype: c_int) -> Res<super::Landing<'a>> {
-    match pair_struct(datatype)? {
-        // SAFETY: this function's contract: `count` writable elements of `size` bytes.
-        Some(size) => Ok(super::Landing::Direct(unsafe { super::raw_mut(buf, count_of(count)? * size)? })),
+    match pair_type(datatype)? {
+        // SAFETY: this function's contract: `count` writable elements of the pair type.
+        Some(v) => Ok(super::Landing::Direct(unsafe { super::raw_mut(buf, v.span(count_of(count)?))? })),
         // SAFETY: this function's contract.
         None => unsafe { landing(buf, count, datatype) },
     }

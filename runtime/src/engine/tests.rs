@@ -8,6 +8,19 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 
+/// The limits of a path that streams every rendezvous (no single copy, no head).
+fn streamed(eager: usize, max_payload: usize) -> PeerLimits {
+    PeerLimits {
+        max_payload,
+        eager,
+        bulk_read: false,
+        expose: false,
+        bulk_write: false,
+        split_min: usize::MAX,
+        head: 0,
+    }
+}
+
 /// N engines joined by FIFO pipes holding at most `cap` frames each.
 struct Net {
     engines: Vec<Engine>,
@@ -26,15 +39,7 @@ struct Net {
 
 impl Net {
     fn new(n: usize, eager: usize, max_payload: usize, cap: usize) -> Net {
-        let lim = PeerLimits {
-            max_payload,
-            eager,
-            bulk_read: false,
-            expose: false,
-            bulk_write: false,
-            split_min: usize::MAX,
-            head: 0,
-        };
+        let lim = streamed(eager, max_payload);
         Net {
             engines: (0..n).map(|me| Engine::new(me, vec![lim; n])).collect(),
             pipes: (0..n).map(|_| (0..n).map(|_| VecDeque::new()).collect()).collect(),
@@ -347,15 +352,7 @@ fn random_traffic_keeps_order_and_content() {
 
 #[test]
 fn malformed_frames_are_errors() {
-    let lim = PeerLimits {
-        max_payload: 100,
-        eager: 50,
-        bulk_read: false,
-        expose: false,
-        bulk_write: false,
-        split_min: usize::MAX,
-        head: 50,
-    };
+    let lim = PeerLimits { head: 50, ..streamed(50, 100) };
     let mut e = Engine::new(0, vec![lim; 2]);
     assert!(e.on_frame(1, &[1, 2, 3]).is_err());
     let f = |fr: Frame| fr.encode().as_slice().to_vec();
@@ -491,15 +488,7 @@ fn exposed_buffers_are_read_by_key_and_concealed_once() {
 #[test]
 fn eager_messages_land_in_posted_receives() {
     use crate::transport::Sink;
-    let lim = PeerLimits {
-        max_payload: 1 << 20,
-        eager: 1 << 20,
-        bulk_read: false,
-        expose: false,
-        bulk_write: false,
-        split_min: usize::MAX,
-        head: 50,
-    };
+    let lim = PeerLimits { head: 50, ..streamed(1 << 20, 1 << 20) };
     let mut e = Engine::new(0, vec![lim; 2]);
     let head = |tag: i32| Frame::Eager(Envelope { ctx: 0, src: 1, tag }).encode().as_slice().to_vec();
     // A wildcard receive takes the message as its header arrives; the payload goes straight in.
@@ -560,15 +549,7 @@ fn a_streamed_rendezvous_sends_its_head_with_the_rts() {
 #[test]
 fn rendezvous_heads_land_in_posted_receives_and_ask_for_the_rest_at_once() {
     use crate::transport::Sink;
-    let lim = PeerLimits {
-        max_payload: 1 << 20,
-        eager: 1 << 16,
-        bulk_read: false,
-        expose: false,
-        bulk_write: false,
-        split_min: usize::MAX,
-        head: 1 << 16,
-    };
+    let lim = PeerLimits { head: 1 << 16, ..streamed(1 << 16, 1 << 20) };
     let mut e = Engine::new(0, vec![lim; 2]);
     let rts = |tag: i32, len: u64| {
         let env = Envelope { ctx: 0, src: 1, tag };
@@ -823,18 +804,7 @@ fn a_synchronous_send_ends_only_once_a_receive_matched_it() {
         assert_eq!(net.engines[0].live_requests() + net.engines[1].live_requests(), 0);
     }
     // To self: parked until the receive, which it then completes.
-    let mut e = Engine::new(
-        0,
-        vec![PeerLimits {
-            max_payload: 100,
-            eager: 64,
-            bulk_read: false,
-            expose: false,
-            bulk_write: false,
-            split_min: usize::MAX,
-            head: 0,
-        }],
-    );
+    let mut e = Engine::new(0, vec![streamed(64, 100)]);
     let m = data(9, 5);
     let s = e.issend(0, 0, 3, 0, rb(&m));
     assert!(!e.is_done(s), "nobody received it yet");
@@ -947,16 +917,7 @@ fn a_recall_that_comes_after_the_match_is_ignored() {
 
 #[test]
 fn cancelled_receives_and_sends_to_self_complete_at_once() {
-    let lim = PeerLimits {
-        max_payload: 100,
-        eager: 64,
-        bulk_read: false,
-        expose: false,
-        bulk_write: false,
-        split_min: usize::MAX,
-        head: 0,
-    };
-    let mut e = Engine::new(0, vec![lim]);
+    let mut e = Engine::new(0, vec![streamed(64, 100)]);
     let mut b = vec![0u8; 5];
     let r = e.irecv(0, Some(0), Some(3), Some(0), rbm(&mut b));
     e.cancel(r);
