@@ -193,7 +193,7 @@ impl PairValue {
     /// [`span`]: PairValue::span
     fn whole(self, len: usize) -> bool {
         let (at, size) = self.c_struct();
-        len % size == 0 || len % size == at + 4
+        len.is_multiple_of(size) || len % size == at + 4
     }
 
     /// The code of C's struct as an element type; `None` for a value MPI pairs with no index.
