@@ -205,8 +205,9 @@ impl<'a> Request<'a> {
     /// past recalling, completes as usual. A receive not yet matched, or a large send to
     /// this rank, is cancelled at once; a rendezvous send (a synchronous one, or one above
     /// the eager size) once its receiver drops the announcement, which it does whenever it
-    /// makes progress; an eager send is not cancelled (its message may be queued at the
-    /// receiver already). Waiting for the request is still needed, and always ends.
+    /// makes progress (so the wait for it ends when the receiver next calls into mpr, not
+    /// on this rank alone as MPI would have it); an eager send is not cancelled (its message
+    /// may be queued at the receiver already). Waiting for the request is still needed.
     pub fn cancel(&self) {
         if let Live::InFlight { rt, id } = &self.state {
             rt.borrow_mut().cancel(*id);
