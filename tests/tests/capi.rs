@@ -162,6 +162,11 @@ fn mpi_1_names_as_on_mpich() {
 }
 
 #[test]
+fn attributes_of_datatypes_and_windows_and_added_error_classes_as_on_mpich() {
+    same_as_mpich("keys.c", &["2"], &[(&["--transports", "tcp"], "")]);
+}
+
+#[test]
 fn corners_mpichs_test_suite_checks_as_on_mpich() {
     // Over shared memory and TCP (where each rank's shared window is its own: those lines
     // differ by design).
@@ -215,7 +220,7 @@ fn the_library_exports_what_the_header_declares() {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/include/mpi.h")).unwrap();
     let mut declared: Vec<&str> = header
         .lines()
-        .filter_map(|l| l.strip_prefix("int ").or_else(|| l.strip_prefix("double ")))
+        .filter_map(|l| ["int ", "double ", "MPI_Aint "].iter().find_map(|t| l.strip_prefix(t)))
         .filter_map(|l| l.split('(').next())
         .filter(|n| n.starts_with("MPI_") || n.starts_with("PMPI_"))
         .collect();
@@ -342,6 +347,8 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         let win = 45;
         let bogus = format!("{rank}: a made-up window: classes {win} {win} {win} {win} {win} {win}\n");
         assert!(stdout.contains(&bogus), "{stdout}");
+        let added = format!("{rank}: error code of no added class: class 12; text for a predefined class: class 12\n");
+        assert!(stdout.contains(&added), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,6 +6,7 @@
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
+use super::attr;
 use super::types::{Datatype, Derived, COMBINER_NAMED, FIRST_DERIVED};
 use super::{
     comm_of, count_of, finish, ints_at, name_at, put, write_text, Fail, Res, COMM_WORLD, ERR_ARG, ERR_TRUNCATE,
@@ -337,11 +338,11 @@ mpi! {
             unsafe { new_type(layout_of(oldtype)?, made, newtype) }?;
             // A duplicate is committed if its original is.
             // SAFETY: just written.
-            let t = Datatype::of(unsafe { *newtype })?;
-            if let Some(d) = t.derived {
+            let made = unsafe { *newtype };
+            if let Some(d) = Datatype::of(made)?.derived {
                 d.committed.set(Datatype::of(oldtype)?.usable().is_ok());
             }
-            Ok(())
+            attr::copy_all("MPI_Type_dup", attr::Object::Type, oldtype, made)
         })
     }
 
@@ -360,6 +361,9 @@ mpi! {
         make("MPI_Type_free", || {
             // SAFETY: MPI's contract: datatype points to an MPI_Datatype.
             let h = unsafe { handle_at(datatype)? };
+            if h >= FIRST_DERIVED && Datatype::of(h).is_ok() {
+                attr::delete_all("MPI_Type_free", attr::Object::Type, h)?;
+            }
             Datatype::free(h)?;
             NAMES.with(|n| n.borrow_mut().remove(&h));
             // SAFETY: as above (not null: handle_at checked).

@@ -78,6 +78,7 @@ const KEY_WTIME_IS_GLOBAL: c_int = 2;
 const KEY_HOST: c_int = 3;
 const KEY_IO: c_int = 4;
 const KEY_UNIVERSE_SIZE: c_int = 5;
+const KEY_LASTUSEDCODE: c_int = 6;
 const THREAD_FUNNELED: c_int = 1;
 const MAX_PROCESSOR_NAME: usize = 256;
 const MAX_ERROR_STRING: usize = 512;
@@ -140,8 +141,6 @@ struct CommEntry {
     errhandler: c_int,
     /// `MPI_Comm_set_name`'s.
     name: String,
-    /// Attribute values, by key.
-    attrs: attr::Attrs,
     /// The Cartesian grid of a communicator `MPI_Cart_create` or `MPI_Cart_sub` made.
     grid: Option<crate::topo::Grid>,
 }
@@ -170,6 +169,8 @@ struct State {
     messages: slab::Slab<crate::Message>,
     /// Keys of attributes, by handle from 16 (`MPI_Comm_create_keyval`).
     keyvals: Vec<Option<attr::Keyval>>,
+    /// Attribute values of communicators, datatypes and windows.
+    attrs: attr::Attrs,
     /// Error handlers of the program's, by handle from 3.
     errhandlers: Vec<Option<errh::Handler>>,
 }
@@ -285,8 +286,36 @@ fn code_of(fail: &Fail) -> c_int {
     fail.class + 256 * (slot as c_int + 1)
 }
 
+/// The error classes and codes the program added (`MPI_Add_error_class`,
+/// `MPI_Add_error_code`): value [`ADDED_FROM`] + i is entry i, its class (its own value for a
+/// class) and the text `MPI_Add_error_string` gave it.
+static ADDED: std::sync::Mutex<Vec<(c_int, String)>> = std::sync::Mutex::new(Vec::new());
+/// The first value of an added class or code: above `MPI_ERR_LASTCODE` (as MPI asks), past
+/// every code of mpr's own (a class, and a message's slot above it).
+const ADDED_FROM: c_int = 0x4000_0000;
+/// `MPI_LASTUSEDCODE`'s value: the last value added, `MPI_ERR_LASTCODE` before any.
+static LAST_USED: AtomicI32 = AtomicI32::new(ADDED_FROM - 1);
+
+/// The class and text of added class or code `code`, if it is one.
+fn added(code: c_int) -> Option<(c_int, String)> {
+    let i = usize::try_from(code.checked_sub(ADDED_FROM)?).ok()?;
+    ADDED.lock().unwrap_or_else(|p| p.into_inner()).get(i).cloned()
+}
+
+/// Adds a class (`None`) or a code of class `class`, and gives its value.
+fn add_error(class: Option<c_int>) -> c_int {
+    let mut a = ADDED.lock().unwrap_or_else(|p| p.into_inner());
+    let value = ADDED_FROM + a.len() as c_int;
+    a.push((class.unwrap_or(value), String::new()));
+    LAST_USED.store(value, Ordering::SeqCst);
+    value
+}
+
 /// The class of error code `code` (`MPI_ERR_UNKNOWN` for one mpr does not know).
 fn error_class(code: c_int) -> c_int {
+    if code >= ADDED_FROM {
+        return added(code).map_or(ERR_UNKNOWN, |(class, _)| class);
+    }
     let class = code & 0xff;
     if class_text(class) == "unknown error" {
         ERR_UNKNOWN
@@ -1146,9 +1175,8 @@ fn init(name: &str, required: c_int) -> Res {
     let solo = world.solo();
     UNIVERSE_SIZE.store(world.size() as c_int, Ordering::SeqCst);
     let empty = world.comm_group().excl(&(0..world.size()).collect::<Vec<_>>())?;
-    let entry = |comm, name: &str| {
-        Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL, name: name.into(), attrs: Vec::new(), grid: None })
-    };
+    let entry =
+        |comm, name: &str| Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL, name: name.into(), grid: None });
     let _ = MAIN_THREAD.set(std::thread::current().id());
     if !STATE.claim() {
         return Err(Fail::new(ERR_OTHER, format!("{name}: MPI is already initialized")));
@@ -1167,6 +1195,7 @@ fn init(name: &str, required: c_int) -> Res {
             infos: info::predefined(),
             messages: slab::Slab::new(),
             keyvals: Vec::new(),
+            attrs: attr::Attrs::new(),
             errhandlers: Vec::new(),
         })
     });
@@ -1365,7 +1394,7 @@ unsafe fn new_comm(name: &str, made: Option<Comm>, errhandler: c_int, out: *mut 
     let handle = match made {
         None => 0,
         Some(comm) => with_state(name, |s| {
-            s.comms.push(Some(CommEntry { comm, errhandler, name: String::new(), attrs: Vec::new(), grid: None }));
+            s.comms.push(Some(CommEntry { comm, errhandler, name: String::new(), grid: None }));
             (s.comms.len() - 1) as c_int
         })?,
     };
@@ -1527,7 +1556,7 @@ mpi! {
     fn MPI_Finalize / PMPI_Finalize() -> c_int {
         // Attributes of MPI_COMM_SELF are deleted first, their delete functions run (MPI's
         // hook for work at the end).
-        let r = attr::delete_all("MPI_Finalize", COMM_SELF).and_then(|()| {
+        let r = attr::delete_all("MPI_Finalize", attr::Object::Comm, COMM_SELF).and_then(|()| {
             let state = STATE.with(|s| s.borrow_mut().take()).flatten().expect("checked above");
             // Buffered sends complete (MPI_Finalize waits for them, as MPI_Buffer_detach).
             let mut first = None;
@@ -1607,6 +1636,10 @@ mpi! {
     }
 
     fn MPI_Error_string / PMPI_Error_string(errorcode: c_int, string: *mut c_char, resultlen: *mut c_int) -> c_int {
+        if let Some((_, text)) = added(errorcode) {
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            return finish("MPI_Error_string", COMM_WORLD, unsafe { write_text(&text, string, resultlen, MAX_ERROR_STRING) });
+        }
         let (class, slot) = (errorcode & 0xff, errorcode >> 8);
         let detail = (slot > 0).then(|| {
             let m = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
@@ -1628,6 +1661,49 @@ mpi! {
             unsafe { put(errorclass, error_class(errorcode)) }
         };
         finish("MPI_Error_class", COMM_WORLD, r)
+    }
+
+    fn MPI_Add_error_class / PMPI_Add_error_class(errorclass: *mut c_int) -> c_int {
+        const NAME: &str = "MPI_Add_error_class";
+        // SAFETY: MPI's contract: errorclass points to an int.
+        let r = with_state(NAME, |_| ()).and_then(|()| unsafe { put(errorclass, add_error(None)) });
+        finish(NAME, COMM_WORLD, r)
+    }
+
+    fn MPI_Add_error_code / PMPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
+        const NAME: &str = "MPI_Add_error_code";
+        let r = with_state(NAME, |_| ()).and_then(|()| {
+            // A class the program added: its own value is its class.
+            if added(errorclass).is_none_or(|(class, _)| class != errorclass) {
+                return Err(Fail::new(ERR_ARG, format!("{NAME}: {errorclass} is not an error class the program added")));
+            }
+            // SAFETY: MPI's contract: errorcode points to an int.
+            unsafe { put(errorcode, add_error(Some(errorclass))) }
+        });
+        finish(NAME, COMM_WORLD, r)
+    }
+
+    fn MPI_Add_error_string / PMPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
+        const NAME: &str = "MPI_Add_error_string";
+        let r = with_state(NAME, |_| ()).and_then(|()| {
+            if string.is_null() {
+                return Err(Fail::new(ERR_ARG, format!("{NAME}: a null string")));
+            }
+            // SAFETY: not null (checked); MPI's contract: a NUL-terminated string.
+            let text = unsafe { std::ffi::CStr::from_ptr(string) }.to_string_lossy().into_owned();
+            if text.len() >= MAX_ERROR_STRING {
+                return Err(Fail::new(ERR_ARG, format!("{NAME}: a string of {} bytes (MPI_MAX_ERROR_STRING is {MAX_ERROR_STRING})", text.len())));
+            }
+            let mut a = ADDED.lock().unwrap_or_else(|p| p.into_inner());
+            match usize::try_from(errorcode - ADDED_FROM).ok().and_then(|i| a.get_mut(i)) {
+                Some(entry) => {
+                    entry.1 = text;
+                    Ok(())
+                }
+                None => Err(Fail::new(ERR_ARG, format!("{NAME}: {errorcode} is not an error class or code the program added"))),
+            }
+        });
+        finish(NAME, COMM_WORLD, r)
     }
 
     fn MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: c_int, errhandler: c_int) -> c_int {
@@ -2259,7 +2335,7 @@ mpi! {
             // SAFETY: just written.
             let made = unsafe { *newcomm };
             topo::set_grid("MPI_Comm_dup", made, topo::grid_of("MPI_Comm_dup", comm)?)?;
-            attr::copy_all("MPI_Comm_dup", comm, made)
+            attr::copy_all("MPI_Comm_dup", attr::Object::Comm, comm, made)
         });
         finish("MPI_Comm_dup", comm, r)
     }
@@ -2439,6 +2515,21 @@ mpi! {
         finish("MPI_Comm_create", comm, r)
     }
 
+    fn MPI_Comm_test_inter / PMPI_Comm_test_inter(comm: c_int, flag: *mut c_int) -> c_int {
+        // Every communicator is an intra-communicator: mpr makes no inter-communicators.
+        // SAFETY: MPI's contract: flag points to an int.
+        let r = comm_of("MPI_Comm_test_inter", comm).and_then(|_| unsafe { put(flag, 0) });
+        finish("MPI_Comm_test_inter", comm, r)
+    }
+
+    fn MPI_Comm_get_parent / PMPI_Comm_get_parent(parent: *mut c_int) -> c_int {
+        // No process is started by MPI_Comm_spawn (mpr has none): the parent is always
+        // MPI_COMM_NULL (0).
+        // SAFETY: MPI's contract: parent points to an MPI_Comm.
+        let r = with_state("MPI_Comm_get_parent", |_| ()).and_then(|()| unsafe { put(parent, 0) });
+        finish("MPI_Comm_get_parent", COMM_WORLD, r)
+    }
+
     fn MPI_Comm_compare / PMPI_Comm_compare(comm1: c_int, comm2: c_int, result: *mut c_int) -> c_int {
         let r = (|| {
             let (a, b) = (comm_of("MPI_Comm_compare", comm1)?, comm_of("MPI_Comm_compare", comm2)?);
@@ -2490,7 +2581,8 @@ mpi! {
                     Some((&ATTRIBUTES[(keyval - 1) as usize] as *const c_int).cast())
                 }
                 KEY_UNIVERSE_SIZE => Some((&UNIVERSE_SIZE as *const AtomicI32).cast()),
-                k => attr::get("MPI_Comm_get_attr", comm, k)?.map(|v| v.cast_const()),
+                KEY_LASTUSEDCODE => Some((&LAST_USED as *const AtomicI32).cast()),
+                k => attr::get("MPI_Comm_get_attr", attr::Object::Comm, comm, k)?.map(|v| v.cast_const()),
             };
             if let Some(v) = found {
                 // SAFETY: MPI's contract: value points to a pointer, which gets the
@@ -2512,7 +2604,7 @@ mpi! {
         let h = unsafe { *comm };
         // Handles 0..=2 are MPI_COMM_NULL, MPI_COMM_WORLD and MPI_COMM_SELF.
         let ours = h > COMM_SELF && comm_of("MPI_Comm_free", h).is_ok();
-        let deleted = if ours { attr::delete_all("MPI_Comm_free", h) } else { Ok(()) };
+        let deleted = if ours { attr::delete_all("MPI_Comm_free", attr::Object::Comm, h) } else { Ok(()) };
         let r = deleted.and_then(|()| with_state("MPI_Comm_free", |s| free_handle(&mut s.comms, h, 3))).and_then(|freed| {
             freed
                 .then_some(())

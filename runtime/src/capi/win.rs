@@ -13,8 +13,8 @@ use super::info::hints;
 use super::types::{accumulate_basic, accumulate_of, pair_of, predefined_size, Datatype};
 use super::{
     bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, name_at, put, raw_mut,
-    with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERR_ARG, ERR_ASSERT, ERR_DISP, ERR_KEYVAL,
-    ERR_NO_MEM, ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, PROC_NULL, STATE,
+    with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERR_ARG, ERR_ASSERT, ERR_DISP, ERR_NO_MEM,
+    ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, PROC_NULL, STATE,
 };
 use crate::rma::{Assert, LockType, Window};
 use crate::{Comm, DynAcc};
@@ -427,6 +427,16 @@ pub(super) fn call(name: &str, win: c_int, f: impl FnOnce(&mut WinEntry) -> Res)
     finish_under(name, COMM_WORLD, errhandler, r)
 }
 
+/// `f` for window `win`, which must exist, with nothing of the state borrowed (`f` may run
+/// functions of the program's), its error under the window's handler.
+pub(super) fn on_win(name: &str, win: c_int, f: impl FnOnce() -> Res) -> c_int {
+    let handler = win_ref(name, win).map(|w| w.errhandler);
+    match handler {
+        Ok(h) => finish_under(name, COMM_WORLD, Some((win, h)), f()),
+        Err(fail) => finish_under(name, COMM_WORLD, None, Err(fail)),
+    }
+}
+
 /// `MPI_Win_call_errhandler`: window `win`'s handler on the program's code `code`.
 pub(super) fn call_handler(win: c_int, code: c_int) -> c_int {
     const NAME: &str = "MPI_Win_call_errhandler";
@@ -683,6 +693,9 @@ mpi! {
             }
             // SAFETY: not null (checked): the caller's MPI_Win.
             let h = unsafe { *win };
+            if win_at(h).is_some() {
+                super::attr::delete_all("MPI_Win_free", super::attr::Object::Win, h)?;
+            }
             let entry = with_state("MPI_Win_free", |s| {
                 usize::try_from(h).ok().filter(|&i| i > 0).and_then(|i| s.wins.get_mut(i)).and_then(Option::take)
             })?
@@ -724,7 +737,8 @@ mpi! {
                 WIN_DISP_UNIT => (&w.unit as *const c_int).cast_mut().cast(),
                 WIN_CREATE_FLAVOR => (&w.flavor as *const c_int).cast_mut().cast(),
                 WIN_MODEL => (&WIN_UNIFIED as *const c_int).cast_mut().cast(),
-                _ => return Err(Fail::new(ERR_KEYVAL, format!("MPI_Win_get_attr: key {keyval}"))),
+                // SAFETY: MPI's contract: `attribute_val` points to a pointer, `flag` to an int.
+                k => return unsafe { super::attr::get_into("MPI_Win_get_attr", super::attr::Object::Win, win, k, attribute_val, flag) },
             };
             // SAFETY: MPI's contract: `attribute_val` points to a pointer, `flag` to an int;
             // the values pointed at live as long as the window.
@@ -1115,6 +1129,15 @@ mpi! {
     fn MPI_Get_address / PMPI_Get_address(location: *const c_void, address: *mut isize) -> c_int {
         // SAFETY: MPI's contract: `address` points to an MPI_Aint.
         finish("MPI_Get_address", COMM_WORLD, unsafe { put(address, location as isize) })
+    }
+
+    fn MPI_Aint_add / PMPI_Aint_add(base: isize, disp: isize) -> isize {
+        // Addresses as MPI_Get_address gives them: the sum of an address and a displacement.
+        base.wrapping_add(disp)
+    }
+
+    fn MPI_Aint_diff / PMPI_Aint_diff(addr1: isize, addr2: isize) -> isize {
+        addr1.wrapping_sub(addr2)
     }
 
     fn MPI_Alloc_mem / PMPI_Alloc_mem(size: isize, info: c_int, baseptr: *mut c_void) -> c_int {
