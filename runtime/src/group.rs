@@ -123,4 +123,28 @@ impl Comm {
         let key = group.rank_of_world(me_world).map_or(0, |r| r as i32);
         self.split(color, key)
     }
+
+    /// A communicator of the members of `group`, a subset of this communicator's group, made
+    /// by its members alone (`MPI_Comm_create_group`): collective over `group`, so the other
+    /// ranks need not call it; `tag` tells apart calls that could run at once. A rank outside
+    /// `group` gets `None` at once.
+    pub fn create_group(&self, group: &Group, tag: i32) -> Result<Option<Comm>, Error> {
+        if !(0..=crate::TAG_UB).contains(&tag) {
+            return Err(Error::Tag(tag));
+        }
+        let mine = self.group();
+        // Each member's rank here, in the group's order.
+        let ranks = group
+            .world
+            .iter()
+            .map(|w| {
+                mine.iter()
+                    .position(|m| m == w)
+                    .ok_or_else(|| Error::Other(format!("create_group: world rank {w} is not in this communicator")))
+            })
+            .collect::<Result<Vec<usize>, Error>>()?;
+        let Some(me) = group.rank_of_world(mine[self.rank()]) else { return Ok(None) };
+        let ctx = self.agree_context_among(&ranks, me, tag)?;
+        Ok(Some(Comm::new(self.rt().clone(), ctx, me, group.world.clone())))
+    }
 }

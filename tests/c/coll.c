@@ -454,6 +454,36 @@ int main(int argc, char **argv)
         say("create: size rank sum", e3, 3);
         MPI_Comm_free(&ec);
     }
+    /* Made by the members alone: the evens and the odds each with their own group (the same
+     * tag: disjoint groups), world collectives between and after; then the world reversed;
+     * a rank outside the group gets MPI_COMM_NULL at once. */
+    MPI_Comm gc;
+    MPI_Comm_create_group(MPI_COMM_WORLD, rank % 2 ? odds : evens, 7, &gc);
+    int msz, mrk, msum, wsum;
+    MPI_Comm_size(gc, &msz);
+    MPI_Comm_rank(gc, &mrk);
+    MPI_Allreduce(&rank, &msum, 1, MPI_INT, MPI_SUM, gc);
+    MPI_Allreduce(&rank, &wsum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    int m4[4] = {msz, mrk, msum, wsum};
+    say("create_group own half: size rank sum, world sum", m4, 4);
+    MPI_Comm_free(&gc);
+    if (rank % 2 == 0) {
+        MPI_Comm_create_group(MPI_COMM_WORLD, evens, 3, &gc);
+        MPI_Comm_rank(gc, &mrk);
+        MPI_Bcast(&mrk, 1, MPI_INT, 0, gc);
+        say("create_group evens only: root's rank", &mrk, 1);
+        MPI_Comm_free(&gc);
+    }
+    MPI_Comm_create_group(MPI_COMM_WORLD, rev, 0, &gc);
+    MPI_Comm_rank(gc, &mrk);
+    int left = -1;
+    MPI_Sendrecv(&rank, 1, MPI_INT, (mrk + 1) % p, 0, &left, 1, MPI_INT, (mrk + p - 1) % p, 0, gc, MPI_STATUS_IGNORE);
+    int m2[2] = {mrk, left};
+    say("create_group reversed: rank, world rank of the previous", m2, 2);
+    MPI_Comm_free(&gc);
+    MPI_Comm_create_group(MPI_COMM_WORLD, MPI_GROUP_EMPTY, 0, &gc);
+    int no_one = gc == MPI_COMM_NULL;
+    say("create_group of no one is null", &no_one, 1);
     MPI_Comm dupw, revw, halfw;
     MPI_Comm_dup(MPI_COMM_WORLD, &dupw);
     MPI_Comm_split(MPI_COMM_WORLD, 0, -rank, &revw);

@@ -2515,6 +2515,18 @@ mpi! {
         finish("MPI_Comm_create", comm, r)
     }
 
+    fn MPI_Comm_create_group / PMPI_Comm_create_group(comm: c_int, group: c_int, tag: c_int, newcomm: *mut c_int) -> c_int {
+        const NAME: &str = "MPI_Comm_create_group";
+        let r = (|| {
+            let c = comm_of(NAME, comm)?;
+            let g = group_of(NAME, group)?;
+            let made = c.create_group(&g, tag)?;
+            // SAFETY: MPI's contract: newcomm points to an MPI_Comm.
+            unsafe { new_comm(NAME, made, errhandler_of(comm), newcomm) }
+        })();
+        finish(NAME, comm, r)
+    }
+
     fn MPI_Comm_test_inter / PMPI_Comm_test_inter(comm: c_int, flag: *mut c_int) -> c_int {
         // Every communicator is an intra-communicator: mpr makes no inter-communicators.
         // SAFETY: MPI's contract: flag points to an int.

@@ -1,4 +1,4 @@
-//! Communicator creation: `dup` and `split` (MPI 4.1, section 7.4.2).
+//! Communicator creation: `dup`, `split` and `create_group` (MPI 4.1, section 7.4.2).
 //!
 //! A new communicator needs a context id that no communicator of any of its members uses.
 //! Every process hands out ids in increasing order (two per communicator: point-to-point and
@@ -20,6 +20,47 @@ impl Comm {
         let mut ctx = [mine];
         self.allreduce_in_place(&mut ctx, Max)?;
         let ctx = ctx[0];
+        let next = ctx
+            .checked_add(2)
+            .filter(|&n| n <= SOLO_CONTEXT)
+            .ok_or_else(|| Error::Other("out of communicator context ids".into()))?;
+        self.rt().borrow_mut().next_ctx = next;
+        Ok(ctx)
+    }
+
+    /// As [`Comm::agree_context`], among the ranks `members` of this communicator alone
+    /// (`MPI_Comm_create_group`), this rank being `members[me]`: a reduction to the first
+    /// member and a broadcast back, both binomial trees, by point-to-point messages on this
+    /// communicator's collective context. Their tag is `-1 - tag`: the collectives' tags are
+    /// never negative, and the other ranks' collectives' sequence is left as it is.
+    pub(crate) fn agree_context_among(&self, members: &[usize], me: usize, tag: i32) -> Result<u32, Error> {
+        let (n, tag) = (members.len(), -1 - tag);
+        let mut ctx = self.rt().borrow().next_ctx;
+        let mut got = [0u8; 4];
+        let mut mask = 1;
+        while mask < n {
+            if me & mask != 0 {
+                self.coll_xchg(tag, Some((&ctx.to_le_bytes(), members[me - mask])), None)?;
+                break;
+            }
+            if me + mask < n {
+                self.coll_xchg(tag, None, Some((&mut got, members[me + mask])))?;
+                ctx = ctx.max(u32::from_le_bytes(got));
+            }
+            mask <<= 1;
+        }
+        // The first member has the largest; down the same tree.
+        if me != 0 {
+            self.coll_xchg(tag, None, Some((&mut got, members[me - (me & me.wrapping_neg())])))?;
+            ctx = u32::from_le_bytes(got);
+        }
+        let mut mask = if me == 0 { n.next_power_of_two() } else { me & me.wrapping_neg() } >> 1;
+        while mask > 0 {
+            if me + mask < n {
+                self.coll_xchg(tag, Some((&ctx.to_le_bytes(), members[me + mask])), None)?;
+            }
+            mask >>= 1;
+        }
         let next = ctx
             .checked_add(2)
             .filter(|&n| n <= SOLO_CONTEXT)
