@@ -1,11 +1,14 @@
-//! Cartesian process topologies (MPI 4.1, section 8.5): a grid laid over the ranks of a
-//! communicator in row-major order, the grid point of a rank and the rank of a point, the
-//! neighbours along a dimension, sub-grids, and a balanced grid for a number of ranks.
+//! Process topologies (MPI 4.1, sections 8.5 and 8.6): a Cartesian grid laid over the ranks
+//! of a communicator in row-major order, the grid point of a rank and the rank of a point, the
+//! neighbours along a dimension, sub-grids, and a balanced grid for a number of ranks; and
+//! graphs, whose neighbours each rank gives (distributed graphs) or all ranks give alike
+//! (MPI-1's graphs). Either kind runs the neighbourhood collectives as a [`Neighborhood`].
 //!
 //! As rsmpi's `CartesianCommunicator`: a communicator with a grid is a type of its own
 //! ([`CartComm`]), so a grid question cannot be asked of a communicator without one; it
 //! lends its [`Comm`] to every other call.
 
+pub use crate::coll::Neighborhood;
 use crate::comm::{sealed, Comm, Communicator};
 use crate::error::Error;
 
@@ -196,6 +199,101 @@ impl Comm {
         let inside = self.rank() < grid.size();
         let made = self.split(inside.then_some(0), self.rank() as i32)?;
         Ok(made.map(|comm| CartComm { comm, grid: grid.clone() }))
+    }
+}
+
+/// An edge of a graph that a rank gives [`Comm::dist_graph`]: from rank `from` to rank `to`,
+/// with a weight (MPI's, kept for the program).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge {
+    /// The rank the edge leaves.
+    pub from: usize,
+    /// The rank it reaches.
+    pub to: usize,
+    /// Its weight.
+    pub weight: i32,
+}
+
+/// A graph's neighbourhood as [`Comm::dist_graph`] makes it: the neighbourhood, and the
+/// weights of its sources' edges and of its destinations', in their order.
+#[derive(Debug, Clone)]
+pub struct DistGraph {
+    /// The new communicator and this rank's neighbours.
+    pub neighborhood: Neighborhood,
+    /// The weights of the edges from its sources, in their order.
+    pub source_weights: Vec<i32>,
+    /// The weights of the edges to its destinations, in their order.
+    pub destination_weights: Vec<i32>,
+}
+
+impl Comm {
+    /// A communicator of the same ranks whose neighbours are a graph's, each rank giving
+    /// its own: it receives from `sources` and sends to `destinations`, ranks of this
+    /// communicator, in their order (`MPI_Dist_graph_create_adjacent`). Collective; the
+    /// edges the ranks give must agree (an edge from a to b is among a's destinations as
+    /// often as among b's sources), which is not checked.
+    pub fn dist_graph_adjacent(&self, sources: &[usize], destinations: &[usize]) -> Result<Neighborhood, Error> {
+        Neighborhood::graph(self.dup()?, sources.to_vec(), destinations.to_vec())
+    }
+
+    /// A communicator of the same ranks whose neighbours are the graph of the `edges` every
+    /// rank gives (any edges: each goes to the two ranks it joins) (`MPI_Dist_graph_create`).
+    /// Collective. A rank's sources and destinations come in the order of the ranks that
+    /// gave their edges, and of the edges each gave.
+    pub fn dist_graph(&self, edges: &[Edge]) -> Result<DistGraph, Error> {
+        let p = self.size();
+        if let Some(e) = edges.iter().find(|e| e.from >= p || e.to >= p) {
+            return Err(Error::Rank { rank: e.from.max(e.to), size: p });
+        }
+        // To each rank, its edges: (1 for one it is the source of, else 0, the other end, weight).
+        let mut to: Vec<Vec<i64>> = vec![Vec::new(); p];
+        for e in edges {
+            to[e.from].extend([1, e.to as i64, e.weight as i64]);
+            to[e.to].extend([0, e.from as i64, e.weight as i64]);
+        }
+        let scounts: Vec<usize> = to.iter().map(Vec::len).collect();
+        let mut rcounts = vec![0usize; p];
+        self.alltoall(&scounts, &mut rcounts)?;
+        let displs = |c: &[usize]| c.iter().scan(0, |at, &n| Some(std::mem::replace(at, *at + n))).collect::<Vec<_>>();
+        let (sdispls, rdispls) = (displs(&scounts), displs(&rcounts));
+        let mut got = vec![0i64; rcounts.iter().sum()];
+        self.alltoallv(&to.concat(), &scounts, &sdispls, &mut got, &rcounts, &rdispls)?;
+        let (mut sources, mut source_weights, mut destinations, mut destination_weights) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for e in got.chunks(3) {
+            let (other, weight) = (e[1] as usize, e[2] as i32);
+            if e[0] == 1 {
+                destinations.push(other);
+                destination_weights.push(weight);
+            } else {
+                sources.push(other);
+                source_weights.push(weight);
+            }
+        }
+        let neighborhood = Neighborhood::graph(self.dup()?, sources, destinations)?;
+        Ok(DistGraph { neighborhood, source_weights, destination_weights })
+    }
+
+    /// The communicator of the first `index.len()` ranks, node `i` joined to the nodes
+    /// `edges[index[i - 1]..index[i]]` (`index[-1]` being 0), every rank giving the whole
+    /// graph (`MPI_Graph_create`); the other ranks get `None`. Collective. A node's neighbours
+    /// are both its sources and its destinations, in that order.
+    pub fn graph(&self, index: &[usize], edges: &[usize]) -> Result<Option<Neighborhood>, Error> {
+        let n = index.len();
+        if n > self.size() {
+            return Err(Error::Arg(format!("a graph of {n} nodes on a communicator of {} ranks", self.size())));
+        }
+        if index.windows(2).any(|w| w[0] > w[1]) || index.last().copied().unwrap_or(0) != edges.len() {
+            return Err(Error::Arg(format!("graph index {index:?} does not end at its {} edges, rising", edges.len())));
+        }
+        if let Some(&e) = edges.iter().find(|&&e| e >= n) {
+            return Err(Error::Rank { rank: e, size: n });
+        }
+        let inside = self.rank() < n;
+        let Some(comm) = self.split(inside.then_some(0), self.rank() as i32)? else { return Ok(None) };
+        let me = comm.rank();
+        let near = edges[if me == 0 { 0 } else { index[me - 1] }..index[me]].to_vec();
+        Neighborhood::graph(comm, near.clone(), near).map(Some)
     }
 }
 

@@ -34,6 +34,117 @@ static void dims(int nodes, int n, const int *given)
         SAY("dims %d in [%s] -> class %d [%s]", nodes, in, class_of(rc), rc == MPI_SUCCESS ? out : in);
 }
 
+/* Graphs: a distributed graph of the program's neighbours (weighted, unweighted, given by one
+ * rank for all), MPI-1's graph (a star), their queries and the neighbourhood collectives on
+ * them. */
+static void graphs(void)
+{
+    char line[256];
+    int p = size, left = (rank + p - 1) % p, right = (rank + 1) % p, kind, rc;
+
+    /* A ring both ways, weighted: blocks go right then left, come from left then right. */
+    MPI_Comm ring;
+    int src[2] = {left, right}, dst[2] = {right, left}, sw[2] = {10 + left, 10 + right}, dw[2] = {20, 21};
+    MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, 2, src, sw, 2, dst, dw, MPI_INFO_NULL, 0, &ring);
+    MPI_Topo_test(ring, &kind);
+    int in, out, weighted;
+    MPI_Dist_graph_neighbors_count(ring, &in, &out, &weighted);
+    SAY("ring: kind %d, in %d out %d weighted %d", kind == MPI_DIST_GRAPH, in, out, weighted);
+    int gs[2], gsw[2], gd[2], gdw[2];
+    MPI_Dist_graph_neighbors(ring, 2, gs, gsw, 2, gd, gdw);
+    int all[8] = {gs[0], gs[1], gsw[0], gsw[1], gd[0], gd[1], gdw[0], gdw[1]};
+    ints(line, sizeof line, all, 8);
+    SAY("ring neighbours: %s", line);
+    int got[2] = {-1, -1};
+    MPI_Neighbor_allgather(&rank, 1, MPI_INT, got, 1, MPI_INT, ring);
+    SAY("ring allgather: %d %d", got[0], got[1]);
+    int blocks[2] = {100 * rank + 1, 100 * rank + 2};
+    MPI_Neighbor_alltoall(blocks, 1, MPI_INT, got, 1, MPI_INT, ring);
+    SAY("ring alltoall: %d %d", got[0], got[1]);
+    MPI_Comm copy;
+    MPI_Comm_dup(ring, &copy);
+    MPI_Topo_test(copy, &kind);
+    MPI_Dist_graph_neighbors_count(copy, &in, &out, &weighted);
+    SAY("ring dup: kind %d, in %d out %d weighted %d", kind == MPI_DIST_GRAPH, in, out, weighted);
+    MPI_Comm_free(&copy);
+    MPI_Comm_free(&ring);
+
+    /* Unweighted and lopsided: to the next two ranks, from the previous two. */
+    MPI_Comm ahead;
+    int to[2] = {right, (rank + 2) % p}, from[2] = {left, (rank + p - 2) % p};
+    MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, 2, from, MPI_UNWEIGHTED, 2, to, MPI_UNWEIGHTED, MPI_INFO_NULL, 1,
+                                   &ahead);
+    MPI_Dist_graph_neighbors_count(ahead, &in, &out, &weighted);
+    SAY("ahead: in %d out %d weighted %d", in, out, weighted);
+    int send[3] = {rank, 1000 + rank, 2000 + rank}, sc[2] = {1, 2}, sd[2] = {0, 1}, recv[4] = {-1, -1, -1, -1};
+    int rc2[2] = {1, 2}, rd[2] = {0, 2};
+    MPI_Neighbor_alltoallv(send, sc, sd, MPI_INT, recv, rc2, rd, MPI_INT, ahead);
+    ints(line, sizeof line, recv, 4);
+    SAY("ahead alltoallv: %s", line);
+    MPI_Request req;
+    int twice[4] = {-1, -1, -1, -1}, pair[2] = {rank, -rank};
+    MPI_Ineighbor_allgather(pair, 2, MPI_INT, twice, 2, MPI_INT, ahead, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    ints(line, sizeof line, twice, 4);
+    SAY("ahead iallgather: %s", line);
+    MPI_Comm_free(&ahead);
+
+    /* The ring one way, every edge given by rank 0, weighted by its source. */
+    MPI_Comm given;
+    int n = rank == 0 ? p : 0, nodes[8], degrees[8], ends[8], weights[8];
+    for (int i = 0; i < n; i++) {
+        nodes[i] = i;
+        degrees[i] = 1;
+        ends[i] = (i + 1) % p;
+        weights[i] = i;
+    }
+    MPI_Dist_graph_create(MPI_COMM_WORLD, n, nodes, degrees, ends, weights, MPI_INFO_NULL, 0, &given);
+    MPI_Dist_graph_neighbors_count(given, &in, &out, &weighted);
+    MPI_Dist_graph_neighbors(given, 1, gs, gsw, 1, gd, gdw);
+    SAY("given: in %d out %d weighted %d, from %d (%d) to %d (%d)", in, out, weighted, gs[0], gsw[0], gd[0], gdw[0]);
+    MPI_Neighbor_allgather(&rank, 1, MPI_INT, got, 1, MPI_INT, given);
+    SAY("given allgather: %d", got[0]);
+    MPI_Comm_free(&given);
+
+    /* MPI-1's graph: a star of all but the last rank, node 0 at its centre. */
+    int nn = p - 1, index[8], edges[16], ne = 0;
+    for (int i = 0; i < nn; i++) {
+        if (i == 0)
+            for (int j = 1; j < nn; j++)
+                edges[ne++] = j;
+        else
+            edges[ne++] = 0;
+        index[i] = ne;
+    }
+    MPI_Comm star;
+    MPI_Graph_create(MPI_COMM_WORLD, nn, index, edges, 0, &star);
+    if (star == MPI_COMM_NULL) {
+        SAY("star: not a node");
+    } else {
+        int nodes_, edges_, gi[8], ge[16], count, near[8], mine = -1;
+        MPI_Topo_test(star, &kind);
+        MPI_Graphdims_get(star, &nodes_, &edges_);
+        MPI_Graph_get(star, nn, ne, gi, ge);
+        ints(line, sizeof line, gi, nodes_);
+        SAY("star: kind %d, %d nodes %d edges, index %s", kind == MPI_GRAPH, nodes_, edges_, line);
+        MPI_Graph_neighbors_count(star, 0, &count);
+        MPI_Graph_neighbors(star, 0, 8, near);
+        ints(line, sizeof line, near, count);
+        SAY("star centre's neighbours: %d: %s", count, line);
+        MPI_Graph_map(MPI_COMM_WORLD, nn, index, edges, &mine);
+        SAY("star map: %d", mine);
+        int around[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+        MPI_Graph_neighbors_count(star, rank, &count);
+        MPI_Neighbor_allgather(&rank, 1, MPI_INT, around, 1, MPI_INT, star);
+        ints(line, sizeof line, around, count);
+        SAY("star allgather: %s", line);
+        MPI_Comm_set_errhandler(star, MPI_ERRORS_RETURN);
+        rc = MPI_Graph_neighbors_count(star, nn, &count);
+        SAY("neighbours of no node: class %d", class_of(rc));
+        MPI_Comm_free(&star);
+    }
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -241,6 +352,7 @@ int main(int argc, char **argv)
        grid, are in refusals.c: MPICH accepts the first and crashes on the others.) */
 
     MPI_Comm_free(&cart);
+    graphs();
     MPI_Finalize();
     return 0;
 }

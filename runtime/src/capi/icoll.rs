@@ -712,8 +712,8 @@ mpi! {
         unsafe { launch("MPI_Iexscan", comm, request, |c, s| iscan(c, s, sendbuf, recvbuf, count, datatype, op, false)) }
     }
 
-    // The nonblocking neighbourhood collectives, on a communicator with a Cartesian grid
-    // (MPI_ERR_TOPOLOGY on another); MPI_IN_PLACE is not among their arguments.
+    // The nonblocking neighbourhood collectives, on a communicator with a Cartesian grid or
+    // a graph (MPI_ERR_TOPOLOGY on another); MPI_IN_PLACE is not among their arguments.
     fn MPI_Ineighbor_allgather / PMPI_Ineighbor_allgather(
         sendbuf: *const c_void,
         sendcount: c_int,
@@ -746,8 +746,8 @@ mpi! {
         // they say, until the request completes.
         unsafe {
             launch(NAME, comm, request, |_, s| {
-                let c = super::topo::cart_of(NAME, comm)?;
-                let v = blocks(recvcounts, displs, 2 * c.grid().ndims(), &Datatype::of(recvtype)?)?;
+                let c = super::topo::neighborhood_of(NAME, comm)?;
+                let v = blocks(recvcounts, displs, c.sources().len(), &Datatype::of(recvtype)?)?;
                 let recv = output_of(recvbuf, v.count, &v.ty)?;
                 let send = input_of(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)?;
                 Ok(c.ineighbor_allgatherv(s, send, recv, &v.counts, &v.displs)?)
@@ -787,11 +787,10 @@ mpi! {
         // SAFETY: as for MPI_Ineighbor_allgatherv.
         unsafe {
             launch(NAME, comm, request, |_, s| {
-                let c = super::topo::cart_of(NAME, comm)?;
-                let k = 2 * c.grid().ndims();
-                let r = blocks(recvcounts, rdispls, k, &Datatype::of(recvtype)?)?;
+                let c = super::topo::neighborhood_of(NAME, comm)?;
+                let r = blocks(recvcounts, rdispls, c.sources().len(), &Datatype::of(recvtype)?)?;
                 let recv = output_of(recvbuf, r.count, &r.ty)?;
-                let v = blocks(sendcounts, sdispls, k, &Datatype::of(sendtype)?)?;
+                let v = blocks(sendcounts, sdispls, c.destinations().len(), &Datatype::of(sendtype)?)?;
                 let send = input_of(sendbuf, v.count, &v.ty)?;
                 Ok(c.ineighbor_alltoallv(s, send, &v.counts, &v.displs, recv, &r.counts, &r.displs)?)
             })
@@ -816,10 +815,9 @@ unsafe fn ineighbor_blocks(
     // SAFETY: this function's contract.
     unsafe {
         launch(name, comm, request, |_, s| {
-            let c = super::topo::cart_of(name, comm)?;
-            let k = 2 * c.grid().ndims();
-            let recv = output(recvbuf, count_of(recvcount)? * k, recvtype)?;
-            let sent = count_of(sendcount)? * if alltoall { k } else { 1 };
+            let c = super::topo::neighborhood_of(name, comm)?;
+            let recv = output(recvbuf, count_of(recvcount)? * c.sources().len(), recvtype)?;
+            let sent = count_of(sendcount)? * if alltoall { c.destinations().len() } else { 1 };
             let send = input_of(sendbuf, sent, &Datatype::of(sendtype)?)?;
             Ok(if alltoall { c.ineighbor_alltoall(s, send, recv)? } else { c.ineighbor_allgather(s, send, recv)? })
         })

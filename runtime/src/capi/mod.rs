@@ -141,8 +141,9 @@ struct CommEntry {
     errhandler: c_int,
     /// `MPI_Comm_set_name`'s.
     name: String,
-    /// The Cartesian grid of a communicator `MPI_Cart_create` or `MPI_Cart_sub` made.
-    grid: Option<crate::topo::Grid>,
+    /// The topology of a communicator `MPI_Cart_create`, `MPI_Cart_sub`, `MPI_Graph_create`
+    /// or `MPI_Dist_graph_create(_adjacent)` made.
+    topo: Option<topo::Topo>,
 }
 
 /// This process's MPI state, owned by the thread that called `MPI_Init`.
@@ -1176,7 +1177,7 @@ fn init(name: &str, required: c_int) -> Res {
     UNIVERSE_SIZE.store(world.size() as c_int, Ordering::SeqCst);
     let empty = world.comm_group().excl(&(0..world.size()).collect::<Vec<_>>())?;
     let entry =
-        |comm, name: &str| Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL, name: name.into(), grid: None });
+        |comm, name: &str| Some(CommEntry { comm, errhandler: ERRORS_ARE_FATAL, name: name.into(), topo: None });
     let _ = MAIN_THREAD.set(std::thread::current().id());
     if !STATE.claim() {
         return Err(Fail::new(ERR_OTHER, format!("{name}: MPI is already initialized")));
@@ -1394,7 +1395,7 @@ unsafe fn new_comm(name: &str, made: Option<Comm>, errhandler: c_int, out: *mut 
     let handle = match made {
         None => 0,
         Some(comm) => with_state(name, |s| {
-            s.comms.push(Some(CommEntry { comm, errhandler, name: String::new(), grid: None }));
+            s.comms.push(Some(CommEntry { comm, errhandler, name: String::new(), topo: None }));
             (s.comms.len() - 1) as c_int
         })?,
     };
@@ -2334,7 +2335,7 @@ mpi! {
             unsafe { new_comm("MPI_Comm_dup", Some(made), errhandler_of(comm), newcomm) }?;
             // SAFETY: just written.
             let made = unsafe { *newcomm };
-            topo::set_grid("MPI_Comm_dup", made, topo::grid_of("MPI_Comm_dup", comm)?)?;
+            topo::set_topo("MPI_Comm_dup", made, topo::topo_of("MPI_Comm_dup", comm)?)?;
             attr::copy_all("MPI_Comm_dup", attr::Object::Comm, comm, made)
         });
         finish("MPI_Comm_dup", comm, r)

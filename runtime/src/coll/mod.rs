@@ -21,6 +21,7 @@ pub(crate) mod ring;
 pub(crate) mod sched;
 mod vector;
 
+pub use neighbor::Neighborhood;
 pub use nonblocking::CollRequest;
 
 use bytemuck::Pod;

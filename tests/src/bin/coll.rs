@@ -2,7 +2,7 @@
 //! Every result is compared with a sequential reference computed here from the same
 //! deterministic inputs; any mismatch panics (non-zero exit) with the details.
 
-use mpr::topo::{dims_create, Grid};
+use mpr::topo::{dims_create, Edge, Grid};
 use mpr::{Comm, Communicator, Max, Min, Prod, Sum, UserOp};
 
 /// Input element `i` of rank `r` (small integers, so float sums are exact too).
@@ -635,5 +635,58 @@ fn check_cartesian(w: &Comm) -> mpr::Result<()> {
         None => assert_eq!(me, p - 1, "only the last rank is left out"),
     }
     assert!(w.cart(&Grid::new(&[p + 1], &[true])?, false).is_err(), "a grid larger than the communicator");
+    graphs(w)
+}
+
+/// Graphs of the Rust API: a rank's own neighbours (to the next two ranks, from the previous
+/// two), the same graph from edges rank 0 alone gives, and MPI-1's star; the neighbourhood
+/// collectives on each.
+fn graphs(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let (ahead, behind) = ([(me + 1) % p, (me + 2) % p], [(me + p - 1) % p, (me + p - 2) % p]);
+    let hood = w.dist_graph_adjacent(&behind, &ahead)?;
+    assert_eq!(hood.size(), p);
+    // Block i (of i + 1 elements) to destination i; source j sent its block j.
+    let send = [me as i64, 1000 + me as i64, 2000 + me as i64];
+    let mut got = [-1i64; 3];
+    hood.neighbor_alltoallv(&send, &[1, 2], &[0, 1], &mut got, &[1, 2], &[0, 1])?;
+    assert_eq!(got, [behind[0] as i64, 1000 + behind[1] as i64, 2000 + behind[1] as i64], "rank {me}");
+    let mut heard = [usize::MAX; 2];
+    hood.neighbor_allgather(&[me], &mut heard)?;
+    assert_eq!(heard, behind, "rank {me}: allgather from the sources, in their order");
+    // The same graph given whole by rank 0, with weights: each rank learns its own edges.
+    let edges: Vec<Edge> = if me == 0 {
+        (0..p)
+            .flat_map(|r| (1..3).map(move |k| Edge { from: r, to: (r + k) % p, weight: (10 * r + k) as i32 }))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let given = w.dist_graph(&edges)?;
+    let dests: Vec<usize> = given.neighborhood.destinations().iter().map(|d| d.unwrap()).collect();
+    assert_eq!(dests, ahead, "rank {me}: destinations in the order rank 0 gave them");
+    assert_eq!(given.destination_weights, [10 * me as i32 + 1, 10 * me as i32 + 2]);
+    let mut sources: Vec<(usize, i32)> =
+        given.neighborhood.sources().iter().map(|s| s.unwrap()).zip(given.source_weights.iter().copied()).collect();
+    sources.sort_unstable();
+    let mut want: Vec<(usize, i32)> =
+        (1..3).map(|k| ((me + p - k) % p, (10 * ((me + p - k) % p) + k) as i32)).collect();
+    want.sort_unstable();
+    assert_eq!(sources, want, "rank {me}: sources and their weights");
+    // MPI-1's star of every rank but the last: node 0 joined to all the others.
+    let n = p.max(2) - 1;
+    let edges: Vec<usize> = (1..n).chain(std::iter::repeat_n(0, n - 1)).collect();
+    let index: Vec<usize> = (0..n).map(|i| if i == 0 { n - 1 } else { n - 1 + i }).collect();
+    match w.graph(&index, &edges)? {
+        None => assert_eq!(me, p - 1, "only the last rank is left out"),
+        Some(star) => {
+            let k = if me == 0 { n - 1 } else { 1 };
+            let mut around = vec![usize::MAX; k];
+            star.neighbor_allgather(&[me], &mut around)?;
+            let want: Vec<usize> = if me == 0 { (1..n).collect() } else { vec![0] };
+            assert_eq!(around, want, "rank {me}: the star's neighbours");
+        }
+    }
+    assert!(w.graph(&[1], &[5]).is_err(), "an edge to no node");
     Ok(())
 }
