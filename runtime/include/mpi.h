@@ -177,6 +177,7 @@ typedef void(MPI_User_function)(void *invec, void *inoutvec, int *len, MPI_Datat
 #define MPI_IO 4
 #define MPI_UNIVERSE_SIZE 5
 #define MPI_LASTUSEDCODE 6
+#define MPI_APPNUM 7
 
 /* Attributes of the program's: keys with copy and delete functions. */
 typedef int(MPI_Comm_copy_attr_function)(MPI_Comm oldcomm, int comm_keyval, void *extra_state,

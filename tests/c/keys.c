@@ -182,6 +182,13 @@ static void error_classes(void)
     MPI_Comm_call_errhandler(MPI_COMM_WORLD, code);
     SAY("handler saw = %d %s %d", handled_class == added, handled_text, handled_len == (int)strlen(handled_text));
 
+    /* A code of a predefined class. */
+    int arg_code;
+    MPI_Add_error_code(MPI_ERR_ARG, &arg_code);
+    SAY("code of a predefined class = %d", class_of(arg_code) == MPI_ERR_ARG);
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &last, &flag);
+    SAY("appnum = %d %d", flag, flag ? *last : -1);
+
     /* A string for a code the program did not add. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     SAY("string of unknown code = %d", class_of(MPI_Add_error_string(added + 1000, "x")));

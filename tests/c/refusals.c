@@ -14,7 +14,7 @@
  *   not define: MPI_ERR_KEYVAL;
  * - a made-up info handle where a window or memory is made, or set on a window:
  *   MPI_ERR_INFO, by the window's handler where there is a window;
- * - MPI_Add_error_code for a class the program did not add, MPI_Add_error_string for a
+ * - MPI_Add_error_code for a value that is no class, MPI_Add_error_string for a
  *   predefined class (MPI-3.1 8.5 calls it erroneous): MPI_ERR_ARG. */
 #include <mpi.h>
 #include <stdio.h>
@@ -180,12 +180,12 @@ int main(int argc, char **argv)
     MPI_Error_class(MPI_Win_flush_local_all(bogus), &w[5]);
     printf("%d: a made-up window: classes %d %d %d %d %d %d\n", rank, w[0], w[1], w[2], w[3], w[4], w[5]);
 
-    /* An error code of a class the program did not add, a text for a predefined class. */
+    /* An error code of a value that is no class, a text for a predefined class. */
     int added, code = 0, ac[2];
     MPI_Add_error_class(&added);
     MPI_Error_class(MPI_Add_error_code(added + 1000, &code), &ac[0]);
     MPI_Error_class(MPI_Add_error_string(MPI_ERR_ARG, "mine"), &ac[1]);
-    printf("%d: error code of no added class: class %d; text for a predefined class: class %d\n", rank, ac[0], ac[1]);
+    printf("%d: error code of no class: class %d; text for a predefined class: class %d\n", rank, ac[0], ac[1]);
     MPI_Win_free(&win);
     MPI_Finalize();
     return 0;

@@ -347,7 +347,7 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         let win = 45;
         let bogus = format!("{rank}: a made-up window: classes {win} {win} {win} {win} {win} {win}\n");
         assert!(stdout.contains(&bogus), "{stdout}");
-        let added = format!("{rank}: error code of no added class: class 12; text for a predefined class: class 12\n");
+        let added = format!("{rank}: error code of no class: class 12; text for a predefined class: class 12\n");
         assert!(stdout.contains(&added), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);

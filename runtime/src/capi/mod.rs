@@ -79,6 +79,7 @@ const KEY_HOST: c_int = 3;
 const KEY_IO: c_int = 4;
 const KEY_UNIVERSE_SIZE: c_int = 5;
 const KEY_LASTUSEDCODE: c_int = 6;
+const KEY_APPNUM: c_int = 7;
 const THREAD_FUNNELED: c_int = 1;
 const MAX_PROCESSOR_NAME: usize = 256;
 const MAX_ERROR_STRING: usize = 512;
@@ -296,6 +297,8 @@ static ADDED: std::sync::Mutex<Vec<(c_int, String)>> = std::sync::Mutex::new(Vec
 const ADDED_FROM: c_int = 0x4000_0000;
 /// `MPI_LASTUSEDCODE`'s value: the last value added, `MPI_ERR_LASTCODE` before any.
 static LAST_USED: AtomicI32 = AtomicI32::new(ADDED_FROM - 1);
+/// `MPI_APPNUM`'s value.
+static APPNUM: c_int = 0;
 
 /// The class and text of added class or code `code`, if it is one.
 fn added(code: c_int) -> Option<(c_int, String)> {
@@ -386,6 +389,7 @@ fn class_text(class: c_int) -> &'static str {
         ERR_RMA_SYNC => "wrong synchronization of RMA calls",
         ERR_RMA_RANGE => "target memory is not part of the window",
         ERRX_PROC_FAILED => "process failure",
+        c if c >= ADDED_FROM => "an error class of the program's",
         _ => "unknown error",
     }
 }
@@ -566,7 +570,9 @@ fn call_handler(name: &str, comm: c_int, win: Option<(c_int, c_int)>, code: c_in
         }
         Some((_, _, comm, rank, None)) => {
             let class = error_class(code);
-            fatal(name, &comm, rank, &Fail::new(class, format!("the program's error code {code}")))
+            let text =
+                added(code).map(|(_, t)| t).filter(|t| !t.is_empty()).map_or(String::new(), |t| format!(": {t}"));
+            fatal(name, &comm, rank, &Fail::new(class, format!("the program's error code {code}{text}")))
         }
         None => failed(name, comm, None, no_state(name)),
     }
@@ -1674,9 +1680,10 @@ mpi! {
     fn MPI_Add_error_code / PMPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
         const NAME: &str = "MPI_Add_error_code";
         let r = with_state(NAME, |_| ()).and_then(|()| {
-            // A class the program added: its own value is its class.
-            if added(errorclass).is_none_or(|(class, _)| class != errorclass) {
-                return Err(Fail::new(ERR_ARG, format!("{NAME}: {errorclass} is not an error class the program added")));
+            // A predefined class, or one the program added (whose own value is its class).
+            let predefined = errorclass < ADDED_FROM && class_text(errorclass) != "unknown error";
+            if !predefined && added(errorclass).is_none_or(|(class, _)| class != errorclass) {
+                return Err(Fail::new(ERR_ARG, format!("{NAME}: {errorclass} is not an error class")));
             }
             // SAFETY: MPI's contract: errorcode points to an int.
             unsafe { put(errorcode, add_error(Some(errorclass))) }
@@ -2595,6 +2602,8 @@ mpi! {
                 }
                 KEY_UNIVERSE_SIZE => Some((&UNIVERSE_SIZE as *const AtomicI32).cast()),
                 KEY_LASTUSEDCODE => Some((&LAST_USED as *const AtomicI32).cast()),
+                // mprun starts one program (no MPMD form): every rank's is application 0.
+                KEY_APPNUM => Some((&APPNUM as *const c_int).cast()),
                 k => attr::get("MPI_Comm_get_attr", attr::Object::Comm, comm, k)?.map(|v| v.cast_const()),
             };
             if let Some(v) = found {
