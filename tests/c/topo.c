@@ -87,6 +87,21 @@ static void graphs(void)
     MPI_Wait(&req, MPI_STATUS_IGNORE);
     ints(line, sizeof line, twice, 4);
     SAY("ahead iallgather: %s", line);
+    /* A block of each its own type: an int to the next rank, two doubles a stride apart (a
+       vector) to the one after; displacements in bytes. */
+    struct {
+        int i;
+        double d[3];
+    } out_w = {rank, {rank + 0.5, -1.0, rank + 0.25}}, in_w = {-1, {-1.0, -1.0, -1.0}};
+    MPI_Datatype every_other;
+    MPI_Type_vector(2, 1, 2, MPI_DOUBLE, &every_other);
+    MPI_Type_commit(&every_other);
+    int wc[2] = {1, 1};
+    MPI_Aint wd[2] = {0, (MPI_Aint)((char *)out_w.d - (char *)&out_w)};
+    MPI_Datatype wt[2] = {MPI_INT, every_other};
+    MPI_Neighbor_alltoallw(&out_w, wc, wd, wt, &in_w, wc, wd, wt, ahead);
+    SAY("ahead alltoallw: %d %.2f %.2f %.2f", in_w.i, in_w.d[0], in_w.d[1], in_w.d[2]);
+    MPI_Type_free(&every_other);
     MPI_Comm_free(&ahead);
 
     /* The ring one way, every edge given by rank 0, weighted by its source. */

@@ -796,6 +796,33 @@ mpi! {
             })
         }
     }
+
+    fn MPI_Ineighbor_alltoallw / PMPI_Ineighbor_alltoallw(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        sdispls: *const isize,
+        sendtypes: *const c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        rdispls: *const isize,
+        recvtypes: *const c_int,
+        comm: c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        const NAME: &str = "MPI_Ineighbor_alltoallw";
+        // SAFETY: MPI's contract: the arrays hold one entry per neighbour, the buffers span
+        // every block, until the request completes.
+        unsafe {
+            launch(NAME, comm, request, |_, s| {
+                let c = super::topo::neighborhood_of(NAME, comm)?;
+                let r = typed_blocks(recvcounts, rdispls, recvtypes, c.sources().len())?;
+                let recv = output_of(recvbuf, r.count, &r.ty)?;
+                let v = typed_blocks(sendcounts, sdispls, sendtypes, c.destinations().len())?;
+                let send = input_of(sendbuf, v.count, &v.ty)?;
+                Ok(c.ineighbor_alltoallv(s, send, &v.counts, &v.displs, recv, &r.counts, &r.displs)?)
+            })
+        }
+    }
 }
 
 /// `MPI_Ineighbor_allgather` (one block sent to every neighbour) or, `alltoall`,

@@ -1289,14 +1289,14 @@ unsafe fn allreduce_basic(
 ///
 /// # Safety
 /// `p` points to `n` ints (MPI's contract for count and displacement arrays).
-unsafe fn ints_at<'a>(p: *const c_int, n: usize, what: &str) -> Res<&'a [c_int]> {
+unsafe fn ints_at<'a, T>(p: *const T, n: usize, what: &str) -> Res<&'a [T]> {
     if n == 0 {
         return Ok(&[]);
     }
     if p.is_null() {
         return Err(Fail::new(ERR_ARG, format!("a null array of {what}")));
     }
-    // SAFETY: not null (checked); the caller's array of n ints.
+    // SAFETY: not null (checked); the caller's array of n integers.
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
@@ -1330,13 +1330,32 @@ unsafe fn blocks(counts: *const c_int, displs: *const c_int, n: usize, ty: &Data
 
 /// [`Blocks`] of plain bytes: block `i` is `counts[i]` bytes at `displs[i]` units of `unit`
 /// bytes.
-fn byte_blocks(counts: Vec<usize>, displs: &[c_int], unit: usize) -> Res<Blocks> {
+fn byte_blocks<D: Displacement>(counts: Vec<usize>, displs: &[D], unit: usize) -> Res<Blocks> {
     let displs: Vec<usize> = displs
         .iter()
-        .map(|&d| usize::try_from(d).map(|d| d * unit).map_err(|_| Fail::new(ERR_ARG, format!("displacement {d}"))))
+        .map(|&d| d.bytes())
+        .map(|d| usize::try_from(d).map(|d| d * unit).map_err(|_| Fail::new(ERR_ARG, format!("displacement {d}"))))
         .collect::<Res<_>>()?;
     let count = counts.iter().zip(&displs).map(|(c, d)| c + d).max().unwrap_or(0);
     Ok(Blocks { ty: Datatype::BYTE, count, counts, displs })
+}
+
+/// A displacement of a vector collective's block: an `int` (most) or an `MPI_Aint`
+/// (`MPI_Neighbor_alltoallw`'s).
+trait Displacement: Copy {
+    fn bytes(self) -> isize;
+}
+
+impl Displacement for c_int {
+    fn bytes(self) -> isize {
+        self as isize
+    }
+}
+
+impl Displacement for isize {
+    fn bytes(self) -> isize {
+        self
+    }
 }
 
 /// Where blocks of `counts` bytes lie packed one after another.
@@ -1344,14 +1363,19 @@ fn packed(counts: &[usize]) -> Vec<usize> {
     counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect()
 }
 
-/// [`Blocks`] of an `MPI_Alltoallw` buffer: block `i` is `counts[i]` elements of datatype
-/// `types[i]` at `displs[i]` bytes. Where every type is a predefined one of plain bytes, the
-/// buffer's bytes up to the furthest block; else the blocks packed in order (a struct of
-/// every block).
+/// [`Blocks`] of an `MPI_Alltoallw` buffer (or `MPI_Neighbor_alltoallw`'s, whose
+/// displacements are `MPI_Aint`s): block `i` is `counts[i]` elements of datatype `types[i]`
+/// at `displs[i]` bytes. Where every type is a predefined one of plain bytes, the buffer's
+/// bytes up to the furthest block; else the blocks packed in order (a struct of every block).
 ///
 /// # Safety
-/// `counts`, `displs` and `types` point to `n` ints each (MPI's contract).
-unsafe fn typed_blocks(counts: *const c_int, displs: *const c_int, types: *const c_int, n: usize) -> Res<Blocks> {
+/// `counts`, `displs` and `types` point to `n` integers each (MPI's contract).
+unsafe fn typed_blocks<D: Displacement>(
+    counts: *const c_int,
+    displs: *const D,
+    types: *const c_int,
+    n: usize,
+) -> Res<Blocks> {
     // SAFETY: this function's contract.
     let (c, d, t) = unsafe {
         (ints_at(counts, n, "counts")?, ints_at(displs, n, "displacements")?, ints_at(types, n, "datatypes")?)
@@ -1365,7 +1389,7 @@ unsafe fn typed_blocks(counts: *const c_int, displs: *const c_int, types: *const
     types.iter().try_for_each(Datatype::usable)?;
     let layouts: Vec<Layout> = types.iter().map(Datatype::layout).collect();
     let fields: Vec<(usize, isize, &Layout)> =
-        elems.iter().zip(d).zip(&layouts).map(|((&n, &d), l)| (n, d as isize, l)).collect();
+        elems.iter().zip(d).zip(&layouts).map(|((&n, &d), l)| (n, d.bytes(), l)).collect();
     Ok(Blocks { ty: types::derived(Layout::structure(&fields), None), count: 1, displs: packed(&counts), counts })
 }
 

@@ -680,6 +680,27 @@ mpi! {
         }
     }
 
+    fn MPI_Neighbor_alltoallw / PMPI_Neighbor_alltoallw(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        sdispls: *const isize,
+        sendtypes: *const c_int,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        rdispls: *const isize,
+        recvtypes: *const c_int,
+        comm: c_int,
+    ) -> c_int {
+        let mut r = 0;
+        // SAFETY: as above.
+        unsafe {
+            let started = icoll::PMPI_Ineighbor_alltoallw(
+                sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, &mut r,
+            );
+            wait_for(started, r)
+        }
+    }
+
     fn MPI_Neighbor_alltoallv / PMPI_Neighbor_alltoallv(
         sendbuf: *const c_void,
         sendcounts: *const c_int,
