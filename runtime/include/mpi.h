@@ -146,11 +146,12 @@ typedef void(MPI_User_function)(void *invec, void *inoutvec, int *len, MPI_Datat
 
 /* Windows. */
 #define MPI_WIN_NULL ((MPI_Win)0)
-#define MPI_WIN_BASE 5
-#define MPI_WIN_SIZE 6
-#define MPI_WIN_DISP_UNIT 7
-#define MPI_WIN_CREATE_FLAVOR 8
-#define MPI_WIN_MODEL 9
+/* Keys of its predefined attributes (apart from a communicator's, 1 to 7). */
+#define MPI_WIN_BASE 10
+#define MPI_WIN_SIZE 11
+#define MPI_WIN_DISP_UNIT 12
+#define MPI_WIN_CREATE_FLAVOR 13
+#define MPI_WIN_MODEL 14
 /* Values of MPI_WIN_CREATE_FLAVOR and MPI_WIN_MODEL (every mpr window is unified). */
 #define MPI_WIN_FLAVOR_CREATE 1
 #define MPI_WIN_FLAVOR_ALLOCATE 2

@@ -276,8 +276,8 @@ impl Comm {
 
     /// The communicator of the first `index.len()` ranks, node `i` joined to the nodes
     /// `edges[index[i - 1]..index[i]]` (`index[-1]` being 0), every rank giving the whole
-    /// graph (`MPI_Graph_create`); the other ranks get `None`. Collective. A node's neighbours
-    /// are both its sources and its destinations, in that order.
+    /// graph (`MPI_Graph_create`); the other ranks get `None`. Collective. A node's list of
+    /// neighbours is both its sources and its destinations.
     pub fn graph(&self, index: &[usize], edges: &[usize]) -> Result<Option<Neighborhood>, Error> {
         let n = index.len();
         if n > self.size() {
@@ -287,7 +287,7 @@ impl Comm {
             return Err(Error::Arg(format!("graph index {index:?} does not end at its {} edges, rising", edges.len())));
         }
         if let Some(&e) = edges.iter().find(|&&e| e >= n) {
-            return Err(Error::Rank { rank: e, size: n });
+            return Err(Error::Arg(format!("an edge to node {e} of a graph of {n}")));
         }
         let inside = self.rank() < n;
         let Some(comm) = self.split(inside.then_some(0), self.rank() as i32)? else { return Ok(None) };

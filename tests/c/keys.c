@@ -29,13 +29,16 @@ static int copy_big(int object, int keyval, void *extra, void *in, void *out, in
     return MPI_SUCCESS;
 }
 
+/* The code a delete function fails with: one the program added (or MPI_ERR_OTHER). */
+static int delete_code = MPI_ERR_OTHER;
+
 static int failing_delete(int object, int keyval, void *value, void *extra)
 {
     (void)object;
     (void)keyval;
     (void)value;
     (void)extra;
-    return MPI_ERR_OTHER;
+    return delete_code;
 }
 
 static int class_of(int code)
@@ -137,6 +140,18 @@ static void attribute_errors(void)
     MPI_Type_set_attr(MPI_DOUBLE, type_key, &one);
     int err = MPI_Type_delete_attr(MPI_DOUBLE, type_key);
     SAY("delete function fails = %d", err != MPI_SUCCESS);
+    /* ... with the program's own code, passed back as it is. */
+    int own_class;
+    MPI_Add_error_class(&own_class);
+    MPI_Add_error_code(own_class, &delete_code);
+    err = MPI_Type_delete_attr(MPI_DOUBLE, type_key);
+    SAY("delete function's own code = %d %d", err == delete_code, class_of(err) == own_class);
+    delete_code = MPI_SUCCESS;
+    MPI_Type_delete_attr(MPI_DOUBLE, type_key);
+    /* Deleting a value never set is no error; a window's key names no communicator's
+       attribute. */
+    SAY("delete unset = %d", MPI_Type_delete_attr(MPI_DOUBLE, type_key));
+    SAY("window key on a communicator = %d", class_of(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_WIN_SIZE, &got, &flag)));
     MPI_Comm_free_keyval(&comm_key);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
@@ -183,9 +198,10 @@ static void error_classes(void)
     SAY("handler saw = %d %s %d", handled_class == added, handled_text, handled_len == (int)strlen(handled_text));
 
     /* A code of a predefined class. */
-    int arg_code;
+    int arg_code, unknown_code;
     MPI_Add_error_code(MPI_ERR_ARG, &arg_code);
-    SAY("code of a predefined class = %d", class_of(arg_code) == MPI_ERR_ARG);
+    MPI_Add_error_code(MPI_ERR_UNKNOWN, &unknown_code);
+    SAY("code of a predefined class = %d %d", class_of(arg_code) == MPI_ERR_ARG, class_of(unknown_code) == MPI_ERR_UNKNOWN);
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &last, &flag);
     SAY("appnum = %d %d", flag, flag ? *last : -1);
 

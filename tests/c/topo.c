@@ -158,6 +158,16 @@ static void graphs(void)
         SAY("neighbours of no node: class %d", class_of(rc));
         MPI_Comm_free(&star);
     }
+
+    /* Errors: weights for one side and MPI_UNWEIGHTED for the other; a graph's negative edge. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm bad = MPI_COMM_NULL;
+    rc = MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, 2, src, sw, 2, dst, MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &bad);
+    SAY("weights for one side only: class %d", class_of(rc));
+    int one_index[1] = {1}, negative[1] = {-1};
+    rc = MPI_Graph_create(MPI_COMM_WORLD, 1, one_index, negative, 0, &bad);
+    SAY("a negative edge: class %d", class_of(rc));
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 
 int main(int argc, char **argv)

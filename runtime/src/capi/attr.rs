@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 
 use super::types::Datatype;
 use super::win::on_win;
-use super::{comm_of, finish, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_KEYVAL, ERR_OTHER, MPI_SUCCESS};
+use super::{comm_of, finish, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_KEYVAL, MPI_SUCCESS};
 
 /// `MPI_Comm_copy_attr_function` (and the datatype's and window's: their handles are `int`s too).
 pub(super) type CopyFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
@@ -103,10 +103,10 @@ pub(super) fn set(name: &str, object: Object, h: c_int, k: c_int, value: *mut c_
     })
 }
 
-/// Deletes key `k`'s value on `object` `h` (`MPI_Comm_delete_attr` ...): an error if it has none.
+/// Deletes key `k`'s value on `object` `h` (`MPI_Comm_delete_attr` ...); nothing if it has
+/// none (as MPICH).
 pub(super) fn remove(name: &str, object: Object, h: c_int, k: c_int) -> Res {
-    let old =
-        get(name, object, h, k)?.ok_or_else(|| Fail::new(ERR_OTHER, format!("{name}: key {k} has no value here")))?;
+    let Some(old) = get(name, object, h, k)? else { return Ok(()) };
     delete(name, object, h, k, old)?;
     with_state(name, |s| {
         if let Some(a) = s.attrs.get_mut(&(object, h)) {
@@ -119,8 +119,16 @@ pub(super) fn remove(name: &str, object: Object, h: c_int, k: c_int) -> Res {
 /// object goes), the last set first: MPI orders `MPI_COMM_SELF`'s so at `MPI_Finalize`
 /// (MPI-3.1 8.7.1), and every object's go the same way.
 pub(super) fn delete_all(name: &str, object: Object, h: c_int) -> Res {
-    let attrs = with_state(name, |s| s.attrs.remove(&(object, h)).unwrap_or_default())?;
-    attrs.into_iter().rev().try_for_each(|(k, v)| delete(name, object, h, k, v))
+    let mut attrs = with_state(name, |s| s.attrs.remove(&(object, h)).unwrap_or_default())?;
+    while let Some(&(k, v)) = attrs.last() {
+        if let Err(e) = delete(name, object, h, k, v) {
+            // The call fails and the object stays: with the values not deleted.
+            with_state(name, |s| s.attrs.insert((object, h), attrs))?;
+            return Err(e);
+        }
+        attrs.pop();
+    }
+    Ok(())
 }
 
 /// Gives new object `new` the attributes `old`'s copy functions make (`MPI_Comm_dup`,

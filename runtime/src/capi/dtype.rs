@@ -342,7 +342,12 @@ mpi! {
             if let Some(d) = Datatype::of(made)?.derived {
                 d.committed.set(Datatype::of(oldtype)?.usable().is_ok());
             }
-            attr::copy_all("MPI_Type_dup", attr::Object::Type, oldtype, made)
+            attr::copy_all("MPI_Type_dup", attr::Object::Type, oldtype, made).inspect_err(|_| {
+                // A copy function failed: no duplicate is made.
+                let _ = Datatype::free(made);
+                // SAFETY: as above.
+                unsafe { *newtype = 0 };
+            })
         })
     }
 

@@ -278,6 +278,11 @@ const MESSAGE_SLOTS: usize = 64;
 
 /// An error code for `fail`: its class, and a slot holding its message.
 fn code_of(fail: &Fail) -> c_int {
+    // A code already (one the program added, or a function of the program's returned):
+    // passed on as it is.
+    if fail.class > 0xff {
+        return fail.class;
+    }
     let mut m = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
     let slot = m.0 % MESSAGE_SLOTS;
     m.0 += 1;
@@ -306,13 +311,17 @@ fn added(code: c_int) -> Option<(c_int, String)> {
     ADDED.lock().unwrap_or_else(|p| p.into_inner()).get(i).cloned()
 }
 
-/// Adds a class (`None`) or a code of class `class`, and gives its value.
-fn add_error(class: Option<c_int>) -> c_int {
+/// Adds a class (`None`) or a code of class `class`, and gives its value (an error once
+/// every value up to `c_int`'s largest is taken).
+fn add_error(class: Option<c_int>) -> Res<c_int> {
     let mut a = ADDED.lock().unwrap_or_else(|p| p.into_inner());
-    let value = ADDED_FROM + a.len() as c_int;
+    let value = c_int::try_from(a.len())
+        .ok()
+        .and_then(|n| ADDED_FROM.checked_add(n))
+        .ok_or_else(|| Fail::new(ERR_OTHER, "no error code is left to add"))?;
     a.push((class.unwrap_or(value), String::new()));
     LAST_USED.store(value, Ordering::SeqCst);
-    value
+    Ok(value)
 }
 
 /// The class of error code `code` (`MPI_ERR_UNKNOWN` for one mpr does not know).
@@ -551,7 +560,8 @@ fn fatal(name: &str, comm: &Comm, rank: usize, fail: &Fail) -> ! {
     eprintln!("mpr: rank {rank}: fatal error in {name}: {} ({})", fail.message, class_text(fail.class));
     // The launcher's line names the call; the message is in the line above (PMI carries
     // no spaces).
-    comm.abort_because(fail.class, name)
+    // An exit status keeps 8 bits: a class of the program's (above them) ends the job with 1.
+    comm.abort_because(if (1..=255).contains(&fail.class) { fail.class } else { 1 }, name)
 }
 
 /// `MPI_Comm_call_errhandler` and `MPI_Win_call_errhandler`: the handler of `comm` (or of
@@ -1697,7 +1707,7 @@ mpi! {
     fn MPI_Add_error_class / PMPI_Add_error_class(errorclass: *mut c_int) -> c_int {
         const NAME: &str = "MPI_Add_error_class";
         // SAFETY: MPI's contract: errorclass points to an int.
-        let r = with_state(NAME, |_| ()).and_then(|()| unsafe { put(errorclass, add_error(None)) });
+        let r = with_state(NAME, |_| ()).and_then(|()| unsafe { put(errorclass, add_error(None)?) });
         finish(NAME, COMM_WORLD, r)
     }
 
@@ -1705,12 +1715,12 @@ mpi! {
         const NAME: &str = "MPI_Add_error_code";
         let r = with_state(NAME, |_| ()).and_then(|()| {
             // A predefined class, or one the program added (whose own value is its class).
-            let predefined = errorclass < ADDED_FROM && class_text(errorclass) != "unknown error";
+            let predefined = errorclass == ERR_UNKNOWN || (errorclass < ADDED_FROM && class_text(errorclass) != "unknown error");
             if !predefined && added(errorclass).is_none_or(|(class, _)| class != errorclass) {
                 return Err(Fail::new(ERR_ARG, format!("{NAME}: {errorclass} is not an error class")));
             }
             // SAFETY: MPI's contract: errorcode points to an int.
-            unsafe { put(errorcode, add_error(Some(errorclass))) }
+            unsafe { put(errorcode, add_error(Some(errorclass))?) }
         });
         finish(NAME, COMM_WORLD, r)
     }
@@ -2367,7 +2377,12 @@ mpi! {
             // SAFETY: just written.
             let made = unsafe { *newcomm };
             topo::set_topo("MPI_Comm_dup", made, topo::topo_of("MPI_Comm_dup", comm)?)?;
-            attr::copy_all("MPI_Comm_dup", attr::Object::Comm, comm, made)
+            attr::copy_all("MPI_Comm_dup", attr::Object::Comm, comm, made).inspect_err(|_| {
+                // A copy function failed: no duplicate is made.
+                let _ = with_state("MPI_Comm_dup", |s| free_handle(&mut s.comms, made, 3));
+                // SAFETY: as above.
+                unsafe { *newcomm = 0 };
+            })
         });
         finish("MPI_Comm_dup", comm, r)
     }

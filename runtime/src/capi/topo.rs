@@ -402,11 +402,13 @@ mpi! {
         let r = (|| {
             let c = comm_of(NAME, comm)?;
             let n = count_arg(nnodes, "nodes")?;
+            // A negative entry is an argument error (MPICH's class), not a rank's.
+            let arg = |f: Fail| Fail::new(ERR_ARG, f.message.clone());
             // SAFETY: MPI's contract: index holds nnodes ints, edges index[nnodes - 1].
-            let index = unsafe { ranks_at(index, n, "graph index")? };
+            let index = unsafe { ranks_at(index, n, "graph index") }.map_err(arg)?;
             let nedges = index.last().copied().unwrap_or(0);
             // SAFETY: as above.
-            let edges = unsafe { ranks_at(edges, nedges, "edges")? };
+            let edges = unsafe { ranks_at(edges, nedges, "edges") }.map_err(arg)?;
             let _ = reorder;
             let made = c.graph(&index, &edges)?;
             let topo = made.is_some().then_some(Topo::Graph { index, edges });
@@ -506,6 +508,10 @@ mpi! {
             let (sources, destinations, sw, dw) = unsafe {
                 (ranks_at(sources, i, "sources")?, ranks_at(destinations, o, "destinations")?, weights_at(sourceweights, i)?, weights_at(destweights, o)?)
             };
+            // MPI_UNWEIGHTED for both or neither (one side without edges aside).
+            if sw.is_none() != dw.is_none() && (if sw.is_none() { o > 0 } else { i > 0 }) {
+                return Err(Fail::new(ERR_TOPOLOGY, format!("{NAME}: MPI_UNWEIGHTED for one side's edges, weights for the other's")));
+            }
             let _ = reorder;
             let made = c.dist_graph_adjacent(&sources, &destinations)?;
             let weighted = sw.is_some() || dw.is_some();

@@ -19,11 +19,11 @@ use super::{
 use crate::rma::{Assert, LockType, Window};
 use crate::{Comm, DynAcc};
 
-const WIN_BASE: c_int = 5;
-const WIN_SIZE: c_int = 6;
-const WIN_DISP_UNIT: c_int = 7;
-const WIN_CREATE_FLAVOR: c_int = 8;
-const WIN_MODEL: c_int = 9;
+const WIN_BASE: c_int = 10;
+const WIN_SIZE: c_int = 11;
+const WIN_DISP_UNIT: c_int = 12;
+const WIN_CREATE_FLAVOR: c_int = 13;
+const WIN_MODEL: c_int = 14;
 /// `MPI_WIN_FLAVOR_*` (include/mpi.h, MPICH's values): how a window was made.
 const FLAVOR_CREATE: c_int = 1;
 const FLAVOR_ALLOCATE: c_int = 2;
