@@ -135,16 +135,19 @@ impl From<Error> for Fail {
 
 type Res<T = ()> = Result<T, Fail>;
 
-/// A communicator of the table and its error handler.
+/// A communicator of the table and its error handler. A cache line each: the common call
+/// finds its communicator by one shift of the handle, and reads one line.
 #[derive(Debug)]
+#[repr(align(64))]
 struct CommEntry {
     comm: Comm,
     errhandler: c_int,
     /// `MPI_Comm_set_name`'s.
     name: String,
     /// The topology of a communicator `MPI_Cart_create`, `MPI_Cart_sub`, `MPI_Graph_create`
-    /// or `MPI_Dist_graph_create(_adjacent)` made.
-    topo: Option<topo::Topo>,
+    /// or `MPI_Dist_graph_create(_adjacent)` made (boxed: the table of entries, which every
+    /// call indexes, stays small).
+    topo: Option<Box<topo::Topo>>,
 }
 
 /// This process's MPI state, owned by the thread that called `MPI_Init`.

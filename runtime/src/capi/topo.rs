@@ -47,14 +47,14 @@ pub(super) enum Topo {
 
 /// The topology of handle `comm`, if it has one.
 pub(super) fn topo_of(name: &str, comm: c_int) -> Res<Option<Topo>> {
-    with_state(name, |s| s.entry(comm)?.topo.clone())
+    with_state(name, |s| s.entry(comm)?.topo.as_deref().cloned())
 }
 
 /// Gives handle `comm` the topology `topo` (a new communicator's, or `MPI_Comm_dup`'s copy).
 pub(super) fn set_topo(name: &str, comm: c_int, topo: Option<Topo>) -> Res {
     with_state(name, |s| {
         if let Some(e) = s.entry_mut(comm) {
-            e.topo = topo;
+            e.topo = topo.map(Box::new);
         }
     })
 }
@@ -63,7 +63,7 @@ pub(super) fn set_topo(name: &str, comm: c_int, topo: Option<Topo>) -> Res {
 fn with_topo(name: &str, comm: c_int) -> Res<(Comm, Topo)> {
     let found = with_state(name, |s| {
         let e = s.entry(comm)?;
-        Some((e.comm.clone(), e.topo.clone()))
+        Some((e.comm.clone(), e.topo.as_deref().cloned()))
     })?;
     match found {
         None => Err(super::bad_comm(name, comm)),
