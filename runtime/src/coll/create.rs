@@ -19,13 +19,7 @@ impl Comm {
         let mine = self.rt().borrow().next_ctx;
         let mut ctx = [mine];
         self.allreduce_in_place(&mut ctx, Max)?;
-        let ctx = ctx[0];
-        let next = ctx
-            .checked_add(2)
-            .filter(|&n| n <= SOLO_CONTEXT)
-            .ok_or_else(|| Error::Other("out of communicator context ids".into()))?;
-        self.rt().borrow_mut().next_ctx = next;
-        Ok(ctx)
+        self.take_context(ctx[0])
     }
 
     /// As [`Comm::agree_context`], among the ranks `members` of this communicator alone
@@ -61,6 +55,12 @@ impl Comm {
             }
             mask >>= 1;
         }
+        self.take_context(ctx)
+    }
+
+    /// Takes `ctx`, which the members agreed on, and moves this process's next id past it
+    /// (and its collectives' `ctx + 1`).
+    fn take_context(&self, ctx: u32) -> Result<u32, Error> {
         let next = ctx
             .checked_add(2)
             .filter(|&n| n <= SOLO_CONTEXT)
