@@ -291,10 +291,15 @@ impl Comm {
         }
         let inside = self.rank() < n;
         let Some(comm) = self.split(inside.then_some(0), self.rank() as i32)? else { return Ok(None) };
-        let me = comm.rank();
-        let near = edges[if me == 0 { 0 } else { index[me - 1] }..index[me]].to_vec();
+        let near = graph_neighbors(index, edges, comm.rank()).to_vec();
         Neighborhood::graph(comm, near.clone(), near).map(Some)
     }
+}
+
+/// Node `node`'s neighbours in the graph `index`, `edges` of [`Comm::graph`] (MPI-1's
+/// layout: `edges[index[node - 1]..index[node]]`, from 0 for node 0).
+pub fn graph_neighbors<'a>(index: &[usize], edges: &'a [usize], node: usize) -> &'a [usize] {
+    &edges[if node == 0 { 0 } else { index[node - 1] }..index[node]]
 }
 
 /// Fills the zero entries of `dims` with the extents of a grid of `nodes` points that are

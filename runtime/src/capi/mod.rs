@@ -1557,21 +1557,16 @@ fn compare_groups(a: &Group, b: &Group) -> Res<c_int> {
     Ok(if same_members { SIMILAR } else { UNEQUAL })
 }
 
-/// `n` ranks at `p`, checked non-negative.
+/// `n` ranks at `p` (`what`, for the error of a null array), checked non-negative.
 ///
 /// # Safety
-/// `p` points to `n` ints.
-unsafe fn ranks_at(p: *const c_int, n: c_int) -> Res<Vec<usize>> {
-    let n = count_of(n)?;
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    if p.is_null() {
-        return Err(Fail::new(ERR_ARG, "a null array of ranks"));
-    }
-    // SAFETY: not null (checked); the caller's n ints.
-    let v = unsafe { std::slice::from_raw_parts(p, n) };
-    v.iter().map(|&r| usize::try_from(r).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {r}")))).collect()
+/// `p` points to `n` ints, or `n` is 0.
+unsafe fn ranks_at(p: *const c_int, n: usize, what: &str) -> Res<Vec<usize>> {
+    // SAFETY: this function's contract.
+    let v = unsafe { ints_at(p, n, what)? };
+    v.iter()
+        .map(|&r| usize::try_from(r).map_err(|_| Fail::new(ERR_RANK, format!("invalid rank {r} among the {what}"))))
+        .collect()
 }
 
 /// The value of a predefined attribute, kept for the life of the process (MPI hands out
@@ -2445,7 +2440,7 @@ mpi! {
     fn MPI_Group_incl / PMPI_Group_incl(group: c_int, n: c_int, ranks: *const c_int, newgroup: *mut c_int) -> c_int {
         let r = group_of("MPI_Group_incl", group).and_then(|g| {
             // SAFETY: MPI's contract: ranks holds n ints; newgroup points to an MPI_Group.
-            let made = g.incl(&unsafe { ranks_at(ranks, n)? })?;
+            let made = g.incl(&unsafe { ranks_at(ranks, count_of(n)?, "ranks")? })?;
             // SAFETY: as above.
             unsafe { new_group("MPI_Group_incl", made, newgroup) }
         });
@@ -2491,7 +2486,7 @@ mpi! {
     fn MPI_Group_excl / PMPI_Group_excl(group: c_int, n: c_int, ranks: *const c_int, newgroup: *mut c_int) -> c_int {
         let r = group_of("MPI_Group_excl", group).and_then(|g| {
             // SAFETY: MPI's contract: ranks holds n ints; newgroup points to an MPI_Group.
-            let made = g.excl(&unsafe { ranks_at(ranks, n)? })?;
+            let made = g.excl(&unsafe { ranks_at(ranks, count_of(n)?, "ranks")? })?;
             // SAFETY: as above.
             unsafe { new_group("MPI_Group_excl", made, newgroup) }
         });

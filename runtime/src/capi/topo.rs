@@ -6,10 +6,10 @@
 use std::ffi::{c_int, c_void};
 
 use super::{
-    comm_of, errhandler_of, finish, icoll, new_comm, put, with_state, Fail, Res, COMM_WORLD, ERR_ARG, ERR_DIMS,
-    ERR_TOPOLOGY, MPI_SUCCESS, PROC_NULL, UNDEFINED,
+    comm_of, errhandler_of, finish, icoll, ints_at, new_comm, put, ranks_at, with_state, Fail, Res, COMM_WORLD,
+    ERR_ARG, ERR_DIMS, ERR_TOPOLOGY, MPI_SUCCESS, PROC_NULL, UNDEFINED,
 };
-use crate::topo::{dims_create, CartComm, Edge, Grid, Neighborhood};
+use crate::topo::{dims_create, graph_neighbors, CartComm, Edge, Grid, Neighborhood};
 use crate::Comm;
 
 // Values shared with include/mpi.h.
@@ -81,21 +81,26 @@ pub(super) fn cart_of(name: &str, comm: c_int) -> Res<CartComm> {
 }
 
 /// The neighbours of this rank on handle `comm`'s grid or graph, for a neighbourhood
-/// collective (`MPI_ERR_TOPOLOGY` if it has neither).
+/// collective (`MPI_ERR_TOPOLOGY` if it has neither): only its own neighbours are copied out
+/// of the table, not the whole graph.
 pub(super) fn neighborhood_of(name: &str, comm: c_int) -> Res<Neighborhood> {
-    Ok(match with_topo(name, comm)? {
-        (c, Topo::Cart(g)) => CartComm::from_parts(c, g).neighborhood(),
-        (c, Topo::Graph { index, edges }) => {
-            let near = graph_neighbors(&index, &edges, c.rank()).to_vec();
-            Neighborhood::graph(c, near.clone(), near)?
-        }
-        (c, Topo::Dist { sources, destinations, .. }) => Neighborhood::graph(c, sources, destinations)?,
-    })
-}
-
-/// Node `node`'s neighbours in `MPI_Graph_create`'s graph (`index`, `edges`).
-fn graph_neighbors<'a>(index: &[usize], edges: &'a [usize], node: usize) -> &'a [usize] {
-    &edges[if node == 0 { 0 } else { index[node - 1] }..index[node]]
+    let found = with_state(name, |s| {
+        let e = s.entry(comm)?;
+        let (c, me) = (e.comm.clone(), e.comm.rank());
+        Some(e.topo.as_deref().map(|t| match t {
+            Topo::Cart(g) => Ok(CartComm::from_parts(c, g.clone()).neighborhood()),
+            Topo::Graph { index, edges } => {
+                let near = graph_neighbors(index, edges, me).to_vec();
+                Neighborhood::graph(c, near.clone(), near)
+            }
+            Topo::Dist { sources, destinations, .. } => Neighborhood::graph(c, sources.clone(), destinations.clone()),
+        }))
+    })?;
+    match found {
+        None => Err(super::bad_comm(name, comm)),
+        Some(None) => Err(Fail::new(ERR_TOPOLOGY, format!("{name}: communicator {comm} has no topology"))),
+        Some(Some(made)) => Ok(made?),
+    }
 }
 
 /// The graph of handle `comm` (`MPI_ERR_TOPOLOGY` if it has none made by `MPI_Graph_create`).
@@ -114,18 +119,6 @@ fn dist_of(name: &str, comm: c_int) -> Res<Topo> {
     }
 }
 
-/// `n` ranks of a graph from `p` (each at least 0).
-///
-/// # Safety
-/// As [`ints`].
-unsafe fn ranks_at(p: *const c_int, n: usize, what: &str) -> Res<Vec<usize>> {
-    // SAFETY: this function's contract.
-    let v = unsafe { ints(p, n, what)? };
-    v.iter()
-        .map(|&r| usize::try_from(r).map_err(|_| Fail::new(super::ERR_RANK, format!("{r} among the {what}"))))
-        .collect()
-}
-
 /// `n` weights from `p`: `None` for `MPI_UNWEIGHTED` (all 1, as MPICH reports them), and
 /// `MPI_WEIGHTS_EMPTY` or any pointer for no edges.
 ///
@@ -142,7 +135,7 @@ unsafe fn weights_at(p: *const c_int, n: usize) -> Res<Option<Vec<i32>>> {
         return Err(Fail::new(ERR_ARG, format!("MPI_WEIGHTS_EMPTY for {n} edges")));
     }
     // SAFETY: this function's contract.
-    Ok(Some(unsafe { ints(p, n, "weights")? }.to_vec()))
+    Ok(Some(unsafe { ints_at(p, n, "weights")? }.to_vec()))
 }
 
 /// Node `rank` of a graph of `n` nodes (`MPI_ERR_RANK` if it is none).
@@ -158,21 +151,6 @@ fn count_arg(n: c_int, what: &str) -> Res<usize> {
     usize::try_from(n).map_err(|_| Fail::new(ERR_ARG, format!("{n} {what}")))
 }
 
-/// `n` ints from `p`, for arrays of extents, periods, coordinates.
-///
-/// # Safety
-/// `p` holds `n` ints, or `n` is 0.
-unsafe fn ints<'a>(p: *const c_int, n: usize, what: &str) -> Res<&'a [c_int]> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(Fail::new(ERR_ARG, format!("a null array of {what}")));
-    }
-    // SAFETY: not null (checked); this function's contract.
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
-}
-
 /// A number of dimensions (`MPI_ERR_DIMS` if negative).
 fn ndims_of(ndims: c_int) -> Res<usize> {
     usize::try_from(ndims).map_err(|_| Fail::new(ERR_DIMS, format!("{ndims} dimensions")))
@@ -185,7 +163,7 @@ fn ndims_of(ndims: c_int) -> Res<usize> {
 unsafe fn grid_at(ndims: c_int, dims: *const c_int, periods: *const c_int) -> Res<Grid> {
     let n = ndims_of(ndims)?;
     // SAFETY: this function's contract.
-    let (d, p) = unsafe { (ints(dims, n, "extents")?, ints(periods, n, "periods")?) };
+    let (d, p) = unsafe { (ints_at(dims, n, "extents")?, ints_at(periods, n, "periods")?) };
     let d: Vec<usize> = d
         .iter()
         .map(|&x| usize::try_from(x).map_err(|_| Fail::new(ERR_DIMS, format!("a dimension of extent {x}"))))
@@ -231,7 +209,7 @@ mpi! {
         let r = (|| {
             let n = ndims_of(ndims)?;
             // SAFETY: MPI's contract: dims holds ndims ints.
-            let given = unsafe { ints(dims, n, "extents")? };
+            let given = unsafe { ints_at(dims, n, "extents")? };
             let mut d: Vec<usize> = given
                 .iter()
                 .map(|&x| usize::try_from(x).map_err(|_| Fail::new(ERR_DIMS, format!("a dimension of extent {x}"))))
@@ -337,7 +315,7 @@ mpi! {
     fn MPI_Cart_rank / PMPI_Cart_rank(comm: c_int, coords: *const c_int, rank: *mut c_int) -> c_int {
         let r = cart_of("MPI_Cart_rank", comm).and_then(|c| {
             // SAFETY: MPI's contract: coords holds one int per dimension.
-            let at = unsafe { ints(coords, c.grid().ndims(), "coordinates")? };
+            let at = unsafe { ints_at(coords, c.grid().ndims(), "coordinates")? };
             let at: Vec<isize> = at.iter().map(|&x| x as isize).collect();
             let found = c.grid().rank(&at)?;
             // SAFETY: MPI's contract: rank points to an int.
@@ -379,7 +357,7 @@ mpi! {
     fn MPI_Cart_sub / PMPI_Cart_sub(comm: c_int, remain_dims: *const c_int, newcomm: *mut c_int) -> c_int {
         let r = cart_of("MPI_Cart_sub", comm).and_then(|c| {
             // SAFETY: MPI's contract: remain_dims holds one int per dimension.
-            let keep = unsafe { ints(remain_dims, c.grid().ndims(), "dimensions to keep")? };
+            let keep = unsafe { ints_at(remain_dims, c.grid().ndims(), "dimensions to keep")? };
             let keep: Vec<bool> = keep.iter().map(|&k| k != 0).collect();
             let sub = c.sub(&keep)?;
             // SAFETY: MPI's contract: newcomm points to an MPI_Comm.
@@ -548,7 +526,7 @@ mpi! {
             let n = count_arg(n, "source nodes")?;
             // SAFETY: MPI's contract: sources and degrees hold n ints, destinations (and
             // weights, unless MPI_UNWEIGHTED) the sum of the degrees.
-            let (from, degrees) = unsafe { (ranks_at(sources, n, "sources")?, ints(degrees, n, "degrees")?) };
+            let (from, degrees) = unsafe { (ranks_at(sources, n, "sources")?, ints_at(degrees, n, "degrees")?) };
             let degrees: Vec<usize> = degrees.iter().map(|&d| count_arg(d, "edges of a node")).collect::<Res<_>>()?;
             let total = degrees.iter().sum();
             // SAFETY: as above.
