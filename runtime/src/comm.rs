@@ -54,8 +54,14 @@ struct CommInner {
     /// communicator use `ctx + 1`, so they never match its point-to-point messages either.
     ctx: u32,
     rank: usize,
-    /// World rank of each rank of this communicator.
-    group: Vec<usize>,
+    /// World rank of each rank of this communicator (an inter-communicator's local group).
+    group: Rc<[usize]>,
+    /// World rank of each rank a message on this communicator names as its destination or
+    /// source: the group itself, or an inter-communicator's remote group.
+    peers: Rc<[usize]>,
+    /// An inter-communicator's local group as an intra-communicator of its own (context
+    /// `ctx + 2`), for the local steps of its collectives; `None` for an intra-communicator.
+    local: Option<Comm>,
     /// Collectives started so far (all ranks call them in the same order): their tag.
     coll_seq: std::cell::Cell<u32>,
     /// Windows created so far on this communicator (all ranks create them in the same order).
@@ -91,16 +97,68 @@ impl Comm {
     }
 
     pub(crate) fn new(rt: Arc<Shared>, ctx: u32, rank: usize, group: Vec<usize>) -> Comm {
+        let group: Rc<[usize]> = group.into();
+        Comm::with_peers(rt, ctx, rank, group.clone(), group, None)
+    }
+
+    /// An inter-communicator (MPI 4.1, section 7.6) of context `ctx` (and the next three:
+    /// its collectives', then its local group's two), this rank being `rank` of `group`;
+    /// its messages go to and come from the ranks of `remote`.
+    pub(crate) fn new_inter(rt: Arc<Shared>, ctx: u32, rank: usize, group: Vec<usize>, remote: Vec<usize>) -> Comm {
+        let group: Rc<[usize]> = group.into();
+        let local = Comm::with_peers(rt.clone(), ctx + 2, rank, group.clone(), group.clone(), None);
+        let c = Comm::with_peers(rt, ctx, rank, group, remote.into(), Some(local));
+        // The ranks of the two groups never meet in one host's segment as one communicator.
+        let _ = c.inner.node.set(None);
+        c
+    }
+
+    fn with_peers(
+        rt: Arc<Shared>,
+        ctx: u32,
+        rank: usize,
+        group: Rc<[usize]>,
+        peers: Rc<[usize]>,
+        local: Option<Comm>,
+    ) -> Comm {
         Comm {
             inner: Rc::new(CommInner {
                 rt,
                 ctx,
                 rank,
                 group,
+                peers,
+                local,
                 coll_seq: std::cell::Cell::new(0),
                 win_seq: std::cell::Cell::new(0),
                 node: Default::default(),
             }),
+        }
+    }
+
+    /// Whether this is an inter-communicator (`MPI_Comm_test_inter`).
+    pub fn is_inter(&self) -> bool {
+        self.inner.local.is_some()
+    }
+
+    /// An inter-communicator's local group as an intra-communicator; `None` for an
+    /// intra-communicator.
+    pub(crate) fn local(&self) -> Option<&Comm> {
+        self.inner.local.as_ref()
+    }
+
+    /// The world ranks a message on this communicator names: its group, or an
+    /// inter-communicator's remote group.
+    pub(crate) fn peers(&self) -> &[usize] {
+        &self.inner.peers
+    }
+
+    /// Fails with [`Error::Comm`] on an inter-communicator: for the operations MPI defines
+    /// on intra-communicators alone (or that mpr offers on them alone).
+    pub(crate) fn intra(&self, what: &str) -> Result<(), Error> {
+        match self.inner.local {
+            None => Ok(()),
+            Some(_) => Err(Error::Comm(format!("{what} on an inter-communicator"))),
         }
     }
 
@@ -124,14 +182,23 @@ impl Comm {
 
     /// The id of the next window on this communicator: the same at every rank of it, and
     /// unique in the process (contexts are).
-    pub(crate) fn next_win_id(&self) -> u64 {
+    /// [`Error::Comm`] on an inter-communicator, which takes no windows.
+    pub(crate) fn next_win_id(&self) -> Result<u64, Error> {
+        self.intra("a window")?;
         let s = self.inner.win_seq.get();
         self.inner.win_seq.set(s.wrapping_add(1));
-        ((self.inner.ctx as u64) << 32) | s as u64
+        Ok(((self.inner.ctx as u64) << 32) | s as u64)
     }
 
-    /// The tag of the next collective on this communicator.
-    pub(crate) fn coll_tag(&self) -> i32 {
+    /// The tag of the next collective on this intra-communicator; [`Error::Comm`] on an
+    /// inter-communicator, whose collectives are those of `coll/inter.rs`.
+    pub(crate) fn coll_tag(&self) -> Result<i32, Error> {
+        self.intra("an intra-communicator's collective")?;
+        Ok(self.next_tag())
+    }
+
+    /// The tag of the next collective on this communicator, whatever its kind.
+    pub(crate) fn next_tag(&self) -> i32 {
         let s = self.inner.coll_seq.get();
         self.inner.coll_seq.set(s.wrapping_add(1));
         (s & TAG_UB as u32) as i32
@@ -207,7 +274,7 @@ impl Comm {
     /// the transport at once when it goes eagerly (no request), else a request, which the
     /// caller must wait for before `buf` is released.
     fn post_coll_send(&self, rt: &mut Runtime, tag: i32, buf: &[u8], dest: usize) -> Option<ReqId> {
-        let (ctx, me, world) = (self.inner.ctx + 1, self.inner.rank as u32, self.inner.group[dest]);
+        let (ctx, me, world) = (self.inner.ctx + 1, self.inner.rank as u32, self.inner.peers[dest]);
         if rt.send_now(ctx, me, tag, world, buf).unwrap_or(false) {
             return None;
         }
@@ -223,7 +290,7 @@ impl Comm {
     fn post_coll_recv(&self, rt: &mut Runtime, tag: i32, buf: &mut [u8], src: usize) -> ReqId {
         // SAFETY: the caller keeps `buf` borrowed until it has waited for the request.
         let b = unsafe { RawBufMut::new(buf) };
-        rt.engine.irecv(self.inner.ctx + 1, Some(src as u32), Some(tag), Some(self.inner.group[src]), b)
+        rt.engine.irecv(self.inner.ctx + 1, Some(src as u32), Some(tag), Some(self.inner.peers[src]), b)
     }
 
     /// This process's rank in the communicator (`MPI_Comm_rank`).
@@ -240,7 +307,7 @@ impl Comm {
         if !(0..=TAG_UB).contains(&tag) {
             return Err(Error::Tag(tag));
         }
-        self.inner.group.get(dest).copied().ok_or(Error::Rank { rank: dest, size: self.size() })
+        self.inner.peers.get(dest).copied().ok_or(Error::Rank { rank: dest, size: self.inner.peers.len() })
     }
 
     /// Validates a receive selector: (comm source or any, world source or any, tag or any).
@@ -253,7 +320,8 @@ impl Comm {
         if src == ANY_SOURCE {
             return Ok((None, None, tag));
         }
-        let world = self.inner.group.get(src).copied().ok_or(Error::Rank { rank: src, size: self.size() })?;
+        let world =
+            self.inner.peers.get(src).copied().ok_or(Error::Rank { rank: src, size: self.inner.peers.len() })?;
         Ok((Some(src as u32), Some(world), tag))
     }
 
@@ -541,7 +609,7 @@ impl Comm {
     }
 
     fn message(&self, (key, status): (u64, Status)) -> Message {
-        Message { rt: self.inner.rt.clone(), key, status, peer: self.inner.group.get(status.source).copied() }
+        Message { rt: self.inner.rt.clone(), key, status, peer: self.inner.peers.get(status.source).copied() }
     }
 
     /// Ends the whole job with `code` (`MPI_Abort`): tells the launcher, then exits.

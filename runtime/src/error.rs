@@ -30,6 +30,8 @@ pub enum ErrorClass {
     Arg,
     /// Grid extents that do not fit (`MPI_ERR_DIMS`).
     Dims,
+    /// A communicator of the wrong kind for the operation (`MPI_ERR_COMM`).
+    Comm,
     /// Anything else (`MPI_ERR_OTHER`).
     Other,
 }
@@ -94,6 +96,9 @@ pub enum Error {
     /// Grid extents that do not fit: a dimension of no points, a number of ranks that the
     /// given extents do not divide.
     Dims(String),
+    /// A communicator of the wrong kind for the operation: an intra-communicator's
+    /// collective called on an inter-communicator, say.
+    Comm(String),
     /// The operation was cancelled ([`crate::Request::cancel`], `MPI_Cancel`) before anything
     /// matched it: no byte of it was sent or received. Not a failure in MPI's terms (the C
     /// ABI reports it as a status `MPI_Test_cancelled` recognises).
@@ -118,6 +123,7 @@ impl Error {
             Error::RmaRange { .. } => ErrorClass::RmaRange,
             Error::Arg(_) => ErrorClass::Arg,
             Error::Dims(_) => ErrorClass::Dims,
+            Error::Comm(_) => ErrorClass::Comm,
             Error::Cancelled | Error::Other(_) => ErrorClass::Other,
         }
     }
@@ -148,6 +154,7 @@ impl fmt::Display for Error {
             ),
             Error::Arg(m) => write!(f, "invalid argument: {m}"),
             Error::Dims(m) => write!(f, "invalid dimensions: {m}"),
+            Error::Comm(m) => write!(f, "invalid communicator: {m}"),
             Error::Cancelled => f.write_str("the operation was cancelled before anything matched it"),
             Error::Other(m) => f.write_str(m),
         }

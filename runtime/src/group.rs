@@ -100,9 +100,16 @@ impl Group {
 }
 
 impl Comm {
-    /// The group of this communicator (`MPI_Comm_group`).
+    /// The group of this communicator (`MPI_Comm_group`): an inter-communicator's local
+    /// group.
     pub fn comm_group(&self) -> Group {
         Group { world: self.group().to_vec() }
+    }
+
+    /// An inter-communicator's other group (`MPI_Comm_remote_group`); `None` for an
+    /// intra-communicator.
+    pub fn remote_group(&self) -> Option<Group> {
+        self.is_inter().then(|| Group { world: self.peers().to_vec() })
     }
 
     /// A communicator of the members of `group`, which must be a subset of this
@@ -110,10 +117,16 @@ impl Comm {
     /// members of a group pass the same group, and groups passed by different ranks are
     /// the same or disjoint (MPI-2.2's form: one call makes a communicator of each);
     /// non-members get `None`.
+    ///
+    /// On an inter-communicator, `group` is some of this rank's group, and the new
+    /// inter-communicator joins it to the group the other side passes.
     pub fn create(&self, group: &Group) -> Result<Option<Comm>, Error> {
         let mine = self.group();
         if let Some(&w) = group.world.iter().find(|w| !mine.contains(w)) {
             return Err(Error::Other(format!("create: world rank {w} is not in this communicator")));
+        }
+        if let Some(local) = self.local() {
+            return self.create_inter(local, &group.world);
         }
         let me_world = mine[self.rank()];
         // Disjoint groups have distinct least members: the least names the group.

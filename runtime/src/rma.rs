@@ -228,7 +228,7 @@ impl<'a, T: Pod> Window<'a, T> {
         // SAFETY: the window borrows `mem` for 'a and stops the engine from touching it
         // (`win_remove`) before that borrow ends, in `free` or `drop`.
         let raw = unsafe { RawBufMut::new(bytemuck::cast_slice_mut(mem)) };
-        let id = comm.next_win_id();
+        let id = comm.next_win_id()?;
         // Served before the others learn of it: a rank that leaves the exchange below may
         // operate on it at once.
         register(comm, id, raw, None);
@@ -483,7 +483,7 @@ impl<'a, T: Pod> Window<'a, T> {
     /// at once for this rank's own window, else at the next flush, unlock, fence or
     /// request's completion.
     pub fn create_dynamic(comm: &Comm) -> Result<Window<'a, T>, Error> {
-        let id = comm.next_win_id();
+        let id = comm.next_win_id()?;
         comm.rt().borrow_mut().engine.win_add_dynamic(id);
         comm.rt().serve();
         if let Err(e) = comm.barrier() {
@@ -790,7 +790,7 @@ impl<T: Pod> Window<'static, T> {
     /// and accumulate there directly, without a message. Where no segment can be made (or
     /// `MPR_TRANSPORTS` excludes shared memory), the window is private memory.
     pub fn allocate(comm: &Comm, len: usize) -> Result<Window<'static, T>, Error> {
-        let id = comm.next_win_id();
+        let id = comm.next_win_id()?;
         let mut sizes = vec![0u64; comm.size()];
         comm.allgather(&[len as u64], &mut sizes)?;
         let bytes: Vec<usize> = sizes.iter().map(|&s| s as usize * size_of::<T>()).collect();

@@ -189,6 +189,7 @@ impl Comm {
     /// take).
     pub fn cart(&self, grid: &Grid, reorder: bool) -> Result<Option<CartComm>, Error> {
         let _ = reorder;
+        self.intra("a grid")?;
         if grid.size() > self.size() {
             return Err(Error::Arg(format!(
                 "a grid of {} points on a communicator of {} ranks",
@@ -233,6 +234,7 @@ impl Comm {
     /// edges the ranks give must agree (an edge from a to b is among a's destinations as
     /// often as among b's sources), which is not checked.
     pub fn dist_graph_adjacent(&self, sources: &[usize], destinations: &[usize]) -> Result<Neighborhood, Error> {
+        self.intra("a graph")?;
         Neighborhood::graph(self.dup()?, sources.to_vec(), destinations.to_vec())
     }
 
@@ -241,6 +243,7 @@ impl Comm {
     /// Collective. A rank's sources and destinations come in the order of the ranks that
     /// gave their edges, and of the edges each gave.
     pub fn dist_graph(&self, edges: &[Edge]) -> Result<DistGraph, Error> {
+        self.intra("a graph")?;
         let p = self.size();
         if let Some(e) = edges.iter().find(|e| e.from >= p || e.to >= p) {
             return Err(Error::Rank { rank: e.from.max(e.to), size: p });
@@ -279,6 +282,7 @@ impl Comm {
     /// graph (`MPI_Graph_create`); the other ranks get `None`. Collective. A node's list of
     /// neighbours is both its sources and its destinations.
     pub fn graph(&self, index: &[usize], edges: &[usize]) -> Result<Option<Neighborhood>, Error> {
+        self.intra("a graph")?;
         let n = index.len();
         if n > self.size() {
             return Err(Error::Arg(format!("a graph of {n} nodes on a communicator of {} ranks", self.size())));

@@ -186,6 +186,13 @@ int main(int argc, char **argv)
     MPI_Error_class(MPI_Add_error_code(added + 1000, &code), &ac[0]);
     MPI_Error_class(MPI_Add_error_string(MPI_ERR_ARG, "mine"), &ac[1]);
     printf("%d: error code of no class: class %d; text for a predefined class: class %d\n", rank, ac[0], ac[1]);
+    /* The remote group of an intra-communicator (MPICH answers with its own group). */
+    MPI_Group remote = MPI_GROUP_NULL;
+    int rsize = -1;
+    MPI_Error_class(MPI_Comm_remote_size(MPI_COMM_WORLD, &rsize), &ac[0]);
+    MPI_Error_class(MPI_Comm_remote_group(MPI_COMM_WORLD, &remote), &ac[1]);
+    printf("%d: remote size of an intra-communicator: class %d, %d; its remote group: class %d, null %d\n", rank,
+           ac[0], rsize, ac[1], remote == MPI_GROUP_NULL);
     MPI_Win_free(&win);
     MPI_Finalize();
     return 0;

@@ -167,6 +167,17 @@ fn attributes_of_datatypes_and_windows_and_added_error_classes_as_on_mpich() {
 }
 
 #[test]
+fn inter_communicators_as_on_mpich() {
+    // Groups of 2 and 2, of 3 and 2 (the larger group low), and of 1 and 1; the collectives'
+    // steps within each group over TCP and RDMA too.
+    same_as_mpich(
+        "inter.c",
+        &["5", "4", "2"],
+        &[(&["--transports", "tcp"], ""), (&["--transports", "rdma", "--env", "MPR_VERBS_PROVIDER=soft"], "")],
+    );
+}
+
+#[test]
 fn corners_mpichs_test_suite_checks_as_on_mpich() {
     // Over shared memory and TCP (where each rank's shared window is its own: those lines
     // differ by design).
@@ -349,6 +360,11 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         assert!(stdout.contains(&bogus), "{stdout}");
         let added = format!("{rank}: error code of no class: class 12; text for a predefined class: class 12\n");
         assert!(stdout.contains(&added), "{stdout}");
+        let comm = 5;
+        let remote = format!(
+            "{rank}: remote size of an intra-communicator: class {comm}, -1; its remote group: class {comm}, null 1\n"
+        );
+        assert!(stdout.contains(&remote), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -161,6 +161,9 @@ unsafe fn launch(
             return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
         }
         let c = comm_of(name, comm)?;
+        // No nonblocking collective of mpr's takes an inter-communicator: refused before
+        // any count of the other group's size is read.
+        c.intra(name)?;
         // SAFETY: this function's contract: the caller's buffers outlive the request.
         let scope = unsafe { crate::unscoped() };
         let started = start(&c, &scope);

@@ -63,6 +63,8 @@ const ERRORS_ARE_FATAL: c_int = 1;
 const ERRORS_RETURN: c_int = 2;
 const ANY_SOURCE: c_int = -1;
 const PROC_NULL: c_int = -2;
+/// `MPI_ROOT`: the root of a rooted collective on an inter-communicator.
+const ROOT: c_int = -3;
 const ANY_TAG: c_int = -1;
 const UNDEFINED: c_int = -32766;
 const COMM_TYPE_SHARED: c_int = 1;
@@ -127,6 +129,7 @@ impl From<Error> for Fail {
             ErrorClass::RmaRange => ERR_RMA_RANGE,
             ErrorClass::Arg => ERR_ARG,
             ErrorClass::Dims => ERR_DIMS,
+            ErrorClass::Comm => ERR_COMM,
             ErrorClass::Bootstrap | ErrorClass::Transport | ErrorClass::Timeout | ErrorClass::Other => ERR_OTHER,
         };
         Fail::new(class, e.to_string())
@@ -466,6 +469,33 @@ fn no_comm(name: &str, comm: c_int) -> Fail {
         None | Some(Ok(false)) => no_state(name),
         Some(Err(_)) => reentered(name),
         Some(Ok(true)) => bad_comm(name, comm),
+    }
+}
+
+/// The communicator of handle `comm`, which must be an intra-communicator: for the calls
+/// mpr offers on intra-communicators alone, refused before any count or displacement of
+/// the other group's size is read.
+fn intra_of(name: &str, comm: c_int) -> Res<Comm> {
+    let c = comm_of(name, comm)?;
+    c.intra(name)?;
+    Ok(c)
+}
+
+/// The error of a call that needs an inter-communicator on an intra-communicator.
+#[cold]
+fn intra_only(name: &str) -> Fail {
+    Fail::new(ERR_COMM, format!("{name} of an intra-communicator"))
+}
+
+/// The root of a rooted collective on an inter-communicator: `MPI_ROOT`, `MPI_PROC_NULL`
+/// (another rank of the root's group), or a rank of the other group.
+fn inter_root(c: &Comm, root: c_int) -> Res<crate::InterRoot> {
+    match root {
+        ROOT => Ok(crate::InterRoot::Here),
+        PROC_NULL => Ok(crate::InterRoot::Beside),
+        r => usize::try_from(r).ok().filter(|&r| r < c.peers().len()).map(crate::InterRoot::Remote).ok_or_else(|| {
+            Fail::new(ERR_ROOT, format!("invalid root {root}: the other group has {} ranks", c.peers().len()))
+        }),
     }
 }
 
@@ -1059,10 +1089,46 @@ unsafe fn bcast_general(buffer: *mut c_void, count: c_int, datatype: c_int, root
         let c = comm_ref("MPI_Bcast", comm)?;
         // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
         let mut data = unsafe { landing(buffer, count, datatype)? };
+        if c.is_inter() {
+            return Ok(c.inter_bcast(&mut data, inter_root(&c, root)?)?);
+        }
         let root = root_of(&c, root)?;
         Ok(c.bcast(&mut data, root)?)
     })();
     finish("MPI_Bcast", comm, r)
+}
+
+/// The buffers of `MPI_Gather` (`scatter` false) or `MPI_Scatter` on an inter-communicator,
+/// as `root` says which count: the root's all-ranks buffer holds a block for each rank of
+/// the other group; the other group's ranks give or take one block; the rest, nothing.
+///
+/// # Safety
+/// MPI's contract for the call's buffers.
+#[allow(clippy::type_complexity)]
+unsafe fn rooted_inter<'a>(
+    c: &Comm,
+    root: crate::InterRoot,
+    (sendbuf, sendcount, sendtype): (*const c_void, c_int, c_int),
+    (recvbuf, recvcount, recvtype): (*mut c_void, c_int, c_int),
+    scatter: bool,
+) -> Res<(Option<Cow<'a, [u8]>>, Option<Landing<'a>>)> {
+    let (all, one) = match root {
+        crate::InterRoot::Beside => return Ok((None, None)),
+        crate::InterRoot::Here => (c.peers().len(), 0),
+        crate::InterRoot::Remote(_) => (0, 1),
+    };
+    let (sends, recvs) = if scatter { (all, one) } else { (one, all) };
+    let send = match sends {
+        0 => None,
+        // SAFETY: MPI's contract: sendbuf holds sendcount elements for each rank it serves.
+        k => Some(unsafe { bytes(sendbuf, count_of(sendcount)? * k, &Datatype::of(sendtype)?)? }),
+    };
+    let recv = match recvs {
+        0 => None,
+        // SAFETY: as above, for recvbuf.
+        k => Some(unsafe { bytes_mut(recvbuf, count_of(recvcount)? * k, &Datatype::of(recvtype)?)? }),
+    };
+    Ok((send, recv))
 }
 
 /// `MPI_Allgather` of what its quick path does not take, as [`send_general`].
@@ -1084,9 +1150,10 @@ unsafe fn allgather_general(
         let c = comm_of("MPI_Allgather", comm)?;
         let rt = Datatype::of(recvtype)?;
         let n = count_of(recvcount)?;
-        // SAFETY: MPI's contract: recvbuf holds size x recvcount elements.
-        let mut recv = unsafe { bytes_mut(recvbuf, n * c.size(), &rt)? };
+        // SAFETY: MPI's contract: recvbuf holds (remote) size x recvcount elements.
+        let mut recv = unsafe { bytes_mut(recvbuf, n * c.peers().len(), &rt)? };
         if sendbuf == IN_PLACE {
+            c.intra("MPI_Allgather in place")?;
             let me = c.rank();
             let mine = recv[me * n * rt.size..(me + 1) * n * rt.size].to_vec();
             return Ok(c.allgather(&mine, &mut recv)?);
@@ -1117,15 +1184,16 @@ unsafe fn alltoall_general(
     let r = (|| {
         let c = comm_of("MPI_Alltoall", comm)?;
         let rt = Datatype::of(recvtype)?;
-        // SAFETY: MPI's contract: recvbuf holds size x recvcount elements.
-        let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.size(), &rt)? };
+        // SAFETY: MPI's contract: recvbuf holds (remote) size x recvcount elements.
+        let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.peers().len(), &rt)? };
         if sendbuf == IN_PLACE {
+            c.intra("MPI_Alltoall in place")?;
             let mine = recv.to_vec();
             return Ok(c.alltoall(&mine, &mut recv)?);
         }
         let st = Datatype::of(sendtype)?;
-        // SAFETY: MPI's contract: sendbuf holds size x sendcount elements.
-        let send = unsafe { bytes(sendbuf, count_of(sendcount)? * c.size(), &st)? };
+        // SAFETY: MPI's contract: sendbuf holds (remote) size x sendcount elements.
+        let send = unsafe { bytes(sendbuf, count_of(sendcount)? * c.peers().len(), &st)? };
         Ok(c.alltoall(&send, &mut recv)?)
     })();
     finish("MPI_Alltoall", comm, r)
@@ -1239,13 +1307,16 @@ unsafe fn reduce(
     let count = count_of(count)?;
     let lands = match how {
         Reduction::Root(r) => r == comm.rank(),
+        Reduction::Inter(root) => root == crate::InterRoot::Here,
         _ => true,
     };
-    let in_place = send == IN_PLACE;
-    if in_place && (!lands || matches!(how, Reduction::Local)) {
+    // On an inter-communicator, the root's group gives no input.
+    let gives = !matches!(how, Reduction::Inter(crate::InterRoot::Here | crate::InterRoot::Beside));
+    let in_place = send == IN_PLACE || !gives;
+    if send == IN_PLACE && (!lands || matches!(how, Reduction::Local)) {
         return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE where this call takes no in-place input"));
     }
-    if lands && count > 0 && send == recv.cast_const() {
+    if lands && gives && count > 0 && send == recv.cast_const() {
         return Err(Fail::new(ERR_BUFFER, "the input and the result share one buffer (MPI_IN_PLACE says so)"));
     }
     let (send_n, recv_n) = match how {
@@ -1931,7 +2002,7 @@ mpi! {
         // frame, every other case and every argument error in `bcast_general`.
         // SAFETY: MPI's contract: `count` elements of `datatype` at `buffer`.
         if let (Some(data), Ok(r), Some(c)) = (unsafe { plain_mut(buffer, count, datatype) }, usize::try_from(root), comm_at(comm)) {
-            if r < c.size() {
+            if r < c.size() && !c.is_inter() {
                 let res = c.bcast(data, r);
                 drop(c);
                 return match res {
@@ -1955,9 +2026,12 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_ref("MPI_Reduce", comm)?;
-            let root = root_of(&c, root)?;
+            let how = match c.is_inter() {
+                true => Reduction::Inter(inter_root(&c, root)?),
+                false => Reduction::Root(root_of(&c, root)?),
+            };
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
-            unsafe { reduce(&c, Reduction::Root(root), sendbuf, recvbuf, count, datatype, op) }
+            unsafe { reduce(&c, how, sendbuf, recvbuf, count, datatype, op) }
         })();
         finish("MPI_Reduce", comm, r)
     }
@@ -1984,7 +2058,7 @@ mpi! {
 
     fn MPI_Scan / PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: c_int, op: c_int, comm: c_int) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Scan", comm)?;
+            let c = intra_of("MPI_Scan", comm)?;
             // SAFETY: MPI's contract for the buffers, passed on.
             unsafe { reduce(&c, Reduction::Scan { inclusive: true }, sendbuf, recvbuf, count, datatype, op) }
         })();
@@ -1993,7 +2067,7 @@ mpi! {
 
     fn MPI_Exscan / PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: c_int, op: c_int, comm: c_int) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Exscan", comm)?;
+            let c = intra_of("MPI_Exscan", comm)?;
             // SAFETY: MPI's contract for the buffers, passed on.
             unsafe { reduce(&c, Reduction::Scan { inclusive: false }, sendbuf, recvbuf, count, datatype, op) }
         })();
@@ -2009,7 +2083,7 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Reduce_scatter_block", comm)?;
+            let c = intra_of("MPI_Reduce_scatter_block", comm)?;
             // SAFETY: MPI's contract for the buffers, passed on.
             unsafe { reduce(&c, Reduction::ScatterBlock, sendbuf, recvbuf, recvcount, datatype, op) }
         })();
@@ -2025,7 +2099,7 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Reduce_scatter", comm)?;
+            let c = intra_of("MPI_Reduce_scatter", comm)?;
             let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
             // SAFETY: MPI's contract: recvcounts holds size ints.
             let counts = unsafe { ints_at(recvcounts, c.size(), "receive counts")? };
@@ -2103,6 +2177,12 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Gather", comm)?;
+            if c.is_inter() {
+                let root = inter_root(&c, root)?;
+                // SAFETY: MPI's contract for the buffers, passed on.
+                let (send, mut recv) = unsafe { rooted_inter(&c, root, (sendbuf, sendcount, sendtype), (recvbuf, recvcount, recvtype), false)? };
+                return Ok(c.inter_gather(send.as_deref(), recv.as_deref_mut(), root)?);
+            }
             let root = root_of(&c, root)?;
             let at_root = c.rank() == root;
             if sendbuf == IN_PLACE && at_root {
@@ -2140,6 +2220,12 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Scatter", comm)?;
+            if c.is_inter() {
+                let root = inter_root(&c, root)?;
+                // SAFETY: MPI's contract for the buffers, passed on.
+                let (send, mut recv) = unsafe { rooted_inter(&c, root, (sendbuf, sendcount, sendtype), (recvbuf, recvcount, recvtype), true)? };
+                return Ok(c.inter_scatter(send.as_deref(), recv.as_deref_mut(), root)?);
+            }
             let root = root_of(&c, root)?;
             let at_root = c.rank() == root;
             let send = if at_root {
@@ -2175,7 +2261,8 @@ mpi! {
         // As MPI_Send: runs of predefined types' elements in this frame, every other case
         // and every argument error in `allgather_general`.
         if let Some(c) = comm_at(comm) {
-            let p = c.size();
+            // The ranks whose blocks arrive: an inter-communicator's other group.
+            let p = c.peers().len();
             // SAFETY: MPI's contract: the caller's buffers hold what the call reads or writes.
             let bufs = unsafe { plain_pair(sendbuf, sendcount, sendtype, 1, recvbuf, recvcount, recvtype, p) };
             if let Some((send, recv)) = bufs {
@@ -2203,7 +2290,8 @@ mpi! {
         // As MPI_Send: runs of predefined types' elements in this frame, every other case
         // and every argument error in `alltoall_general`.
         if let Some(c) = comm_at(comm) {
-            let p = c.size();
+            // The ranks a block goes to and comes from: an inter-communicator's other group.
+            let p = c.peers().len();
             // SAFETY: MPI's contract: the caller's buffers hold what the call reads or writes.
             let bufs = unsafe { plain_pair(sendbuf, sendcount, sendtype, p, recvbuf, recvcount, recvtype, p) };
             if let Some((send, recv)) = bufs {
@@ -2231,7 +2319,7 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Gatherv", comm)?;
+            let c = intra_of("MPI_Gatherv", comm)?;
             let root = root_of(&c, root)?;
             if c.rank() != root {
                 let st = Datatype::of(sendtype)?;
@@ -2267,7 +2355,7 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Scatterv", comm)?;
+            let c = intra_of("MPI_Scatterv", comm)?;
             let root = root_of(&c, root)?;
             let send = if c.rank() == root {
                 // SAFETY: MPI's contract: the root's arrays hold size ints.
@@ -2302,7 +2390,7 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Allgatherv", comm)?;
+            let c = intra_of("MPI_Allgatherv", comm)?;
             // SAFETY: MPI's contract: the arrays hold size ints.
             let v = unsafe { blocks(recvcounts, displs, c.size(), &Datatype::of(recvtype)?)? };
             let (counts, displs) = (&v.counts, &v.displs);
@@ -2332,7 +2420,7 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Alltoallv", comm)?;
+            let c = intra_of("MPI_Alltoallv", comm)?;
             let p = c.size();
             // SAFETY: MPI's contract: the arrays hold size ints, the buffers span every block.
             unsafe {
@@ -2355,7 +2443,7 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = comm_of("MPI_Alltoallw", comm)?;
+            let c = intra_of("MPI_Alltoallw", comm)?;
             let p = c.size();
             // SAFETY: MPI's contract: the arrays hold size elements, the buffers span every
             // block.
@@ -2401,6 +2489,7 @@ mpi! {
 
     fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: c_int, split_type: c_int, key: c_int, info: c_int, newcomm: *mut c_int) -> c_int {
         let r = comm_of("MPI_Comm_split_type", comm).and_then(|c| {
+            c.intra("MPI_Comm_split_type")?;
             info::hints("MPI_Comm_split_type", info)?;
             let made = match split_type {
                 COMM_TYPE_SHARED => Some(c.split_shared(key)?),
@@ -2573,10 +2662,69 @@ mpi! {
     }
 
     fn MPI_Comm_test_inter / PMPI_Comm_test_inter(comm: c_int, flag: *mut c_int) -> c_int {
-        // Every communicator is an intra-communicator: mpr makes no inter-communicators.
         // SAFETY: MPI's contract: flag points to an int.
-        let r = comm_of("MPI_Comm_test_inter", comm).and_then(|_| unsafe { put(flag, 0) });
+        let r = comm_of("MPI_Comm_test_inter", comm).and_then(|c| unsafe { put(flag, c.is_inter() as c_int) });
         finish("MPI_Comm_test_inter", comm, r)
+    }
+
+    fn MPI_Comm_remote_size / PMPI_Comm_remote_size(comm: c_int, size: *mut c_int) -> c_int {
+        const NAME: &str = "MPI_Comm_remote_size";
+        let r = comm_of(NAME, comm).and_then(|c| {
+            let g = c.remote_group().ok_or_else(|| intra_only(NAME))?;
+            // SAFETY: MPI's contract: size points to an int.
+            unsafe { put(size, g.size() as c_int) }
+        });
+        finish(NAME, comm, r)
+    }
+
+    fn MPI_Comm_remote_group / PMPI_Comm_remote_group(comm: c_int, group: *mut c_int) -> c_int {
+        const NAME: &str = "MPI_Comm_remote_group";
+        let r = comm_of(NAME, comm).and_then(|c| {
+            let g = c.remote_group().ok_or_else(|| intra_only(NAME))?;
+            // SAFETY: MPI's contract: group points to an MPI_Group.
+            unsafe { new_group(NAME, g, group) }
+        });
+        finish(NAME, comm, r)
+    }
+
+    fn MPI_Intercomm_create / PMPI_Intercomm_create(
+        local_comm: c_int,
+        local_leader: c_int,
+        peer_comm: c_int,
+        remote_leader: c_int,
+        tag: c_int,
+        newintercomm: *mut c_int,
+    ) -> c_int {
+        const NAME: &str = "MPI_Intercomm_create";
+        let r = (|| {
+            let c = comm_of(NAME, local_comm)?;
+            let leader = root_of(&c, local_leader)?;
+            // The peer communicator and the remote leader count at the local leader alone.
+            let peer = if c.rank() == leader {
+                let p = comm_of(NAME, peer_comm)?;
+                let r = usize::try_from(remote_leader)
+                    .ok()
+                    .filter(|&r| r < p.peers().len())
+                    .ok_or_else(|| Fail::new(ERR_RANK, format!("invalid remote leader {remote_leader}")))?;
+                Some((p, r))
+            } else {
+                None
+            };
+            let made = c.intercomm(leader, peer.as_ref().map(|(p, r)| (p, *r)), tag)?;
+            // SAFETY: MPI's contract: newintercomm points to an MPI_Comm.
+            unsafe { new_comm(NAME, Some(made), errhandler_of(local_comm), newintercomm) }
+        })();
+        finish(NAME, local_comm, r)
+    }
+
+    fn MPI_Intercomm_merge / PMPI_Intercomm_merge(intercomm: c_int, high: c_int, newintracomm: *mut c_int) -> c_int {
+        const NAME: &str = "MPI_Intercomm_merge";
+        let r = (|| {
+            let made = comm_of(NAME, intercomm)?.merge(high != 0)?;
+            // SAFETY: MPI's contract: newintracomm points to an MPI_Comm.
+            unsafe { new_comm(NAME, Some(made), errhandler_of(intercomm), newintracomm) }
+        })();
+        finish(NAME, intercomm, r)
     }
 
     fn MPI_Comm_get_parent / PMPI_Comm_get_parent(parent: *mut c_int) -> c_int {
@@ -2590,7 +2738,13 @@ mpi! {
     fn MPI_Comm_compare / PMPI_Comm_compare(comm1: c_int, comm2: c_int, result: *mut c_int) -> c_int {
         let r = (|| {
             let (a, b) = (comm_of("MPI_Comm_compare", comm1)?, comm_of("MPI_Comm_compare", comm2)?);
-            let how = match compare_groups(&a.comm_group(), &b.comm_group())? {
+            // An inter-communicator's remote groups count too; one of each kind is UNEQUAL.
+            let remote = match (a.remote_group(), b.remote_group()) {
+                (None, None) => IDENT,
+                (Some(x), Some(y)) => compare_groups(&x, &y)?,
+                _ => UNEQUAL,
+            };
+            let how = match compare_groups(&a.comm_group(), &b.comm_group())?.max(remote) {
                 IDENT if comm1 == comm2 => IDENT,
                 IDENT => CONGRUENT,
                 other => other,
@@ -2679,6 +2833,7 @@ mpi! {
 
 /// A root argument, checked against the communicator (`MPI_ERR_ROOT`).
 fn root_of(c: &Comm, root: c_int) -> Res<usize> {
+    c.intra("a rooted collective of this kind (mpr's on inter-communicators: MPI_Bcast, MPI_Reduce, MPI_Gather, MPI_Scatter)")?;
     usize::try_from(root)
         .ok()
         .filter(|&r| r < c.size())

@@ -513,6 +513,8 @@ pub(super) enum Reduction {
     ScatterBlock,
     /// No communication: `recv (op)= send` (`MPI_Reduce_local`).
     Local,
+    /// `MPI_Reduce` on an inter-communicator: the other group's inputs at the root.
+    Inter(crate::InterRoot),
 }
 
 /// Reduces by `op` elements of `ty`, `send` (none: `MPI_IN_PLACE`, the input is in `recv`)
@@ -690,6 +692,7 @@ fn run<C: Pod>(
         let Some(r) = recv else {
             return match (how, send) {
                 (Reduction::Root(root), Some(s)) => comm.reduce(s, None, op, root),
+                (Reduction::Inter(root), s) => comm.inter_reduce(s, None, op, root),
                 _ => Err(Error::Other("a reduction without its receive buffer".into())),
             };
         };
@@ -707,6 +710,7 @@ fn run<C: Pod>(
         };
         match how {
             Reduction::Root(root) => comm.reduce(s, Some(r), op, root),
+            Reduction::Inter(root) => comm.inter_reduce(None, Some(r), op, root),
             Reduction::All => comm.allreduce(s, r, op),
             Reduction::Scan { inclusive: true } => comm.scan(s, r, op),
             Reduction::Scan { inclusive: false } => comm.exscan(s, r, op),
@@ -761,18 +765,21 @@ fn gathered(
             let s = send.ok_or_else(|| Fail::new(ERR_OP, "a reduction without its input"))?;
             return Ok(comm.gather(s, None, root)?);
         }
+        (Reduction::Inter(root), None) => return Ok(comm.inter_gather(send, None, root)?),
         _ => return Err(Fail::new(ERR_OP, "a reduction without its receive buffer")),
     };
     let input: Vec<u8> = send.unwrap_or(r).to_vec();
-    let (p, me, n) = (comm.size(), comm.rank(), input.len());
+    // The inputs come from the ranks of the group, or of an inter-communicator's other one.
+    let (p, me, n) = (comm.peers().len(), comm.rank(), input.len());
     let mut all = vec![0u8; n * p];
     match how {
         Reduction::Root(root) => comm.gather(&input, Some(&mut all), root)?,
+        Reduction::Inter(root) => comm.inter_gather(None, Some(&mut all), root)?,
         _ => comm.allgather(&input, &mut all)?,
     }
     let fold = |upto: usize| fold(&all, n, upto, f);
     match how {
-        Reduction::Root(_) | Reduction::All => r.copy_from_slice(&fold(p)),
+        Reduction::Root(_) | Reduction::Inter(_) | Reduction::All => r.copy_from_slice(&fold(p)),
         Reduction::Scan { inclusive: true } => r.copy_from_slice(&fold(me + 1)),
         Reduction::Scan { inclusive: false } if me > 0 => r.copy_from_slice(&fold(me)),
         Reduction::Scan { inclusive: false } => {}

@@ -19,7 +19,7 @@ impl Comm {
         let mine = self.rt().borrow().next_ctx;
         let mut ctx = [mine];
         self.allreduce_in_place(&mut ctx, Max)?;
-        self.take_context(ctx[0])
+        self.take_context(ctx[0], 2)
     }
 
     /// As [`Comm::agree_context`], among the ranks `members` of this communicator alone
@@ -28,6 +28,7 @@ impl Comm {
     /// communicator's collective context. Their tag is `-1 - tag`: the collectives' tags are
     /// never negative, and the other ranks' collectives' sequence is left as it is.
     pub(crate) fn agree_context_among(&self, members: &[usize], me: usize, tag: i32) -> Result<u32, Error> {
+        self.intra("MPI_Comm_create_group")?;
         let (n, tag) = (members.len(), -1 - tag);
         let mut ctx = self.rt().borrow().next_ctx;
         let mut got = [0u8; 4];
@@ -55,14 +56,15 @@ impl Comm {
             }
             mask >>= 1;
         }
-        self.take_context(ctx)
+        self.take_context(ctx, 2)
     }
 
     /// Takes `ctx`, which the members agreed on, and moves this process's next id past it
-    /// (and its collectives' `ctx + 1`).
-    fn take_context(&self, ctx: u32) -> Result<u32, Error> {
+    /// and the `ids - 1` after it (an intra-communicator's collectives' `ctx + 1`, and more
+    /// for an inter-communicator: see `inter.rs`).
+    pub(super) fn take_context(&self, ctx: u32, ids: u32) -> Result<u32, Error> {
         let next = ctx
-            .checked_add(2)
+            .checked_add(ids)
             .filter(|&n| n <= SOLO_CONTEXT)
             .ok_or_else(|| Error::Other("out of communicator context ids".into()))?;
         self.rt().borrow_mut().next_ctx = next;
@@ -79,6 +81,16 @@ impl Comm {
     /// A new communicator with the same group and a new context (`MPI_Comm_dup`).
     /// Collective over this communicator.
     pub fn dup(&self) -> Result<Comm, Error> {
+        if let Some(local) = self.local() {
+            let ctx = self.agree_context_inter(local, super::inter::INTER_IDS)?;
+            return Ok(Comm::new_inter(
+                self.rt().clone(),
+                ctx,
+                self.rank(),
+                self.group().to_vec(),
+                self.peers().to_vec(),
+            ));
+        }
         let ctx = self.agree_context()?;
         Ok(Comm::new(self.rt().clone(), ctx, self.rank(), self.group().to_vec()))
     }
@@ -87,6 +99,7 @@ impl Comm {
     /// by `key` then rank (`MPI_Comm_split_type` with `MPI_COMM_TYPE_SHARED`). Where ranks
     /// may not share memory (`MPR_TRANSPORTS` without `shm`), each rank is alone in its own.
     pub fn split_shared(&self, key: i32) -> Result<Comm, Error> {
+        self.intra("a split by host")?;
         let color = {
             let rt = self.rt().borrow();
             let me = self.group()[self.rank()];
@@ -102,7 +115,12 @@ impl Comm {
     /// Splits the ranks by `color` into new communicators, ordered by `key` then by rank
     /// here (`MPI_Comm_split`). `None` as color (`MPI_UNDEFINED`) takes part but gets no
     /// communicator. Collective over this communicator.
+    /// On an inter-communicator, each group splits alike, and the ranks of one color in
+    /// both make an inter-communicator (none where either group has no rank of it).
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Comm>, Error> {
+        if let Some(local) = self.local() {
+            return self.split_inter(local, color, key);
+        }
         let p = self.size();
         // (color + 1, with 0 for none; key; rank)
         let mine = [color.map_or(0i64, |c| c as i64 + 1), key as i64, self.rank() as i64];

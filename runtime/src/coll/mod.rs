@@ -12,6 +12,7 @@
 
 mod algo;
 mod create;
+mod inter;
 mod neighbor;
 pub(crate) mod node;
 mod nonblocking;
@@ -21,6 +22,7 @@ pub(crate) mod ring;
 pub(crate) mod sched;
 mod vector;
 
+pub use inter::InterRoot;
 pub use neighbor::Neighborhood;
 pub use nonblocking::CollRequest;
 
@@ -137,24 +139,28 @@ impl Comm {
     /// there is one, else dissemination, or linear through rank 0 when ranks outnumber
     /// cores (see `algo::barrier`).
     pub fn barrier(&self) -> Result<(), Error> {
+        if let Some(local) = self.local() {
+            return self.barrier_inter(local);
+        }
         // One rank (`MPI_COMM_SELF`): nothing to wait for.
         if self.size() == 1 {
             return Ok(());
         }
         match self.node_plan().filter(|_| settings().barrier_algo.is_none()) {
-            Some(plan) => node::barrier(self, self.coll_tag(), plan),
-            None => algo::barrier(self, self.coll_tag()),
+            Some(plan) => node::barrier(self, self.coll_tag()?, plan),
+            None => algo::barrier(self, self.coll_tag()?),
         }
     }
 
     /// Broadcasts `buf` from `root` to every rank (`MPI_Bcast`).
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: usize) -> Result<(), Error> {
+        self.intra("a broadcast from a rank (an inter-communicator's is Comm::inter_bcast)")?;
         check_root(self, root)?;
         if self.size() == 1 {
             return Ok(());
         }
         let bytes = bytes_mut(buf);
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         // On one host, large broadcasts go point to point (single-copy reads), unless ranks
         // outnumber cores: then each handshake may wait for a time slice.
         match self.node_plan().filter(|_| settings().bcast_algo.is_none()) {
@@ -177,7 +183,7 @@ impl Comm {
         root: usize,
     ) -> Result<(), Error> {
         check_root(self, root)?;
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         let mut acc = send.to_vec();
         match self.reduce_plan(size_of_val(send), &op, tag)? {
             Some(plan) => node::reduce(self, tag, plan, &mut acc, &op, root)?,
@@ -203,12 +209,15 @@ impl Comm {
     }
 
     fn allreduce_from<T: Pod, O: Op<T>>(&self, input: Input<'_, T>, buf: &mut [T], op: &O) -> Result<(), Error> {
+        if let Some(local) = self.local() {
+            return self.allreduce_inter(local, input, buf, op);
+        }
         if self.size() == 1 {
             // One rank: the reduction of one input is that input.
             input.fill(buf);
             return Ok(());
         }
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         match self.reduce_plan(size_of_val(buf), op, tag)? {
             Some(plan) => node::allreduce(self, tag, plan, input, buf, op),
             None => algo::allreduce(self, tag, input, buf, op),
@@ -276,7 +285,7 @@ impl Comm {
     /// Gathers `send` of every rank, in rank order, into `recv` at `root` (`MPI_Gather`).
     pub fn gather<T: Pod>(&self, send: &[T], recv: Option<&mut [T]>, root: usize) -> Result<(), Error> {
         check_root(self, root)?;
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         if self.rank() != root {
             return self.coll_xchg(tag, Some((bytes(send), root)), None).map(|_| ());
         }
@@ -302,7 +311,7 @@ impl Comm {
     /// `recv` (`MPI_Scatter`); `send` is used at the root only.
     pub fn scatter<T: Pod>(&self, send: Option<&[T]>, recv: &mut [T], root: usize) -> Result<(), Error> {
         check_root(self, root)?;
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         if self.rank() != root {
             return self.coll_xchg(tag, None, Some((bytes_mut(recv), root))).map(|_| ());
         }
@@ -323,8 +332,11 @@ impl Comm {
     /// Gathers `send` of every rank, in rank order, into `recv` on every rank
     /// (`MPI_Allgather`; Bruck for small totals, ring for large ones).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        if let Some(local) = self.local() {
+            return self.allgather_inter(local, send, recv);
+        }
         check_len("allgather", recv.len(), send.len() * self.size())?;
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         match self.node_plan().filter(|_| settings().allgather_algo.is_none()) {
             Some(plan) if self.through_segment(plan, size_of_val(send), usize::MAX, tag)? => {
                 node::allgather(self, tag, plan, bytes(send), bytes_mut(recv))
@@ -337,13 +349,16 @@ impl Comm {
     /// (`MPI_Alltoall`; through the host's segment when small, else pairwise or scattered,
     /// see [`Comm::exchange_blocks`]).
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        if self.is_inter() {
+            return self.alltoall_inter(send, recv);
+        }
         let p = self.size();
         check_len("alltoall", send.len(), recv.len())?;
         if !send.len().is_multiple_of(p) {
             return Err(Error::Other(format!("alltoall: {} elements do not split into {p} blocks", send.len())));
         }
         let n = send.len() / p;
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         if let Some(plan) = self.node_plan().filter(|_| settings().alltoall_algo.is_none()) {
             if self.through_segment(plan, size_of_val(send), CROWDED_ALLTOALL_MAX, tag)? {
                 return node::alltoall(self, tag, plan, bytes(send), bytes_mut(recv), n * size_of::<T>());

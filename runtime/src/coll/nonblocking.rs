@@ -96,7 +96,7 @@ impl Comm {
         rounds: Vec<Vec<Step>>,
         scratch: Vec<Vec<u64>>,
     ) -> Result<CollRequest<'a>, Error> {
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         let s = Sched::new(self.coll_context(), self.rank() as u32, tag, rounds, scratch);
         let id = self.rt().borrow_mut().start_sched(s);
         scope.register(self.rt(), Handle::Coll(id));

@@ -34,7 +34,7 @@ impl Comm {
         super::check_len("reduce_scatter (own block)", recv.len(), counts[self.rank()])?;
         let displs: Vec<usize> = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
         let mut full = send.to_vec();
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         super::algo::reduce(self, tag, &mut full, &op, 0)?;
         let root_send = (self.rank() == 0).then_some((&full[..], counts, &displs[..]));
         self.scatterv(root_send, recv, 0)
@@ -45,7 +45,7 @@ impl Comm {
     pub fn scan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<(), Error> {
         super::check_len("scan", recv.len(), send.len())?;
         let (p, me) = (self.size(), self.rank());
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         recv.copy_from_slice(send);
         if me > 0 {
             let mut before = vec![T::zeroed(); send.len()];
@@ -64,7 +64,7 @@ impl Comm {
     pub fn exscan<T: Pod, O: Op<T>>(&self, send: &[T], recv: &mut [T], op: O) -> Result<(), Error> {
         super::check_len("exscan", recv.len(), send.len())?;
         let (p, me) = (self.size(), self.rank());
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         // What goes on: the prefix through this rank.
         let mut through = send.to_vec();
         if me > 0 {

@@ -55,7 +55,7 @@ impl Comm {
         root: usize,
     ) -> Result<(), Error> {
         check_root(self, root)?;
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         if self.rank() != root {
             return self.coll_xchg(tag, Some((bytes(send), root)), None).map(|_| ());
         }
@@ -83,7 +83,7 @@ impl Comm {
         root: usize,
     ) -> Result<(), Error> {
         check_root(self, root)?;
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         if self.rank() != root {
             return self.coll_xchg(tag, None, Some((bytes_mut(recv), root))).map(|_| ());
         }
@@ -113,7 +113,7 @@ impl Comm {
         let (p, me) = (self.size(), self.rank());
         disjoint_layout("allgatherv", counts, displs, p, recv.len())?;
         super::check_len("allgatherv (own block)", send.len(), counts[me])?;
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
         let block = |r: usize| displs[r]..displs[r] + counts[r];
         if p == 1 {
@@ -149,7 +149,7 @@ impl Comm {
         layout("alltoallv (send)", scounts, sdispls, p, send.len())?;
         disjoint_layout("alltoallv (receive)", rcounts, rdispls, p, recv.len())?;
         super::check_len("alltoallv (own block)", rcounts[me], scounts[me])?;
-        let tag = self.coll_tag();
+        let tag = self.coll_tag()?;
         self.exchange_blocks(
             tag,
             send,

@@ -688,5 +688,88 @@ fn graphs(w: &Comm) -> mpr::Result<()> {
         }
     }
     assert!(w.graph(&[1], &[5]).is_err(), "an edge to no node");
+    if p >= 2 {
+        inter(w)?;
+    }
+    Ok(())
+}
+
+/// An inter-communicator of the Rust API between the first `p / 2` ranks (low) and the
+/// rest: messages, collectives, its duplicate, split and merge, and the intra-communicator's
+/// collectives refused.
+fn inter(w: &Comm) -> mpr::Result<()> {
+    use mpr::InterRoot;
+    let (me, p, h) = (w.rank(), w.size(), w.size() / 2);
+    let low = me < h;
+    let half = w.split(Some(low as u32), 0)?.unwrap();
+    let ic = half.intercomm(0, Some((w, if low { h } else { 0 })), 5)?;
+    let (theirs, mine): (Vec<usize>, Vec<usize>) =
+        if low { ((h..p).collect(), (0..h).collect()) } else { ((0..h).collect(), (h..p).collect()) };
+    assert!(ic.is_inter() && !half.is_inter());
+    assert_eq!((ic.rank(), ic.size()), (half.rank(), mine.len()));
+    assert_eq!(ic.remote_group().unwrap().size(), theirs.len());
+    // Each rank to every rank of the other group: its world rank, tag = that rank.
+    mpr::scope(|s| -> mpr::Result<()> {
+        let sent: Vec<_> = (0..theirs.len()).map(|j| ic.isend(s, std::slice::from_ref(&me), j, j as i32)).collect();
+        for (j, &t) in theirs.iter().enumerate() {
+            let mut got = [usize::MAX];
+            let st = ic.recv(&mut got, j, ic.rank() as i32)?;
+            assert_eq!((got[0], st.source), (t, j), "rank {me}");
+        }
+        sent.into_iter().try_for_each(|q| q?.wait().map(|_| ()))
+    })?;
+    ic.barrier()?;
+    // From the low group's first rank to the other group.
+    let mut v = [me as u64 + 7; 2];
+    let root = if !low {
+        InterRoot::Remote(0)
+    } else if me == 0 {
+        InterRoot::Here
+    } else {
+        InterRoot::Beside
+    };
+    ic.inter_bcast(&mut v, root)?;
+    assert_eq!(v, [if low { me as u64 + 7 } else { 7 }; 2], "rank {me}");
+    let mut sum = [0usize];
+    ic.allreduce(&[me], &mut sum, Sum)?;
+    assert_eq!(sum[0], theirs.iter().sum::<usize>(), "rank {me}: the other group's sum");
+    let mut at_root = [usize::MAX];
+    let here = (root == InterRoot::Here).then_some(&mut at_root[..]);
+    ic.inter_reduce(Some(&[me]), here, Max, root)?;
+    if root == InterRoot::Here {
+        assert_eq!(at_root[0], p - 1);
+    }
+    let mut all = vec![usize::MAX; theirs.len()];
+    ic.inter_gather(Some(&[me]), (root == InterRoot::Here).then_some(&mut all[..]), root)?;
+    if root == InterRoot::Here {
+        assert_eq!(all, theirs);
+    }
+    let blocks: Vec<usize> = (0..theirs.len()).map(|j| 100 * me + j).collect();
+    let mut one = [usize::MAX];
+    ic.inter_scatter((root == InterRoot::Here).then_some(&blocks[..]), (!low).then_some(&mut one[..]), root)?;
+    if !low {
+        assert_eq!(one[0], ic.rank(), "rank {me}: its block from rank 0");
+    }
+    let mut gathered = vec![usize::MAX; theirs.len()];
+    ic.allgather(&[me], &mut gathered)?;
+    assert_eq!(gathered, theirs);
+    let mut swapped = vec![usize::MAX; theirs.len()];
+    ic.dup()?.alltoall(&blocks, &mut swapped)?;
+    let want: Vec<usize> = theirs.iter().map(|&t| 100 * t + ic.rank()).collect();
+    assert_eq!(swapped, want, "rank {me}: alltoall on the duplicate");
+    // Split by parity of the rank in each group; merge with the low group first.
+    if let Some(part) = ic.split(Some((ic.rank() % 2) as u32), 0)? {
+        let remote: Vec<usize> =
+            theirs.iter().copied().enumerate().filter(|(j, _)| j % 2 == ic.rank() % 2).map(|(_, t)| t).collect();
+        let mut g = vec![usize::MAX; remote.len()];
+        part.allgather(&[me], &mut g)?;
+        assert_eq!(g, remote, "rank {me}: the split's other group");
+    } else {
+        assert!(ic.rank() % 2 == 1 && theirs.len() < 2, "rank {me}: a color the other group lacks");
+    }
+    let merged = ic.merge(!low)?;
+    assert_eq!((merged.rank(), merged.size()), (me, p));
+    assert_eq!(ic.bcast(&mut v, 0).unwrap_err().class(), mpr::ErrorClass::Comm);
+    assert_eq!(ic.scan(&[1], &mut [0], Sum).unwrap_err().class(), mpr::ErrorClass::Comm);
     Ok(())
 }

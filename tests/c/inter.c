@@ -1,0 +1,262 @@
+/* Inter-communicators: MPI_Intercomm_create between the even and the odd ranks of the world,
+ * point-to-point messages across it (ranks of the other group, MPI_ANY_SOURCE, probes), its
+ * queries (MPI_Comm_test_inter, _remote_size, _remote_group, MPI_Comm_compare), its
+ * collectives (MPI_Barrier, MPI_Bcast and MPI_Reduce with MPI_ROOT and MPI_PROC_NULL,
+ * MPI_Allreduce with a predefined and a non-commutative operation of the program's,
+ * MPI_Gather, MPI_Scatter, MPI_Allgather, MPI_Alltoall), and the communicators made from it
+ * (MPI_Comm_dup, MPI_Comm_split, MPI_Comm_create, MPI_Intercomm_merge), and their errors.
+ * Printed as "rank: what = values" lines; the test compares them with MPICH's. */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "say.h"
+
+#define MAXP 16
+
+/* acc = 2 * in + acc: not commutative, so the order of the operands shows. */
+static void twice_plus(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    for (int i = 0; i < *len; i++)
+        ((int *)inout)[i] = 2 * ((int *)in)[i] + ((int *)inout)[i];
+}
+
+static void list(char *out, size_t room, const int *v, int n)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n && used < room; i++)
+        used += (size_t)snprintf(out + used, room - used, "%s%d", i ? " " : "", v[i]);
+}
+
+/* The world ranks of the other group, in its order. */
+static void remote_world(MPI_Comm inter, char *out, size_t room)
+{
+    MPI_Group remote, world;
+    int n, ranks[MAXP], worlds[MAXP];
+    MPI_Comm_remote_group(inter, &remote);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_size(remote, &n);
+    for (int i = 0; i < n; i++)
+        ranks[i] = i;
+    MPI_Group_translate_ranks(remote, n, ranks, world, worlds);
+    list(out, room, worlds, n);
+    MPI_Group_free(&remote);
+    MPI_Group_free(&world);
+}
+
+static void messages(MPI_Comm inter, const char *what)
+{
+    int lrank, rsize;
+    MPI_Comm_rank(inter, &lrank);
+    MPI_Comm_remote_size(inter, &rsize);
+    /* Each rank sends its world rank to every rank of the other group, tag = that rank. */
+    MPI_Request reqs[MAXP];
+    int mine = rank;
+    for (int j = 0; j < rsize; j++)
+        MPI_Isend(&mine, 1, MPI_INT, j, j, inter, &reqs[j]);
+    int got[MAXP];
+    for (int j = 0; j < rsize; j++) {
+        MPI_Status st;
+        int v = -1, flag = 0;
+        MPI_Probe(MPI_ANY_SOURCE, lrank, inter, &st);
+        MPI_Iprobe(st.MPI_SOURCE, lrank, inter, &flag, MPI_STATUS_IGNORE);
+        MPI_Recv(&v, 1, MPI_INT, st.MPI_SOURCE, lrank, inter, &st);
+        got[st.MPI_SOURCE] = v;
+        if (!flag)
+            SAY("%s: iprobe found nothing from %d", what, st.MPI_SOURCE);
+    }
+    MPI_Status sts[MAXP];
+    MPI_Waitall(rsize, reqs, sts);
+    char line[256];
+    list(line, sizeof line, got, rsize);
+    SAY("%s: world ranks from the other group = %s", what, line);
+    /* With the same rank of the other group, where it has one. */
+    int back = -1, partner = lrank < rsize ? lrank : MPI_PROC_NULL;
+    MPI_Sendrecv(&mine, 1, MPI_INT, partner, 99, &back, 1, MPI_INT, partner, 99, inter, MPI_STATUS_IGNORE);
+    SAY("%s: sendrecv with the other group's rank %d = %d", what, lrank, back);
+}
+
+static void collectives(MPI_Comm inter, int low)
+{
+    int lrank, lsize, rsize;
+    MPI_Comm_rank(inter, &lrank);
+    MPI_Comm_size(inter, &lsize);
+    MPI_Comm_remote_size(inter, &rsize);
+    MPI_Barrier(inter);
+
+    /* The low group's rank 0 broadcasts; then the high group's last rank. */
+    int v[3] = {rank, rank + 1, rank + 2};
+    int root = low ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+    MPI_Bcast(v, 3, MPI_INT, root, inter);
+    SAY("bcast from the low group = %d %d %d", v[0], v[1], v[2]);
+    v[0] = 100 + rank;
+    root = low ? rsize - 1 : (lrank == lsize - 1 ? MPI_ROOT : MPI_PROC_NULL);
+    MPI_Bcast(v, 1, MPI_INT, root, inter);
+    SAY("bcast from the high group = %d", v[0]);
+
+    int in[2] = {rank, 1 << rank}, out[2] = {-1, -1};
+    MPI_Allreduce(in, out, 2, MPI_INT, MPI_SUM, inter);
+    SAY("allreduce sum = %d %d", out[0], out[1]);
+    MPI_Op twice;
+    MPI_Op_create(twice_plus, 0, &twice);
+    out[0] = out[1] = -1;
+    MPI_Allreduce(in, out, 2, MPI_INT, twice, inter);
+    SAY("allreduce of the program's operation = %d %d", out[0], out[1]);
+
+    /* Reduce to the high group's rank 0 (maximum), then to the low group's (the program's). */
+    out[0] = out[1] = -1;
+    root = low ? 0 : (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL);
+    MPI_Reduce(in, out, 2, MPI_INT, MPI_MAX, root, inter);
+    SAY("reduce max at the high group's first = %d %d", out[0], out[1]);
+    out[0] = out[1] = -1;
+    root = low ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+    MPI_Reduce(in, out, 2, MPI_INT, twice, root, inter);
+    SAY("reduce of the program's at the low group's first = %d %d", out[0], out[1]);
+    MPI_Op_free(&twice);
+
+    /* Gather the high group's pairs at the low group's first; scatter back from it. */
+    int pair[2] = {rank, -rank}, all[2 * MAXP];
+    for (int i = 0; i < 2 * MAXP; i++)
+        all[i] = -1;
+    root = low ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+    MPI_Gather(pair, 2, MPI_INT, all, 2, MPI_INT, root, inter);
+    char line[256];
+    list(line, sizeof line, all, 2 * rsize);
+    SAY("gather at the low group's first = %s", line);
+    for (int i = 0; i < 2 * rsize; i++)
+        all[i] = 1000 * rank + i;
+    int one[2] = {-1, -1};
+    MPI_Scatter(all, 2, MPI_INT, one, 2, MPI_INT, root, inter);
+    SAY("scatter from the low group's first = %d %d", one[0], one[1]);
+
+    for (int i = 0; i < 2 * MAXP; i++)
+        all[i] = -1;
+    MPI_Allgather(pair, 2, MPI_INT, all, 2, MPI_INT, inter);
+    list(line, sizeof line, all, 2 * rsize);
+    SAY("allgather = %s", line);
+
+    int blocks[MAXP], back[MAXP];
+    for (int j = 0; j < rsize; j++) {
+        blocks[j] = 100 * rank + j;
+        back[j] = -1;
+    }
+    MPI_Alltoall(blocks, 1, MPI_INT, back, 1, MPI_INT, inter);
+    list(line, sizeof line, back, rsize);
+    SAY("alltoall = %s", line);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+
+    /* The evens (low) and the odds; each group's leader is its first rank, and the two
+     * leaders meet in the world (ranks 0 and 1). */
+    int low = rank % 2 == 0;
+    MPI_Comm half, inter;
+    MPI_Comm_split(MPI_COMM_WORLD, !low, rank, &half);
+    MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, low ? 1 : 0, 7, &inter);
+    MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
+    int flag = -1, lrank, lsize, rsize;
+    MPI_Comm_test_inter(inter, &flag);
+    MPI_Comm_rank(inter, &lrank);
+    MPI_Comm_size(inter, &lsize);
+    MPI_Comm_remote_size(inter, &rsize);
+    char line[256];
+    remote_world(inter, line, sizeof line);
+    SAY("inter: test_inter = %d, rank %d of %d, remote size %d, remote world ranks %s", flag, lrank, lsize, rsize,
+        line);
+    MPI_Comm_test_inter(half, &flag);
+    SAY("half: test_inter = %d", flag);
+
+    messages(inter, "inter");
+    collectives(inter, low);
+
+    /* A duplicate: its own messages, the same groups. */
+    MPI_Comm dup;
+    int cmp = -1;
+    MPI_Comm_dup(inter, &dup);
+    MPI_Comm_compare(inter, dup, &cmp);
+    SAY("compare with its dup = %d (congruent %d)", cmp, MPI_CONGRUENT);
+    MPI_Comm_compare(inter, inter, &cmp);
+    SAY("compare with itself = %d (ident %d)", cmp, MPI_IDENT);
+    MPI_Comm_compare(inter, MPI_COMM_WORLD, &cmp);
+    SAY("compare with the world = %d (unequal %d)", cmp, MPI_UNEQUAL);
+    messages(dup, "dup");
+    collectives(dup, low);
+
+    /* Merged, the high group (the odds) last; then with both asking low: the group of the
+     * first leader (the evens) first. */
+    MPI_Comm merged;
+    int mrank, msize, sum = -1;
+    MPI_Intercomm_merge(inter, !low, &merged);
+    MPI_Comm_rank(merged, &mrank);
+    MPI_Comm_size(merged, &msize);
+    MPI_Comm_test_inter(merged, &flag);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, merged);
+    SAY("merged (odds high): rank %d of %d, test_inter %d, sum of world ranks %d", mrank, msize, flag, sum);
+    MPI_Comm_free(&merged);
+    MPI_Intercomm_merge(dup, low, &merged);
+    MPI_Comm_rank(merged, &mrank);
+    SAY("merged (evens high): rank %d", mrank);
+    MPI_Comm_free(&merged);
+
+    /* Split: by local rank's parity on both sides. */
+    MPI_Comm part;
+    MPI_Comm_split(inter, lrank % 2, lrank, &part);
+    if (part == MPI_COMM_NULL) {
+        SAY("split: none");
+    } else {
+        int prank, psize, prsize;
+        MPI_Comm_rank(part, &prank);
+        MPI_Comm_size(part, &psize);
+        MPI_Comm_remote_size(part, &prsize);
+        remote_world(part, line, sizeof line);
+        SAY("split: rank %d of %d, remote %d: %s", prank, psize, prsize, line);
+        messages(part, "split");
+        MPI_Comm_free(&part);
+    }
+
+    /* Create: each group without its first rank (none left: no communicator). */
+    MPI_Group local, rest;
+    int first = 0;
+    MPI_Comm_group(inter, &local);
+    MPI_Group_excl(local, 1, &first, &rest);
+    MPI_Comm made;
+    MPI_Comm_create(inter, rest, &made);
+    if (made == MPI_COMM_NULL) {
+        SAY("create: none");
+    } else {
+        int crank, crsize;
+        MPI_Comm_rank(made, &crank);
+        MPI_Comm_remote_size(made, &crsize);
+        remote_world(made, line, sizeof line);
+        SAY("create: rank %d, remote %d: %s", crank, crsize, line);
+        int s = -1;
+        MPI_Allreduce(&rank, &s, 1, MPI_INT, MPI_SUM, made);
+        SAY("create: allreduce of the other side's world ranks = %d", s);
+        MPI_Comm_free(&made);
+    }
+    MPI_Group_free(&local);
+    MPI_Group_free(&rest);
+
+    /* Errors. */
+    int err, cls, x = 0;
+    err = MPI_Bcast(&x, 1, MPI_INT, size, inter);
+    MPI_Error_class(err, &cls);
+    SAY("bcast from a rank the other group lacks: class %d (root %d)", cls, MPI_ERR_ROOT);
+    err = MPI_Send(&x, 1, MPI_INT, rsize, 0, inter);
+    MPI_Error_class(err, &cls);
+    SAY("send to a rank the other group lacks: class %d (rank %d)", cls, MPI_ERR_RANK);
+    MPI_Barrier(inter);
+
+    MPI_Comm_free(&dup);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&half);
+    MPI_Finalize();
+    return 0;
+}
