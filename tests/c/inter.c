@@ -3,8 +3,9 @@
  * queries (MPI_Comm_test_inter, _remote_size, _remote_group, MPI_Comm_compare), its
  * collectives (MPI_Barrier, MPI_Bcast and MPI_Reduce with MPI_ROOT and MPI_PROC_NULL,
  * MPI_Allreduce with a predefined and a non-commutative operation of the program's,
- * MPI_Gather, MPI_Scatter, MPI_Allgather, MPI_Alltoall), and the communicators made from it
- * (MPI_Comm_dup, MPI_Comm_split, MPI_Comm_create, MPI_Intercomm_merge), and their errors.
+ * MPI_Gather, MPI_Scatter, MPI_Allgather, MPI_Alltoall, their v-forms and MPI_Alltoallw), and
+ * the communicators made from it (MPI_Comm_dup, MPI_Comm_split, MPI_Comm_create,
+ * MPI_Intercomm_merge), and their errors.
  * Printed as "rank: what = values" lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stdio.h>
@@ -136,6 +137,62 @@ static void collectives(MPI_Comm inter, int low)
     MPI_Allgather(pair, 2, MPI_INT, all, 2, MPI_INT, inter);
     list(line, sizeof line, all, 2 * rsize);
     SAY("allgather = %s", line);
+
+    /* The v-forms: rank j of a group gives j + 1 elements; blocks lie apart, a gap between. */
+    int counts[MAXP], displs[MAXP], at = 0, vals[MAXP], many[MAXP * (MAXP + 2)];
+    for (int j = 0; j < rsize; j++) {
+        counts[j] = j + 1;
+        displs[j] = at;
+        at += j + 2;
+    }
+    for (int i = 0; i <= lrank; i++)
+        vals[i] = 10 * rank + i;
+    for (int i = 0; i < MAXP * (MAXP + 2); i++)
+        many[i] = -1;
+    MPI_Gatherv(vals, lrank + 1, MPI_INT, many, counts, displs, MPI_INT, root, inter);
+    list(line, sizeof line, many, at);
+    SAY("gatherv at the low group's first = %s", line);
+    for (int i = 0; i < at; i++)
+        many[i] = 1000 * rank + i;
+    for (int i = 0; i < MAXP; i++)
+        vals[i] = -1;
+    MPI_Scatterv(many, counts, displs, MPI_INT, vals, lrank + 1, MPI_INT, root, inter);
+    list(line, sizeof line, vals, lrank + 1);
+    SAY("scatterv from the low group's first = %s", line);
+    for (int i = 0; i <= lrank; i++)
+        vals[i] = 10 * rank + i;
+    for (int i = 0; i < MAXP * (MAXP + 2); i++)
+        many[i] = -1;
+    MPI_Allgatherv(vals, lrank + 1, MPI_INT, many, counts, displs, MPI_INT, inter);
+    list(line, sizeof line, many, at);
+    SAY("allgatherv = %s", line);
+    /* To rank j of the other group 1 + (lrank + j) % 2 elements, each way. */
+    int scounts[MAXP], sdispls[MAXP], rcounts[MAXP], rdispls[MAXP], sbytes[MAXP], rbytes[MAXP];
+    int out_at = 0, in_at = 0, outv[3 * MAXP], inv[3 * MAXP];
+    for (int j = 0; j < rsize; j++) {
+        scounts[j] = rcounts[j] = 1 + (lrank + j) % 2;
+        sdispls[j] = out_at;
+        rdispls[j] = in_at;
+        sbytes[j] = out_at * (int)sizeof(int);
+        rbytes[j] = in_at * (int)sizeof(int);
+        out_at += scounts[j];
+        in_at += rcounts[j] + 1;
+    }
+    for (int i = 0; i < out_at; i++)
+        outv[i] = 100 * rank + i;
+    for (int i = 0; i < 3 * MAXP; i++)
+        inv[i] = -1;
+    MPI_Alltoallv(outv, scounts, sdispls, MPI_INT, inv, rcounts, rdispls, MPI_INT, inter);
+    list(line, sizeof line, inv, in_at);
+    SAY("alltoallv = %s", line);
+    MPI_Datatype tys[MAXP];
+    for (int j = 0; j < rsize; j++)
+        tys[j] = MPI_INT;
+    for (int i = 0; i < 3 * MAXP; i++)
+        inv[i] = -1;
+    MPI_Alltoallw(outv, scounts, sbytes, tys, inv, rcounts, rbytes, tys, inter);
+    list(line, sizeof line, inv, in_at);
+    SAY("alltoallw = %s", line);
 
     int blocks[MAXP], back[MAXP];
     for (int j = 0; j < rsize; j++) {

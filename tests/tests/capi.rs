@@ -365,6 +365,11 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
             "{rank}: remote size of an intra-communicator: class {comm}, -1; its remote group: class {comm}, null 1\n"
         );
         assert!(stdout.contains(&remote), "{stdout}");
+        let inter = format!(
+            "{rank}: on an inter-communicator: reduce_scatter class {comm}, iallreduce class {comm}, window class {comm}, \
+             grid class {comm}; null 1 1 1\n"
+        );
+        assert!(stdout.contains(&inter), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1492,6 +1492,7 @@ unsafe fn alltoall_blocks(
     // SAFETY: this function's contract.
     let mut recv = unsafe { bytes_mut(recvbuf, r.count, &r.ty)? };
     if sendbuf == IN_PLACE {
+        c.intra("an all-to-all in place")?;
         let mine = recv.to_vec();
         return Ok(c.alltoallv(&mine, &r.counts, &r.displs, &mut recv, &r.counts, &r.displs)?);
     }
@@ -2319,7 +2320,26 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = intra_of("MPI_Gatherv", comm)?;
+            let c = comm_of("MPI_Gatherv", comm)?;
+            if c.is_inter() {
+                let root = inter_root(&c, root)?;
+                let st = (root == crate::InterRoot::Here).then(|| Datatype::of(recvtype)).transpose()?;
+                let mut recv = None;
+                if let Some(ty) = st {
+                    // SAFETY: MPI's contract: the root's arrays hold the other group's size of
+                    // ints, recvbuf spans every block.
+                    let v = unsafe { blocks(recvcounts, displs, c.peers().len(), &ty)? };
+                    // SAFETY: as above.
+                    recv = Some((unsafe { bytes_mut(recvbuf, v.count, &v.ty)? }, v));
+                }
+                let send = match root {
+                    // SAFETY: MPI's contract for sendbuf.
+                    crate::InterRoot::Remote(_) => Some(unsafe { bytes(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)? }),
+                    _ => None,
+                };
+                let recv = recv.as_mut().map(|(b, v)| (&mut b[..], &v.counts[..], &v.displs[..]));
+                return Ok(c.inter_gatherv(send.as_deref(), recv, root)?);
+            }
             let root = root_of(&c, root)?;
             if c.rank() != root {
                 let st = Datatype::of(sendtype)?;
@@ -2355,7 +2375,27 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = intra_of("MPI_Scatterv", comm)?;
+            let c = comm_of("MPI_Scatterv", comm)?;
+            if c.is_inter() {
+                let root = inter_root(&c, root)?;
+                let send = match root {
+                    crate::InterRoot::Here => {
+                        // SAFETY: MPI's contract: the root's arrays hold the other group's size
+                        // of ints, sendbuf spans every block.
+                        let v = unsafe { blocks(sendcounts, displs, c.peers().len(), &Datatype::of(sendtype)?)? };
+                        // SAFETY: as above.
+                        Some((unsafe { bytes(sendbuf, v.count, &v.ty)? }, v))
+                    }
+                    _ => None,
+                };
+                let mut recv = match root {
+                    // SAFETY: MPI's contract for recvbuf.
+                    crate::InterRoot::Remote(_) => Some(unsafe { bytes_mut(recvbuf, count_of(recvcount)?, &Datatype::of(recvtype)?)? }),
+                    _ => None,
+                };
+                let send = send.as_ref().map(|(b, v)| (&b[..], &v.counts[..], &v.displs[..]));
+                return Ok(c.inter_scatterv(send, recv.as_deref_mut(), root)?);
+            }
             let root = root_of(&c, root)?;
             let send = if c.rank() == root {
                 // SAFETY: MPI's contract: the root's arrays hold size ints.
@@ -2390,9 +2430,12 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = intra_of("MPI_Allgatherv", comm)?;
-            // SAFETY: MPI's contract: the arrays hold size ints.
-            let v = unsafe { blocks(recvcounts, displs, c.size(), &Datatype::of(recvtype)?)? };
+            let c = comm_of("MPI_Allgatherv", comm)?;
+            if sendbuf == IN_PLACE {
+                c.intra("MPI_Allgatherv in place")?;
+            }
+            // SAFETY: MPI's contract: the arrays hold (the other group's) size ints.
+            let v = unsafe { blocks(recvcounts, displs, c.peers().len(), &Datatype::of(recvtype)?)? };
             let (counts, displs) = (&v.counts, &v.displs);
             // SAFETY: MPI's contract: recvbuf spans every block.
             let mut recv = unsafe { bytes_mut(recvbuf, v.count, &v.ty)? };
@@ -2420,8 +2463,9 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = intra_of("MPI_Alltoallv", comm)?;
-            let p = c.size();
+            let c = comm_of("MPI_Alltoallv", comm)?;
+            // The ranks blocks go to and come from: an inter-communicator's other group.
+            let p = c.peers().len();
             // SAFETY: MPI's contract: the arrays hold size ints, the buffers span every block.
             unsafe {
                 let r = blocks(recvcounts, rdispls, p, &Datatype::of(recvtype)?)?;
@@ -2443,8 +2487,9 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = intra_of("MPI_Alltoallw", comm)?;
-            let p = c.size();
+            let c = comm_of("MPI_Alltoallw", comm)?;
+            // The ranks blocks go to and come from: an inter-communicator's other group.
+            let p = c.peers().len();
             // SAFETY: MPI's contract: the arrays hold size elements, the buffers span every
             // block.
             unsafe {
@@ -2697,8 +2742,11 @@ mpi! {
     ) -> c_int {
         const NAME: &str = "MPI_Intercomm_create";
         let r = (|| {
-            let c = comm_of(NAME, local_comm)?;
-            let leader = root_of(&c, local_leader)?;
+            let c = intra_of(NAME, local_comm)?;
+            let leader = usize::try_from(local_leader)
+                .ok()
+                .filter(|&l| l < c.size())
+                .ok_or_else(|| Fail::new(ERR_RANK, format!("invalid local leader {local_leader}")))?;
             // The peer communicator and the remote leader count at the local leader alone.
             let peer = if c.rank() == leader {
                 let p = comm_of(NAME, peer_comm)?;
@@ -2833,7 +2881,7 @@ mpi! {
 
 /// A root argument, checked against the communicator (`MPI_ERR_ROOT`).
 fn root_of(c: &Comm, root: c_int) -> Res<usize> {
-    c.intra("a rooted collective of this kind (mpr's on inter-communicators: MPI_Bcast, MPI_Reduce, MPI_Gather, MPI_Scatter)")?;
+    c.intra("a rooted collective of this kind")?;
     usize::try_from(root)
         .ok()
         .filter(|&r| r < c.size())

@@ -360,6 +360,110 @@ impl Comm {
         self.coll_xchg_all(tag, &sends, &mut recvs, None)
     }
 
+    /// Gathers blocks of varying size of the other group's ranks at the root (`MPI_Gatherv`
+    /// on an inter-communicator): rank `j`'s `send` lands at `displs[j]` of the root's `recv`,
+    /// and must hold `counts[j]` elements. Each rank sends its own block to the root.
+    pub fn inter_gatherv<T: Pod>(
+        &self,
+        send: Option<&[T]>,
+        recv: Option<(&mut [T], &[usize], &[usize])>,
+        root: InterRoot,
+    ) -> Result<(), Error> {
+        self.inter("MPI_Gatherv")?;
+        let tag = self.next_tag();
+        match self.remote_root(root)? {
+            InterRoot::Here => {
+                let (recv, counts, displs) =
+                    recv.ok_or_else(|| Error::Other("gatherv: the root must pass a receive buffer".into()))?;
+                let mut recvs = self.blocks_of("gatherv", recv, counts, displs)?;
+                self.coll_xchg_all(tag, &[], &mut recvs, None)
+            }
+            InterRoot::Beside => Ok(()),
+            InterRoot::Remote(r) => {
+                let send =
+                    send.ok_or_else(|| Error::Other("gatherv: a rank of the other group must pass its input".into()))?;
+                self.coll_xchg(tag, Some((bytes(send), r)), None).map(|_| ())
+            }
+        }
+    }
+
+    /// Scatters blocks of varying size from the root to the other group's ranks
+    /// (`MPI_Scatterv` on an inter-communicator).
+    pub fn inter_scatterv<T: Pod>(
+        &self,
+        send: Option<(&[T], &[usize], &[usize])>,
+        recv: Option<&mut [T]>,
+        root: InterRoot,
+    ) -> Result<(), Error> {
+        self.inter("MPI_Scatterv")?;
+        let tag = self.next_tag();
+        match self.remote_root(root)? {
+            InterRoot::Here => {
+                let (send, counts, displs) =
+                    send.ok_or_else(|| Error::Other("scatterv: the root must pass a send buffer".into()))?;
+                super::vector::layout("scatterv", counts, displs, self.peers().len(), send.len())?;
+                let sends: Vec<(&[u8], usize)> =
+                    (0..counts.len()).map(|j| (bytes(&send[displs[j]..displs[j] + counts[j]]), j)).collect();
+                self.coll_xchg_all(tag, &sends, &mut [], None)
+            }
+            InterRoot::Beside => Ok(()),
+            InterRoot::Remote(r) => {
+                let recv =
+                    recv.ok_or_else(|| Error::Other("scatterv: a rank of the other group must pass a buffer".into()))?;
+                self.coll_xchg(tag, None, Some((bytes_mut(recv), r))).map(|_| ())
+            }
+        }
+    }
+
+    /// `MPI_Allgatherv` on an inter-communicator: each rank sends its block to every rank of
+    /// the other group, and gets theirs at `displs`.
+    pub(super) fn allgatherv_inter<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<(), Error> {
+        let mut recvs = self.blocks_of("allgatherv", recv, counts, displs)?;
+        let tag = self.next_tag();
+        let sends: Vec<(&[u8], usize)> = (0..self.peers().len()).map(|j| (bytes(send), j)).collect();
+        self.coll_xchg_all(tag, &sends, &mut recvs, None)
+    }
+
+    /// `MPI_Alltoallv` on an inter-communicator: block `j` of `send` to rank `j` of the other
+    /// group, block `i` of `recv` from its rank `i`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn alltoallv_inter<T: Pod>(
+        &self,
+        send: &[T],
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &mut [T],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<(), Error> {
+        super::vector::layout("alltoallv (send)", scounts, sdispls, self.peers().len(), send.len())?;
+        let mut recvs = self.blocks_of("alltoallv (receive)", recv, rcounts, rdispls)?;
+        let tag = self.next_tag();
+        let sends: Vec<(&[u8], usize)> =
+            (0..scounts.len()).map(|j| (bytes(&send[sdispls[j]..sdispls[j] + scounts[j]]), j)).collect();
+        self.coll_xchg_all(tag, &sends, &mut recvs, None)
+    }
+
+    /// The blocks of `recv` the other group's ranks fill, each with its rank, once their
+    /// counts and displacements are checked.
+    fn blocks_of<'b, T: Pod>(
+        &self,
+        what: &str,
+        recv: &'b mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<Vec<(&'b mut [u8], usize)>, Error> {
+        super::vector::disjoint_layout(what, counts, displs, self.peers().len(), recv.len())?;
+        let blocks = super::algo::split_blocks(recv, (0..counts.len()).map(|j| displs[j]..displs[j] + counts[j]));
+        Ok(blocks.into_iter().map(bytes_mut).zip(0..).collect())
+    }
+
     /// This inter-communicator's local group, or [`Error::Comm`] for `what` on an
     /// intra-communicator.
     fn inter(&self, what: &str) -> Result<&Comm, Error> {

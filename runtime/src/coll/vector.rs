@@ -110,6 +110,9 @@ impl Comm {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<(), Error> {
+        if self.is_inter() {
+            return self.allgatherv_inter(send, recv, counts, displs);
+        }
         let (p, me) = (self.size(), self.rank());
         disjoint_layout("allgatherv", counts, displs, p, recv.len())?;
         super::check_len("allgatherv (own block)", send.len(), counts[me])?;
@@ -145,6 +148,9 @@ impl Comm {
         rcounts: &[usize],
         rdispls: &[usize],
     ) -> Result<(), Error> {
+        if self.is_inter() {
+            return self.alltoallv_inter(send, scounts, sdispls, recv, rcounts, rdispls);
+        }
         let (p, me) = (self.size(), self.rank());
         layout("alltoallv (send)", scounts, sdispls, p, send.len())?;
         disjoint_layout("alltoallv (receive)", rcounts, rdispls, p, recv.len())?;

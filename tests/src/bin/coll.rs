@@ -757,6 +757,34 @@ fn inter(w: &Comm) -> mpr::Result<()> {
     ic.dup()?.alltoall(&blocks, &mut swapped)?;
     let want: Vec<usize> = theirs.iter().map(|&t| 100 * t + ic.rank()).collect();
     assert_eq!(swapped, want, "rank {me}: alltoall on the duplicate");
+    // The v-forms: rank j of a group gives j + 1 elements.
+    let n = |j: usize| j + 1;
+    let counts: Vec<usize> = (0..theirs.len()).map(n).collect();
+    let displs: Vec<usize> = (0..theirs.len()).map(|j| j * (j + 1) / 2).collect();
+    let total: usize = counts.iter().sum();
+    let want: Vec<usize> = theirs.iter().enumerate().flat_map(|(j, &t)| std::iter::repeat_n(t, n(j))).collect();
+    let mine_v = vec![me; n(ic.rank())];
+    let mut all = vec![usize::MAX; total];
+    ic.allgatherv(&mine_v, &mut all, &counts, &displs)?;
+    assert_eq!(all, want, "rank {me}: allgatherv");
+    let mut at_root = vec![usize::MAX; total];
+    let here = (root == InterRoot::Here).then_some((&mut at_root[..], &counts[..], &displs[..]));
+    ic.inter_gatherv((!low).then_some(&mine_v[..]), here, root)?;
+    if root == InterRoot::Here {
+        assert_eq!(at_root, want, "gatherv");
+    }
+    let mut one = vec![usize::MAX; n(ic.rank())];
+    let from = (root == InterRoot::Here).then_some((&want[..], &counts[..], &displs[..]));
+    ic.inter_scatterv(from, (!low).then_some(&mut one[..]), root)?;
+    if !low {
+        assert_eq!(one, vec![me; n(ic.rank())], "rank {me}: scatterv");
+    }
+    let ones = vec![1usize; theirs.len()];
+    let seq: Vec<usize> = (0..theirs.len()).collect();
+    let mut back = vec![usize::MAX; theirs.len()];
+    ic.alltoallv(&blocks, &ones, &seq, &mut back, &ones, &seq)?;
+    let want: Vec<usize> = theirs.iter().map(|&t| 100 * t + ic.rank()).collect();
+    assert_eq!(back, want, "rank {me}: alltoallv");
     // Split by parity of the rank in each group; merge with the low group first.
     if let Some(part) = ic.split(Some((ic.rank() % 2) as u32), 0)? {
         let remote: Vec<usize> =
