@@ -3,10 +3,10 @@
  * queries (MPI_Comm_test_inter, _remote_size, _remote_group, MPI_Comm_compare), its
  * collectives (MPI_Barrier, MPI_Bcast and MPI_Reduce with MPI_ROOT and MPI_PROC_NULL,
  * MPI_Allreduce with a predefined and a non-commutative operation of the program's,
- * MPI_Gather, MPI_Scatter, MPI_Allgather, MPI_Alltoall, their v-forms and MPI_Alltoallw), and
- * the communicators made from it (MPI_Comm_dup, MPI_Comm_split, MPI_Comm_create,
- * MPI_Intercomm_merge), and their errors.
- * Printed as "rank: what = values" lines; the test compares them with MPICH's. */
+ * MPI_Gather, MPI_Scatter, MPI_Allgather, MPI_Alltoall, their v-forms, MPI_Alltoallw and the
+ * reduce-scatters), the communicators made from it (MPI_Comm_dup, MPI_Comm_split,
+ * MPI_Comm_create, MPI_Intercomm_merge), and their errors. Printed as "rank: what = values"
+ * lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -193,6 +193,28 @@ static void collectives(MPI_Comm inter, int low)
     MPI_Alltoallw(outv, scounts, sbytes, tys, inv, rcounts, rbytes, tys, inter);
     list(line, sizeof line, inv, in_at);
     SAY("alltoallw = %s", line);
+
+    /* Reduce-scatters: vectors of lsize x rsize elements on both sides. */
+    int n = lsize * rsize, vec[MAXP * MAXP], rc[MAXP], res[MAXP * MAXP];
+    for (int k = 0; k < n; k++)
+        vec[k] = 100 * rank + k;
+    for (int i = 0; i < lsize; i++)
+        rc[i] = rsize + (i == 0 ? lsize - 1 : -1);
+    for (int k = 0; k < n; k++)
+        res[k] = -1;
+    MPI_Reduce_scatter(vec, res, rc, MPI_INT, MPI_SUM, inter);
+    list(line, sizeof line, res, rc[lrank]);
+    SAY("reduce_scatter sum = %s", line);
+    for (int k = 0; k < n; k++)
+        res[k] = -1;
+    MPI_Reduce_scatter_block(vec, res, rsize, MPI_INT, MPI_MAX, inter);
+    list(line, sizeof line, res, rsize);
+    SAY("reduce_scatter_block max = %s", line);
+    MPI_Op_create(twice_plus, 0, &twice);
+    MPI_Reduce_scatter_block(vec, res, rsize, MPI_INT, twice, inter);
+    list(line, sizeof line, res, rsize);
+    SAY("reduce_scatter_block of the program's = %s", line);
+    MPI_Op_free(&twice);
 
     int blocks[MAXP], back[MAXP];
     for (int j = 0; j < rsize; j++) {

@@ -2084,7 +2084,7 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = intra_of("MPI_Reduce_scatter_block", comm)?;
+            let c = comm_of("MPI_Reduce_scatter_block", comm)?;
             // SAFETY: MPI's contract for the buffers, passed on.
             unsafe { reduce(&c, Reduction::ScatterBlock, sendbuf, recvbuf, recvcount, datatype, op) }
         })();
@@ -2100,7 +2100,7 @@ mpi! {
         comm: c_int,
     ) -> c_int {
         let r = (|| {
-            let c = intra_of("MPI_Reduce_scatter", comm)?;
+            let c = comm_of("MPI_Reduce_scatter", comm)?;
             let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
             // SAFETY: MPI's contract: recvcounts holds size ints.
             let counts = unsafe { ints_at(recvcounts, c.size(), "receive counts")? };

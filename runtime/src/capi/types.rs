@@ -784,7 +784,8 @@ fn gathered(
         Reduction::Scan { inclusive: false } if me > 0 => r.copy_from_slice(&fold(me)),
         Reduction::Scan { inclusive: false } => {}
         Reduction::ScatterBlock => {
-            let block = n / p;
+            // This rank's block of the whole, which its group shares out.
+            let block = n / comm.size();
             r[..block].copy_from_slice(&fold(p)[me * block..(me + 1) * block]);
         }
         Reduction::Local => unreachable!("handled above"),

@@ -18,7 +18,8 @@ impl Comm {
 
     /// Reduces `send` with `op` and leaves `counts[r]` elements of the result, starting after
     /// the blocks of the ranks before `r`, on rank `r` (`MPI_Reduce_scatter`): a reduction
-    /// to rank 0 followed by a scatter, so the result has the reduction's fixed order.
+    /// to rank 0 followed by a scatter, so the result has the reduction's fixed order. On an
+    /// inter-communicator, the result is the other group's reduction.
     pub fn reduce_scatter<T: Pod, O: Op<T>>(
         &self,
         send: &[T],
@@ -33,6 +34,15 @@ impl Comm {
         super::check_len("reduce_scatter", send.len(), counts.iter().sum())?;
         super::check_len("reduce_scatter (own block)", recv.len(), counts[self.rank()])?;
         let displs: Vec<usize> = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+        if self.is_inter() {
+            // The other group's reduction (both groups' inputs are of one length), of which
+            // this rank keeps its block.
+            let mut full = vec![T::zeroed(); send.len()];
+            self.allreduce(send, &mut full, op)?;
+            let me = self.rank();
+            recv.copy_from_slice(&full[displs[me]..displs[me] + counts[me]]);
+            return Ok(());
+        }
         let mut full = send.to_vec();
         let tag = self.coll_tag()?;
         super::algo::reduce(self, tag, &mut full, &op, 0)?;
