@@ -785,6 +785,14 @@ fn inter(w: &Comm) -> mpr::Result<()> {
     ic.alltoallv(&blocks, &ones, &seq, &mut back, &ones, &seq)?;
     let want: Vec<usize> = theirs.iter().map(|&t| 100 * t + ic.rank()).collect();
     assert_eq!(back, want, "rank {me}: alltoallv");
+    // Reduce-scatter: the other group's vectors of (its size x this size) elements summed,
+    // this rank's block of them.
+    let q = theirs.len();
+    let vecs: Vec<usize> = (0..mine.len() * q).map(|k| 100 * me + k).collect();
+    let mut res = vec![usize::MAX; q];
+    ic.reduce_scatter_block(&vecs, &mut res, Sum)?;
+    let want: Vec<usize> = (0..q).map(|i| theirs.iter().map(|&t| 100 * t + ic.rank() * q + i).sum()).collect();
+    assert_eq!(res, want, "rank {me}: reduce_scatter_block");
     // Split by parity of the rank in each group; merge with the low group first.
     if let Some(part) = ic.split(Some((ic.rank() % 2) as u32), 0)? {
         let remote: Vec<usize> =
