@@ -115,6 +115,7 @@ impl Comm {
     /// Splits the ranks by `color` into new communicators, ordered by `key` then by rank
     /// here (`MPI_Comm_split`). `None` as color (`MPI_UNDEFINED`) takes part but gets no
     /// communicator. Collective over this communicator.
+    ///
     /// On an inter-communicator, each group splits alike, and the ranks of one color in
     /// both make an inter-communicator (none where either group has no rank of it).
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Comm>, Error> {
