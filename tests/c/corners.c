@@ -1,6 +1,7 @@
 /* Corners of MPI's semantics that MPICH's own test suite checks: the status MPI_Request_get_status
  * gives of a completed request; a persistent request whose derived datatype the program freed;
- * MPI_PROC_NULL as the target of every one-sided operation and of MPI_Win_shared_query;
+ * MPI_PROC_NULL as the target of every one-sided operation, of a lock epoch and of
+ * MPI_Win_shared_query;
  * one-sided operations of no elements; MPI_WIN_BASE of a window of no memory (null); a put across two
  * attached regions of a dynamic window that follow each other in memory; the null base of a
  * shared window's empty part; MPI_Comm_create with disjoint groups; an empty
@@ -107,6 +108,15 @@ static void one_sided_to_nobody(void)
     MPI_Win_unlock_all(win);
     SAY("requests to proc_null = rc %d result %d nulled %d", rc, result[0],
         r[0] == MPI_REQUEST_NULL && r[1] == MPI_REQUEST_NULL);
+
+    /* A lock epoch of MPI_PROC_NULL, flushed, in which operations go nowhere. */
+    rc = MPI_Win_lock(MPI_LOCK_EXCLUSIVE, MPI_PROC_NULL, 0, win);
+    rc |= MPI_Put(origin, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, win);
+    rc |= MPI_Win_flush(MPI_PROC_NULL, win);
+    rc |= MPI_Fetch_and_op(&one, result, MPI_INT, MPI_PROC_NULL, 0, MPI_SUM, win);
+    rc |= MPI_Win_flush_local(MPI_PROC_NULL, win);
+    rc |= MPI_Win_unlock(MPI_PROC_NULL, win);
+    SAY("lock of proc_null = rc %d mem %d %d result %d", rc, mem[0], mem[3], result[0]);
     MPI_Win_free(&win);
 }
 

@@ -550,7 +550,11 @@ fn flush_general(
     win: c_int,
     flush: fn(&Window<'static, u8>, usize) -> Result<(), crate::Error>,
 ) -> c_int {
-    call_ref(name, win, |w| Ok(flush(&w.win, rank_arg(rank)?)?))
+    call_ref(name, win, |w| match rank {
+        // No operation to MPI_PROC_NULL is ever outstanding.
+        PROC_NULL => Ok(()),
+        _ => Ok(flush(&w.win, rank_arg(rank)?)?),
+    })
 }
 
 mpi! {
@@ -1049,15 +1053,20 @@ mpi! {
 
     fn MPI_Win_lock / PMPI_Win_lock(lock_kind: c_int, rank: c_int, assert: c_int, win: c_int) -> c_int {
         call_ref("MPI_Win_lock", win, |w| {
-            let r = rank_arg(rank)?;
-            Ok(w.win.lock_with(lock_type(lock_kind)?, r, assert_of(assert)?)?)
+            let (kind, assert) = (lock_type(lock_kind)?, assert_of(assert)?);
+            // A lock of MPI_PROC_NULL (as MPICH and Open MPI take it): an epoch of no target,
+            // in which every operation is to MPI_PROC_NULL and does nothing.
+            if rank == PROC_NULL {
+                return Ok(());
+            }
+            Ok(w.win.lock_with(kind, rank_arg(rank)?, assert)?)
         })
     }
 
     fn MPI_Win_unlock / PMPI_Win_unlock(rank: c_int, win: c_int) -> c_int {
-        call_ref("MPI_Win_unlock", win, |w| {
-            let r = rank_arg(rank)?;
-            Ok(w.win.unlock(r)?)
+        call_ref("MPI_Win_unlock", win, |w| match rank {
+            PROC_NULL => Ok(()),
+            _ => Ok(w.win.unlock(rank_arg(rank)?)?),
         })
     }
 
