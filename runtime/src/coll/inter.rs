@@ -230,24 +230,37 @@ impl Comm {
         op: O,
         root: InterRoot,
     ) -> Result<(), Error> {
-        let local = self.inter("MPI_Reduce")?;
+        self.up_to_root("MPI_Reduce", recv, root, |local| {
+            let send =
+                send.ok_or_else(|| Error::Other("reduce: a rank of the other group must pass its input".into()))?;
+            let mut acc = (self.rank() == 0).then(|| send.to_vec());
+            local.reduce(send, acc.as_deref_mut(), op, 0)?;
+            Ok(acc)
+        })
+    }
+
+    /// A rooted collective whose data goes from the other group to the root: there, every
+    /// rank runs `combine` on its group (as an intra-communicator), which gives the leader
+    /// the message, and the leader sends it; the root receives it into `recv`.
+    fn up_to_root<T: Pod>(
+        &self,
+        what: &str,
+        recv: Option<&mut [T]>,
+        root: InterRoot,
+        combine: impl FnOnce(&Comm) -> Result<Option<Vec<T>>, Error>,
+    ) -> Result<(), Error> {
+        let local = self.inter(what)?;
         let tag = self.next_tag();
         match self.remote_root(root)? {
             InterRoot::Here => {
-                let recv = recv.ok_or_else(|| Error::Other("reduce: the root must pass a receive buffer".into()))?;
+                let recv = recv.ok_or_else(|| Error::Other(format!("{what}: the root must pass a receive buffer")))?;
                 self.coll_xchg(tag, None, Some((bytes_mut(recv), 0))).map(|_| ())
             }
             InterRoot::Beside => Ok(()),
-            InterRoot::Remote(r) => {
-                let send =
-                    send.ok_or_else(|| Error::Other("reduce: a rank of the other group must pass its input".into()))?;
-                let mut acc = (self.rank() == 0).then(|| send.to_vec());
-                local.reduce(send, acc.as_deref_mut(), op, 0)?;
-                match acc {
-                    Some(acc) => self.coll_xchg(tag, Some((bytes(&acc), r)), None).map(|_| ()),
-                    None => Ok(()),
-                }
-            }
+            InterRoot::Remote(r) => match combine(local)? {
+                Some(v) => self.coll_xchg(tag, Some((bytes(&v), r)), None).map(|_| ()),
+                None => Ok(()),
+            },
         }
     }
 
@@ -281,25 +294,13 @@ impl Comm {
         recv: Option<&mut [T]>,
         root: InterRoot,
     ) -> Result<(), Error> {
-        let local = self.inter("MPI_Gather")?;
-        let tag = self.next_tag();
-        match self.remote_root(root)? {
-            InterRoot::Here => {
-                let recv = recv.ok_or_else(|| Error::Other("gather: the root must pass a receive buffer".into()))?;
-                self.coll_xchg(tag, None, Some((bytes_mut(recv), 0))).map(|_| ())
-            }
-            InterRoot::Beside => Ok(()),
-            InterRoot::Remote(r) => {
-                let send =
-                    send.ok_or_else(|| Error::Other("gather: a rank of the other group must pass its input".into()))?;
-                let mut all = (self.rank() == 0).then(|| send.repeat(local.size()));
-                local.gather(send, all.as_deref_mut(), 0)?;
-                match all {
-                    Some(all) => self.coll_xchg(tag, Some((bytes(&all), r)), None).map(|_| ()),
-                    None => Ok(()),
-                }
-            }
-        }
+        self.up_to_root("MPI_Gather", recv, root, |local| {
+            let send =
+                send.ok_or_else(|| Error::Other("gather: a rank of the other group must pass its input".into()))?;
+            let mut all = (self.rank() == 0).then(|| send.repeat(local.size()));
+            local.gather(send, all.as_deref_mut(), 0)?;
+            Ok(all)
+        })
     }
 
     /// Scatters consecutive blocks of `send` at the root, one per rank of the other group,
