@@ -36,7 +36,9 @@ pub trait Communicator: sealed::Sealed {
         self.as_comm().inner.rank
     }
 
-    /// The world rank of rank `r` of this communicator.
+    /// The world rank of rank `r` of this communicator (of an inter-communicator's local
+    /// group, whose ranks [`Communicator::rank`] and [`Communicator::size`] tell too; its
+    /// messages name ranks of the other group, [`Comm::remote_group`]).
     fn world_rank(&self, r: usize) -> Option<usize> {
         self.as_comm().inner.group.get(r).copied()
     }

@@ -142,6 +142,7 @@ impl Comm {
     /// ranks need not call it; `tag` tells apart calls that could run at once. A rank outside
     /// `group` gets `None` at once.
     pub fn create_group(&self, group: &Group, tag: i32) -> Result<Option<Comm>, Error> {
+        self.intra("MPI_Comm_create_group")?;
         if !(0..=crate::TAG_UB).contains(&tag) {
             return Err(Error::Tag(tag));
         }

@@ -268,20 +268,31 @@ int main(int argc, char **argv)
     messages(dup, "dup");
     collectives(dup, low);
 
-    /* Merged, the high group (the odds) last; then with both asking low: the group of the
-     * first leader (the evens) first. */
+    /* Merged, the high group last (the odds, then the evens); then with both asking low, in
+     * MPICH's order: the group of the lower first world rank (the evens) first. */
     MPI_Comm merged;
-    int mrank, msize, sum = -1;
+    int mrank, msize, sum = -1, order[MAXP];
     MPI_Intercomm_merge(inter, !low, &merged);
     MPI_Comm_rank(merged, &mrank);
     MPI_Comm_size(merged, &msize);
     MPI_Comm_test_inter(merged, &flag);
     MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, merged);
-    SAY("merged (odds high): rank %d of %d, test_inter %d, sum of world ranks %d", mrank, msize, flag, sum);
+    MPI_Allgather(&rank, 1, MPI_INT, order, 1, MPI_INT, merged);
+    list(line, sizeof line, order, msize);
+    SAY("merged (odds high): rank %d of %d, test_inter %d, sum of world ranks %d, in order %s", mrank, msize, flag,
+        sum, line);
     MPI_Comm_free(&merged);
     MPI_Intercomm_merge(dup, low, &merged);
     MPI_Comm_rank(merged, &mrank);
-    SAY("merged (evens high): rank %d", mrank);
+    MPI_Allgather(&rank, 1, MPI_INT, order, 1, MPI_INT, merged);
+    list(line, sizeof line, order, msize);
+    SAY("merged (evens high): rank %d, in order %s", mrank, line);
+    MPI_Comm_free(&merged);
+    MPI_Intercomm_merge(inter, 0, &merged);
+    MPI_Comm_rank(merged, &mrank);
+    MPI_Allgather(&rank, 1, MPI_INT, order, 1, MPI_INT, merged);
+    list(line, sizeof line, order, msize);
+    SAY("merged (both low): rank %d, in order %s", mrank, line);
     MPI_Comm_free(&merged);
 
     /* Split: by local rank's parity on both sides. */

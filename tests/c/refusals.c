@@ -210,6 +210,12 @@ int main(int argc, char **argv)
            "null %d %d %d\n",
            rank, ic[0], ic[1], ic[2], ic[3], ireq == MPI_REQUEST_NULL, iwin == MPI_WIN_NULL, grid == MPI_COMM_NULL);
     MPI_Comm_free(&inter);
+    /* A remote leader the world lacks: refused at the leader, which its group follows. */
+    MPI_Comm_set_errhandler(alone, MPI_ERRORS_RETURN);
+    MPI_Comm bad = MPI_COMM_NULL;
+    MPI_Error_class(MPI_Intercomm_create(alone, 0, MPI_COMM_WORLD, size + 5, 4, &bad), &ic[0]);
+    printf("%d: an inter-communicator's remote leader out of range: class %d, null %d\n", rank, ic[0],
+           bad == MPI_COMM_NULL);
     MPI_Comm_free(&alone);
     MPI_Win_free(&win);
     MPI_Finalize();

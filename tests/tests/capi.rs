@@ -168,11 +168,12 @@ fn attributes_of_datatypes_and_windows_and_added_error_classes_as_on_mpich() {
 
 #[test]
 fn inter_communicators_as_on_mpich() {
-    // Groups of 2 and 2, of 3 and 2 (the larger group low), and of 1 and 1; the collectives'
-    // steps within each group over TCP and RDMA too.
+    // Groups of 3 and 2 (the larger group low), of 2 and 2, of 2 and 1 (a split color the
+    // other group lacks), and of 1 and 1; the collectives' steps within each group over TCP
+    // and RDMA too.
     same_as_mpich(
         "inter.c",
-        &["5", "4", "2"],
+        &["5", "4", "3", "2"],
         &[(&["--transports", "tcp"], ""), (&["--transports", "rdma", "--env", "MPR_VERBS_PROVIDER=soft"], "")],
     );
 }
@@ -370,6 +371,8 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
              grid class {comm}; null 1 1 1\n"
         );
         assert!(stdout.contains(&inter), "{stdout}");
+        let leader = format!("{rank}: an inter-communicator's remote leader out of range: class 6, null 1\n");
+        assert!(stdout.contains(&leader), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1087,11 +1087,19 @@ unsafe fn send_general(
 unsafe fn bcast_general(buffer: *mut c_void, count: c_int, datatype: c_int, root: c_int, comm: c_int) -> c_int {
     let r = (|| {
         let c = comm_ref("MPI_Bcast", comm)?;
+        if c.is_inter() {
+            let root = inter_root(&c, root)?;
+            // The root's group beside it reads no other argument (MPI calls them
+            // insignificant there): it keeps the collectives' count alone.
+            if root == crate::InterRoot::Beside {
+                return Ok(c.inter_beside("MPI_Bcast")?);
+            }
+            // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
+            let mut data = unsafe { landing(buffer, count, datatype)? };
+            return Ok(c.inter_bcast(&mut data, root)?);
+        }
         // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
         let mut data = unsafe { landing(buffer, count, datatype)? };
-        if c.is_inter() {
-            return Ok(c.inter_bcast(&mut data, inter_root(&c, root)?)?);
-        }
         let root = root_of(&c, root)?;
         Ok(c.bcast(&mut data, root)?)
     })();
@@ -1118,6 +1126,9 @@ unsafe fn rooted_inter<'a>(
         crate::InterRoot::Remote(_) => (0, 1),
     };
     let (sends, recvs) = if scatter { (all, one) } else { (one, all) };
+    if sendbuf == IN_PLACE || recvbuf == IN_PLACE.cast_mut() {
+        return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE on an inter-communicator"));
+    }
     let send = match sends {
         0 => None,
         // SAFETY: MPI's contract: sendbuf holds sendcount elements for each rank it serves.
@@ -2028,7 +2039,11 @@ mpi! {
         let r = (|| {
             let c = comm_ref("MPI_Reduce", comm)?;
             let how = match c.is_inter() {
-                true => Reduction::Inter(inter_root(&c, root)?),
+                true => match inter_root(&c, root)? {
+                    // As MPI_Bcast's: no other argument is read.
+                    crate::InterRoot::Beside => return Ok(c.inter_beside("MPI_Reduce")?),
+                    root => Reduction::Inter(root),
+                },
                 false => Reduction::Root(root_of(&c, root)?),
             };
             // SAFETY: MPI's contract: the caller's pointers are valid for what the call reads or writes.
@@ -2323,6 +2338,9 @@ mpi! {
             let c = comm_of("MPI_Gatherv", comm)?;
             if c.is_inter() {
                 let root = inter_root(&c, root)?;
+                if sendbuf == IN_PLACE || recvbuf == IN_PLACE.cast_mut() {
+                    return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE on an inter-communicator"));
+                }
                 let st = (root == crate::InterRoot::Here).then(|| Datatype::of(recvtype)).transpose()?;
                 let mut recv = None;
                 if let Some(ty) = st {
@@ -2378,6 +2396,9 @@ mpi! {
             let c = comm_of("MPI_Scatterv", comm)?;
             if c.is_inter() {
                 let root = inter_root(&c, root)?;
+                if sendbuf == IN_PLACE || recvbuf == IN_PLACE.cast_mut() {
+                    return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE on an inter-communicator"));
+                }
                 let send = match root {
                     crate::InterRoot::Here => {
                         // SAFETY: MPI's contract: the root's arrays hold the other group's size
@@ -2747,18 +2768,22 @@ mpi! {
                 .ok()
                 .filter(|&l| l < c.size())
                 .ok_or_else(|| Fail::new(ERR_RANK, format!("invalid local leader {local_leader}")))?;
-            // The peer communicator and the remote leader count at the local leader alone.
-            let peer = if c.rank() == leader {
+            // The peer communicator and the remote leader count at the local leader alone. A
+            // leader that finds them wrong still takes part (with no peer), so that its whole
+            // group fails, none left waiting for it.
+            let peer = (c.rank() == leader).then(|| {
                 let p = comm_of(NAME, peer_comm)?;
                 let r = usize::try_from(remote_leader)
                     .ok()
                     .filter(|&r| r < p.peers().len())
                     .ok_or_else(|| Fail::new(ERR_RANK, format!("invalid remote leader {remote_leader}")))?;
-                Some((p, r))
-            } else {
-                None
-            };
-            let made = c.intercomm(leader, peer.as_ref().map(|(p, r)| (p, *r)), tag)?;
+                Ok::<_, Fail>((p, r))
+            });
+            let made = c.intercomm(leader, peer.as_ref().and_then(|p| p.as_ref().ok()).map(|(p, r)| (p, *r)), tag);
+            if let Some(Err(fail)) = peer {
+                return Err(fail);
+            }
+            let made = made?;
             // SAFETY: MPI's contract: newintercomm points to an MPI_Comm.
             unsafe { new_comm(NAME, Some(made), errhandler_of(local_comm), newintercomm) }
         })();

@@ -28,7 +28,6 @@ impl Comm {
     /// communicator's collective context. Their tag is `-1 - tag`: the collectives' tags are
     /// never negative, and the other ranks' collectives' sequence is left as it is.
     pub(crate) fn agree_context_among(&self, members: &[usize], me: usize, tag: i32) -> Result<u32, Error> {
-        self.intra("MPI_Comm_create_group")?;
         let (n, tag) = (members.len(), -1 - tag);
         let mut ctx = self.rt().borrow().next_ctx;
         let mut got = [0u8; 4];

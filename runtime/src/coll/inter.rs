@@ -172,16 +172,26 @@ impl Comm {
     fn swap(&self, mine: &[u8]) -> Result<Vec<u8>, Error> {
         let local = self.local().expect("an inter-communicator");
         let tag = self.next_tag();
+        // The length the leader tells its group; `FAILED`: its swap failed, and the whole
+        // group fails with it (none goes on to a step the leader is not in).
+        const FAILED: u64 = u64::MAX;
         let mut len = [0u64];
         let mut got = Vec::new();
+        let mut swapped = Ok(());
         if self.rank() == 0 {
             let mut n = [0u8; 8];
-            self.coll_xchg(tag, Some((&(mine.len() as u64).to_le_bytes(), 0)), Some((&mut n, 0)))?;
-            got = vec![0u8; u64::from_le_bytes(n) as usize];
-            self.coll_xchg(tag, Some((mine, 0)), Some((&mut got, 0)))?;
-            len[0] = got.len() as u64;
+            swapped =
+                self.coll_xchg(tag, Some((&(mine.len() as u64).to_le_bytes(), 0)), Some((&mut n, 0))).and_then(|_| {
+                    got = vec![0u8; u64::from_le_bytes(n) as usize];
+                    self.coll_xchg(tag, Some((mine, 0)), Some((&mut got, 0))).map(|_| ())
+                });
+            len[0] = if swapped.is_ok() { got.len() as u64 } else { FAILED };
         }
         local.bcast(&mut len, 0)?;
+        if len[0] == FAILED {
+            swapped?;
+            return Err(Error::Other("the group's leader failed to reach the other group".into()));
+        }
         got.resize(len[0] as usize, 0);
         local.bcast(&mut got, 0)?;
         Ok(got)
@@ -192,6 +202,14 @@ impl Comm {
     pub(super) fn barrier_inter(&self, local: &Comm) -> Result<(), Error> {
         local.barrier()?;
         self.swap(&[]).map(|_| ())
+    }
+
+    /// The part in a rooted collective on an inter-communicator of a rank beside the root
+    /// (`MPI_PROC_NULL`): nothing, but the collectives' count, as every rank keeps it.
+    pub fn inter_beside(&self, what: &str) -> Result<(), Error> {
+        self.inter(what)?;
+        self.next_tag();
+        Ok(())
     }
 
     /// Checks `root` against the other group's size.
@@ -212,10 +230,14 @@ impl Comm {
             InterRoot::Here => self.coll_xchg(tag, Some((bytes(buf), 0)), None).map(|_| ()),
             InterRoot::Beside => Ok(()),
             InterRoot::Remote(r) => {
-                if self.rank() == 0 {
-                    self.coll_xchg(tag, None, Some((bytes_mut(buf), r)))?;
-                }
-                local.bcast(buf, 0)
+                // The leader's failure leaves its group's step to run (whatever the buffer
+                // holds), so that none of them waits for it.
+                let got = match self.rank() {
+                    0 => self.coll_xchg(tag, None, Some((bytes_mut(buf), r))).map(|_| ()),
+                    _ => Ok(()),
+                };
+                let shared = local.bcast(buf, 0);
+                got.and(shared)
             }
         }
     }
@@ -280,10 +302,13 @@ impl Comm {
         };
         let mut acc = (self.rank() == 0).then(|| mine.clone());
         local.reduce(&mine, acc.as_deref_mut(), ByRef(op), 0)?;
-        if let Some(acc) = acc {
-            self.coll_xchg(tag, Some((bytes(&acc), 0)), Some((bytes_mut(buf), 0)))?;
-        }
-        local.bcast(buf, 0)
+        // As in inter_bcast, a failed swap still lets the group's step run.
+        let swapped = match acc {
+            Some(acc) => self.coll_xchg(tag, Some((bytes(&acc), 0)), Some((bytes_mut(buf), 0))).map(|_| ()),
+            None => Ok(()),
+        };
+        let shared = local.bcast(buf, 0);
+        swapped.and(shared)
     }
 
     /// Gathers the `send` of every rank of the other group, in rank order, into `recv` at the
@@ -323,10 +348,12 @@ impl Comm {
                 let recv =
                     recv.ok_or_else(|| Error::Other("scatter: a rank of the other group must pass a buffer".into()))?;
                 let mut all = (self.rank() == 0).then(|| recv.repeat(local.size()));
-                if let Some(all) = all.as_deref_mut() {
-                    self.coll_xchg(tag, None, Some((bytes_mut(all), r)))?;
-                }
-                local.scatter(all.as_deref(), recv, 0)
+                let got = match all.as_deref_mut() {
+                    Some(all) => self.coll_xchg(tag, None, Some((bytes_mut(all), r))).map(|_| ()),
+                    None => Ok(()),
+                };
+                let shared = local.scatter(all.as_deref(), recv, 0);
+                got.and(shared)
             }
         }
     }
@@ -337,10 +364,12 @@ impl Comm {
         let tag = self.next_tag();
         let mut all = (self.rank() == 0).then(|| send.repeat(local.size()));
         local.gather(send, all.as_deref_mut(), 0)?;
-        if let Some(all) = all {
-            self.coll_xchg(tag, Some((bytes(&all), 0)), Some((bytes_mut(recv), 0)))?;
-        }
-        local.bcast(recv, 0)
+        let swapped = match all {
+            Some(all) => self.coll_xchg(tag, Some((bytes(&all), 0)), Some((bytes_mut(recv), 0))).map(|_| ()),
+            None => Ok(()),
+        };
+        let shared = local.bcast(recv, 0);
+        swapped.and(shared)
     }
 
     /// `MPI_Alltoall` on an inter-communicator: block `j` of `send` to rank `j` of the other

@@ -805,6 +805,9 @@ fn inter(w: &Comm) -> mpr::Result<()> {
     }
     let merged = ic.merge(!low)?;
     assert_eq!((merged.rank(), merged.size()), (me, p));
+    // Both asking low: the group of the lower first world rank (the low one) first again.
+    assert_eq!(ic.merge(false)?.rank(), me);
+    assert_eq!(ic.merge(low)?.rank(), if low { me + p - h } else { me - h }, "rank {me}: the low group last");
     assert_eq!(ic.bcast(&mut v, 0).unwrap_err().class(), mpr::ErrorClass::Comm);
     assert_eq!(ic.scan(&[1], &mut [0], Sum).unwrap_err().class(), mpr::ErrorClass::Comm);
     Ok(())
