@@ -402,6 +402,47 @@ static void integer_types(void)
     RING_AND_REDUCE(wchar_t, MPI_WCHAR, MPI_OP_NULL, MPI_OP_NULL);
 }
 
+/* Handles and statuses through Fortran's integers and back (MPI_Comm_c2f ... MPI_Status_f2c). */
+static void fortran_handles(void)
+{
+    MPI_Comm world = MPI_Comm_f2c(MPI_Comm_c2f(MPI_COMM_WORLD));
+    MPI_Datatype ty = MPI_Type_f2c(MPI_Type_c2f(MPI_DOUBLE));
+    MPI_Group g;
+    MPI_Comm_group(world, &g);
+    MPI_Op op = MPI_Op_f2c(MPI_Op_c2f(MPI_MAX));
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Errhandler eh = MPI_Errhandler_f2c(MPI_Errhandler_c2f(MPI_ERRORS_RETURN));
+    int same = MPI_Group_f2c(MPI_Group_c2f(g)) == g && MPI_Info_f2c(MPI_Info_c2f(info)) == info &&
+               MPI_Win_f2c(MPI_Win_c2f(MPI_WIN_NULL)) == MPI_WIN_NULL && eh == MPI_ERRORS_RETURN;
+    double mine = rank, most = -1;
+    MPI_Allreduce(&mine, &most, 1, ty, op, world);
+    int n = -1;
+    MPI_Comm_size(world, &n);
+    SAY("through fortran: same %d, size %d, max %g", same, n, most);
+    MPI_Group_free(&g);
+    MPI_Info_free(&info);
+
+    /* A message to the next rank: its request, matched message and status through Fortran. */
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size, v = 100 + rank, got = -1;
+    MPI_Request req;
+    MPI_Isend(&v, 1, MPI_INT, next, 31, MPI_COMM_WORLD, &req);
+    MPI_Message msg;
+    MPI_Status st, back;
+    MPI_Mprobe(prev, 31, MPI_COMM_WORLD, &msg, &st);
+    MPI_Message through = MPI_Message_f2c(MPI_Message_c2f(msg));
+    MPI_Mrecv(&got, 1, MPI_INT, &through, &st);
+    MPI_Request r = MPI_Request_f2c(MPI_Request_c2f(req));
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+    MPI_Fint f[MPI_F_STATUS_SIZE];
+    int rc = MPI_Status_c2f(&st, f);
+    rc |= MPI_Status_f2c(f, &back);
+    int count = -1;
+    MPI_Get_count(&back, MPI_INT, &count);
+    SAY("status through fortran: rc %d, got %d, source %d, tag %d, back %d %d, count %d", rc, got, f[MPI_F_SOURCE],
+        f[MPI_F_TAG], back.MPI_SOURCE, back.MPI_TAG, count);
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -416,6 +457,7 @@ int main(int argc, char **argv)
     errors();
     handlers();
     info();
+    fortran_handles();
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     int flag;

@@ -217,6 +217,11 @@ int main(int argc, char **argv)
     printf("%d: an inter-communicator's remote leader out of range: class %d, null %d\n", rank, ic[0],
            bad == MPI_COMM_NULL);
     MPI_Comm_free(&alone);
+    /* A null status to convert. */
+    MPI_Fint fst[MPI_F_STATUS_SIZE];
+    MPI_Error_class(MPI_Status_c2f(NULL, fst), &ic[0]);
+    MPI_Error_class(MPI_Status_f2c(NULL, MPI_STATUS_IGNORE), &ic[1]);
+    printf("%d: a null status to Fortran: class %d, from Fortran: class %d\n", rank, ic[0], ic[1]);
     MPI_Win_free(&win);
     MPI_Finalize();
     return 0;

@@ -232,7 +232,12 @@ fn the_library_exports_what_the_header_declares() {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/include/mpi.h")).unwrap();
     let mut declared: Vec<&str> = header
         .lines()
-        .filter_map(|l| ["int ", "double ", "MPI_Aint "].iter().find_map(|t| l.strip_prefix(t)))
+        .filter_map(|l| {
+            // The return types of mpi.h's functions: handles too (MPI_Comm_f2c and its kin).
+            let types = ["int ", "double ", "MPI_Aint ", "MPI_Fint ", "MPI_Comm ", "MPI_Datatype ", "MPI_Group "];
+            let more = ["MPI_Request ", "MPI_Op ", "MPI_Win ", "MPI_Info ", "MPI_Errhandler ", "MPI_Message "];
+            types.iter().chain(&more).find_map(|t| l.strip_prefix(t))
+        })
         .filter_map(|l| l.split('(').next())
         .filter(|n| n.starts_with("MPI_") || n.starts_with("PMPI_"))
         .collect();
@@ -373,6 +378,8 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         assert!(stdout.contains(&inter), "{stdout}");
         let leader = format!("{rank}: an inter-communicator's remote leader out of range: class 6, null 1\n");
         assert!(stdout.contains(&leader), "{stdout}");
+        let status = format!("{rank}: a null status to Fortran: class 12, from Fortran: class 12\n");
+        assert!(stdout.contains(&status), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

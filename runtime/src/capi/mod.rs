@@ -1258,6 +1258,7 @@ mod attr;
 mod count;
 mod dtype;
 mod errh;
+mod fint;
 mod icoll;
 mod info;
 mod legacy;
