@@ -6,8 +6,9 @@
  * attached regions of a dynamic window that follow each other in memory; the null base of a
  * shared window's empty part; MPI_Comm_create with disjoint groups; an empty
  * group being MPI_GROUP_EMPTY; MPI_Ialltoall in place with a send count and type it must not
- * look at; MPI-3's MPI_Count forms and the status setters; MPI_COMM_SELF's attributes deleted at MPI_Finalize, the last set first. Printed as
- * "rank: what = values" lines; the test compares them with MPICH's. */
+ * look at; MPI-3's MPI_Count forms and the status setters; the error field of a status MPI_Recv
+ * and MPI_Wait leave alone; MPI_COMM_SELF's attributes deleted at MPI_Finalize, the last set
+ * first. Printed as "rank: what = values" lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,6 +305,25 @@ static int note_delete(MPI_Comm comm, int keyval, void *value, void *extra)
     return MPI_SUCCESS;
 }
 
+/* The error field of a status: MPI_Recv and MPI_Wait leave it as it was (MPI-3.1 section
+ * 3.2.5: only the calls that return many statuses set it; MPICH's pt2pt/mprobe checks it). */
+static void status_error_field(void)
+{
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size, v = rank, got = -1;
+    MPI_Status b, c, d;
+    b.MPI_ERROR = MPI_ERR_TOPOLOGY;
+    c.MPI_ERROR = MPI_ERR_ARG;
+    d.MPI_ERROR = MPI_ERR_TAG;
+    MPI_Request sent, recvd;
+    MPI_Isend(&v, 1, MPI_INT, next, 41, MPI_COMM_WORLD, &sent);
+    MPI_Recv(&got, 1, MPI_INT, prev, 41, MPI_COMM_WORLD, &b);
+    MPI_Wait(&sent, &c);
+    MPI_Irecv(&got, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &recvd);
+    MPI_Wait(&recvd, &d);
+    SAY("status error fields kept = %d %d %d, source %d", b.MPI_ERROR == MPI_ERR_TOPOLOGY, c.MPI_ERROR == MPI_ERR_ARG,
+        d.MPI_ERROR == MPI_ERR_TAG, b.MPI_SOURCE);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -317,6 +337,7 @@ int main(int argc, char **argv)
     groups();
     alltoall_in_place();
     counts();
+    status_error_field();
 
     /* Set in the order 3, 1, 4, 2: deleted at MPI_Finalize as 2, 4, 1, 3. */
     static int values[4] = {3, 1, 4, 2};

@@ -881,14 +881,22 @@ impl Drop for Landing<'_> {
     }
 }
 
-/// Writes `st` to `*status` unless that is `MPI_STATUS_IGNORE`.
+/// Writes `st` to `*status` unless that is `MPI_STATUS_IGNORE`: the status of a call that
+/// completes one operation, whose error field it leaves as it was (MPI-3.1 section 3.2.5:
+/// only the calls that return many statuses set it; MPICH leaves it too).
 ///
 /// # Safety
 /// `status` is null or points to an `MPI_Status`.
 unsafe fn set_status_raw(status: *mut MpiStatus, st: MpiStatus) {
     if !status.is_null() {
-        // SAFETY: the caller passed a valid MPI_Status or null (checked).
-        unsafe { *status = st };
+        // SAFETY: the caller passed a valid MPI_Status or null (checked); each field is
+        // written through the pointer, none read (the program's may be uninitialized).
+        unsafe {
+            (*status).source = st.source;
+            (*status).tag = st.tag;
+            (*status).count_lo = st.count_lo;
+            (*status).count_hi = st.count_hi;
+        }
     }
 }
 

@@ -987,7 +987,7 @@ unsafe fn report_any(
             // SAFETY: this function's contract.
             unsafe {
                 put(index, i as c_int)?;
-                store(status, 0, st);
+                set_status_raw(status, st);
             }
             Ok(e)
         }
@@ -995,7 +995,7 @@ unsafe fn report_any(
             // SAFETY: this function's contract.
             unsafe {
                 put(index, UNDEFINED)?;
-                store(status, 0, empty());
+                set_status_raw(status, empty());
             }
             Ok(None)
         }
@@ -1261,7 +1261,7 @@ mpi! {
             };
             if let Some(st) = st {
                 // SAFETY: MPI's contract: null or the caller's MPI_Status.
-                unsafe { store(status, 0, st) };
+                unsafe { set_status_raw(status, st) };
             }
             // SAFETY: MPI's contract: the caller's flag.
             unsafe { put(flag, st.is_some() as c_int)? };
@@ -1275,7 +1275,7 @@ mpi! {
         match unsafe { settle("MPI_Wait", request, true) } {
             Ok(Outcome::Complete(st, e)) => {
                 // SAFETY: MPI's contract: null or the caller's MPI_Status.
-                unsafe { store(status, 0, st) };
+                unsafe { set_status_raw(status, st) };
                 match e {
                     None => MPI_SUCCESS,
                     Some((fail, comm)) => finish("MPI_Wait", comm, Err(fail)),
@@ -1291,7 +1291,7 @@ mpi! {
         let r = match unsafe { settle("MPI_Test", request, false) } {
             Ok(Outcome::Complete(st, e)) => {
                 // SAFETY: MPI's contract: null or the caller's MPI_Status; the flag.
-                unsafe { store(status, 0, st) };
+                unsafe { set_status_raw(status, st) };
                 // SAFETY: as above.
                 unsafe { put(flag, 1) }.map(|()| e)
             }
@@ -1457,7 +1457,7 @@ mpi! {
             let send = data.to_vec();
             let got = super::sendrecv_bytes(&c, &send, dest, sendtag, &mut data, source, recvtag)?;
             // SAFETY: MPI's contract: null or the caller's MPI_Status.
-            unsafe { store(status, 0, got) };
+            unsafe { set_status_raw(status, got) };
             Ok(())
         })();
         finish("MPI_Sendrecv_replace", comm, r)
