@@ -738,9 +738,7 @@ fn run<C: Pod>(
 
 /// Bytes copied into carriers (for a buffer not aligned for them).
 fn carried<C: Pod>(b: &[u8]) -> Vec<C> {
-    let mut v = vec![C::zeroed(); b.len() / size_of::<C>()];
-    bytemuck::cast_slice_mut::<C, u8>(&mut v).copy_from_slice(b);
-    v
+    bytemuck::pod_collect_to_vec(b)
 }
 
 /// A reduction whose operation works on whole packed elements (`f(x, acc)`:

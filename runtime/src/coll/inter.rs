@@ -379,15 +379,10 @@ impl Comm {
         if !send.len().is_multiple_of(q) || !recv.len().is_multiple_of(q) {
             return Err(Error::Other(format!("alltoall: the buffers do not split into {q} blocks")));
         }
-        let tag = self.next_tag();
-        let (s, r) = (bytes(send), bytes_mut(recv));
-        let (sn, rn) = (s.len() / q, r.len() / q);
-        let sends: Vec<(&[u8], usize)> = (0..q).map(|j| (&s[j * sn..(j + 1) * sn], j)).collect();
-        let mut recvs: Vec<(&mut [u8], usize)> = match rn {
-            0 => (0..q).map(|j| (&mut [][..], j)).collect(),
-            _ => r.chunks_mut(rn).zip(0..q).collect(),
-        };
-        self.coll_xchg_all(tag, &sends, &mut recvs, None)
+        // Even blocks, in order: the v-form's.
+        let even = |n: usize| (vec![n; q], (0..q).map(|j| j * n).collect::<Vec<_>>());
+        let ((sc, sd), (rc, rd)) = (even(send.len() / q), even(recv.len() / q));
+        self.alltoallv_inter(send, &sc, &sd, recv, &rc, &rd)
     }
 
     /// Gathers blocks of varying size of the other group's ranks at the root (`MPI_Gatherv`
