@@ -177,6 +177,11 @@ impl Comm {
         self.inner.node.get_or_init(|| crate::coll::node::Plan::new(self)).as_ref()
     }
 
+    /// The context of this communicator's point-to-point messages.
+    pub(crate) fn context(&self) -> u32 {
+        self.inner.ctx
+    }
+
     /// The context of this communicator's collectives.
     pub(crate) fn coll_context(&self) -> u32 {
         self.inner.ctx + 1

@@ -5,7 +5,8 @@
  * MPI_Allreduce with a predefined and a non-commutative operation of the program's,
  * MPI_Gather, MPI_Scatter, MPI_Allgather, MPI_Alltoall, their v-forms, MPI_Alltoallw and the
  * reduce-scatters), the communicators made from it (MPI_Comm_dup, MPI_Comm_split,
- * MPI_Comm_create, MPI_Intercomm_merge), and their errors. Printed as "rank: what = values"
+ * MPI_Comm_create, MPI_Intercomm_merge), the nonblocking collectives (several in flight at
+ * once, and beside a blocking one), and their errors. Printed as "rank: what = values"
  * lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stdio.h>
@@ -226,6 +227,157 @@ static void collectives(MPI_Comm inter, int low)
     SAY("alltoall = %s", line);
 }
 
+/* The nonblocking collectives, several in flight at once, each group's results printed as
+ * the blocking ones'. */
+static void nonblocking(MPI_Comm inter, int low)
+{
+    int lrank, lsize, rsize;
+    MPI_Comm_rank(inter, &lrank);
+    MPI_Comm_size(inter, &lsize);
+    MPI_Comm_remote_size(inter, &rsize);
+    MPI_Request r[8];
+    char line[256];
+
+    /* A barrier, two broadcasts (one of a strided type) and two all-reductions in flight. */
+    int v[3] = {rank, rank + 1, rank + 2}, w[6] = {rank, -1, rank + 1, -1, rank + 2, -1};
+    int root = low ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+    /* From the high group's first rank: MPICH 4.0.2's MPI_Ibcast on an inter-communicator
+     * delivers another rank's buffer where the root is not the other group's first (the Rust
+     * API's test checks such a root). */
+    int back = low ? 0 : (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL);
+    MPI_Datatype strided;
+    MPI_Type_vector(3, 1, 2, MPI_INT, &strided);
+    MPI_Type_commit(&strided);
+    int in[2] = {rank, 1 << rank}, sum[2] = {-1, -1}, prog[2] = {-1, -1};
+    MPI_Op twice;
+    MPI_Op_create(twice_plus, 0, &twice);
+    MPI_Ibarrier(inter, &r[0]);
+    MPI_Ibcast(v, 3, MPI_INT, root, inter, &r[1]);
+    MPI_Ibcast(w, 1, strided, back, inter, &r[2]);
+    MPI_Iallreduce(in, sum, 2, MPI_INT, MPI_SUM, inter, &r[3]);
+    MPI_Iallreduce(in, prog, 2, MPI_INT, twice, inter, &r[4]);
+    MPI_Waitall(5, r, MPI_STATUSES_IGNORE);
+    SAY("ibcast from the low group = %d %d %d", v[0], v[1], v[2]);
+    list(line, sizeof line, w, 6);
+    SAY("ibcast of a strided type from the high group's first = %s", line);
+    SAY("iallreduce sum = %d %d, of the program's = %d %d", sum[0], sum[1], prog[0], prog[1]);
+    MPI_Type_free(&strided);
+
+    /* Reductions to a root of each group: a predefined operation and the program's. */
+    int max[2] = {-1, -1}, mine[2] = {-1, -1};
+    MPI_Ireduce(in, max, 2, MPI_INT, MPI_MAX, low ? 0 : (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL), inter, &r[0]);
+    MPI_Ireduce(in, mine, 2, MPI_INT, twice, root, inter, &r[1]);
+    MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+    SAY("ireduce max at the high group's first = %d %d, of the program's at the low group's = %d %d", max[0],
+        max[1], mine[0], mine[1]);
+
+    /* Gather, scatter, allgather, alltoall. */
+    int pair[2] = {rank, -rank}, all[2 * MAXP], spread[2 * MAXP], one[2] = {-1, -1}, every[2 * MAXP];
+    int blocks[MAXP], got[MAXP];
+    for (int i = 0; i < 2 * MAXP; i++) {
+        all[i] = every[i] = -1;
+        spread[i] = 1000 * rank + i;
+    }
+    for (int j = 0; j < rsize; j++) {
+        blocks[j] = 100 * rank + j;
+        got[j] = -1;
+    }
+    MPI_Igather(pair, 2, MPI_INT, all, 2, MPI_INT, root, inter, &r[0]);
+    MPI_Iscatter(spread, 2, MPI_INT, one, 2, MPI_INT, root, inter, &r[1]);
+    MPI_Iallgather(pair, 2, MPI_INT, every, 2, MPI_INT, inter, &r[2]);
+    MPI_Ialltoall(blocks, 1, MPI_INT, got, 1, MPI_INT, inter, &r[3]);
+    MPI_Waitall(4, r, MPI_STATUSES_IGNORE);
+    list(line, sizeof line, all, 2 * rsize);
+    SAY("igather at the low group's first = %s", line);
+    SAY("iscatter from the low group's first = %d %d", one[0], one[1]);
+    list(line, sizeof line, every, 2 * rsize);
+    SAY("iallgather = %s", line);
+    list(line, sizeof line, got, rsize);
+    SAY("ialltoall = %s", line);
+
+    /* The v-forms, laid out as in the blocking ones. */
+    int counts[MAXP], displs[MAXP], at = 0, vals[MAXP], many[MAXP * (MAXP + 2)], allv[MAXP * (MAXP + 2)];
+    int tovals[MAXP];
+    for (int j = 0; j < rsize; j++) {
+        counts[j] = j + 1;
+        displs[j] = at;
+        at += j + 2;
+    }
+    for (int i = 0; i <= lrank; i++)
+        vals[i] = 10 * rank + i;
+    for (int i = 0; i < MAXP * (MAXP + 2); i++) {
+        many[i] = allv[i] = -1;
+    }
+    int from[MAXP * (MAXP + 2)];
+    for (int i = 0; i < MAXP * (MAXP + 2); i++)
+        from[i] = 1000 * rank + i;
+    for (int i = 0; i < MAXP; i++)
+        tovals[i] = -1;
+    MPI_Igatherv(vals, lrank + 1, MPI_INT, many, counts, displs, MPI_INT, root, inter, &r[0]);
+    MPI_Iscatterv(from, counts, displs, MPI_INT, tovals, lrank + 1, MPI_INT, root, inter, &r[1]);
+    MPI_Iallgatherv(vals, lrank + 1, MPI_INT, allv, counts, displs, MPI_INT, inter, &r[2]);
+    int scounts[MAXP], sdispls[MAXP], rcounts[MAXP], rdispls[MAXP], sbytes[MAXP], rbytes[MAXP];
+    int out_at = 0, in_at = 0, outv[3 * MAXP], inv[3 * MAXP], inw[3 * MAXP];
+    MPI_Datatype tys[MAXP];
+    for (int j = 0; j < rsize; j++) {
+        scounts[j] = rcounts[j] = 1 + (lrank + j) % 2;
+        sdispls[j] = out_at;
+        rdispls[j] = in_at;
+        sbytes[j] = out_at * (int)sizeof(int);
+        rbytes[j] = in_at * (int)sizeof(int);
+        out_at += scounts[j];
+        in_at += rcounts[j] + 1;
+        tys[j] = MPI_INT;
+    }
+    for (int i = 0; i < out_at; i++)
+        outv[i] = 100 * rank + i;
+    for (int i = 0; i < 3 * MAXP; i++)
+        inv[i] = inw[i] = -1;
+    MPI_Ialltoallv(outv, scounts, sdispls, MPI_INT, inv, rcounts, rdispls, MPI_INT, inter, &r[3]);
+    MPI_Ialltoallw(outv, scounts, sbytes, tys, inw, rcounts, rbytes, tys, inter, &r[4]);
+    MPI_Waitall(5, r, MPI_STATUSES_IGNORE);
+    list(line, sizeof line, many, at);
+    SAY("igatherv at the low group's first = %s", line);
+    list(line, sizeof line, tovals, lrank + 1);
+    SAY("iscatterv from the low group's first = %s", line);
+    list(line, sizeof line, allv, at);
+    SAY("iallgatherv = %s", line);
+    list(line, sizeof line, inv, in_at);
+    SAY("ialltoallv = %s", line);
+    list(line, sizeof line, inw, in_at);
+    SAY("ialltoallw = %s", line);
+
+    /* Reduce-scatters, as in the blocking ones. */
+    int n = lsize * rsize, vec[MAXP * MAXP], rc[MAXP], res[MAXP * MAXP], blk[MAXP], blk2[MAXP];
+    for (int k = 0; k < n; k++) {
+        vec[k] = 100 * rank + k;
+        res[k] = -1;
+    }
+    for (int i = 0; i < lsize; i++)
+        rc[i] = rsize + (i == 0 ? lsize - 1 : -1);
+    for (int j = 0; j < MAXP; j++)
+        blk[j] = blk2[j] = -1;
+    MPI_Ireduce_scatter(vec, res, rc, MPI_INT, MPI_SUM, inter, &r[0]);
+    MPI_Ireduce_scatter_block(vec, blk, rsize, MPI_INT, MPI_MAX, inter, &r[1]);
+    MPI_Ireduce_scatter_block(vec, blk2, rsize, MPI_INT, twice, inter, &r[2]);
+    MPI_Waitall(3, r, MPI_STATUSES_IGNORE);
+    list(line, sizeof line, res, rc[lrank]);
+    SAY("ireduce_scatter sum = %s", line);
+    list(line, sizeof line, blk, rsize);
+    SAY("ireduce_scatter_block max = %s", line);
+    list(line, sizeof line, blk2, rsize);
+    SAY("ireduce_scatter_block of the program's = %s", line);
+    MPI_Op_free(&twice);
+
+    /* A blocking collective between nonblocking ones in flight. */
+    int x = rank, y = -1, z = -1;
+    MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, inter, &r[0]);
+    MPI_Allreduce(&x, &z, 1, MPI_INT, MPI_MAX, inter);
+    MPI_Ibarrier(inter, &r[1]);
+    MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+    SAY("iallreduce around a blocking allreduce = %d, blocking max = %d", y, z);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -254,6 +406,7 @@ int main(int argc, char **argv)
 
     messages(inter, "inter");
     collectives(inter, low);
+    nonblocking(inter, low);
 
     /* A duplicate: its own messages, the same groups. */
     MPI_Comm dup;
@@ -267,6 +420,7 @@ int main(int argc, char **argv)
     SAY("compare with the world = %d (unequal %d)", cmp, MPI_UNEQUAL);
     messages(dup, "dup");
     collectives(dup, low);
+    nonblocking(dup, low);
 
     /* Merged, the high group last (the odds, then the evens); then with both asking low, in
      * MPICH's order: the group of the lower first world rank (the evens) first. */

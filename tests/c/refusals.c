@@ -193,8 +193,8 @@ int main(int argc, char **argv)
     MPI_Error_class(MPI_Comm_remote_group(MPI_COMM_WORLD, &remote), &ac[1]);
     printf("%d: remote size of an intra-communicator: class %d, %d; its remote group: class %d, null %d\n", rank,
            ac[0], rsize, ac[1], remote == MPI_GROUP_NULL);
-    /* On an inter-communicator: MPI_Scan (MPI's on intra-communicators alone), and what mpr
-     * does not offer there (MPICH does): refused, nothing sent. */
+    /* On an inter-communicator: MPI_Scan and MPI_Iscan (MPI's on intra-communicators alone),
+     * and what mpr does not offer there (MPICH does): refused, nothing sent. */
     MPI_Comm alone, inter, grid = MPI_COMM_NULL;
     MPI_Win iwin = MPI_WIN_NULL;
     MPI_Request ireq = MPI_REQUEST_NULL;
@@ -203,10 +203,10 @@ int main(int argc, char **argv)
     MPI_Intercomm_create(alone, 0, MPI_COMM_WORLD, (rank + 1) % 2, 3, &inter);
     MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
     MPI_Error_class(MPI_Scan(&v, iout, 1, MPI_INT, MPI_SUM, inter), &ic[0]);
-    MPI_Error_class(MPI_Iallreduce(&v, iout, 1, MPI_INT, MPI_SUM, inter, &ireq), &ic[1]);
+    MPI_Error_class(MPI_Iscan(&v, iout, 1, MPI_INT, MPI_SUM, inter, &ireq), &ic[1]);
     MPI_Error_class(MPI_Win_create(mem, 4, 1, MPI_INFO_NULL, inter, &iwin), &ic[2]);
     MPI_Error_class(MPI_Cart_create(inter, 1, dims, iperiods, 0, &grid), &ic[3]);
-    printf("%d: on an inter-communicator: scan class %d, iallreduce class %d, window class %d, grid class %d; "
+    printf("%d: on an inter-communicator: scan class %d, iscan class %d, window class %d, grid class %d; "
            "null %d %d %d\n",
            rank, ic[0], ic[1], ic[2], ic[3], ireq == MPI_REQUEST_NULL, iwin == MPI_WIN_NULL, grid == MPI_COMM_NULL);
     MPI_Comm_free(&inter);

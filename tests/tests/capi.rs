@@ -372,7 +372,7 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         );
         assert!(stdout.contains(&remote), "{stdout}");
         let inter = format!(
-            "{rank}: on an inter-communicator: scan class {comm}, iallreduce class {comm}, window class {comm}, \
+            "{rank}: on an inter-communicator: scan class {comm}, iscan class {comm}, window class {comm}, \
              grid class {comm}; null 1 1 1\n"
         );
         assert!(stdout.contains(&inter), "{stdout}");

@@ -10,6 +10,7 @@ use std::ffi::{c_int, c_void};
 
 use bytemuck::Pod;
 
+use super::inter_root;
 use super::p2p::new_coll_request;
 use super::types::{self, Datatype, ElemFn, ReduceOp};
 use super::{
@@ -17,7 +18,7 @@ use super::{
     ERR_ARG, ERR_BUFFER, ERR_OP, IN_PLACE,
 };
 use crate::op::DynOp;
-use crate::{CollRequest, Comm, Error};
+use crate::{CollRequest, Comm, Error, InterRoot};
 
 /// What a nonblocking collective works from beside the caller's buffers, kept with its
 /// request until it completes: copies (an `MPI_IN_PLACE` input, a packed derived datatype),
@@ -107,12 +108,13 @@ fn igathered(
     recv: Option<&'static mut [u8]>,
     f: ElemFn,
 ) -> Res<CollRequest<'static>> {
-    let (p, me, n) = (c.size(), c.rank(), send.len());
+    // The inputs that arrive: of every rank, or of an inter-communicator's other group.
+    let (q, me, n) = (c.peers().len(), c.rank(), send.len());
     let req = match (&fold, recv) {
         (Fold::Root(root), None) => return Ok(c.igather(s, send, None, *root)?),
         (_, None) => return Err(Fail::new(ERR_OP, "a reduction without its receive buffer")),
         (fold, Some(recv)) => {
-            let all = scratch(n * p);
+            let all = scratch(n * q);
             let (at, len) = (all.as_ptr(), all.len());
             let req = match fold {
                 Fold::Root(root) => c.igather(s, send, Some(all), *root)?,
@@ -124,7 +126,7 @@ fn igathered(
                 // which wrote it, has completed: nothing else refers to it.
                 let all = unsafe { std::slice::from_raw_parts(at, len) };
                 let upto = match fold {
-                    Fold::All | Fold::Root(_) | Fold::Block(_) => p,
+                    Fold::All | Fold::Root(_) | Fold::Block(_) => q,
                     Fold::Scan { inclusive: true } => me + 1,
                     Fold::Scan { inclusive: false } if me > 0 => me,
                     // Rank 0 of an exclusive scan: its result is undefined (untouched).
@@ -161,9 +163,6 @@ unsafe fn launch(
             return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
         }
         let c = comm_of(name, comm)?;
-        // No nonblocking collective of mpr's takes an inter-communicator: refused before
-        // any count of the other group's size is read.
-        c.intra(name)?;
         // SAFETY: this function's contract: the caller's buffers outlive the request.
         let scope = unsafe { crate::unscoped() };
         let started = start(&c, &scope);
@@ -262,6 +261,40 @@ fn not_root() -> Fail {
     Fail::new(ERR_BUFFER, "MPI_IN_PLACE at a rank that is not the root")
 }
 
+/// Refuses `MPI_IN_PLACE` on an inter-communicator, where no collective takes it.
+fn not_in_place(c: &Comm, buf: *const c_void) -> Res {
+    if c.is_inter() && buf == IN_PLACE {
+        return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE on an inter-communicator"));
+    }
+    Ok(())
+}
+
+/// A nonblocking reduction on an inter-communicator by `f`, an operation on whole packed
+/// elements: the other group's inputs gathered at the root, and combined there in rank
+/// order when the request completes.
+fn igathered_inter(
+    c: &Comm,
+    s: &crate::Scope<'static>,
+    root: InterRoot,
+    send: Option<&'static [u8]>,
+    recv: Option<&'static mut [u8]>,
+    f: ElemFn,
+) -> Res<CollRequest<'static>> {
+    let Some(recv) = recv else { return Ok(c.inter_igather(s, send, None, root)?) };
+    let (q, n) = (c.peers().len(), recv.len());
+    let all = scratch(n * q);
+    let (at, len) = (all.as_ptr(), all.len());
+    let req = c.inter_igather(s, None, Some(all), root)?;
+    let done = move || {
+        // SAFETY: the scratch lives with the request (KEEP), and its collective, which
+        // wrote it, has completed: nothing else refers to it.
+        let all = unsafe { std::slice::from_raw_parts(at, len) };
+        recv.copy_from_slice(&types::fold(all, n, q, &*f));
+    };
+    KEEP.with(|k| k.borrow_mut().finish = Some(Finish(Box::new(done))));
+    Ok(req)
+}
+
 /// `f` with the reduction of `op` on `ty` carried as the unsigned type of its size; an
 /// operand not aligned for it is an error (C's buffers of a type are aligned for it).
 fn carried<R>(ty: &Datatype, op: &ReduceOp, bufs: &[*const u8], f: impl FnOnce(Carrier) -> Result<R, Error>) -> Res<R> {
@@ -283,6 +316,16 @@ fn carried<R>(ty: &Datatype, op: &ReduceOp, bufs: &[*const u8], f: impl FnOnce(C
     f(c).map_err(Fail::from)
 }
 
+/// Where buffer `b` starts, for [`carried`]'s check of alignment; null (aligned for
+/// anything) for an empty one, whose pointer may be any (a count of 0).
+fn at(b: &[u8]) -> *const u8 {
+    if b.is_empty() {
+        std::ptr::null()
+    } else {
+        b.as_ptr()
+    }
+}
+
 /// A run-time reduction and the type that carries its elements.
 enum Carrier {
     U8(DynOp<u8>),
@@ -291,12 +334,19 @@ enum Carrier {
     U64(DynOp<u64>),
 }
 
-/// Bytes as carriers (aligned: checked by [`carried`]).
+/// Bytes as carriers (aligned: checked by [`carried`]; an empty buffer, whose pointer may
+/// be any, as no carriers).
 fn cast<C: Pod>(b: &'static [u8]) -> &'static [C] {
+    if b.is_empty() {
+        return &[];
+    }
     bytemuck::cast_slice(b)
 }
 
 fn cast_mut<C: Pod>(b: &'static mut [u8]) -> &'static mut [C] {
+    if b.is_empty() {
+        return &mut [];
+    }
     bytemuck::cast_slice_mut(b)
 }
 
@@ -340,6 +390,13 @@ mpi! {
         // SAFETY: MPI's contract: the buffer holds `count` elements until the request completes.
         unsafe {
             launch("MPI_Ibcast", comm, request, |c, s| {
+                if c.is_inter() {
+                    let root = inter_root(c, root)?;
+                    if root == InterRoot::Beside {
+                        return Ok(c.inter_ibeside(s, "MPI_Ibcast")?);
+                    }
+                    return Ok(c.inter_ibcast(s, output(buffer, count_of(count)?, datatype)?, root)?);
+                }
                 let root = root_of(c, root)?;
                 let buf = output(buffer, count_of(count)?, datatype)?;
                 Ok(c.ibcast(s, buf, root)?)
@@ -360,13 +417,14 @@ mpi! {
         // completes; the in-place copy lives with the request.
         unsafe {
             launch("MPI_Iallreduce", comm, request, |c, s| {
+                not_in_place(c, sendbuf)?;
                 let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
                 let recv = output(recvbuf, count_of(count)?, datatype)?;
                 let send = input(sendbuf, count, datatype, || Ok(&*recv))?;
                 if let Some(f) = types::elementwise(&ty, &op)? {
                     return igathered(c, s, Fold::All, send, Some(recv), f);
                 }
-                let ptrs = [send.as_ptr(), recv.as_ptr()];
+                let ptrs = [at(send), at(recv)];
                 let req = carried(&ty, &op, &ptrs, |k| {
                     with_carrier!(k, |o, T| c.iallreduce(s, cast::<T>(send), cast_mut::<T>(recv), o))
                 })?;
@@ -389,6 +447,9 @@ mpi! {
         // the root) until the request completes; the in-place copy lives with the request.
         unsafe {
             launch("MPI_Ireduce", comm, request, |c, s| {
+                if c.is_inter() {
+                    return ireduce_inter(c, s, sendbuf, recvbuf, count, datatype, op, root);
+                }
                 let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
                 let root = root_of(c, root)?;
                 let recv = if c.rank() == root { Some(output(recvbuf, count_of(count)?, datatype)?) } else { None };
@@ -396,8 +457,8 @@ mpi! {
                 if let Some(f) = types::elementwise(&ty, &op)? {
                     return igathered(c, s, Fold::Root(root), send, recv, f);
                 }
-                let mut ptrs = vec![send.as_ptr()];
-                ptrs.extend(recv.as_ref().map(|r| r.as_ptr()));
+                let mut ptrs = vec![at(send)];
+                ptrs.extend(recv.as_deref().map(at));
                 let req = carried(&ty, &op, &ptrs, |k| {
                     with_carrier!(k, |o, T| c.ireduce(s, cast::<T>(send), recv.map(cast_mut::<T>), o, root))
                 })?;
@@ -420,8 +481,10 @@ mpi! {
         // sendcount until the request completes; the in-place copy lives with the request.
         unsafe {
             launch("MPI_Iallgather", comm, request, |c, s| {
+                not_in_place(c, sendbuf)?;
                 let n = count_of(recvcount)?;
-                let recv = output(recvbuf, n * c.size(), recvtype)?;
+                // Blocks of every rank, or of an inter-communicator's other group.
+                let recv = output(recvbuf, n * c.peers().len(), recvtype)?;
                 let block = recv.len() / c.size().max(1);
                 let me = c.rank();
                 let send = input(sendbuf, sendcount, sendtype, || Ok(&recv[me * block..(me + 1) * block]))?;
@@ -444,9 +507,11 @@ mpi! {
         // completes; the in-place copy lives with the request.
         unsafe {
             launch("MPI_Ialltoall", comm, request, |c, s| {
-                let recv = output(recvbuf, count_of(recvcount)? * c.size(), recvtype)?;
+                not_in_place(c, sendbuf)?;
+                let q = c.peers().len();
+                let recv = output(recvbuf, count_of(recvcount)? * q, recvtype)?;
                 // With MPI_IN_PLACE the send count and type are not looked at.
-                let sends = if sendbuf == IN_PLACE { 0 } else { count_of(sendcount)? * c.size() };
+                let sends = if sendbuf == IN_PLACE { 0 } else { count_of(sendcount)? * q };
                 let send = input(sendbuf, sends as c_int, sendtype, || Ok(&*recv))?;
                 Ok(c.ialltoall(s, send, recv)?)
             })
@@ -468,6 +533,20 @@ mpi! {
         // sendbuf sendcount until the request completes; the in-place copy lives with it.
         unsafe {
             launch("MPI_Igather", comm, request, |c, s| {
+                if c.is_inter() {
+                    let (send, recv) = match inter_root(c, root)? {
+                        InterRoot::Beside => return Ok(c.inter_ibeside(s, "MPI_Igather")?),
+                        InterRoot::Here => {
+                            not_in_place(c, recvbuf)?;
+                            (None, Some(output(recvbuf, count_of(recvcount)? * c.peers().len(), recvtype)?))
+                        }
+                        InterRoot::Remote(_) => {
+                            not_in_place(c, sendbuf)?;
+                            (Some(input_of(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)?), None)
+                        }
+                    };
+                    return Ok(c.inter_igather(s, send, recv, inter_root(c, root)?)?);
+                }
                 let root = root_of(c, root)?;
                 let n = count_of(recvcount)?;
                 let recv = if c.rank() == root { Some(output(recvbuf, n * c.size(), recvtype)?) } else { None };
@@ -496,6 +575,21 @@ mpi! {
         // recvbuf recvcount until the request completes; the in-place scratch lives with it.
         unsafe {
             launch("MPI_Iscatter", comm, request, |c, s| {
+                if c.is_inter() {
+                    let (send, recv) = match inter_root(c, root)? {
+                        InterRoot::Beside => return Ok(c.inter_ibeside(s, "MPI_Iscatter")?),
+                        InterRoot::Here => {
+                            not_in_place(c, sendbuf)?;
+                            let n = count_of(sendcount)? * c.peers().len();
+                            (Some(input_of(sendbuf, n, &Datatype::of(sendtype)?)?), None)
+                        }
+                        InterRoot::Remote(_) => {
+                            not_in_place(c, recvbuf)?;
+                            (None, Some(output(recvbuf, count_of(recvcount)?, recvtype)?))
+                        }
+                    };
+                    return Ok(c.inter_iscatter(s, send, recv, inter_root(c, root)?)?);
+                }
                 let root = root_of(c, root)?;
                 let at_root = c.rank() == root;
                 let send: Option<&'static [u8]> = if at_root {
@@ -534,6 +628,22 @@ mpi! {
         // until the request completes; the in-place copy lives with it.
         unsafe {
             launch("MPI_Igatherv", comm, request, |c, s| {
+                if c.is_inter() {
+                    return match inter_root(c, root)? {
+                        InterRoot::Beside => Ok(c.inter_ibeside(s, "MPI_Igatherv")?),
+                        InterRoot::Here => {
+                            not_in_place(c, recvbuf)?;
+                            let v = blocks(recvcounts, displs, c.peers().len(), &Datatype::of(recvtype)?)?;
+                            let recv = output_of(recvbuf, v.count, &v.ty)?;
+                            Ok(c.inter_igatherv(s, None, Some((recv, &v.counts, &v.displs)), InterRoot::Here)?)
+                        }
+                        root => {
+                            not_in_place(c, sendbuf)?;
+                            let send = input_of(sendbuf, count_of(sendcount)?, &Datatype::of(sendtype)?)?;
+                            Ok(c.inter_igatherv(s, Some(send), None, root)?)
+                        }
+                    };
+                }
                 let root = root_of(c, root)?;
                 if c.rank() != root {
                     return Ok(c.igatherv(s, input(sendbuf, sendcount, sendtype, || Err(not_root()))?, None, root)?);
@@ -562,6 +672,21 @@ mpi! {
         // SAFETY: MPI's contract, as for MPI_Igatherv.
         unsafe {
             launch("MPI_Iscatterv", comm, request, |c, s| {
+                if c.is_inter() {
+                    return match inter_root(c, root)? {
+                        InterRoot::Beside => Ok(c.inter_ibeside(s, "MPI_Iscatterv")?),
+                        InterRoot::Here => {
+                            not_in_place(c, sendbuf)?;
+                            let v = blocks(sendcounts, displs, c.peers().len(), &Datatype::of(sendtype)?)?;
+                            let send = input_of(sendbuf, v.count, &v.ty)?;
+                            Ok(c.inter_iscatterv(s, Some((send, &v.counts, &v.displs)), None, InterRoot::Here)?)
+                        }
+                        root => {
+                            not_in_place(c, recvbuf)?;
+                            Ok(c.inter_iscatterv(s, None, Some(output(recvbuf, count_of(recvcount)?, recvtype)?), root)?)
+                        }
+                    };
+                }
                 let root = root_of(c, root)?;
                 if c.rank() != root {
                     return Ok(c.iscatterv(s, None, output(recvbuf, count_of(recvcount)?, recvtype)?, root)?);
@@ -593,7 +718,8 @@ mpi! {
         // SAFETY: MPI's contract, as for MPI_Igatherv.
         unsafe {
             launch("MPI_Iallgatherv", comm, request, |c, s| {
-                let v = blocks(recvcounts, displs, c.size(), &Datatype::of(recvtype)?)?;
+                not_in_place(c, sendbuf)?;
+                let v = blocks(recvcounts, displs, c.peers().len(), &Datatype::of(recvtype)?)?;
                 let recv = output_of(recvbuf, v.count, &v.ty)?;
                 let me = c.rank();
                 let send = input(sendbuf, sendcount, sendtype, || Ok(&recv[v.displs[me]..v.displs[me] + v.counts[me]]))?;
@@ -617,7 +743,8 @@ mpi! {
         // SAFETY: MPI's contract, as for MPI_Igatherv.
         unsafe {
             launch("MPI_Ialltoallv", comm, request, |c, s| {
-                let p = c.size();
+                not_in_place(c, sendbuf)?;
+                let p = c.peers().len();
                 let r = blocks(recvcounts, rdispls, p, &Datatype::of(recvtype)?)?;
                 ialltoall_blocks(c, s, sendbuf, || blocks(sendcounts, sdispls, p, &Datatype::of(sendtype)?), recvbuf, r)
             })
@@ -639,7 +766,8 @@ mpi! {
         // SAFETY: MPI's contract, as for MPI_Igatherv.
         unsafe {
             launch("MPI_Ialltoallw", comm, request, |c, s| {
-                let p = c.size();
+                not_in_place(c, sendbuf)?;
+                let p = c.peers().len();
                 let r = typed_blocks(recvcounts, rdispls, recvtypes, p)?;
                 ialltoall_blocks(c, s, sendbuf, || typed_blocks(sendcounts, sdispls, sendtypes, p), recvbuf, r)
             })
@@ -868,6 +996,7 @@ unsafe fn ireduce_scatter(
     datatype: c_int,
     op: c_int,
 ) -> Res<CollRequest<'static>> {
+    not_in_place(c, sendbuf)?;
     let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
     let total: usize = counts.iter().sum();
     let mine = counts[c.rank()];
@@ -883,7 +1012,7 @@ unsafe fn ireduce_scatter(
         let at = counts[..c.rank()].iter().sum::<usize>() * ty.size;
         return igathered(c, s, Fold::Block(at..at + mine * ty.size), send, Some(recv), f);
     }
-    let ptrs = [send.as_ptr(), recv.as_ptr()];
+    let ptrs = [at(send), at(recv)];
     carried(&ty, &op, &ptrs, |k| {
         with_carrier!(k, |o, T| {
             let per = ty.size / size_of::<T>();
@@ -908,14 +1037,56 @@ unsafe fn iscan(
     op: c_int,
     inclusive: bool,
 ) -> Res<CollRequest<'static>> {
+    // MPI defines the prefix reductions on intra-communicators alone.
+    c.intra(if inclusive { "MPI_Iscan" } else { "MPI_Iexscan" })?;
     let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
     let recv = output(recvbuf, count_of(count)?, datatype)?;
     let send = input(sendbuf, count, datatype, || Ok(&*recv))?;
     if let Some(f) = types::elementwise(&ty, &op)? {
         return igathered(c, s, Fold::Scan { inclusive }, send, Some(recv), f);
     }
-    let ptrs = [send.as_ptr(), recv.as_ptr()];
+    let ptrs = [at(send), at(recv)];
     carried(&ty, &op, &ptrs, |k| {
         with_carrier!(k, |o, T| c.iscan_with(s, cast::<T>(send), cast_mut::<T>(recv), o, inclusive))
+    })
+}
+
+/// `MPI_Ireduce` on an inter-communicator.
+///
+/// # Safety
+/// As MPI says for the call: the root's `recvbuf` holds `count` elements, the other
+/// group's `sendbuf` too, until the request completes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn ireduce_inter(
+    c: &Comm,
+    s: &crate::Scope<'static>,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    op: c_int,
+    root: c_int,
+) -> Res<CollRequest<'static>> {
+    let root = inter_root(c, root)?;
+    if root == InterRoot::Beside {
+        return Ok(c.inter_ibeside(s, "MPI_Ireduce")?);
+    }
+    let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
+    let (send, recv) = match root {
+        InterRoot::Here => {
+            not_in_place(c, recvbuf)?;
+            (None, Some(output_of(recvbuf, count_of(count)?, &ty)?))
+        }
+        _ => {
+            not_in_place(c, sendbuf)?;
+            (Some(input_of(sendbuf, count_of(count)?, &ty)?), None)
+        }
+    };
+    if let Some(f) = types::elementwise(&ty, &op)? {
+        return igathered_inter(c, s, root, send, recv, f);
+    }
+    let ptrs: Vec<*const u8> = send.iter().map(|b| at(b)).chain(recv.as_deref().map(at)).collect();
+    carried(&ty, &op, &ptrs, |k| {
+        with_carrier!(k, |o, T| c.inter_ireduce(s, send.map(cast::<T>), recv.map(cast_mut::<T>), o, root))
     })
 }

@@ -6,7 +6,8 @@
 //! An inter-communicator of context `c` sends its point-to-point messages on `c`, its
 //! collectives' messages between the groups on `c + 1`, and keeps each local group as an
 //! intra-communicator of its own on `c + 2` (and `c + 3`, its collectives): the local steps
-//! of a collective (gathering a group's data to its first rank, say) run there. Both groups
+//! of a collective (gathering a group's data to its first rank, say) run there, those of a
+//! nonblocking one on `c + 2` (inter_nonblocking.rs). Both groups
 //! call the collectives of an inter-communicator in the same order, so its collective tags
 //! agree as an intra-communicator's do. The collectives here follow MPICH's: a group's data
 //! meets at its first rank (the leader), the two leaders swap, and each leader hands what it
@@ -213,7 +214,7 @@ impl Comm {
     }
 
     /// Checks `root` against the other group's size.
-    fn remote_root(&self, root: InterRoot) -> Result<InterRoot, Error> {
+    pub(super) fn remote_root(&self, root: InterRoot) -> Result<InterRoot, Error> {
         match root {
             InterRoot::Remote(r) if r >= self.peers().len() => Err(Error::Rank { rank: r, size: self.peers().len() }),
             root => Ok(root),
@@ -491,7 +492,7 @@ impl Comm {
 
     /// This inter-communicator's local group, or [`Error::Comm`] for `what` on an
     /// intra-communicator.
-    fn inter(&self, what: &str) -> Result<&Comm, Error> {
+    pub(super) fn inter(&self, what: &str) -> Result<&Comm, Error> {
         self.local()
             .ok_or_else(|| Error::Comm(format!("{what} with an inter-communicator's root on an intra-communicator")))
     }

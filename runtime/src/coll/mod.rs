@@ -13,6 +13,7 @@
 mod algo;
 mod create;
 mod inter;
+mod inter_nonblocking;
 mod neighbor;
 pub(crate) mod node;
 mod nonblocking;

@@ -56,20 +56,23 @@ impl<'a> CollRequest<'a> {
     }
 }
 
+/// A schedule's rounds and the scratch their steps point into.
+pub(super) type Plan = (Vec<Vec<Step>>, Vec<Vec<u64>>);
+
 /// Byte view of a typed slice borrowed for a scope.
-fn raw<T: Pod>(v: &[T]) -> RawBuf {
+pub(super) fn raw<T: Pod>(v: &[T]) -> RawBuf {
     // SAFETY: callers pass slices borrowed for the scope's lifetime 'a; the scope completes
     // the schedule holding this view before 'a ends (see request.rs).
     unsafe { RawBuf::new(bytemuck::cast_slice(v)) }
 }
 
-fn raw_mut<T: Pod>(v: &mut [T]) -> RawBufMut {
+pub(super) fn raw_mut<T: Pod>(v: &mut [T]) -> RawBufMut {
     // SAFETY: as for `raw`.
     unsafe { RawBufMut::new(bytemuck::cast_slice_mut(v)) }
 }
 
 /// `len` elements of scratch owned by a schedule; returns the storage and a view of it.
-fn scratch<T: Pod>(len: usize) -> Result<(Vec<u64>, RawBufMut), Error> {
+pub(super) fn scratch<T: Pod>(len: usize) -> Result<(Vec<u64>, RawBufMut), Error> {
     if std::mem::align_of::<T>() > 8 {
         return Err(Error::Other("nonblocking reductions support element alignments up to 8 bytes".into()));
     }
@@ -80,7 +83,7 @@ fn scratch<T: Pod>(len: usize) -> Result<(Vec<u64>, RawBufMut), Error> {
 }
 
 /// Typed access to a view inside a compute step.
-fn typed<'x, T: Pod>(v: &mut RawBufMut) -> &'x mut [T] {
+pub(super) fn typed<'x, T: Pod>(v: &mut RawBufMut) -> &'x mut [T] {
     let n = v.len();
     let bytes = v.range_mut(0, n).expect("whole view");
     // SAFETY: the view's memory is valid for the schedule's life (scope or scratch storage),
@@ -97,22 +100,45 @@ impl Comm {
         scratch: Vec<Vec<u64>>,
     ) -> Result<CollRequest<'a>, Error> {
         let tag = self.coll_tag()?;
-        let s = Sched::new(self.coll_context(), self.rank() as u32, tag, rounds, scratch);
+        Ok(self.launch_tagged(scope, tag, rounds, scratch))
+    }
+
+    /// Starts the schedule of `rounds` with `tag` (taken by the caller).
+    pub(super) fn launch_tagged<'a>(
+        &self,
+        scope: &Scope<'a>,
+        tag: i32,
+        rounds: Vec<Vec<Step>>,
+        scratch: Vec<Vec<u64>>,
+    ) -> CollRequest<'a> {
+        let s = Sched::new(self.rank() as u32, tag, rounds, scratch);
         let id = self.rt().borrow_mut().start_sched(s);
         scope.register(self.rt(), Handle::Coll(id));
-        Ok(CollRequest { rt: self.rt().clone(), id, _marker: PhantomData })
+        CollRequest { rt: self.rt().clone(), id, _marker: PhantomData }
     }
 
-    fn send_step(&self, to: usize, buf: RawBuf) -> Step {
-        Step::Send { peer: self.group()[to], buf }
+    /// A send of `buf` to rank `to` on the collective context: of this group, or of an
+    /// inter-communicator's other group.
+    pub(super) fn send_step(&self, to: usize, buf: RawBuf) -> Step {
+        Step::Send { ctx: self.coll_context(), peer: self.peers()[to], buf }
     }
 
-    fn recv_step(&self, from: usize, buf: RawBufMut) -> Step {
-        Step::Recv { peer: self.group()[from], src: from as u32, buf }
+    /// A receive into `buf` from rank `from`, as [`Comm::send_step`].
+    pub(super) fn recv_step(&self, from: usize, buf: RawBufMut) -> Step {
+        Step::Recv { ctx: self.coll_context(), peer: self.peers()[from], src: from as u32, buf }
     }
 
     /// Nonblocking barrier (`MPI_Ibarrier`; dissemination).
     pub fn ibarrier<'a>(&self, scope: &Scope<'a>) -> Result<CollRequest<'a>, Error> {
+        if let Some(local) = self.local() {
+            return Ok(self.ibarrier_inter(scope, local));
+        }
+        let rounds = self.barrier_rounds();
+        self.launch(scope, rounds, Vec::new())
+    }
+
+    /// The rounds of a dissemination barrier.
+    pub(super) fn barrier_rounds(&self) -> Vec<Vec<Step>> {
         let (p, me) = (self.size(), self.rank());
         let mut rounds = Vec::new();
         let mut k = 1;
@@ -123,7 +149,7 @@ impl Comm {
             ]);
             k *= 2;
         }
-        self.launch(scope, rounds, Vec::new())
+        rounds
     }
 
     /// Nonblocking broadcast from `root` (`MPI_Ibcast`; binomial tree).
@@ -134,10 +160,15 @@ impl Comm {
         root: usize,
     ) -> Result<CollRequest<'a>, Error> {
         super::check_root(self, root)?;
+        let rounds = self.bcast_rounds(raw_mut(buf), root);
+        self.launch(scope, rounds, Vec::new())
+    }
+
+    /// The rounds of a binomial-tree broadcast of `b` from `root`.
+    pub(super) fn bcast_rounds(&self, b: RawBufMut, root: usize) -> Vec<Vec<Step>> {
         let (p, me) = (self.size(), self.rank());
         let vr = (me + p - root) % p;
         let real = |v: usize| (v + root) % p;
-        let b = raw_mut(buf);
         let mut rounds = Vec::new();
         let mut mask = 1;
         while mask < p {
@@ -156,7 +187,7 @@ impl Comm {
             mask >>= 1;
         }
         rounds.push(sends);
-        self.launch(scope, rounds, Vec::new())
+        rounds
     }
 
     /// Nonblocking all-reduce (`MPI_Iallreduce`; recursive doubling, operands combined in
@@ -169,6 +200,9 @@ impl Comm {
         op: O,
     ) -> Result<CollRequest<'a>, Error> {
         super::check_len("iallreduce", recv.len(), send.len())?;
+        if let Some(local) = self.local() {
+            return self.iallreduce_inter(scope, local, send, recv, op);
+        }
         recv.copy_from_slice(send);
         let (p, me) = (self.size(), self.rank());
         let n = recv.len();
@@ -234,6 +268,9 @@ impl Comm {
         send: &'a [T],
         recv: &'a mut [T],
     ) -> Result<CollRequest<'a>, Error> {
+        if let Some(local) = self.local() {
+            return self.iallgather_inter(scope, local, send, recv);
+        }
         let (p, me) = (self.size(), self.rank());
         super::check_len("iallgather", recv.len(), send.len() * p)?;
         let n = send.len();
@@ -261,6 +298,9 @@ impl Comm {
         send: &'a [T],
         recv: &'a mut [T],
     ) -> Result<CollRequest<'a>, Error> {
+        if self.local().is_some() {
+            return self.ialltoall_inter(scope, send, recv);
+        }
         let (p, me) = (self.size(), self.rank());
         super::check_len("ialltoall", send.len(), recv.len())?;
         if !send.len().is_multiple_of(p) {
@@ -291,9 +331,8 @@ impl Comm {
         root: usize,
     ) -> Result<CollRequest<'a>, Error> {
         super::check_root(self, root)?;
-        let (p, me) = (self.size(), self.rank());
         let n = send.len();
-        let out = match (me == root, recv) {
+        let out = match (self.rank() == root, recv) {
             (true, Some(r)) => {
                 super::check_len("ireduce", r.len(), n)?;
                 Some(raw_mut(r))
@@ -301,9 +340,23 @@ impl Comm {
             (true, None) => return Err(Error::Other("ireduce: the root must pass a receive buffer".into())),
             (false, _) => None,
         };
+        let (rounds, scratch) = self.reduce_rounds::<T, O>(raw(send), out, op, root)?;
+        self.launch(scope, rounds, scratch)
+    }
+
+    /// The rounds of a binomial-tree reduction of `src` (elements of `T`) into `out` at
+    /// `root`, and the scratch they use.
+    pub(super) fn reduce_rounds<T: Pod, O: Op<T> + 'static>(
+        &self,
+        src: RawBuf,
+        out: Option<RawBufMut>,
+        op: O,
+        root: usize,
+    ) -> Result<Plan, Error> {
+        let (p, me) = (self.size(), self.rank());
+        let n = src.len() / size_of::<T>();
         let (acc_store, acc) = scratch::<T>(n)?;
         let (tmp_store, tmp) = scratch::<T>(n)?;
-        let src = raw(send);
         let op = Rc::new(op);
         let tree_root = if op.commutative() { root } else { 0 };
         let vr = (me + p - tree_root) % p;
@@ -353,7 +406,7 @@ impl Comm {
         if carry.is_some() {
             push(&mut carry, Vec::new());
         }
-        self.launch(scope, rounds, vec![acc_store, tmp_store])
+        Ok((rounds, vec![acc_store, tmp_store]))
     }
 
     /// Nonblocking gather to `root` (`MPI_Igather`); `recv` is used at the root only.
@@ -411,7 +464,7 @@ fn elems<T>(r: &std::ops::Range<usize>) -> (usize, usize) {
 
 /// The blocks of a vector collective's buffer: (counts, displacements), in elements, checked
 /// against its length.
-fn blocks(
+pub(super) fn blocks(
     what: &str,
     counts: &[usize],
     displs: &[usize],
@@ -437,7 +490,7 @@ fn blocks(
 }
 
 /// Counts laid end to end: their displacements.
-fn packed(counts: &[usize]) -> Vec<usize> {
+pub(super) fn packed(counts: &[usize]) -> Vec<usize> {
     counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect()
 }
 
@@ -525,6 +578,9 @@ impl Comm {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<CollRequest<'a>, Error> {
+        if self.local().is_some() {
+            return self.iallgatherv_inter(scope, send, recv, counts, displs);
+        }
         let (p, me) = (self.size(), self.rank());
         let b = blocks("iallgatherv", counts, displs, p, recv.len())?;
         let peers = || (0..p).filter(move |&r| r != me);
@@ -546,6 +602,9 @@ impl Comm {
         rcounts: &[usize],
         rdispls: &[usize],
     ) -> Result<CollRequest<'a>, Error> {
+        if self.local().is_some() {
+            return self.ialltoallv_inter(scope, send, scounts, sdispls, recv, rcounts, rdispls);
+        }
         let (p, me) = (self.size(), self.rank());
         let sb = blocks("ialltoallv (send)", scounts, sdispls, p, send.len())?;
         let rb = blocks("ialltoallv (receive)", rcounts, rdispls, p, recv.len())?;
@@ -566,6 +625,9 @@ impl Comm {
         counts: &[usize],
         op: O,
     ) -> Result<CollRequest<'a>, Error> {
+        if let Some(local) = self.local() {
+            return self.ireduce_scatter_inter(scope, local, send, recv, counts, op);
+        }
         let (p, me) = (self.size(), self.rank());
         let displs = packed(counts);
         let sb = blocks("ireduce_scatter", counts, &displs, p, send.len())?;

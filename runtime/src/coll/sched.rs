@@ -15,10 +15,10 @@ use crate::error::Error;
 
 /// One thing a round does.
 pub(crate) enum Step {
-    /// Send `buf` to world rank `peer`.
-    Send { peer: usize, buf: RawBuf },
-    /// Receive into `buf` from communicator rank `src` (world rank `peer`).
-    Recv { peer: usize, src: u32, buf: RawBufMut },
+    /// Send `buf` to world rank `peer` on context `ctx`.
+    Send { ctx: u32, peer: usize, buf: RawBuf },
+    /// Receive into `buf` from communicator rank `src` (world rank `peer`) on context `ctx`.
+    Recv { ctx: u32, peer: usize, src: u32, buf: RawBufMut },
     /// A local computation (a reduction or a copy), run before the round's messages.
     Compute(Box<dyn FnMut()>),
 }
@@ -26,7 +26,7 @@ pub(crate) enum Step {
 impl std::fmt::Debug for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Step::Send { peer, buf } => write!(f, "Send({peer}, {} B)", buf.len()),
+            Step::Send { peer, buf, .. } => write!(f, "Send({peer}, {} B)", buf.len()),
             Step::Recv { peer, buf, .. } => write!(f, "Recv({peer}, {} B)", buf.len()),
             Step::Compute(_) => f.write_str("Compute"),
         }
@@ -36,7 +36,6 @@ impl std::fmt::Debug for Step {
 /// A collective in flight.
 #[derive(Debug)]
 pub(crate) struct Sched {
-    ctx: u32,
     me: u32,
     tag: i32,
     rounds: VecDeque<Vec<Step>>,
@@ -47,9 +46,10 @@ pub(crate) struct Sched {
 }
 
 impl Sched {
-    /// A schedule on collective context `ctx`, as communicator rank `me`, with `tag`.
-    pub(crate) fn new(ctx: u32, me: u32, tag: i32, rounds: Vec<Vec<Step>>, scratch: Vec<Vec<u64>>) -> Sched {
-        Sched { ctx, me, tag, rounds: rounds.into(), pending: Vec::new(), _scratch: scratch, result: None }
+    /// A schedule as communicator rank `me` (its rank in its own group, on an
+    /// inter-communicator), with `tag`; each message names its context.
+    pub(crate) fn new(me: u32, tag: i32, rounds: Vec<Vec<Step>>, scratch: Vec<Vec<u64>>) -> Sched {
+        Sched { me, tag, rounds: rounds.into(), pending: Vec::new(), _scratch: scratch, result: None }
     }
 
     /// Moves the schedule on as far as completed operations allow; returns whether it did
@@ -76,9 +76,9 @@ impl Sched {
             for step in round {
                 match step {
                     Step::Compute(mut f) => f(),
-                    Step::Send { peer, buf } => self.pending.push(engine.isend(self.ctx, self.me, self.tag, peer, buf)),
-                    Step::Recv { peer, src, buf } => {
-                        self.pending.push(engine.irecv(self.ctx, Some(src), Some(self.tag), Some(peer), buf))
+                    Step::Send { ctx, peer, buf } => self.pending.push(engine.isend(ctx, self.me, self.tag, peer, buf)),
+                    Step::Recv { ctx, peer, src, buf } => {
+                        self.pending.push(engine.irecv(ctx, Some(src), Some(self.tag), Some(peer), buf))
                     }
                 }
             }

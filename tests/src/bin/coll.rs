@@ -810,5 +810,67 @@ fn inter(w: &Comm) -> mpr::Result<()> {
     assert_eq!(ic.merge(low)?.rank(), if low { me + p - h } else { me - h }, "rank {me}: the low group last");
     assert_eq!(ic.bcast(&mut v, 0).unwrap_err().class(), mpr::ErrorClass::Comm);
     assert_eq!(ic.scan(&[1], &mut [0], Sum).unwrap_err().class(), mpr::ErrorClass::Comm);
+    inter_nonblocking(&ic, low, &mine, &theirs)
+}
+
+/// The nonblocking collectives of the inter-communicator `ic` (this rank in the `low` group
+/// or not, of world ranks `mine`, the other group's `theirs`), all in flight at once, with
+/// roots that are neither group's first rank.
+fn inter_nonblocking(ic: &Comm, low: bool, mine: &[usize], theirs: &[usize]) -> mpr::Result<()> {
+    use mpr::InterRoot;
+    let (me, q) = (mine[ic.rank()], theirs.len());
+    // The last rank of the high group, then of the low group, as this rank names it.
+    let last = |of_low: bool| {
+        if low != of_low {
+            InterRoot::Remote(q - 1)
+        } else if ic.rank() == mine.len() - 1 {
+            InterRoot::Here
+        } else {
+            InterRoot::Beside
+        }
+    };
+    let (from_high, to_low) = (last(false), last(true));
+    let (one, vecs) = ([me], (0..mine.len() * q).map(|k| 100 * me + k).collect::<Vec<_>>());
+    let blocks: Vec<usize> = (0..q).map(|j| 100 * me + j).collect();
+    let counts = vec![q; mine.len()];
+    let (mut b, mut sum, mut max, mut all, mut swap, mut res, mut part, mut spread) =
+        ([me as u64 * 3; 3], [0usize], [usize::MAX], vec![usize::MAX; q], vec![0; q], vec![0; q], [0usize], vec![0; q]);
+    for (j, x) in spread.iter_mut().enumerate() {
+        *x = 1000 * me + j;
+    }
+    let here = |r: InterRoot| r == InterRoot::Here;
+    mpr::scope(|s| -> mpr::Result<()> {
+        let reqs = vec![
+            ic.inter_ibcast(s, &mut b, from_high)?,
+            ic.ibarrier(s)?,
+            ic.iallreduce(s, &one, &mut sum, Sum)?,
+            ic.inter_ireduce(
+                s,
+                (!here(to_low)).then_some(&one[..]),
+                here(to_low).then_some(&mut max[..]),
+                Max,
+                to_low,
+            )?,
+            ic.iallgather(s, &one, &mut all)?,
+            ic.ialltoall(s, &blocks, &mut swap)?,
+            ic.ireduce_scatter(s, &vecs, &mut res, &counts, Sum)?,
+            ic.inter_iscatter(s, here(from_high).then_some(&spread[..]), low.then_some(&mut part[..]), from_high)?,
+        ];
+        reqs.into_iter().try_for_each(|r| r.wait())
+    })?;
+    let high_last = if low { theirs[q - 1] } else { mine[mine.len() - 1] };
+    let want_b = if low { high_last as u64 * 3 } else { me as u64 * 3 };
+    assert_eq!(b, [want_b; 3], "rank {me}: ibcast from the high group's last");
+    assert_eq!(sum[0], theirs.iter().sum::<usize>(), "rank {me}: iallreduce");
+    if here(to_low) {
+        assert_eq!(max[0], *theirs.iter().max().unwrap(), "rank {me}: ireduce at the low group's last");
+    }
+    assert_eq!(all, theirs, "rank {me}: iallgather");
+    assert_eq!(swap, theirs.iter().map(|&t| 100 * t + ic.rank()).collect::<Vec<_>>(), "rank {me}: ialltoall");
+    let want: Vec<usize> = (0..q).map(|i| theirs.iter().map(|&t| 100 * t + ic.rank() * q + i).sum()).collect();
+    assert_eq!(res, want, "rank {me}: ireduce_scatter");
+    if low {
+        assert_eq!(part[0], 1000 * high_last + ic.rank(), "rank {me}: iscatter from the high group's last");
+    }
     Ok(())
 }
