@@ -120,10 +120,19 @@ typedef struct MPI_Status {
 #define MPI_COMBINER_INDEXED_BLOCK 10
 #define MPI_COMBINER_STRUCT 12
 #define MPI_COMBINER_SUBARRAY 13
+#define MPI_COMBINER_DARRAY 14
 #define MPI_COMBINER_RESIZED 18
 #define MPI_COMBINER_HINDEXED_BLOCK 19
 #define MPI_ORDER_C 56
 #define MPI_ORDER_FORTRAN 57
+/* MPI_Type_create_darray's distributions; MPI_Type_match_size's classes. */
+#define MPI_DISTRIBUTE_BLOCK 121
+#define MPI_DISTRIBUTE_CYCLIC 122
+#define MPI_DISTRIBUTE_NONE 123
+#define MPI_DISTRIBUTE_DFLT_DARG (-49767)
+#define MPI_TYPECLASS_REAL 1
+#define MPI_TYPECLASS_INTEGER 2
+#define MPI_TYPECLASS_COMPLEX 3
 
 /* Reduction operations. */
 #define MPI_OP_NULL ((MPI_Op)0)
@@ -692,6 +701,10 @@ int MPI_Type_create_struct(int count, const int blocklengths[], const MPI_Aint d
                            const MPI_Datatype types[], MPI_Datatype *newtype);
 int MPI_Type_create_subarray(int ndims, const int sizes[], const int subsizes[], const int starts[], int order,
                              MPI_Datatype oldtype, MPI_Datatype *newtype);
+int MPI_Type_create_darray(int size, int rank, int ndims, const int gsizes[], const int distribs[],
+                           const int dargs[], const int psizes[], int order, MPI_Datatype oldtype,
+                           MPI_Datatype *newtype);
+int MPI_Type_match_size(int typeclass, int size, MPI_Datatype *datatype);
 int MPI_Type_create_resized(MPI_Datatype oldtype, MPI_Aint lb, MPI_Aint extent, MPI_Datatype *newtype);
 int MPI_Type_dup(MPI_Datatype oldtype, MPI_Datatype *newtype);
 int MPI_Type_commit(MPI_Datatype *datatype);
@@ -1103,6 +1116,10 @@ int PMPI_Type_create_struct(int count, const int blocklengths[], const MPI_Aint 
                             const MPI_Datatype types[], MPI_Datatype *newtype);
 int PMPI_Type_create_subarray(int ndims, const int sizes[], const int subsizes[], const int starts[], int order,
                               MPI_Datatype oldtype, MPI_Datatype *newtype);
+int PMPI_Type_create_darray(int size, int rank, int ndims, const int gsizes[], const int distribs[],
+                            const int dargs[], const int psizes[], int order, MPI_Datatype oldtype,
+                            MPI_Datatype *newtype);
+int PMPI_Type_match_size(int typeclass, int size, MPI_Datatype *datatype);
 int PMPI_Type_create_resized(MPI_Datatype oldtype, MPI_Aint lb, MPI_Aint extent, MPI_Datatype *newtype);
 int PMPI_Type_dup(MPI_Datatype oldtype, MPI_Datatype *newtype);
 int PMPI_Type_commit(MPI_Datatype *datatype);

@@ -210,6 +210,70 @@ impl Layout {
         Some(out)
     }
 
+    /// The part of an n-dimensional array of `old` (`gsizes` elements along each dimension,
+    /// in C order, the last varying fastest, or Fortran order) that process `rank` of a grid
+    /// of `psizes` processes holds, each dimension spread over the grid's as `dists` says
+    /// (`MPI_Type_create_darray`, MPI-3.1 section 4.1.4). The processes are numbered in
+    /// row-major order whatever the array's; the extent is the whole array's. An error tells
+    /// which argument does not fit.
+    pub fn darray(
+        rank: usize,
+        gsizes: &[usize],
+        dists: &[Distribution],
+        psizes: &[usize],
+        fortran: bool,
+        old: &Layout,
+    ) -> Result<Layout, String> {
+        let d = gsizes.len();
+        if dists.len() != d || psizes.len() != d {
+            return Err(format!("{} distributions and {} grid sizes for {d} dimensions", dists.len(), psizes.len()));
+        }
+        let procs = psizes.iter().try_fold(1usize, |a, &p| a.checked_mul(p)).unwrap_or(0);
+        if rank >= procs {
+            return Err(format!("rank {rank} of a grid of {procs} processes"));
+        }
+        // This process's coordinates in the grid, row-major.
+        let mut coords = vec![0; d];
+        let mut left = rank;
+        for i in (0..d).rev() {
+            coords[i] = left % psizes[i];
+            left /= psizes[i];
+        }
+        let order: Vec<usize> = if fortran { (0..d).collect() } else { (0..d).rev().collect() };
+        let mut layout = old.resized(0, old.extent());
+        let mut stride = old.extent();
+        for dim in order {
+            let (g, p, c) = (gsizes[dim], psizes[dim], coords[dim]);
+            // This process's runs of indices along the dimension: (first, length).
+            let runs: Vec<(usize, usize)> = match dists[dim] {
+                Distribution::None if p != 1 => {
+                    return Err(format!("dimension {dim} is not distributed but spread over {p} processes"));
+                }
+                Distribution::None => vec![(0, g)],
+                Distribution::Block(b) => {
+                    let b = b.unwrap_or_else(|| g.div_ceil(p));
+                    if b == 0 && g > 0 || b.saturating_mul(p) < g {
+                        return Err(format!("blocks of {b} over {p} processes leave some of dimension {dim}'s {g}"));
+                    }
+                    let first = c * b;
+                    vec![(first, b.min(g.saturating_sub(first)))]
+                }
+                Distribution::Cyclic(k) => {
+                    let k = k.unwrap_or(1);
+                    if k == 0 {
+                        return Err(format!("cyclic blocks of 0 elements in dimension {dim}"));
+                    }
+                    (c * k..g).step_by(k * p).map(|first| (first, k.min(g - first))).collect()
+                }
+            };
+            let blocks: Vec<(usize, isize)> =
+                runs.into_iter().filter(|&(_, n)| n > 0).map(|(first, n)| (n, first as isize * stride)).collect();
+            stride *= g as isize;
+            layout = Layout::hindexed(&blocks, &layout).resized(0, stride);
+        }
+        Ok(layout)
+    }
+
     /// This layout with MPI's bounds set to `lb` and `lb + extent` (`MPI_Type_create_resized`).
     pub fn resized(&self, lb: isize, extent: isize) -> Layout {
         Layout { lb, ub: lb + extent, ..self.clone() }
@@ -249,6 +313,18 @@ impl Layout {
     }
 }
 
+/// How [`Layout::darray`] spreads a dimension over the processes of the grid's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Distribution {
+    /// In one block of the given size (`MPI_DISTRIBUTE_BLOCK`; by default the dimension's
+    /// size over the processes', rounded up).
+    Block(Option<usize>),
+    /// In blocks of the given size (by default 1) dealt in turn (`MPI_DISTRIBUTE_CYCLIC`).
+    Cyclic(Option<usize>),
+    /// Whole at every process (`MPI_DISTRIBUTE_NONE`).
+    None,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +351,33 @@ mod tests {
         // Negative displacements move the lower bound.
         let n = Layout::hindexed(&[(1, -8), (2, 4)], &int());
         assert_eq!((n.lb(), n.extent(), n.size()), (-8, 20, 12));
+    }
+
+    #[test]
+    fn a_distributed_array_holds_the_grid_processes_part() {
+        // A 4x6 array of ints over a 2x2 grid: rows in blocks, columns in cycles of 2.
+        let a: Vec<i32> = (0..24).collect();
+        let dists = [Distribution::Block(None), Distribution::Cyclic(Some(2))];
+        let part = |rank, fortran| {
+            let l = Layout::darray(rank, &[4, 6], &dists, &[2, 2], fortran, &int()).unwrap();
+            let mut out = vec![0u8; l.size()];
+            // SAFETY: the runs lie within `a` (the part is within the 4x6 array).
+            unsafe { l.pack(a.as_ptr().cast(), 1, &mut out) };
+            (l.extent(), bytemuck::pod_collect_to_vec::<u8, i32>(&out))
+        };
+        // Rank 1 is at (0, 1): rows 0-1, columns 2-3; rank 2 at (1, 0): rows 2-3, columns
+        // 0-1 and 4-5.
+        assert_eq!(part(1, false), (96, vec![2, 3, 8, 9]));
+        assert_eq!(part(2, false), (96, vec![12, 13, 16, 17, 18, 19, 22, 23]));
+        // In Fortran order the first index varies fastest: a 4x6 array's element (i, j) is
+        // at i + 4j; rank 1's rows 0-1 of columns 2-3.
+        assert_eq!(part(1, true), (96, vec![8, 9, 12, 13]));
+        // Blocks too small to cover a dimension, a spread undistributed dimension, a rank
+        // the grid lacks.
+        let fails = |dists: &[Distribution], rank| Layout::darray(rank, &[4, 6], dists, &[2, 2], false, &int());
+        assert!(fails(&[Distribution::Block(Some(1)), Distribution::None], 0).is_err());
+        assert!(fails(&[Distribution::Block(None), Distribution::None], 0).is_err());
+        assert!(fails(&dists, 4).is_err());
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub use comm::{Comm, Communicator, Message, ANY_SOURCE, ANY_TAG, TAG_UB};
 pub use error::{Error, ErrorClass, Result};
 pub use group::Group;
 pub use half;
-pub use layout::Layout;
+pub use layout::{Distribution, Layout};
 pub use request::{scope, test_all, unscoped, wait_all, wait_any, Request, Scope};
 pub use rma::{AccOp, Assert, DynAcc, Elem, LockType, NoOp, PairValue, Replace, RmaOp, Window};
 pub use status::Status;

@@ -217,6 +217,15 @@ int main(int argc, char **argv)
     printf("%d: an inter-communicator's remote leader out of range: class %d, null %d\n", rank, ic[0],
            bad == MPI_COMM_NULL);
     MPI_Comm_free(&alone);
+    /* Distributed arrays MPI-3.1 4.1.4 calls erroneous: a grid of other than `size`
+     * processes, an undistributed dimension spread over 2. */
+    int dg[2] = {4, 6}, dd[2] = {MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC}, dn[2] = {MPI_DISTRIBUTE_NONE, MPI_DISTRIBUTE_NONE};
+    int da[2] = {MPI_DISTRIBUTE_DFLT_DARG, MPI_DISTRIBUTE_DFLT_DARG}, dp[2] = {2, 2};
+    MPI_Datatype dt = MPI_DATATYPE_NULL, dt2 = MPI_DATATYPE_NULL;
+    MPI_Error_class(MPI_Type_create_darray(5, 0, 2, dg, dd, da, dp, MPI_ORDER_C, MPI_INT, &dt), &ic[0]);
+    MPI_Error_class(MPI_Type_create_darray(4, 0, 2, dg, dn, da, dp, MPI_ORDER_C, MPI_INT, &dt2), &ic[1]);
+    printf("%d: a darray of a grid of 4 for 5 processes: class %d; undistributed over 2: class %d; null %d %d\n", rank,
+           ic[0], ic[1], dt == MPI_DATATYPE_NULL, dt2 == MPI_DATATYPE_NULL);
     /* A null status to convert. */
     MPI_Fint fst[MPI_F_STATUS_SIZE];
     MPI_Error_class(MPI_Status_c2f(NULL, fst), &ic[0]);

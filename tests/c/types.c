@@ -3,7 +3,8 @@
  * rendezvous), collectives and one-sided operations; MPI_Pack and MPI_Unpack; MPI_MINLOC and
  * MPI_MAXLOC on the value-index pairs; reductions of the user's (MPI_Op_create), commutative
  * or not, on predefined and derived types, blocking and nonblocking; sums and products of
- * complex numbers, reductions of long doubles; MPI_Reduce_scatter; and their errors. Printed as
+ * complex numbers, reductions of long doubles; MPI_Reduce_scatter; distributed arrays
+ * (MPI_Type_create_darray) and MPI_Type_match_size; and their errors. Printed as
  * "rank: what = values" lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stddef.h>
@@ -609,6 +610,95 @@ static void errors(void)
     SAY("free MPI_SUM = %d", cls);
 }
 
+/* Distributed arrays (MPI_Type_create_darray): each part of a numbered array, described and
+ * packed, for every process of the grid; each rank's part of a 2x2 grid sent to it from rank 0
+ * as that type and received as plain ints; and MPI_Type_match_size. */
+static void darrays(void)
+{
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int all[128], got[128];
+    for (int i = 0; i < 128; i++)
+        all[i] = i;
+    /* A 4x6 array over a 2x2 grid: rows in blocks, columns in cycles of 2. */
+    int g[2] = {4, 6}, dist[2] = {MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC};
+    int darg[2] = {MPI_DISTRIBUTE_DFLT_DARG, 2}, ps[2] = {2, 2};
+    /* A 5x7x3 array over 2x3x1: cycles of 1, blocks of 3, the last undistributed. */
+    int g3[3] = {5, 7, 3}, dist3[3] = {MPI_DISTRIBUTE_CYCLIC, MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_NONE};
+    int darg3[3] = {MPI_DISTRIBUTE_DFLT_DARG, 3, MPI_DISTRIBUTE_DFLT_DARG}, ps3[3] = {2, 3, 1};
+    char name[64], line[600];
+    MPI_Datatype t;
+    for (int k = 0; k < 3; k++) {
+        int three = k == 2, procs = three ? 6 : 4;
+        int order = k == 1 ? MPI_ORDER_FORTRAN : MPI_ORDER_C;
+        for (int r = 0; r < procs; r++) {
+            if (three)
+                MPI_Type_create_darray(procs, r, 3, g3, dist3, darg3, ps3, order, MPI_INT, &t);
+            else
+                MPI_Type_create_darray(procs, r, 2, g, dist, darg, ps, order, MPI_INT, &t);
+            MPI_Type_commit(&t);
+            snprintf(name, sizeof name, "darray %s %s rank %d", three ? "3d" : "2d",
+                     order == MPI_ORDER_C ? "C" : "Fortran", r);
+            describe(name, t);
+            int pos = 0, used = 0;
+            MPI_Pack(all, 1, t, got, (int)sizeof got, &pos, MPI_COMM_SELF);
+            for (int i = 0; i < pos / (int)sizeof(int) && used < 560; i++)
+                used += snprintf(line + used, sizeof line - used, " %d", got[i]);
+            if (rank == 0)
+                SAY("%s holds%s", name, pos ? line : " nothing");
+            MPI_Type_free(&t);
+        }
+    }
+    /* Each rank's part of the 2x2 grid's array, from rank 0. */
+    if (rank < 4) {
+        MPI_Type_create_darray(4, rank, 2, g, dist, darg, ps, MPI_ORDER_C, MPI_INT, &t);
+        MPI_Type_commit(&t);
+        int n;
+        MPI_Type_size(t, &n);
+        MPI_Type_free(&t);
+        MPI_Request q = MPI_REQUEST_NULL;
+        for (int i = 0; i < 128; i++)
+            got[i] = -1;
+        MPI_Irecv(got, n / (int)sizeof(int), MPI_INT, 0, 40, MPI_COMM_WORLD, &q);
+        if (rank == 0) {
+            for (int r = 0; r < size && r < 4; r++) {
+                MPI_Type_create_darray(4, r, 2, g, dist, darg, ps, MPI_ORDER_C, MPI_INT, &t);
+                MPI_Type_commit(&t);
+                MPI_Send(all, 1, t, r, 40, MPI_COMM_WORLD);
+                MPI_Type_free(&t);
+            }
+        }
+        MPI_Wait(&q, MPI_STATUS_IGNORE);
+        int used = 0;
+        for (int i = 0; i < n / (int)sizeof(int); i++)
+            used += snprintf(line + used, sizeof line - used, " %d", got[i]);
+        SAY("darray part received:%s", line);
+    }
+    /* Errors: blocks that leave part of a dimension, a cyclic block of 0 (refusals.c has the
+     * ones MPICH lets through). */
+    int bad[2] = {1, MPI_DISTRIBUTE_DFLT_DARG}, zero[2] = {0, 0}, cls[2];
+    int cyc[2] = {MPI_DISTRIBUTE_CYCLIC, MPI_DISTRIBUTE_CYCLIC};
+    t = MPI_DATATYPE_NULL;
+    MPI_Error_class(MPI_Type_create_darray(4, 0, 2, g, dist, bad, ps, MPI_ORDER_C, MPI_INT, &t), &cls[0]);
+    MPI_Error_class(MPI_Type_create_darray(4, 0, 2, g, cyc, zero, ps, MPI_ORDER_C, MPI_INT, &t), &cls[1]);
+    SAY("darray errors: classes %d %d, null %d", cls[0], cls[1], t == MPI_DATATYPE_NULL);
+
+    /* MPI_Type_match_size: the size of the type each class and size finds. */
+    int classes[3] = {MPI_TYPECLASS_REAL, MPI_TYPECLASS_INTEGER, MPI_TYPECLASS_COMPLEX};
+    int sizes[3][4] = {{4, 8, 0, 0}, {1, 2, 4, 8}, {8, 16, 0, 0}};
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < 4 && sizes[c][i]; i++) {
+            MPI_Datatype m = MPI_DATATYPE_NULL;
+            int n = -1;
+            MPI_Type_match_size(classes[c], sizes[c][i], &m);
+            MPI_Type_size(m, &n);
+            SAY("match_size class %d size %d: a type of %d bytes", classes[c], sizes[c][i], n);
+        }
+    MPI_Datatype m = MPI_DATATYPE_NULL;
+    MPI_Error_class(MPI_Type_match_size(MPI_TYPECLASS_REAL, 3, &m), &cls[0]);
+    MPI_Error_class(MPI_Type_match_size(99, 4, &m), &cls[1]);
+    SAY("match_size errors: classes %d %d, null %d", cls[0], cls[1], m == MPI_DATATYPE_NULL);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -622,6 +712,7 @@ int main(int argc, char **argv)
     one_sided();
     packing();
     errors();
+    darrays();
     MPI_Finalize();
     return 0;
 }

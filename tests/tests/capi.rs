@@ -380,6 +380,10 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
         assert!(stdout.contains(&leader), "{stdout}");
         let status = format!("{rank}: a null status to Fortran: class 12, from Fortran: class 12\n");
         assert!(stdout.contains(&status), "{stdout}");
+        let darray = format!(
+            "{rank}: a darray of a grid of 4 for 5 processes: class 12; undistributed over 2: class 12; null 1 1\n"
+        );
+        assert!(stdout.contains(&darray), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

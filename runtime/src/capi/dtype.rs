@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
 use super::attr;
-use super::types::{Datatype, Derived, COMBINER_NAMED, FIRST_DERIVED};
+use super::types::{self, Datatype, Derived, COMBINER_NAMED, FIRST_DERIVED};
 use super::{
     comm_of, count_of, finish, ints_at, name_at, put, write_text, Fail, Res, COMM_WORLD, ERR_ARG, ERR_TRUNCATE,
     ERR_TYPE, MAX_OBJECT_NAME,
@@ -26,6 +26,33 @@ const COMBINER_STRUCT: c_int = 12;
 const COMBINER_SUBARRAY: c_int = 13;
 const COMBINER_RESIZED: c_int = 18;
 const COMBINER_HINDEXED_BLOCK: c_int = 19;
+const COMBINER_DARRAY: c_int = 14;
+
+/// `MPI_DISTRIBUTE_BLOCK`, `_CYCLIC`, `_NONE`, `_DFLT_DARG` (include/mpi.h).
+const DISTRIBUTE_BLOCK: c_int = 121;
+const DISTRIBUTE_CYCLIC: c_int = 122;
+const DISTRIBUTE_NONE: c_int = 123;
+const DISTRIBUTE_DFLT_DARG: c_int = -49767;
+
+/// A dimension's distribution of `MPI_Type_create_darray`: `distrib` with its `darg`.
+fn distribution(distrib: c_int, darg: c_int) -> Res<crate::Distribution> {
+    let arg = match darg {
+        DISTRIBUTE_DFLT_DARG => None,
+        n => Some(usize::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| {
+            Fail::new(
+                ERR_ARG,
+                format!("a distribution argument of {n} (neither positive nor MPI_DISTRIBUTE_DFLT_DARG)"),
+            )
+        })?),
+    };
+    match distrib {
+        DISTRIBUTE_BLOCK => Ok(crate::Distribution::Block(arg)),
+        DISTRIBUTE_CYCLIC => Ok(crate::Distribution::Cyclic(arg)),
+        DISTRIBUTE_NONE => Ok(crate::Distribution::None),
+        d => Err(Fail::new(ERR_ARG, format!("distribution {d}"))),
+    }
+}
+
 /// `MPI_ORDER_C`, `MPI_ORDER_FORTRAN`.
 const ORDER_C: c_int = 56;
 const ORDER_FORTRAN: c_int = 57;
@@ -315,6 +342,58 @@ mpi! {
             // SAFETY: MPI's contract: newtype points to an MPI_Datatype.
             unsafe { new_type(l, made, newtype) }
         })
+    }
+
+    fn MPI_Type_create_darray / PMPI_Type_create_darray(
+        size: c_int,
+        rank: c_int,
+        ndims: c_int,
+        gsizes: *const c_int,
+        distribs: *const c_int,
+        dargs: *const c_int,
+        psizes: *const c_int,
+        order: c_int,
+        oldtype: c_int,
+        newtype: *mut c_int,
+    ) -> c_int {
+        make("MPI_Type_create_darray", || {
+            let n = count_of(ndims)?;
+            // SAFETY: MPI's contract: the four arrays hold `ndims` ints.
+            let (g, d, a, p) = unsafe {
+                (
+                    ints_at(gsizes, n, "gsizes")?,
+                    ints_at(distribs, n, "distribs")?,
+                    ints_at(dargs, n, "dargs")?,
+                    ints_at(psizes, n, "psizes")?,
+                )
+            };
+            let fortran = match order {
+                ORDER_C => false,
+                ORDER_FORTRAN => true,
+                o => return Err(Fail::new(ERR_ARG, format!("array order {o}"))),
+            };
+            let dists = d.iter().zip(a).map(|(&d, &a)| distribution(d, a)).collect::<Res<Vec<_>>>()?;
+            let (procs, grid) = (count_of(size)?, counts_of(p)?);
+            if grid.iter().product::<usize>() != procs {
+                return Err(Fail::new(ERR_ARG, format!("a grid of {grid:?} processes for {procs}")));
+            }
+            let l = Layout::darray(count_of(rank)?, &counts_of(g)?, &dists, &grid, fortran, &layout_of(oldtype)?)
+                .map_err(|e| Fail::new(ERR_ARG, e))?;
+            let ints = [&[size, rank, ndims][..], g, d, a, p, &[order]].concat();
+            let made = Made { combiner: COMBINER_DARRAY, ints, aints: vec![], types: vec![oldtype] };
+            // SAFETY: MPI's contract: newtype points to an MPI_Datatype.
+            unsafe { new_type(l, made, newtype) }
+        })
+    }
+
+    fn MPI_Type_match_size / PMPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut c_int) -> c_int {
+        let r = match types::match_size(typeclass, usize::try_from(size).unwrap_or(usize::MAX)) {
+            None => Err(Fail::new(ERR_ARG, format!("MPI_Type_match_size: type class {typeclass}"))),
+            Some(None) => Err(Fail::new(ERR_ARG, format!("MPI_Type_match_size: no type of its class of {size} bytes"))),
+            // SAFETY: MPI's contract: datatype points to an MPI_Datatype.
+            Some(Some(h)) => unsafe { put(datatype, h) },
+        };
+        finish("MPI_Type_match_size", COMM_WORLD, r)
     }
 
     fn MPI_Type_create_resized / PMPI_Type_create_resized(

@@ -574,6 +574,22 @@ pub(super) fn elementwise(ty: &Datatype, op: &ReduceOp) -> Res<Option<ElemFn>> {
     }))
 }
 
+/// The first of the C types of class `typeclass` (`MPI_TYPECLASS_REAL`, `_INTEGER`,
+/// `_COMPLEX`) whose elements are `size` bytes (`MPI_Type_match_size`); `None` for another
+/// class (`Err`) or no such type (`Ok(None)`).
+pub(super) fn match_size(typeclass: c_int, size: usize) -> Option<Option<c_int>> {
+    const REAL: &[c_int] = &[13, 14, LONG_DOUBLE_HANDLE];
+    const INTEGER: &[c_int] = &[2, 5, 7, 9, 11];
+    const COMPLEX: &[c_int] = &[C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX];
+    let candidates = match typeclass {
+        1 => REAL,
+        2 => INTEGER,
+        3 => COMPLEX,
+        _ => return None,
+    };
+    Some(candidates.iter().copied().find(|&h| Datatype::of(h).is_ok_and(|t| t.size == size)))
+}
+
 /// `MPI_LONG_DOUBLE`, `MPI_C_FLOAT_COMPLEX`, `MPI_C_DOUBLE_COMPLEX` and
 /// `MPI_C_LONG_DOUBLE_COMPLEX` (include/mpi.h): the types no Rust number carries.
 const LONG_DOUBLE_HANDLE: c_int = 34;
