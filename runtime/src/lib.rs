@@ -52,7 +52,7 @@ pub use coll::op::{
     self, BitAnd, BitOr, BitXor, Builtin, DynOp, ElemType, Loc, LogicalAnd, LogicalOr, LogicalXor, Max, MaxLoc, Min,
     MinLoc, Op, Prod, Sum, UserOp,
 };
-pub use coll::{CollRequest, InterRoot};
+pub use coll::{CollRequest, InterRoot, PendingComm};
 pub use comm::{Comm, Communicator, Message, ANY_SOURCE, ANY_TAG, TAG_UB};
 pub use error::{Error, ErrorClass, Result};
 pub use group::Group;

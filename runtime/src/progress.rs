@@ -84,6 +84,9 @@ pub(crate) struct Runtime {
     /// The next communicator context id this process may hand out (even: point-to-point,
     /// the odd one after it: collectives). The world uses 0 and 1.
     pub(crate) next_ctx: u32,
+    /// The contexts agreed by nonblocking calls (`MPI_Comm_idup`), which hand out ids of
+    /// their own (coll/idup.rs).
+    pub(crate) nb_contexts: crate::coll::NbContexts,
     /// Nonblocking collectives in flight, with a generation each (handles stay unique).
     scheds: slab::Slab<(u32, Sched)>,
     sched_gen: u32,
@@ -181,6 +184,7 @@ impl Runtime {
             policy,
             finalized: false,
             next_ctx: 2,
+            nb_contexts: crate::coll::NbContexts::default(),
             scheds: slab::Slab::new(),
             sched_gen: 0,
             hosts: Hosts { of: vec![0; n], shm: false, outnumbered: false, ring: Vec::new() },
@@ -524,9 +528,9 @@ impl Runtime {
             n += self.perform_actions();
         }
         if !self.scheds.is_empty() {
-            let engine = &mut self.engine;
+            let (engine, nb) = (&mut self.engine, &mut self.nb_contexts);
             for (_, (_, s)) in self.scheds.iter_mut() {
-                n += usize::from(s.advance(engine));
+                n += usize::from(s.advance(engine, nb));
             }
         }
         if n > 0 {
@@ -799,7 +803,7 @@ impl Runtime {
     /// engine: the caller must hand the returned handle to a scope, whose wait reports any
     /// error (see the module's rules).
     pub(crate) fn start_sched(&mut self, mut s: Sched) -> SchedId {
-        s.advance(&mut self.engine);
+        s.advance(&mut self.engine, &mut self.nb_contexts);
         self.sched_gen = self.sched_gen.wrapping_add(1);
         let key = self.scheds.insert((self.sched_gen, s));
         self.flush();

@@ -210,6 +210,12 @@ static void errors(void)
     MPI_Request ob;
     CLASS("iallreduce sum of bytes", MPI_Iallreduce(b1, b3, 2, MPI_BYTE, MPI_SUM, MPI_COMM_SELF, &ob));
     CLASS("bxor of bytes", MPI_Reduce_local(b1, b2, 2, MPI_BYTE, MPI_BXOR));
+    MPI_Comm nodup = MPI_COMM_NULL;
+    MPI_Request noreq = MPI_REQUEST_NULL;
+    CLASS("idup without a request", MPI_Comm_idup(MPI_COMM_WORLD, &nodup, NULL));
+    CLASS("idup without a communicator", MPI_Comm_idup(MPI_COMM_WORLD, NULL, &noreq));
+    CLASS("idup of MPI_COMM_NULL", MPI_Comm_idup(MPI_COMM_NULL, &nodup, &noreq));
+    SAY("failed idups left null: %d %d", nodup == MPI_COMM_NULL, noreq == MPI_REQUEST_NULL);
     SAY("bxor of bytes = %d %d", b2[0], b2[1]);
     b2[0] = 0;
     b2[1] = 1;

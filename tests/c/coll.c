@@ -1,7 +1,7 @@
 /* The C ABI's data-moving collectives (with their v-forms and MPI_IN_PLACE), scans,
  * reduce-scatter, local reductions, communicator splits, groups and communicators made from
- * them, comparisons, names and attributes, printed as "rank: what = values"
- * lines; the test compares them with MPICH's. */
+ * them, nonblocking duplicates (MPI_Comm_idup), comparisons, names and attributes, printed
+ * as "rank: what = values" lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -217,6 +217,52 @@ static void attributes(void)
     MPI_Comm_set_attr(MPI_COMM_SELF, k4, (void *)(intptr_t)(7 + rank));
     MPI_Comm_free_keyval(&k2);
     MPI_Comm_free_keyval(&k3);
+}
+
+/* MPI_Comm_idup: three duplicates in flight beside an MPI_Ibarrier and a blocking
+ * MPI_Comm_split; each has a context of its own (messages on one are not received on
+ * another), works for collectives, and has its parent's attributes. */
+static void idups(void)
+{
+    int key;
+    MPI_Comm_create_keyval(MPI_COMM_DUP_FN, MPI_COMM_NULL_DELETE_FN, &key, NULL);
+    MPI_Comm parent, d[3], half;
+    MPI_Comm_dup(MPI_COMM_WORLD, &parent);
+    MPI_Comm_set_attr(parent, key, (void *)(intptr_t)(40 + rank));
+    MPI_Request r[4];
+    for (int i = 0; i < 3; i++)
+        MPI_Comm_idup(parent, &d[i], &r[i]);
+    MPI_Ibarrier(parent, &r[3]);
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    MPI_Waitall(4, r, MPI_STATUSES_IGNORE);
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size, got[3], mine[3];
+    for (int i = 0; i < 3; i++) {
+        mine[i] = 100 * i + rank;
+        MPI_Isend(&mine[i], 1, MPI_INT, next, 0, d[i], &r[i]);
+    }
+    for (int i = 2; i >= 0; i--)
+        MPI_Recv(&got[i], 1, MPI_INT, prev, 0, d[i], MPI_STATUS_IGNORE);
+    MPI_Waitall(3, r, MPI_STATUSES_IGNORE);
+    say("idup messages from the previous rank", got, 3);
+    int sums[3], flags[3], vals[3], cmp[3];
+    for (int i = 0; i < 3; i++) {
+        void *v;
+        MPI_Allreduce(&mine[i], &sums[i], 1, MPI_INT, MPI_SUM, d[i]);
+        MPI_Comm_get_attr(d[i], key, &v, &flags[i]);
+        vals[i] = flags[i] ? (int)(intptr_t)v : -1;
+        MPI_Comm_compare(d[i], parent, &cmp[i]);
+    }
+    say("idup all-reduces", sums, 3);
+    say("idup attributes", vals, 3);
+    say("idup compared with the parent", cmp, 3);
+    int hs;
+    MPI_Allreduce(&rank, &hs, 1, MPI_INT, MPI_SUM, half);
+    say("split beside them, all-reduce", &hs, 1);
+    for (int i = 0; i < 3; i++)
+        MPI_Comm_free(&d[i]);
+    MPI_Comm_free(&half);
+    MPI_Comm_free(&parent);
+    MPI_Comm_free_keyval(&key);
 }
 
 int main(int argc, char **argv)
@@ -547,6 +593,7 @@ int main(int argc, char **argv)
     say("groups freed", &gfreed, 1);
     nonblocking();
     nonblocking_v();
+    idups();
     attributes();
     MPI_Finalize();
     return 0;

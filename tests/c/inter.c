@@ -5,9 +5,9 @@
  * MPI_Allreduce with a predefined and a non-commutative operation of the program's,
  * MPI_Gather, MPI_Scatter, MPI_Allgather, MPI_Alltoall, their v-forms, MPI_Alltoallw and the
  * reduce-scatters), the communicators made from it (MPI_Comm_dup, MPI_Comm_split,
- * MPI_Comm_create, MPI_Intercomm_merge), the nonblocking collectives (several in flight at
- * once, and beside a blocking one), and their errors. Printed as "rank: what = values"
- * lines; the test compares them with MPICH's. */
+ * MPI_Comm_create, MPI_Intercomm_merge, MPI_Comm_idup), the nonblocking collectives
+ * (several in flight at once, and beside a blocking one), and their errors. Printed as
+ * "rank: what = values" lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -421,6 +421,25 @@ int main(int argc, char **argv)
     messages(dup, "dup");
     collectives(dup, low);
     nonblocking(dup, low);
+
+    /* Nonblocking duplicates beside a nonblocking barrier and a blocking duplicate. */
+    MPI_Comm idup[2], bdup;
+    MPI_Request ir[3];
+    MPI_Comm_idup(inter, &idup[0], &ir[0]);
+    MPI_Ibarrier(inter, &ir[1]);
+    MPI_Comm_idup(inter, &idup[1], &ir[2]);
+    MPI_Comm_dup(inter, &bdup);
+    MPI_Waitall(3, ir, MPI_STATUSES_IGNORE);
+    for (int i = 0; i < 2; i++) {
+        int s = -1, t = -1;
+        MPI_Comm_test_inter(idup[i], &flag);
+        MPI_Comm_remote_size(idup[i], &t);
+        MPI_Allreduce(&rank, &s, 1, MPI_INT, MPI_SUM, idup[i]);
+        SAY("idup %d: test_inter %d, remote size %d, allreduce of the other side's world ranks = %d", i, flag, t, s);
+        MPI_Comm_free(&idup[i]);
+    }
+    messages(bdup, "dup beside idups");
+    MPI_Comm_free(&bdup);
 
     /* Merged, the high group last (the odds, then the evens); then with both asking low, in
      * MPICH's order: the group of the lower first world rank (the evens) first. */

@@ -816,6 +816,24 @@ mpi! {
         }
     }
 
+    fn MPI_Comm_idup / PMPI_Comm_idup(comm: c_int, newcomm: *mut c_int, request: *mut c_int) -> c_int {
+        // SAFETY: MPI's contract: newcomm and request point to an MPI_Comm and an MPI_Request.
+        unsafe { idup("MPI_Comm_idup", comm, newcomm, request) }
+    }
+
+    fn MPI_Comm_idup_with_info / PMPI_Comm_idup_with_info(
+        comm: c_int,
+        info: c_int,
+        newcomm: *mut c_int,
+        request: *mut c_int,
+    ) -> c_int {
+        if let Err(fail) = super::info::hints("MPI_Comm_idup_with_info", info) {
+            return finish("MPI_Comm_idup_with_info", comm, Err(fail));
+        }
+        // SAFETY: as for MPI_Comm_idup.
+        unsafe { idup("MPI_Comm_idup_with_info", comm, newcomm, request) }
+    }
+
     fn MPI_Iscan / PMPI_Iscan(
         sendbuf: *const c_void,
         recvbuf: *mut c_void,
@@ -1089,4 +1107,44 @@ unsafe fn ireduce_inter(
     carried(&ty, &op, &ptrs, |k| {
         with_carrier!(k, |o, T| c.inter_ireduce(s, send.map(cast::<T>), recv.map(cast_mut::<T>), o, root))
     })
+}
+
+/// `MPI_Comm_idup`: the agreement starts, and the new handle is written at once, as MPI's
+/// calls that make a handle write it (the program may not use it before the request
+/// completes): its entry holds the parent until then, and the duplicate from then on.
+/// Attributes and the topology are copied now, as `MPI_Comm_dup` copies them.
+///
+/// # Safety
+/// `newcomm` and `request` point to an `MPI_Comm` and an `MPI_Request`.
+unsafe fn idup(name: &'static str, comm: c_int, newcomm: *mut c_int, request: *mut c_int) -> c_int {
+    // SAFETY: no buffers; the caller's pointers, as this function's contract says.
+    unsafe {
+        launch(name, comm, request, |c, s| {
+            if newcomm.is_null() {
+                return Err(Fail::new(ERR_ARG, format!("{name}: a null communicator pointer")));
+            }
+            let (req, made) = c.idup(s)?.into_parts();
+            super::new_comm(name, Some(c.clone()), super::errhandler_of(comm), newcomm)?;
+            let h = *newcomm;
+            let copied = super::topo::topo_of(name, comm)
+                .and_then(|t| super::topo::set_topo(name, h, t))
+                .and_then(|()| super::attr::copy_all(name, super::attr::Object::Comm, comm, h));
+            if let Err(e) = copied {
+                // A copy function failed: no duplicate (the agreement goes on for the others).
+                let _ = super::with_state(name, |st| super::free_handle(&mut st.comms, h, 3));
+                *newcomm = 0;
+                return Err(e);
+            }
+            let done = move || {
+                let Ok(made) = made.comm() else { return };
+                let _ = super::with_state(name, |st| {
+                    if let Some(Some(e)) = st.comms.get_mut(h as usize) {
+                        e.comm = made;
+                    }
+                });
+            };
+            KEEP.with(|k| k.borrow_mut().finish = Some(Finish(Box::new(done))));
+            Ok(req)
+        })
+    }
 }

@@ -12,7 +12,7 @@ use crate::error::Error;
 
 /// The context of [`Comm::solo`] (and the next, its collectives'): the last two ids, which
 /// [`Comm::agree_context`] never hands out.
-const SOLO_CONTEXT: u32 = u32::MAX - 1;
+pub(super) const SOLO_CONTEXT: u32 = u32::MAX - 1;
 
 impl Comm {
     fn agree_context(&self) -> Result<u32, Error> {
@@ -64,7 +64,7 @@ impl Comm {
     pub(super) fn take_context(&self, ctx: u32, ids: u32) -> Result<u32, Error> {
         let next = ctx
             .checked_add(ids)
-            .filter(|&n| n <= SOLO_CONTEXT)
+            .filter(|&n| n <= super::NB_CONTEXTS)
             .ok_or_else(|| Error::Other("out of communicator context ids".into()))?;
         self.rt().borrow_mut().next_ctx = next;
         Ok(ctx)

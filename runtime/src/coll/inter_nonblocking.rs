@@ -10,9 +10,9 @@
 use bytemuck::Pod;
 
 use super::inter::InterRoot;
-use super::nonblocking::{blocks, raw, raw_mut, scratch, typed, CollRequest, Plan};
+use super::nonblocking::{blocks, raw, raw_mut, scratch, typed, CollRequest};
 use super::op::Op;
-use super::sched::Step;
+use super::sched::{Plan, Step};
 use crate::buf::{RawBuf, RawBufMut};
 use crate::comm::Comm;
 use crate::error::Error;
@@ -20,7 +20,7 @@ use crate::request::Scope;
 
 impl Comm {
     /// `rounds` of the local group `local`, moved onto its point-to-point context.
-    fn in_group(local: &Comm, mut rounds: Vec<Vec<Step>>) -> Vec<Vec<Step>> {
+    pub(super) fn in_group(local: &Comm, mut rounds: Vec<Vec<Step>>) -> Vec<Vec<Step>> {
         let lane = local.context();
         for step in rounds.iter_mut().flatten() {
             if let Step::Send { ctx, .. } | Step::Recv { ctx, .. } = step {

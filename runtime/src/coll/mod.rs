@@ -12,6 +12,7 @@
 
 mod algo;
 mod create;
+mod idup;
 mod inter;
 mod inter_nonblocking;
 mod neighbor;
@@ -23,6 +24,8 @@ pub(crate) mod ring;
 pub(crate) mod sched;
 mod vector;
 
+pub use idup::PendingComm;
+pub(crate) use idup::{NbContexts, NB_CONTEXTS};
 pub use inter::InterRoot;
 pub use neighbor::Neighborhood;
 pub use nonblocking::CollRequest;

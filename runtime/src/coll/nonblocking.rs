@@ -8,7 +8,7 @@ use std::rc::Rc;
 use bytemuck::Pod;
 
 use super::op::Op;
-use super::sched::{Sched, Step};
+use super::sched::{Plan, Sched, Step};
 use crate::buf::{RawBuf, RawBufMut};
 use crate::comm::Comm;
 use crate::error::Error;
@@ -55,9 +55,6 @@ impl<'a> CollRequest<'a> {
         }
     }
 }
-
-/// A schedule's rounds and the scratch their steps point into.
-pub(super) type Plan = (Vec<Vec<Step>>, Vec<Vec<u64>>);
 
 /// Byte view of a typed slice borrowed for a scope.
 pub(super) fn raw<T: Pod>(v: &[T]) -> RawBuf {

@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 
+use super::idup::NbContexts;
 use crate::buf::{RawBuf, RawBufMut};
 use crate::engine::{Engine, ReqId};
 use crate::error::Error;
@@ -21,7 +22,15 @@ pub(crate) enum Step {
     Recv { ctx: u32, peer: usize, src: u32, buf: RawBufMut },
     /// A local computation (a reduction or a copy), run before the round's messages.
     Compute(Box<dyn FnMut()>),
+    /// A computation that decides what follows (an agreement that may have to run again):
+    /// run before the round's messages, with this process's contexts of the nonblocking
+    /// agreements (coll/idup.rs); the rounds it returns run next, with the scratch they
+    /// point into.
+    Then(Box<dyn FnOnce(&mut NbContexts) -> Plan>),
 }
+
+/// Rounds and the scratch their steps point into.
+pub(crate) type Plan = (Vec<Vec<Step>>, Vec<Vec<u64>>);
 
 impl std::fmt::Debug for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -29,6 +38,7 @@ impl std::fmt::Debug for Step {
             Step::Send { peer, buf, .. } => write!(f, "Send({peer}, {} B)", buf.len()),
             Step::Recv { peer, buf, .. } => write!(f, "Recv({peer}, {} B)", buf.len()),
             Step::Compute(_) => f.write_str("Compute"),
+            Step::Then(_) => f.write_str("Then"),
         }
     }
 }
@@ -41,7 +51,7 @@ pub(crate) struct Sched {
     rounds: VecDeque<Vec<Step>>,
     pending: Vec<ReqId>,
     /// Scratch memory the steps point into (freed with the schedule).
-    _scratch: Vec<Vec<u64>>,
+    scratch: Vec<Vec<u64>>,
     pub(crate) result: Option<Result<(), Error>>,
 }
 
@@ -49,12 +59,13 @@ impl Sched {
     /// A schedule as communicator rank `me` (its rank in its own group, on an
     /// inter-communicator), with `tag`; each message names its context.
     pub(crate) fn new(me: u32, tag: i32, rounds: Vec<Vec<Step>>, scratch: Vec<Vec<u64>>) -> Sched {
-        Sched { me, tag, rounds: rounds.into(), pending: Vec::new(), _scratch: scratch, result: None }
+        Sched { me, tag, rounds: rounds.into(), pending: Vec::new(), scratch, result: None }
     }
 
     /// Moves the schedule on as far as completed operations allow; returns whether it did
-    /// anything.
-    pub(crate) fn advance(&mut self, engine: &mut Engine) -> bool {
+    /// anything. `nb` is this process's contexts of the nonblocking agreements, for the
+    /// steps that decide ([`Step::Then`]).
+    pub(crate) fn advance(&mut self, engine: &mut Engine, nb: &mut NbContexts) -> bool {
         let mut moved = false;
         while self.result.is_none() {
             if !self.pending.iter().all(|&id| engine.is_done(id)) {
@@ -73,14 +84,23 @@ impl Sched {
                 break;
             };
             moved = true;
+            let mut next: Vec<Vec<Step>> = Vec::new();
             for step in round {
                 match step {
                     Step::Compute(mut f) => f(),
+                    Step::Then(f) => {
+                        let (rounds, scratch) = f(nb);
+                        next.extend(rounds);
+                        self.scratch.extend(scratch);
+                    }
                     Step::Send { ctx, peer, buf } => self.pending.push(engine.isend(ctx, self.me, self.tag, peer, buf)),
                     Step::Recv { ctx, peer, src, buf } => {
                         self.pending.push(engine.irecv(ctx, Some(src), Some(self.tag), Some(peer), buf))
                     }
                 }
+            }
+            for r in next.into_iter().rev() {
+                self.rounds.push_front(r);
             }
         }
         moved

@@ -34,6 +34,7 @@ fn main() -> mpr::Result<()> {
     check_loc_and_half(&w)?;
     check_groups(&w)?;
     check_nonblocking(&w)?;
+    check_idup(&w)?;
     check_cartesian(&w)?;
     w.barrier()?;
     println!("rank {me} of {p}: coll ok");
@@ -690,6 +691,65 @@ fn graphs(w: &Comm) -> mpr::Result<()> {
     assert!(w.graph(&[1], &[5]).is_err(), "an edge to no node");
     if p >= 2 {
         inter(w)?;
+    }
+    Ok(())
+}
+
+/// Nonblocking duplicates: three of the world in flight at once beside a barrier, while
+/// communicators of overlapping groups are made by blocking calls (a split, a duplicate of
+/// the split); every context is new (a message on one is not received on another), and each
+/// duplicate's collectives work. Then duplicates of an inter-communicator, the same way.
+fn check_idup(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let half = w.split(Some((me % 2) as u32), 0)?.unwrap();
+    let (dups, made) = mpr::scope(|s| -> mpr::Result<_> {
+        let pending: Vec<_> = (0..3).map(|_| w.idup(s)).collect::<mpr::Result<_>>()?;
+        let b = w.ibarrier(s)?;
+        // Blocking creations while the agreements are in flight.
+        let made = (half.dup()?, half.split(Some(0), -(me as i32))?.unwrap());
+        b.wait()?;
+        let dups = pending.into_iter().map(|d| d.wait()).collect::<mpr::Result<Vec<_>>>()?;
+        Ok((dups, made))
+    })?;
+    let all: Vec<&Comm> = dups.iter().chain([w, &half, &made.0, &made.1]).collect();
+    // Each rank sends its rank and the communicator's index to the next rank on every
+    // communicator of the world's group, tag 0, then receives them in reverse order.
+    let whole: Vec<usize> = (0..all.len()).filter(|&i| all[i].size() == p).collect();
+    let msgs: Vec<[usize; 2]> = whole.iter().map(|&i| [me, i]).collect();
+    mpr::scope(|s| -> mpr::Result<()> {
+        let sent: Vec<_> = whole.iter().zip(&msgs).map(|(&i, m)| all[i].isend(s, m, (me + 1) % p, 0)).collect();
+        for &i in whole.iter().rev() {
+            let mut got = [usize::MAX; 2];
+            all[i].recv(&mut got, (me + p - 1) % p, 0)?;
+            assert_eq!(got, [(me + p - 1) % p, i], "rank {me}: communicator {i}'s message");
+        }
+        sent.into_iter().try_for_each(|q| q?.wait().map(|_| ()))
+    })?;
+    for (i, d) in dups.iter().enumerate() {
+        assert_eq!((d.rank(), d.size()), (me, p));
+        let mut sum = [0usize];
+        d.allreduce(&[me + i], &mut sum, Sum)?;
+        assert_eq!(sum[0], p * (p - 1) / 2 + p * i, "rank {me}: duplicate {i}'s all-reduce");
+    }
+    if p >= 2 {
+        let h = p / 2;
+        let low = me < h;
+        let side = w.split(Some(low as u32), 0)?.unwrap();
+        let ic = side.intercomm(0, Some((w, if low { h } else { 0 })), 9)?;
+        let idups = mpr::scope(|s| -> mpr::Result<_> {
+            let pending: Vec<_> = (0..2).map(|_| ic.idup(s)).collect::<mpr::Result<_>>()?;
+            let blocking = ic.dup()?;
+            let mut got = pending.into_iter().map(|d| d.wait()).collect::<mpr::Result<Vec<_>>>()?;
+            got.push(blocking);
+            Ok(got)
+        })?;
+        let theirs: usize = if low { (h..p).sum() } else { (0..h).sum() };
+        for (i, d) in idups.iter().enumerate() {
+            assert!(d.is_inter(), "rank {me}: duplicate {i} of an inter-communicator");
+            let mut sum = [0usize];
+            d.allreduce(&[me], &mut sum, Sum)?;
+            assert_eq!(sum[0], theirs, "rank {me}: inter duplicate {i}'s all-reduce");
+        }
     }
     Ok(())
 }
