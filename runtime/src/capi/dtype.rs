@@ -373,8 +373,11 @@ mpi! {
                 o => return Err(Fail::new(ERR_ARG, format!("array order {o}"))),
             };
             let dists = d.iter().zip(a).map(|(&d, &a)| distribution(d, a)).collect::<Res<Vec<_>>>()?;
+            if n == 0 {
+                return Err(Fail::new(ERR_ARG, "a distributed array of no dimensions"));
+            }
             let (procs, grid) = (count_of(size)?, counts_of(p)?);
-            if grid.iter().product::<usize>() != procs {
+            if grid.iter().try_fold(1usize, |a, &g| a.checked_mul(g)) != Some(procs) {
                 return Err(Fail::new(ERR_ARG, format!("a grid of {grid:?} processes for {procs}")));
             }
             let l = Layout::darray(count_of(rank)?, &counts_of(g)?, &dists, &grid, fortran, &layout_of(oldtype)?)

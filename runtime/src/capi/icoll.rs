@@ -30,6 +30,9 @@ pub(super) struct Keep {
     /// What completes the result once the communication is done (a reduction by an
     /// operation on whole elements, combined from the gathered inputs).
     finish: Option<Finish>,
+    /// What undoes the call where the request does not complete without error (dropped
+    /// without [`Keep::complete`]): the handle `MPI_Comm_idup` wrote goes.
+    undo: Option<Finish>,
 }
 
 /// [`Keep::finish`].
@@ -45,7 +48,16 @@ impl Keep {
     /// The request completed without error: what finishes its result runs, then the
     /// landings unpack it into the caller's memory (as they drop).
     pub(super) fn complete(mut self) {
+        self.undo = None;
         if let Some(Finish(f)) = self.finish.take() {
+            f();
+        }
+    }
+}
+
+impl Drop for Keep {
+    fn drop(&mut self) {
+        if let Some(Finish(f)) = self.undo.take() {
             f();
         }
     }
@@ -1135,15 +1147,27 @@ unsafe fn idup(name: &'static str, comm: c_int, newcomm: *mut c_int, request: *m
                 *newcomm = 0;
                 return Err(e);
             }
+            // Where the agreement fails, the handle goes: the program's later calls on it
+            // get MPI_ERR_COMM, not the parent it held meanwhile.
+            let drop_handle = move || {
+                let _ = super::with_state(name, |st| super::free_handle(&mut st.comms, h, 3));
+            };
             let done = move || {
-                let Ok(made) = made.comm() else { return };
-                let _ = super::with_state(name, |st| {
-                    if let Some(Some(e)) = st.comms.get_mut(h as usize) {
-                        e.comm = made;
+                let made = made.comm();
+                let _ = super::with_state(name, |st| match (made, st.comms.get_mut(h as usize)) {
+                    (Ok(made), Some(Some(e))) => e.comm = made,
+                    (_, slot) => {
+                        if let Some(slot) = slot {
+                            *slot = None;
+                        }
                     }
                 });
             };
-            KEEP.with(|k| k.borrow_mut().finish = Some(Finish(Box::new(done))));
+            KEEP.with(|k| {
+                let mut k = k.borrow_mut();
+                k.finish = Some(Finish(Box::new(done)));
+                k.undo = Some(Finish(Box::new(drop_handle)));
+            });
             Ok(req)
         })
     }

@@ -22,10 +22,10 @@
 //! within each group, the leaders' swap, and a broadcast within each group, so that both
 //! groups agree.
 
-use std::cell::Cell;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
-use super::nonblocking::{scratch, typed, CollRequest};
+use super::nonblocking::{scratch, typed, CollRequest, Lane};
 use super::op::{Max, Min, Op};
 use super::sched::{Plan, Step};
 use crate::buf::RawBufMut;
@@ -57,6 +57,8 @@ impl Default for NbContexts {
 
 /// A duplicate in the making ([`Comm::idup`]): the request of its agreement, and the
 /// communicator once it completes.
+/// A duplicate in the making ([`Comm::idup`]): the request of its agreement, and the
+/// communicator once it completes.
 #[must_use = "a duplication must be waited for"]
 #[derive(Debug)]
 pub struct PendingComm<'a> {
@@ -82,14 +84,17 @@ impl<'a> PendingComm<'a> {
 #[derive(Debug)]
 pub(crate) struct Made {
     parent: Comm,
-    ctx: Rc<Cell<Option<u32>>>,
+    /// The agreed context, written by the schedule (0 until then: no block starts there).
+    ctx: Arc<AtomicU32>,
 }
 
 impl Made {
     /// The duplicate of the parent, on the agreed context.
     pub(crate) fn comm(&self) -> Result<Comm, Error> {
-        let ctx =
-            self.ctx.get().ok_or_else(|| Error::Other("MPI_Comm_idup: out of communicator context ids".into()))?;
+        let ctx = match self.ctx.load(Ordering::Acquire) {
+            0 => return Err(Error::Other("MPI_Comm_idup: the agreement has not completed".into())),
+            c => c,
+        };
         let p = &self.parent;
         Ok(match p.local() {
             Some(_) => Comm::new_inter(p.rt().clone(), ctx, p.rank(), p.group().to_vec(), p.peers().to_vec()),
@@ -98,102 +103,113 @@ impl Made {
     }
 }
 
-/// Where one agreement keeps its numbers: this member's, the reduction's, the other group's.
-#[derive(Clone, Copy)]
-struct Slots {
+/// One agreement, as its steps keep it: plain data, no communicator (see [`Lane`]).
+#[derive(Clone)]
+struct Agreement {
+    /// The members of this rank's group, on the context of the group's steps.
+    group: Lane<Arc<[usize]>>,
+    /// On an inter-communicator, the other group, on the context of the leaders' swap.
+    other: Option<Lane<Arc<[usize]>>>,
+    /// This member's number, the reduction's, the other group's.
     mine: RawBufMut,
     acc: RawBufMut,
     theirs: RawBufMut,
+    /// Where the agreed context goes.
+    out: Arc<AtomicU32>,
+    /// A spread of the proposals of this agreement's second and later tries, in blocks,
+    /// told apart from other agreements' (the parent's context): two agreements that keep
+    /// meeting on one block at two members that started them in opposite orders part.
+    spread: u32,
 }
 
 impl Comm {
     /// Starts duplicating this communicator (`MPI_Comm_idup`): collective over it, and the
     /// duplicate is ready when the returned [`PendingComm`] completes.
     pub fn idup<'a>(&self, scope: &Scope<'a>) -> Result<PendingComm<'a>, Error> {
-        let tag = match self.local() {
-            None => self.coll_tag()?,
-            Some(_) => self.next_tag(),
+        let (tag, group, other) = match self.local() {
+            None => (self.coll_tag()?, owned(self.lane()), None),
+            Some(local) => {
+                let group = Lane { ctx: local.context(), rank: local.rank(), peers: local.peers().into() };
+                (self.next_tag(), group, Some(owned(self.lane())))
+            }
         };
         let (store, slots) = scratch::<u32>(3)?;
         let word = |i: usize| slots.window(4 * i, 4);
-        let slots = Slots { mine: word(0), acc: word(1), theirs: word(2) };
-        let ctx = Rc::new(Cell::new(None));
-        let first = self.propose(slots, ctx.clone());
-        let req = self.launch_tagged(scope, tag, vec![vec![first]], vec![store]);
-        Ok(PendingComm { req, made: Made { parent: self.clone(), ctx } })
+        let out = Arc::new(AtomicU32::new(0));
+        let spread = self.context() / 2 % 7 + 1;
+        let a = Agreement { group, other, mine: word(0), acc: word(1), theirs: word(2), out: out.clone(), spread };
+        let req = self.launch_tagged(scope, tag, vec![vec![a.propose(0)]], vec![store]);
+        Ok(PendingComm { req, made: Made { parent: self.clone(), ctx: out } })
     }
+}
 
-    /// Step 1: this member's next block, and the members' largest of them.
-    fn propose(&self, slots: Slots, out: Rc<Cell<Option<u32>>>) -> Step {
-        let c = self.clone();
+/// A lane that owns its ranks.
+fn owned(l: Lane<&[usize]>) -> Lane<Arc<[usize]>> {
+    Lane { ctx: l.ctx, rank: l.rank, peers: l.peers.into() }
+}
+
+impl Agreement {
+    /// Step 1 of try `tries`: this member's next block, and the members' largest of them.
+    fn propose(self, tries: u32) -> Step {
         Step::Then(Box::new(move |nb: &mut NbContexts| {
-            let mut s = slots;
-            typed::<u32>(&mut s.mine)[0] = nb.next;
+            let mut a = self.clone();
+            if tries > 0 {
+                nb.next = nb.next.saturating_add(BLOCK * (self.spread * tries % 8));
+            }
+            typed::<u32>(&mut a.mine)[0] = nb.next;
             // Past the end of the range the proposal stays there, and the agreement fails.
             nb.next = nb.next.saturating_add(BLOCK);
-            let (mut rounds, store) = c.agree::<Max>(slots);
-            rounds.push(vec![c.decide(slots, out)]);
-            (rounds, store)
+            let (mut rounds, store) = a.agree::<Max>()?;
+            rounds.push(vec![self.decide(tries)]);
+            Ok((rounds, store))
         }))
     }
 
     /// Step 2: whether this member could take the agreed block, and whether all could; the
     /// duplicate's id, or step 1 again.
-    fn decide(&self, slots: Slots, out: Rc<Cell<Option<u32>>>) -> Step {
-        let c = self.clone();
+    fn decide(self, tries: u32) -> Step {
         Step::Then(Box::new(move |nb: &mut NbContexts| {
-            let mut s = slots;
-            let agreed = typed::<u32>(&mut s.acc)[0];
+            let mut a = self.clone();
+            let agreed = typed::<u32>(&mut a.acc)[0];
             nb.next = nb.next.max(agreed.saturating_add(BLOCK));
             let fits = agreed.checked_add(BLOCK).is_some_and(|end| end <= super::create::SOLO_CONTEXT);
             let took = fits && nb.taken.insert(agreed);
-            typed::<u32>(&mut s.mine)[0] = took as u32;
-            let (mut rounds, store) = c.agree::<Min>(slots);
-            let c2 = c.clone();
+            typed::<u32>(&mut a.mine)[0] = took as u32;
+            let (mut rounds, store) = a.agree::<Min>()?;
             rounds.push(vec![Step::Then(Box::new(move |nb: &mut NbContexts| {
-                let mut s = slots;
-                if typed::<u32>(&mut s.acc)[0] == 1 {
-                    out.set(Some(agreed));
-                    return (Vec::new(), Vec::new());
+                let mut a = self;
+                if typed::<u32>(&mut a.acc)[0] == 1 {
+                    a.out.store(agreed, Ordering::Release);
+                    return Ok((Vec::new(), Vec::new()));
                 }
                 if took {
                     nb.taken.remove(&agreed);
                 }
                 if !fits {
-                    // No block left: the request fails (its wait says so).
-                    return (Vec::new(), Vec::new());
+                    return Err(Error::Other("MPI_Comm_idup: out of communicator context ids".into()));
                 }
-                (vec![vec![c2.propose(slots, out)]], Vec::new())
+                Ok((vec![vec![a.propose(tries + 1)]], Vec::new()))
             }))]);
-            (rounds, store)
+            Ok((rounds, store))
         }))
     }
 
     /// The rounds that leave at every member, in `acc`, the reduction by `O` of every
     /// member's `mine` (of both groups, on an inter-communicator).
-    fn agree<O: Op<u32> + Default + 'static>(&self, slots: Slots) -> Plan {
-        let Slots { mine, acc, theirs } = slots;
-        let (group, inter) = match self.local() {
-            Some(local) => (local, true),
-            None => (self, false),
-        };
-        // Reduced at the group's first rank into `acc`; the scratch it needs.
-        let (mut rounds, store) = group
-            .reduce_rounds::<u32, O>(mine.as_read(), (group.rank() == 0).then_some(acc), O::default(), 0)
-            .expect("four-byte elements");
-        if inter {
-            rounds = Comm::in_group(group, rounds);
-            if self.rank() == 0 {
-                rounds.push(vec![self.send_step(0, acc.as_read()), self.recv_step(0, theirs)]);
-                let (mut a, mut t) = (acc, theirs);
-                rounds.push(vec![Step::Compute(Box::new(move || {
-                    let theirs = typed::<u32>(&mut t)[0];
-                    O::default().apply(typed::<u32>(&mut a), &[theirs]);
-                }))]);
-            }
+    fn agree<O: Op<u32> + Default + 'static>(&self) -> Result<Plan, Error> {
+        let (mine, acc, theirs, g) = (self.mine, self.acc, self.theirs, &self.group);
+        // Reduced at the group's first rank into `acc`.
+        let (mut rounds, store) =
+            g.reduce_rounds::<u32, O>(mine.as_read(), (g.rank == 0).then_some(acc), O::default(), 0)?;
+        if let Some(other) = self.other.as_ref().filter(|_| g.rank == 0) {
+            rounds.push(vec![other.send_step(0, acc.as_read()), other.recv_step(0, theirs)]);
+            let (mut a, mut t) = (acc, theirs);
+            rounds.push(vec![Step::Compute(Box::new(move || {
+                let theirs = typed::<u32>(&mut t)[0];
+                O::default().apply(typed::<u32>(&mut a), &[theirs]);
+            }))]);
         }
-        let bcast = group.bcast_rounds(acc, 0);
-        rounds.extend(if inter { Comm::in_group(group, bcast) } else { bcast });
-        (rounds, store)
+        rounds.extend(g.bcast_rounds(acc, 0));
+        Ok((rounds, store))
     }
 }

@@ -184,19 +184,9 @@ impl Comm {
         recv: Option<&'a mut [T]>,
         root: InterRoot,
     ) -> Result<CollRequest<'a>, Error> {
-        let q = self.peers().len();
-        let even = |len: usize| (vec![len / q; q], (0..q).map(|j| j * (len / q)).collect::<Vec<_>>());
-        match recv {
-            Some(recv) if root == InterRoot::Here => {
-                if !recv.len().is_multiple_of(q) {
-                    self.inter("MPI_Igather")?;
-                    self.next_tag();
-                    return Err(Error::Other(format!("igather: the receive buffer does not split into {q} blocks")));
-                }
-                let (counts, displs) = even(recv.len());
-                self.inter_igatherv(scope, send, Some((recv, &counts, &displs)), root)
-            }
-            recv => self.inter_igatherv(scope, send, recv.map(|r| (r, &[][..], &[][..])), root),
+        match self.even_blocks("igather", recv.as_deref().filter(|_| root == InterRoot::Here).map(<[T]>::len)) {
+            Ok((counts, displs)) => self.inter_igatherv(scope, send, recv.map(|r| (r, &counts[..], &displs[..])), root),
+            Err(e) => self.inter_rooted(scope, "MPI_Igather", root, || Err(e), |_| unreachable!("at the root")),
         }
     }
 
@@ -208,25 +198,20 @@ impl Comm {
         recv: Option<(&'a mut [T], &[usize], &[usize])>,
         root: InterRoot,
     ) -> Result<CollRequest<'a>, Error> {
-        self.inter("MPI_Igatherv")?;
-        let tag = self.next_tag();
-        let rounds = match self.remote_root(root)? {
-            InterRoot::Here => {
-                let (recv, counts, displs) =
-                    recv.ok_or_else(|| Error::Other("igatherv: the root must pass a receive buffer".into()))?;
-                let b = blocks("igatherv", counts, displs, self.peers().len(), recv.len())?;
-                let all = raw_mut(recv);
-                let at = |r: &std::ops::Range<usize>| all.window(r.start * size_of::<T>(), r.len() * size_of::<T>());
-                vec![b.iter().enumerate().map(|(j, r)| self.recv_step(j, at(r))).collect()]
-            }
-            InterRoot::Beside => Vec::new(),
-            InterRoot::Remote(r) => {
-                let send =
-                    send.ok_or_else(|| Error::Other("igatherv: a rank of the other group must pass its input".into()))?;
-                vec![vec![self.send_step(r, raw(send))]]
-            }
+        let here = || {
+            let (recv, counts, displs) =
+                recv.ok_or_else(|| Error::Other("igatherv: the root must pass a receive buffer".into()))?;
+            let b = blocks("igatherv", counts, displs, self.peers().len(), recv.len())?;
+            let all = raw_mut(recv);
+            let at = |r: &std::ops::Range<usize>| all.window(r.start * size_of::<T>(), r.len() * size_of::<T>());
+            Ok(b.iter().enumerate().map(|(j, r)| self.recv_step(j, at(r))).collect())
         };
-        Ok(self.launch_tagged(scope, tag, rounds, Vec::new()))
+        let there = |r| {
+            let send =
+                send.ok_or_else(|| Error::Other("igatherv: a rank of the other group must pass its input".into()))?;
+            Ok(self.send_step(r, raw(send)))
+        };
+        self.inter_rooted(scope, "MPI_Igatherv", root, here, there)
     }
 
     /// Nonblocking [`Comm::inter_scatter`] (`MPI_Iscatter` on an inter-communicator): the
@@ -238,19 +223,11 @@ impl Comm {
         recv: Option<&'a mut [T]>,
         root: InterRoot,
     ) -> Result<CollRequest<'a>, Error> {
-        let q = self.peers().len();
-        match send {
-            Some(send) if root == InterRoot::Here => {
-                if !send.len().is_multiple_of(q) {
-                    self.inter("MPI_Iscatter")?;
-                    self.next_tag();
-                    return Err(Error::Other(format!("iscatter: the send buffer does not split into {q} blocks")));
-                }
-                let n = send.len() / q;
-                let (counts, displs) = (vec![n; q], (0..q).map(|j| j * n).collect::<Vec<_>>());
-                self.inter_iscatterv(scope, Some((send, &counts, &displs)), recv, root)
+        match self.even_blocks("iscatter", send.filter(|_| root == InterRoot::Here).map(<[T]>::len)) {
+            Ok((counts, displs)) => {
+                self.inter_iscatterv(scope, send.map(|s| (s, &counts[..], &displs[..])), recv, root)
             }
-            send => self.inter_iscatterv(scope, send.map(|s| (s, &[][..], &[][..])), recv, root),
+            Err(e) => self.inter_rooted(scope, "MPI_Iscatter", root, || Err(e), |_| unreachable!("at the root")),
         }
     }
 
@@ -262,23 +239,53 @@ impl Comm {
         recv: Option<&'a mut [T]>,
         root: InterRoot,
     ) -> Result<CollRequest<'a>, Error> {
-        self.inter("MPI_Iscatterv")?;
+        let here = || {
+            let (send, counts, displs) =
+                send.ok_or_else(|| Error::Other("iscatterv: the root must pass a send buffer".into()))?;
+            let b = blocks("iscatterv", counts, displs, self.peers().len(), send.len())?;
+            let all = raw(send);
+            let at = |r: &std::ops::Range<usize>| all.slice(r.start * size_of::<T>(), r.len() * size_of::<T>());
+            Ok(b.iter().enumerate().map(|(j, r)| self.send_step(j, at(r))).collect())
+        };
+        let there = |r| {
+            let recv =
+                recv.ok_or_else(|| Error::Other("iscatterv: a rank of the other group must pass a buffer".into()))?;
+            Ok(self.recv_step(r, raw_mut(recv)))
+        };
+        self.inter_rooted(scope, "MPI_Iscatterv", root, here, there)
+    }
+
+    /// The counts and displacements of a root's buffer of `len` elements in even blocks, one
+    /// per rank of the other group (none where no length is given: not the root); an error
+    /// for `what` where it does not split evenly.
+    fn even_blocks(&self, what: &str, len: Option<usize>) -> Result<(Vec<usize>, Vec<usize>), Error> {
+        let q = self.peers().len();
+        match len {
+            Some(len) if !len.is_multiple_of(q) => {
+                Err(Error::Other(format!("{what}: the root's {len} elements do not split into {q} blocks")))
+            }
+            Some(len) => Ok((vec![len / q; q], (0..q).map(|j| j * (len / q)).collect())),
+            None => Ok((Vec::new(), Vec::new())),
+        }
+    }
+
+    /// A rooted collective of one round on an inter-communicator `what`: at the root, the
+    /// steps `here` gives (one with each rank of the other group); beside the root, nothing;
+    /// in the other group, the step `there` gives with root `r`. Every rank takes its tag.
+    fn inter_rooted<'a>(
+        &self,
+        scope: &Scope<'a>,
+        what: &str,
+        root: InterRoot,
+        here: impl FnOnce() -> Result<Vec<Step>, Error>,
+        there: impl FnOnce(usize) -> Result<Step, Error>,
+    ) -> Result<CollRequest<'a>, Error> {
+        self.inter(what)?;
         let tag = self.next_tag();
         let rounds = match self.remote_root(root)? {
-            InterRoot::Here => {
-                let (send, counts, displs) =
-                    send.ok_or_else(|| Error::Other("iscatterv: the root must pass a send buffer".into()))?;
-                let b = blocks("iscatterv", counts, displs, self.peers().len(), send.len())?;
-                let all = raw(send);
-                let at = |r: &std::ops::Range<usize>| all.slice(r.start * size_of::<T>(), r.len() * size_of::<T>());
-                vec![b.iter().enumerate().map(|(j, r)| self.send_step(j, at(r))).collect()]
-            }
+            InterRoot::Here => vec![here()?],
             InterRoot::Beside => Vec::new(),
-            InterRoot::Remote(r) => {
-                let recv =
-                    recv.ok_or_else(|| Error::Other("iscatterv: a rank of the other group must pass a buffer".into()))?;
-                vec![vec![self.recv_step(r, raw_mut(recv))]]
-            }
+            InterRoot::Remote(r) => vec![vec![there(r)?]],
         };
         Ok(self.launch_tagged(scope, tag, rounds, Vec::new()))
     }
@@ -326,7 +333,7 @@ impl Comm {
         let q = self.peers().len();
         let b = blocks("iallgatherv", counts, displs, q, recv.len())?;
         let sends = (0..q).map(|j| (j, 0..send.len())).collect();
-        Ok(self.iexchange_inter(scope, tag, send, sends, recv, b.into_iter().enumerate().collect()))
+        Ok(self.exchange_round(scope, tag, send, sends, recv, b.into_iter().enumerate().collect()))
     }
 
     /// `MPI_Ialltoall` on an inter-communicator: `MPI_Ialltoallv` of even blocks.
@@ -364,25 +371,7 @@ impl Comm {
         let sb = blocks("ialltoallv (send)", scounts, sdispls, q, send.len())?;
         let rb = blocks("ialltoallv (receive)", rcounts, rdispls, q, recv.len())?;
         let (sends, recvs) = (sb.into_iter().enumerate().collect(), rb.into_iter().enumerate().collect());
-        Ok(self.iexchange_inter(scope, tag, send, sends, recv, recvs))
-    }
-
-    /// One round of transfers with the other group: range `s` of `send` to each rank of
-    /// `sends`, range `r` of `recv` from each of `recvs` (in elements).
-    fn iexchange_inter<'a, T: Pod>(
-        &self,
-        scope: &Scope<'a>,
-        tag: i32,
-        send: &'a [T],
-        sends: Vec<(usize, std::ops::Range<usize>)>,
-        recv: &'a mut [T],
-        recvs: Vec<(usize, std::ops::Range<usize>)>,
-    ) -> CollRequest<'a> {
-        let (s, r, e) = (raw(send), raw_mut(recv), size_of::<T>());
-        let mut steps: Vec<Step> =
-            recvs.into_iter().map(|(j, b)| self.recv_step(j, r.window(b.start * e, b.len() * e))).collect();
-        steps.extend(sends.into_iter().map(|(j, b)| self.send_step(j, s.slice(b.start * e, b.len() * e))));
-        self.launch_tagged(scope, tag, vec![steps], Vec::new())
+        Ok(self.exchange_round(scope, tag, send, sends, recv, recvs))
     }
 }
 
@@ -391,8 +380,7 @@ impl Comm {
     /// beside the root (`MPI_PROC_NULL`): a request complete at once, that has taken its
     /// tag as every rank does.
     pub fn inter_ibeside<'a>(&self, scope: &Scope<'a>, what: &str) -> Result<CollRequest<'a>, Error> {
-        self.inter(what)?;
-        let tag = self.next_tag();
-        Ok(self.launch_tagged(scope, tag, Vec::new(), Vec::new()))
+        let beside = |_| unreachable!("beside the root");
+        self.inter_rooted(scope, what, InterRoot::Beside, || unreachable!("beside the root"), beside)
     }
 }

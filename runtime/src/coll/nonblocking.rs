@@ -114,15 +114,20 @@ impl Comm {
         CollRequest { rt: self.rt().clone(), id, _marker: PhantomData }
     }
 
-    /// A send of `buf` to rank `to` on the collective context: of this group, or of an
-    /// inter-communicator's other group.
+    /// The ranks this communicator's collective steps name, on its collective context: of
+    /// this group, or of an inter-communicator's other group.
+    pub(super) fn lane(&self) -> Lane<&[usize]> {
+        Lane { ctx: self.coll_context(), rank: self.rank(), peers: self.peers() }
+    }
+
+    /// A send of `buf` to rank `to` on the collective context (see [`Comm::lane`]).
     pub(super) fn send_step(&self, to: usize, buf: RawBuf) -> Step {
-        Step::Send { ctx: self.coll_context(), peer: self.peers()[to], buf }
+        self.lane().send_step(to, buf)
     }
 
     /// A receive into `buf` from rank `from`, as [`Comm::send_step`].
     pub(super) fn recv_step(&self, from: usize, buf: RawBufMut) -> Step {
-        Step::Recv { ctx: self.coll_context(), peer: self.peers()[from], src: from as u32, buf }
+        self.lane().recv_step(from, buf)
     }
 
     /// Nonblocking barrier (`MPI_Ibarrier`; dissemination).
@@ -136,17 +141,24 @@ impl Comm {
 
     /// The rounds of a dissemination barrier.
     pub(super) fn barrier_rounds(&self) -> Vec<Vec<Step>> {
-        let (p, me) = (self.size(), self.rank());
-        let mut rounds = Vec::new();
-        let mut k = 1;
-        while k < p {
-            rounds.push(vec![
-                self.send_step((me + k) % p, RawBuf::EMPTY),
-                self.recv_step((me + p - k) % p, RawBufMut::EMPTY),
-            ]);
-            k *= 2;
-        }
-        rounds
+        self.lane().barrier_rounds()
+    }
+
+    /// The rounds of a binomial-tree broadcast of `b` from `root`.
+    pub(super) fn bcast_rounds(&self, b: RawBufMut, root: usize) -> Vec<Vec<Step>> {
+        self.lane().bcast_rounds(b, root)
+    }
+
+    /// The rounds of a binomial-tree reduction of `src` (elements of `T`) into `out` at
+    /// `root`, and the scratch they use.
+    pub(super) fn reduce_rounds<T: Pod, O: Op<T> + 'static>(
+        &self,
+        src: RawBuf,
+        out: Option<RawBufMut>,
+        op: O,
+        root: usize,
+    ) -> Result<Plan, Error> {
+        self.lane().reduce_rounds::<T, O>(src, out, op, root)
     }
 
     /// Nonblocking broadcast from `root` (`MPI_Ibcast`; binomial tree).
@@ -159,32 +171,6 @@ impl Comm {
         super::check_root(self, root)?;
         let rounds = self.bcast_rounds(raw_mut(buf), root);
         self.launch(scope, rounds, Vec::new())
-    }
-
-    /// The rounds of a binomial-tree broadcast of `b` from `root`.
-    pub(super) fn bcast_rounds(&self, b: RawBufMut, root: usize) -> Vec<Vec<Step>> {
-        let (p, me) = (self.size(), self.rank());
-        let vr = (me + p - root) % p;
-        let real = |v: usize| (v + root) % p;
-        let mut rounds = Vec::new();
-        let mut mask = 1;
-        while mask < p {
-            if vr & mask != 0 {
-                rounds.push(vec![self.recv_step(real(vr - mask), b)]);
-                break;
-            }
-            mask <<= 1;
-        }
-        let mut sends = Vec::new();
-        mask >>= 1;
-        while mask > 0 {
-            if vr + mask < p {
-                sends.push(self.send_step(real(vr + mask), b.as_read()));
-            }
-            mask >>= 1;
-        }
-        rounds.push(sends);
-        rounds
     }
 
     /// Nonblocking all-reduce (`MPI_Iallreduce`; recursive doubling, operands combined in
@@ -255,6 +241,9 @@ impl Comm {
                 round(&mut carry, Vec::new());
             }
         }
+        // The steps hold the operation's other counts; this one goes before the schedule
+        // starts (the progress thread may drop theirs).
+        drop(op);
         self.launch(scope, rounds, vec![store])
     }
 
@@ -341,16 +330,126 @@ impl Comm {
         self.launch(scope, rounds, scratch)
     }
 
+    /// Nonblocking gather to `root` (`MPI_Igather`); `recv` is used at the root only.
+    pub fn igather<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: &'a [T],
+        recv: Option<&'a mut [T]>,
+        root: usize,
+    ) -> Result<CollRequest<'a>, Error> {
+        super::check_root(self, root)?;
+        let (p, me) = (self.size(), self.rank());
+        if me != root {
+            return self.launch(scope, vec![vec![self.send_step(root, raw(send))]], Vec::new());
+        }
+        let recv = recv.ok_or_else(|| Error::Other("igather: the root must pass a receive buffer".into()))?;
+        super::check_len("igather", recv.len(), send.len() * p)?;
+        let n = send.len();
+        recv[me * n..(me + 1) * n].copy_from_slice(send);
+        let blk = std::mem::size_of_val(send);
+        let all = raw_mut(recv);
+        let steps = (0..p).filter(|&r| r != me).map(|r| self.recv_step(r, all.window(r * blk, blk))).collect();
+        self.launch(scope, vec![steps], Vec::new())
+    }
+
+    /// Nonblocking scatter from `root` (`MPI_Iscatter`); `send` is used at the root only.
+    pub fn iscatter<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        send: Option<&'a [T]>,
+        recv: &'a mut [T],
+        root: usize,
+    ) -> Result<CollRequest<'a>, Error> {
+        super::check_root(self, root)?;
+        let (p, me) = (self.size(), self.rank());
+        if me != root {
+            return self.launch(scope, vec![vec![self.recv_step(root, raw_mut(recv))]], Vec::new());
+        }
+        let send = send.ok_or_else(|| Error::Other("iscatter: the root must pass a send buffer".into()))?;
+        let n = recv.len();
+        super::check_len("iscatter", send.len(), n * p)?;
+        recv.copy_from_slice(&send[me * n..(me + 1) * n]);
+        let blk = std::mem::size_of_val(recv);
+        let all = raw(send);
+        let steps = (0..p).filter(|&r| r != me).map(|r| self.send_step(r, all.slice(r * blk, blk))).collect();
+        self.launch(scope, vec![steps], Vec::new())
+    }
+}
+
+/// Who a schedule's messages go to: the ranks `peers` (world ranks, by communicator rank) on
+/// context `ctx`, as rank `rank`. Plain data: a step that makes more steps as it runs
+/// ([`Step::Then`], perhaps on the progress thread) keeps a lane, never a communicator,
+/// whose counts the application's thread changes without the runtime's lock.
+#[derive(Debug, Clone)]
+pub(crate) struct Lane<P> {
+    pub(crate) ctx: u32,
+    pub(crate) rank: usize,
+    pub(crate) peers: P,
+}
+
+impl<P: std::ops::Deref<Target = [usize]>> Lane<P> {
+    /// A send of `buf` to rank `to`.
+    pub(crate) fn send_step(&self, to: usize, buf: RawBuf) -> Step {
+        Step::Send { ctx: self.ctx, peer: self.peers[to], buf }
+    }
+
+    /// A receive into `buf` from rank `from`.
+    pub(crate) fn recv_step(&self, from: usize, buf: RawBufMut) -> Step {
+        Step::Recv { ctx: self.ctx, peer: self.peers[from], src: from as u32, buf }
+    }
+
+    /// The rounds of a dissemination barrier.
+    pub(crate) fn barrier_rounds(&self) -> Vec<Vec<Step>> {
+        let (p, me) = (self.peers.len(), self.rank);
+        let mut rounds = Vec::new();
+        let mut k = 1;
+        while k < p {
+            rounds.push(vec![
+                self.send_step((me + k) % p, RawBuf::EMPTY),
+                self.recv_step((me + p - k) % p, RawBufMut::EMPTY),
+            ]);
+            k *= 2;
+        }
+        rounds
+    }
+
+    /// The rounds of a binomial-tree broadcast of `b` from `root`.
+    pub(crate) fn bcast_rounds(&self, b: RawBufMut, root: usize) -> Vec<Vec<Step>> {
+        let (p, me) = (self.peers.len(), self.rank);
+        let vr = (me + p - root) % p;
+        let real = |v: usize| (v + root) % p;
+        let mut rounds = Vec::new();
+        let mut mask = 1;
+        while mask < p {
+            if vr & mask != 0 {
+                rounds.push(vec![self.recv_step(real(vr - mask), b)]);
+                break;
+            }
+            mask <<= 1;
+        }
+        let mut sends = Vec::new();
+        mask >>= 1;
+        while mask > 0 {
+            if vr + mask < p {
+                sends.push(self.send_step(real(vr + mask), b.as_read()));
+            }
+            mask >>= 1;
+        }
+        rounds.push(sends);
+        rounds
+    }
+
     /// The rounds of a binomial-tree reduction of `src` (elements of `T`) into `out` at
     /// `root`, and the scratch they use.
-    pub(super) fn reduce_rounds<T: Pod, O: Op<T> + 'static>(
+    pub(crate) fn reduce_rounds<T: Pod, O: Op<T> + 'static>(
         &self,
         src: RawBuf,
         out: Option<RawBufMut>,
         op: O,
         root: usize,
     ) -> Result<Plan, Error> {
-        let (p, me) = (self.size(), self.rank());
+        let (p, me) = (self.peers.len(), self.rank);
         let n = src.len() / size_of::<T>();
         let (acc_store, acc) = scratch::<T>(n)?;
         let (tmp_store, tmp) = scratch::<T>(n)?;
@@ -404,52 +503,6 @@ impl Comm {
             push(&mut carry, Vec::new());
         }
         Ok((rounds, vec![acc_store, tmp_store]))
-    }
-
-    /// Nonblocking gather to `root` (`MPI_Igather`); `recv` is used at the root only.
-    pub fn igather<'a, T: Pod>(
-        &self,
-        scope: &Scope<'a>,
-        send: &'a [T],
-        recv: Option<&'a mut [T]>,
-        root: usize,
-    ) -> Result<CollRequest<'a>, Error> {
-        super::check_root(self, root)?;
-        let (p, me) = (self.size(), self.rank());
-        if me != root {
-            return self.launch(scope, vec![vec![self.send_step(root, raw(send))]], Vec::new());
-        }
-        let recv = recv.ok_or_else(|| Error::Other("igather: the root must pass a receive buffer".into()))?;
-        super::check_len("igather", recv.len(), send.len() * p)?;
-        let n = send.len();
-        recv[me * n..(me + 1) * n].copy_from_slice(send);
-        let blk = std::mem::size_of_val(send);
-        let all = raw_mut(recv);
-        let steps = (0..p).filter(|&r| r != me).map(|r| self.recv_step(r, all.window(r * blk, blk))).collect();
-        self.launch(scope, vec![steps], Vec::new())
-    }
-
-    /// Nonblocking scatter from `root` (`MPI_Iscatter`); `send` is used at the root only.
-    pub fn iscatter<'a, T: Pod>(
-        &self,
-        scope: &Scope<'a>,
-        send: Option<&'a [T]>,
-        recv: &'a mut [T],
-        root: usize,
-    ) -> Result<CollRequest<'a>, Error> {
-        super::check_root(self, root)?;
-        let (p, me) = (self.size(), self.rank());
-        if me != root {
-            return self.launch(scope, vec![vec![self.recv_step(root, raw_mut(recv))]], Vec::new());
-        }
-        let send = send.ok_or_else(|| Error::Other("iscatter: the root must pass a send buffer".into()))?;
-        let n = recv.len();
-        super::check_len("iscatter", send.len(), n * p)?;
-        recv.copy_from_slice(&send[me * n..(me + 1) * n]);
-        let blk = std::mem::size_of_val(recv);
-        let all = raw(send);
-        let steps = (0..p).filter(|&r| r != me).map(|r| self.send_step(r, all.slice(r * blk, blk))).collect();
-        self.launch(scope, vec![steps], Vec::new())
     }
 }
 
@@ -508,6 +561,22 @@ impl Comm {
             super::check_len("own block", r.len(), s.len())?;
             recv[r].copy_from_slice(&send[s]);
         }
+        let tag = self.coll_tag()?;
+        Ok(self.exchange_round(scope, tag, send, sends, recv, recvs))
+    }
+
+    /// One round of transfers with `tag`: range `s` of `send` to each rank of `sends`, range
+    /// `r` of `recv` from each of `recvs` (in elements; ranks of an inter-communicator's
+    /// other group on one).
+    pub(super) fn exchange_round<'a, T: Pod>(
+        &self,
+        scope: &Scope<'a>,
+        tag: i32,
+        send: &'a [T],
+        sends: Vec<(usize, std::ops::Range<usize>)>,
+        recv: &'a mut [T],
+        recvs: Vec<(usize, std::ops::Range<usize>)>,
+    ) -> CollRequest<'a> {
         let (s, r) = (raw(send), raw_mut(recv));
         let mut steps: Vec<Step> = recvs
             .into_iter()
@@ -520,7 +589,7 @@ impl Comm {
             let (off, len) = elems::<T>(&b);
             self.send_step(to, s.slice(off, len))
         }));
-        self.launch(scope, vec![steps], Vec::new())
+        self.launch_tagged(scope, tag, vec![steps], Vec::new())
     }
 
     /// Nonblocking gather of blocks of varying size (`MPI_Igatherv`; see [`Comm::gatherv`]).

@@ -25,8 +25,8 @@ pub(crate) enum Step {
     /// A computation that decides what follows (an agreement that may have to run again):
     /// run before the round's messages, with this process's contexts of the nonblocking
     /// agreements (coll/idup.rs); the rounds it returns run next, with the scratch they
-    /// point into.
-    Then(Box<dyn FnOnce(&mut NbContexts) -> Plan>),
+    /// point into. An error ends the schedule with it.
+    Then(Box<dyn FnOnce(&mut NbContexts) -> Result<Plan, Error>>),
 }
 
 /// Rounds and the scratch their steps point into.
@@ -88,11 +88,16 @@ impl Sched {
             for step in round {
                 match step {
                     Step::Compute(mut f) => f(),
-                    Step::Then(f) => {
-                        let (rounds, scratch) = f(nb);
-                        next.extend(rounds);
-                        self.scratch.extend(scratch);
-                    }
+                    Step::Then(f) => match f(nb) {
+                        Ok((rounds, scratch)) => {
+                            next.extend(rounds);
+                            self.scratch.extend(scratch);
+                        }
+                        Err(e) => {
+                            self.rounds.clear();
+                            self.result = Some(Err(e));
+                        }
+                    },
                     Step::Send { ctx, peer, buf } => self.pending.push(engine.isend(ctx, self.me, self.tag, peer, buf)),
                     Step::Recv { ctx, peer, src, buf } => {
                         self.pending.push(engine.irecv(ctx, Some(src), Some(self.tag), Some(peer), buf))
