@@ -26,11 +26,14 @@ pub(crate) enum Step {
     /// run before the round's messages, with this process's contexts of the nonblocking
     /// agreements (coll/idup.rs); the rounds it returns run next, with the scratch they
     /// point into. An error ends the schedule with it.
-    Then(Box<dyn FnOnce(&mut NbContexts) -> Result<Plan, Error>>),
+    Then(Decide),
 }
 
 /// Rounds and the scratch their steps point into.
 pub(crate) type Plan = (Vec<Vec<Step>>, Vec<Vec<u64>>);
+
+/// What a [`Step::Then`] runs.
+pub(crate) type Decide = Box<dyn FnOnce(&mut NbContexts) -> Result<Plan, Error>>;
 
 impl std::fmt::Debug for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
