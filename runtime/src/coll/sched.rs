@@ -55,6 +55,8 @@ pub(crate) struct Sched {
     pending: Vec<ReqId>,
     /// Scratch memory the steps point into (freed with the schedule).
     scratch: Vec<Vec<u64>>,
+    /// The first operation of the schedule that failed.
+    failed: Option<Error>,
     pub(crate) result: Option<Result<(), Error>>,
 }
 
@@ -62,7 +64,7 @@ impl Sched {
     /// A schedule as communicator rank `me` (its rank in its own group, on an
     /// inter-communicator), with `tag`; each message names its context.
     pub(crate) fn new(me: u32, tag: i32, rounds: Vec<Vec<Step>>, scratch: Vec<Vec<u64>>) -> Sched {
-        Sched { me, tag, rounds: rounds.into(), pending: Vec::new(), scratch, result: None }
+        Sched { me, tag, rounds: rounds.into(), pending: Vec::new(), scratch, failed: None, result: None }
     }
 
     /// Moves the schedule on as far as completed operations allow; returns whether it did
@@ -74,16 +76,16 @@ impl Sched {
             if !self.pending.iter().all(|&id| engine.is_done(id)) {
                 return moved;
             }
+            // A failed operation does not stop the schedule: the ranks that wait for what
+            // this one sends next (a tree's children, a group waiting for its leader) would
+            // wait for ever. It runs on, and reports the first error when it ends.
             for id in self.pending.drain(..) {
                 if let Some(Err(e)) = engine.take(id) {
-                    self.result = Some(Err(e));
+                    self.failed.get_or_insert(e);
                 }
             }
-            if self.result.is_some() {
-                break;
-            }
             let Some(round) = self.rounds.pop_front() else {
-                self.result = Some(Ok(()));
+                self.result = Some(self.failed.take().map_or(Ok(()), Err));
                 break;
             };
             moved = true;

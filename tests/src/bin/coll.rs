@@ -932,5 +932,31 @@ fn inter_nonblocking(ic: &Comm, low: bool, mine: &[usize], theirs: &[usize]) -> 
     if low {
         assert_eq!(part[0], 1000 * high_last + ic.rank(), "rank {me}: iscatter from the high group's last");
     }
-    Ok(())
+    // A leader whose receive from the other group fails (a buffer too small for the root's
+    // message) reports it, and its group still gets what the leader holds: none waits for
+    // ever. The high group's first rank sends two numbers; the low group's leader has room
+    // for one, the others for two.
+    let mut small = match (low, ic.rank()) {
+        (true, 0) => vec![5u64],
+        (true, _) => vec![6, 6],
+        (false, _) => vec![101, 102],
+    };
+    let first = if low {
+        InterRoot::Remote(0)
+    } else if ic.rank() == 0 {
+        InterRoot::Here
+    } else {
+        InterRoot::Beside
+    };
+    let got = mpr::scope(|s| ic.inter_ibcast(s, &mut small, first)?.wait());
+    match (low, ic.rank()) {
+        (true, 0) => assert_eq!(got.unwrap_err().class(), mpr::ErrorClass::Truncate, "rank {me}: the leader"),
+        (true, _) => {
+            got?;
+            // The leader's one number: its own, or the part of the root's it kept.
+            assert!(matches!(small[..], [5 | 101, 6]), "rank {me}: the leader's number, then its own: {small:?}");
+        }
+        (false, _) => got?,
+    }
+    ic.barrier()
 }
