@@ -76,13 +76,24 @@ impl Sched {
             if !self.pending.iter().all(|&id| engine.is_done(id)) {
                 return moved;
             }
-            // A failed operation does not stop the schedule: the ranks that wait for what
-            // this one sends next (a tree's children, a group waiting for its leader) would
-            // wait for ever. It runs on, and reports the first error when it ends.
+            // A message that did not fit (truncated) does not stop the schedule: the ranks
+            // that wait for what this one sends next (a tree's children, a group waiting for
+            // its leader) would wait for ever. It runs on, and reports the first error when
+            // it ends. A broken path stops it at once: what follows would wait for peers
+            // that may never send.
             for id in self.pending.drain(..) {
-                if let Some(Err(e)) = engine.take(id) {
-                    self.failed.get_or_insert(e);
+                match engine.take(id) {
+                    Some(Err(e @ Error::Truncate { .. })) => {
+                        self.failed.get_or_insert(e);
+                    }
+                    Some(Err(e)) => {
+                        self.result = Some(Err(e));
+                    }
+                    _ => {}
                 }
+            }
+            if self.result.is_some() {
+                break;
             }
             let Some(round) = self.rounds.pop_front() else {
                 self.result = Some(self.failed.take().map_or(Ok(()), Err));
