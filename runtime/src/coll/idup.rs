@@ -129,7 +129,7 @@ impl Comm {
         let (tag, group, other) = match self.local() {
             None => (self.coll_tag()?, owned(self.lane()), None),
             Some(local) => {
-                let group = Lane { ctx: local.context(), rank: local.rank(), peers: local.peers().into() };
+                let group = owned(Comm::in_group(local));
                 (self.next_tag(), group, Some(owned(self.lane())))
             }
         };

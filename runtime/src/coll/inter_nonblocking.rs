@@ -10,7 +10,7 @@
 use bytemuck::Pod;
 
 use super::inter::InterRoot;
-use super::nonblocking::{blocks, raw, raw_mut, scratch, typed, CollRequest};
+use super::nonblocking::{blocks, raw, raw_mut, scratch, typed, CollRequest, Lane};
 use super::op::Op;
 use super::sched::{Plan, Step};
 use crate::buf::{RawBuf, RawBufMut};
@@ -19,26 +19,21 @@ use crate::error::Error;
 use crate::request::Scope;
 
 impl Comm {
-    /// `rounds` of the local group `local`, moved onto its point-to-point context.
-    pub(super) fn in_group(local: &Comm, mut rounds: Vec<Vec<Step>>) -> Vec<Vec<Step>> {
-        let lane = local.context();
-        for step in rounds.iter_mut().flatten() {
-            if let Step::Send { ctx, .. } | Step::Recv { ctx, .. } = step {
-                *ctx = lane;
-            }
-        }
-        rounds
+    /// The local group `local`'s ranks on its point-to-point context, where the steps
+    /// within a group run.
+    pub(super) fn in_group(local: &Comm) -> Lane<&[usize]> {
+        Lane { ctx: local.context(), rank: local.rank(), peers: local.peers() }
     }
 
     /// `MPI_Ibarrier` on an inter-communicator: each group meets at its leader, the leaders
     /// swap, and each hands the news on.
     pub(super) fn ibarrier_inter<'a>(&self, scope: &Scope<'a>, local: &Comm) -> CollRequest<'a> {
         let tag = self.next_tag();
-        let mut rounds = Comm::in_group(local, local.barrier_rounds());
+        let mut rounds = Comm::in_group(local).barrier_rounds();
         if self.rank() == 0 {
             rounds.push(vec![self.send_step(0, RawBuf::EMPTY), self.recv_step(0, RawBufMut::EMPTY)]);
         }
-        rounds.extend(Comm::in_group(local, local.bcast_rounds(RawBufMut::EMPTY, 0)));
+        rounds.extend(Comm::in_group(local).bcast_rounds(RawBufMut::EMPTY, 0));
         self.launch_tagged(scope, tag, rounds, Vec::new())
     }
 
@@ -67,7 +62,7 @@ impl Comm {
         if self.rank() == 0 {
             rounds.push(vec![self.recv_step(r, b)]);
         }
-        rounds.extend(Comm::in_group(local, local.bcast_rounds(b, 0)));
+        rounds.extend(Comm::in_group(local).bcast_rounds(b, 0));
         rounds
     }
 
@@ -75,9 +70,10 @@ impl Comm {
     /// the leader (returned with the plan's scratch).
     fn to_leader<T: Pod, O: Op<T> + 'static>(local: &Comm, send: RawBuf, op: O) -> Result<(Plan, RawBufMut), Error> {
         let (out_store, out) = scratch::<T>(send.len() / size_of::<T>())?;
-        let (rounds, mut store) = local.reduce_rounds::<T, O>(send, (local.rank() == 0).then_some(out), op, 0)?;
+        let (rounds, mut store) =
+            Comm::in_group(local).reduce_rounds::<T, O>(send, (local.rank() == 0).then_some(out), op, 0)?;
         store.push(out_store);
-        Ok(((Comm::in_group(local, rounds), store), out))
+        Ok(((rounds, store), out))
     }
 
     /// Nonblocking [`Comm::inter_reduce`] (`MPI_Ireduce` on an inter-communicator): the other
@@ -124,7 +120,7 @@ impl Comm {
         if self.rank() == 0 {
             rounds.push(vec![self.send_step(0, out.as_read()), self.recv_step(0, recv)]);
         }
-        rounds.extend(Comm::in_group(local, local.bcast_rounds(recv, 0)));
+        rounds.extend(Comm::in_group(local).bcast_rounds(recv, 0));
         Ok((rounds, store))
     }
 
@@ -301,21 +297,21 @@ impl Comm {
     ) -> Result<CollRequest<'a>, Error> {
         let tag = self.next_tag();
         let (p, me, blk) = (local.size(), local.rank(), size_of_val(send));
+        let lane = Comm::in_group(local);
         let (store, mut all) = scratch::<u8>(blk * p)?;
         let (s, r) = (raw(send), raw_mut(recv));
         let mut rounds = Vec::new();
         if me == 0 {
-            let mut gather: Vec<Step> = (1..p).map(|j| local.recv_step(j, all.window(j * blk, blk))).collect();
+            let mut gather: Vec<Step> = (1..p).map(|j| lane.recv_step(j, all.window(j * blk, blk))).collect();
             gather.insert(0, Step::Compute(Box::new(move || typed::<u8>(&mut all)[..blk].copy_from_slice(s.bytes()))));
             rounds.push(gather);
         } else {
-            rounds.push(vec![local.send_step(0, s)]);
+            rounds.push(vec![lane.send_step(0, s)]);
         }
-        let mut rounds = Comm::in_group(local, rounds);
         if me == 0 {
             rounds.push(vec![self.send_step(0, all.as_read()), self.recv_step(0, r)]);
         }
-        rounds.extend(Comm::in_group(local, local.bcast_rounds(r, 0)));
+        rounds.extend(Comm::in_group(local).bcast_rounds(r, 0));
         Ok(self.launch_tagged(scope, tag, rounds, vec![store]))
     }
 
