@@ -1,11 +1,14 @@
 /* The C ABI's requests: nonblocking, synchronous, ready and buffered sends, persistent
- * requests, the Wait/Test family, MPI_PROC_NULL and null requests, and the errors requests
- * report, printed as "rank: what = value" lines. The test builds it with mprcc and with
+ * requests, the Wait/Test family, MPI_PROC_NULL and null requests, generalized requests (one
+ * completed by another thread), and the errors requests report, printed as "rank: what =
+ * value" lines. The test builds it with mprcc and with
  * MPICH's mpicc and runs each with 3 and 4 ranks: the outputs, sorted, must be the same. */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "say.h"
 
@@ -463,9 +466,156 @@ static void eager_sends(void)
     SAY("eager sends: got %d %d %d", in[1], in[2], in[3]);
 }
 
+/* Generalized requests: what the program's functions saw, by request. */
+struct greq {
+    int id, queries, frees, cancels, cancelled_complete, query_code, free_code;
+    int cancel_asked;
+    volatile int ready; /* the thread's work, done before it completes the request */
+    MPI_Request req;
+};
+
+static int greq_query(void *extra, MPI_Status *st)
+{
+    struct greq *g = (struct greq *)extra;
+    g->queries++;
+    st->MPI_SOURCE = 100 + g->id;
+    st->MPI_TAG = 200 + g->id;
+    MPI_Status_set_elements(st, MPI_INT, g->id);
+    MPI_Status_set_cancelled(st, g->cancel_asked);
+    return g->query_code;
+}
+
+static int greq_free(void *extra)
+{
+    struct greq *g = (struct greq *)extra;
+    g->frees++;
+    return g->free_code;
+}
+
+static int greq_cancel(void *extra, int complete)
+{
+    struct greq *g = (struct greq *)extra;
+    g->cancels++;
+    g->cancelled_complete = complete;
+    g->cancel_asked = 1;
+    return MPI_SUCCESS;
+}
+
+static void *greq_worker(void *arg)
+{
+    struct greq *g = (struct greq *)arg;
+    usleep(20000); /* the main thread waits for it meanwhile */
+    g->ready = 1;
+    MPI_Grequest_complete(g->req);
+    return NULL;
+}
+
+static void greq_say(const char *what, struct greq *g, const MPI_Status *st)
+{
+    int n = -1, cancelled = -1;
+    MPI_Get_count(st, MPI_INT, &n);
+    MPI_Test_cancelled(st, &cancelled);
+    SAY("greq %s: source %d tag %d count %d cancelled %d; queries %d frees %d cancels %d", what, st->MPI_SOURCE,
+        st->MPI_TAG, n, cancelled, g->queries, g->frees, g->cancels);
+}
+
+static void generalized(void)
+{
+    struct greq g[6];
+    MPI_Status st;
+    int flag = -1;
+    memset(g, 0, sizeof g);
+    for (int i = 0; i < 6; i++)
+        g[i].id = i + 1;
+    /* Completed before the wait: the wait's status is query_fn's, then free_fn runs. */
+    MPI_Grequest_start(greq_query, greq_free, greq_cancel, &g[0], &g[0].req);
+    MPI_Test(&g[0].req, &flag, &st);
+    SAY("greq test before it completed: flag %d, queries %d", flag, g[0].queries);
+    MPI_Request_get_status(g[0].req, &flag, &st);
+    SAY("greq get_status before it completed: flag %d", flag);
+    MPI_Grequest_complete(g[0].req);
+    MPI_Request_get_status(g[0].req, &flag, &st);
+    SAY("greq get_status once it completed: flag %d, still a request %d", flag, g[0].req != MPI_REQUEST_NULL);
+    greq_say("get_status", &g[0], &st);
+    MPI_Wait(&g[0].req, &st);
+    greq_say("wait", &g[0], &st);
+    SAY("greq after its wait: null %d", g[0].req == MPI_REQUEST_NULL);
+    /* Cancelled before it completed: cancel_fn is told so, and query_fn says cancelled. */
+    MPI_Grequest_start(greq_query, greq_free, greq_cancel, &g[1], &g[1].req);
+    MPI_Cancel(&g[1].req);
+    MPI_Grequest_complete(g[1].req);
+    MPI_Wait(&g[1].req, &st);
+    greq_say("cancelled", &g[1], &st);
+    SAY("greq cancel saw complete %d", g[1].cancelled_complete);
+    /* Freed before it completed: free_fn runs at MPI_Grequest_complete; freed after, at once. */
+    MPI_Request kept;
+    MPI_Grequest_start(greq_query, greq_free, greq_cancel, &g[2], &g[2].req);
+    kept = g[2].req;
+    MPI_Request_free(&g[2].req);
+    /* (MPICH runs free_fn here, where MPI-3.1 12.2 says it waits for completion; refusals.c
+     * checks mpr's.) */
+    SAY("greq freed first: null %d", g[2].req == MPI_REQUEST_NULL);
+    MPI_Grequest_complete(kept);
+    SAY("greq freed first, then completed: frees %d, queries %d", g[2].frees, g[2].queries);
+    MPI_Grequest_start(greq_query, greq_free, greq_cancel, &g[3], &g[3].req);
+    MPI_Grequest_complete(g[3].req);
+    MPI_Request_free(&g[3].req);
+    SAY("greq completed, then freed: frees %d, queries %d", g[3].frees, g[3].queries);
+    /* Completed by another thread while this one waits for it beside a message from the
+     * previous rank: Waitall, then Waitany over a receive and a request still in flight. */
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size, in = -1, out = rank;
+    MPI_Request reqs[3];
+    MPI_Status sts[3];
+    pthread_t t;
+    MPI_Grequest_start(greq_query, greq_free, greq_cancel, &g[4], &g[4].req);
+    reqs[0] = g[4].req;
+    MPI_Irecv(&in, 1, MPI_INT, prev, 40, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Isend(&out, 1, MPI_INT, next, 40, MPI_COMM_WORLD, &reqs[2]);
+    pthread_create(&t, NULL, greq_worker, &g[4]);
+    MPI_Waitall(3, reqs, sts);
+    pthread_join(t, NULL);
+    greq_say("completed by a thread", &g[4], &sts[0]);
+    SAY("greq beside a receive: got %d from %d, work done %d", in, sts[1].MPI_SOURCE, g[4].ready);
+    int index = -1;
+    MPI_Grequest_start(greq_query, greq_free, greq_cancel, &g[5], &g[5].req);
+    reqs[0] = g[5].req;
+    MPI_Irecv(&in, 1, MPI_INT, prev, 41, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Send(&out, 1, MPI_INT, next, 41, MPI_COMM_WORLD);
+    MPI_Waitany(2, reqs, &index, &st);
+    SAY("greq waitany: index %d, greq still in flight %d, queries %d", index, reqs[0] != MPI_REQUEST_NULL,
+        g[5].queries);
+    MPI_Grequest_complete(reqs[0]);
+    MPI_Waitany(2, reqs, &index, &st);
+    greq_say("waitany", &g[5], &st);
+    SAY("greq waitany then: index %d", index);
+    /* Errors: query_fn's code is the wait's; free_fn's too (in Waitall, MPI_ERR_IN_STATUS and
+     * the status's); a request that is not generalized is refused. */
+    struct greq e[2];
+    memset(e, 0, sizeof e);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    e[0].query_code = MPI_ERR_OTHER;
+    MPI_Grequest_start(greq_query, greq_free, greq_cancel, &e[0], &e[0].req);
+    MPI_Grequest_complete(e[0].req);
+    SAY("greq whose query fails: wait class %d", class_of(MPI_Wait(&e[0].req, &st)));
+    e[1].free_code = MPI_ERR_OTHER;
+    MPI_Grequest_start(greq_query, greq_free, greq_cancel, &e[1], &e[1].req);
+    MPI_Grequest_complete(e[1].req);
+    int err = MPI_Waitall(1, &e[1].req, sts);
+    SAY("greq whose free fails: waitall class %d, status class %d", class_of(err), class_of(sts[0].MPI_ERROR));
+    MPI_Irecv(&in, 1, MPI_INT, prev, 42, MPI_COMM_WORLD, &reqs[0]);
+    SAY("complete of a receive's request: class %d", class_of(MPI_Grequest_complete(reqs[0])));
+    MPI_Send(&out, 1, MPI_INT, next, 42, MPI_COMM_WORLD);
+    MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+    SAY("greq start with a null request pointer: class %d",
+        class_of(MPI_Grequest_start(greq_query, greq_free, greq_cancel, &e[1], NULL)));
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    int provided;
+    /* A generalized request's thread calls MPI_Grequest_complete: MPICH asks for this level. */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     nonblocking();
@@ -474,6 +624,7 @@ int main(int argc, char **argv)
     persistent();
     matched_and_cancelled();
     eager_sends();
+    generalized();
     errors();
     MPI_Barrier(MPI_COMM_WORLD);
     SAY("done");

@@ -15,10 +15,47 @@
  * - a made-up info handle where a window or memory is made, or set on a window:
  *   MPI_ERR_INFO, by the window's handler where there is a window;
  * - MPI_Add_error_code for a value that is no class, MPI_Add_error_string for a
- *   predefined class (MPI-3.1 8.5 calls it erroneous): MPI_ERR_ARG. */
+ *   predefined class (MPI-3.1 8.5 calls it erroneous): MPI_ERR_ARG;
+ * - MPI_Grequest_complete of a request completed already: MPI_ERR_REQUEST (MPICH aborts);
+ *   and, where MPICH differs from MPI-3.1 12.2 on generalized requests: free_fn of a request
+ *   freed before it completed runs at MPI_Grequest_complete, not at MPI_Request_free;
+ *   free_fn's code is what the wait returns (MPICH returns MPI_ERR_OTHER), and the status's
+ *   in MPI_Waitall; free_fn runs even after query_fn failed;
+ * - portable packing (MPI_Pack_external ...) in a representation other than "external32":
+ *   MPI_ERR_ARG; into or out of a buffer too small: MPI_ERR_TRUNCATE, the position unmoved
+ *   (MPICH writes past the buffer); a long beyond external32's 4 bytes: MPI_ERR_CONVERSION
+ *   (MPICH keeps its low bytes). */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
+
+/* A generalized request's functions: query_fn fails with *code, free_fn counts its calls
+ * in frees[0] and returns frees[1]. */
+static int g_code, g_frees[2];
+
+static int g_query(void *extra, MPI_Status *st)
+{
+    (void)extra;
+    st->MPI_SOURCE = 0;
+    st->MPI_TAG = 0;
+    MPI_Status_set_elements(st, MPI_BYTE, 0);
+    MPI_Status_set_cancelled(st, 0);
+    return g_code;
+}
+
+static int g_free(void *extra)
+{
+    (void)extra;
+    g_frees[0]++;
+    return g_frees[1];
+}
+
+static int g_cancel(void *extra, int complete)
+{
+    (void)extra;
+    (void)complete;
+    return MPI_SUCCESS;
+}
 
 static void on_win_error(MPI_Win *w, int *code, ...)
 {
@@ -231,6 +268,48 @@ int main(int argc, char **argv)
     MPI_Error_class(MPI_Status_c2f(NULL, fst), &ic[0]);
     MPI_Error_class(MPI_Status_f2c(NULL, MPI_STATUS_IGNORE), &ic[1]);
     printf("%d: a null status to Fortran: class %d, from Fortran: class %d\n", rank, ic[0], ic[1]);
+    /* Generalized requests. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Request g, kept;
+    MPI_Status gst;
+    MPI_Grequest_start(g_query, g_free, g_cancel, NULL, &g);
+    MPI_Grequest_complete(g);
+    MPI_Error_class(MPI_Grequest_complete(g), &ic[0]);
+    MPI_Wait(&g, MPI_STATUS_IGNORE);
+    printf("%d: a generalized request completed twice: class %d, frees %d\n", rank, ic[0], g_frees[0]);
+    MPI_Grequest_start(g_query, g_free, g_cancel, NULL, &g);
+    kept = g;
+    MPI_Request_free(&g);
+    int before = g_frees[0];
+    MPI_Grequest_complete(kept);
+    printf("%d: freed before it completed: frees %d then %d\n", rank, before, g_frees[0]);
+    g_frees[1] = MPI_ERR_ARG;
+    MPI_Grequest_start(g_query, g_free, g_cancel, NULL, &g);
+    MPI_Grequest_complete(g);
+    MPI_Error_class(MPI_Wait(&g, MPI_STATUS_IGNORE), &ic[0]);
+    MPI_Grequest_start(g_query, g_free, g_cancel, NULL, &g);
+    MPI_Grequest_complete(g);
+    MPI_Error_class(MPI_Waitall(1, &g, &gst), &ic[1]);
+    MPI_Error_class(gst.MPI_ERROR, &ic[2]);
+    g_frees[1] = MPI_SUCCESS;
+    g_code = MPI_ERR_COUNT;
+    MPI_Grequest_start(g_query, g_free, g_cancel, NULL, &g);
+    MPI_Grequest_complete(g);
+    MPI_Error_class(MPI_Wait(&g, MPI_STATUS_IGNORE), &ic[3]);
+    printf("%d: free_fn's code: wait class %d, waitall class %d, status class %d; query_fn's: class %d, frees %d\n",
+           rank, ic[0], ic[1], ic[2], ic[3], g_frees[0]);
+    /* Portable packing. */
+    int pv[2] = {1, 2};
+    long pbig = 1L << 40;
+    unsigned char pbuf[8];
+    MPI_Aint ppos[4] = {0, 0, 0, 0};
+    MPI_Error_class(MPI_Pack_external("native", pv, 2, MPI_INT, pbuf, 8, &ppos[0]), &ic[0]);
+    MPI_Error_class(MPI_Pack_external("external32", pv, 2, MPI_INT, pbuf, 4, &ppos[1]), &ic[1]);
+    MPI_Error_class(MPI_Unpack_external("external32", pbuf, 4, &ppos[2], pv, 2, MPI_INT), &ic[2]);
+    MPI_Error_class(MPI_Pack_external("external32", &pbig, 1, MPI_LONG, pbuf, 8, &ppos[3]), &ic[3]);
+    printf("%d: external32: native class %d, too small %d, unpacked past the end %d, a long of 2^40 %d; positions %ld "
+           "%ld %ld %ld\n",
+           rank, ic[0], ic[1], ic[2], ic[3], (long)ppos[0], (long)ppos[1], (long)ppos[2], (long)ppos[3]);
     MPI_Win_free(&win);
     MPI_Finalize();
     return 0;

@@ -4,7 +4,8 @@
  * MPI_MAXLOC on the value-index pairs; reductions of the user's (MPI_Op_create), commutative
  * or not, on predefined and derived types, blocking and nonblocking; sums and products of
  * complex numbers, reductions of long doubles; MPI_Reduce_scatter; distributed arrays
- * (MPI_Type_create_darray) and MPI_Type_match_size; and their errors. Printed as
+ * (MPI_Type_create_darray) and MPI_Type_match_size; portable packing (MPI_Pack_external);
+ * and their errors. Printed as
  * "rank: what = values" lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stddef.h>
@@ -577,6 +578,116 @@ static void packing(void)
     MPI_Type_free(&column);
 }
 
+/* The bytes of a buffer as hex, into text. */
+static void hex(char *text, const unsigned char *b, MPI_Aint n)
+{
+    for (MPI_Aint i = 0; i < n; i++)
+        sprintf(text + 2 * i, "%02x", b[i]);
+    text[2 * n] = 0;
+}
+
+/* MPI's portable packing (external32: big-endian, of fixed sizes; a long in 4 bytes, a long
+ * double in 16 as IEEE quadruple precision), each predefined type and a vector's columns,
+ * read back; and the elements of a message that ends inside a struct (MPI_Get_elements). */
+static void externals(void)
+{
+    unsigned char buf[256];
+    char text[600];
+    MPI_Aint pos = 0, need = -1;
+    int ints[3] = {1, -2 - rank, 0x01020304};
+    short shorts[2] = {-3, 0x0102};
+    long longs[2] = {-5, 1L << 30};
+    unsigned long ulongs[1] = {4000000000UL};
+    float floats[2] = {1.5f, -0.25f};
+    double doubles[2] = {2.5 + rank, -1e300};
+    long double lds[2] = {1.5L, -3.25L + rank};
+    float fc[2] = {0.5f, -8.0f};
+    signed char chars[3] = {'a', -1, 'z'};
+    long long lls[1] = {-(1LL << 40)};
+    struct {
+        const char *name;
+        void *data;
+        int count;
+        MPI_Datatype type;
+    } cases[] = {
+        {"int", ints, 3, MPI_INT},
+        {"short", shorts, 2, MPI_SHORT},
+        {"long", longs, 2, MPI_LONG},
+        {"unsigned long", ulongs, 1, MPI_UNSIGNED_LONG},
+        {"float", floats, 2, MPI_FLOAT},
+        {"double", doubles, 2, MPI_DOUBLE},
+        {"long double", lds, 2, MPI_LONG_DOUBLE},
+        {"float complex", fc, 1, MPI_C_FLOAT_COMPLEX},
+        {"signed char", chars, 3, MPI_SIGNED_CHAR},
+        {"long long", lls, 1, MPI_LONG_LONG},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unsigned char back[64];
+        memset(back, 0, sizeof back);
+        MPI_Pack_external_size("external32", cases[i].count, cases[i].type, &need);
+        pos = 0;
+        MPI_Pack_external("external32", cases[i].data, cases[i].count, cases[i].type, buf, sizeof buf, &pos);
+        hex(text, buf, pos);
+        MPI_Aint at = 0;
+        MPI_Unpack_external("external32", buf, pos, &at, back, cases[i].count, cases[i].type);
+        int size, same;
+        MPI_Type_size(cases[i].type, &size);
+        if (cases[i].type == MPI_LONG_DOUBLE) {
+            /* (by value: a long double's padding bytes are not its data) */
+            long double got[2];
+            memcpy(got, back, sizeof got);
+            same = got[0] == lds[0] && got[1] == lds[1];
+        } else {
+            same = memcmp(back, cases[i].data, (size_t)size * cases[i].count) == 0;
+        }
+        SAY("external32 %s: size %ld, packed %ld: %s; back %s at %ld", cases[i].name, (long)need, (long)pos, text,
+            same ? "the same" : "DIFFERENT", (long)at);
+    }
+    /* C's bool. */
+    unsigned char bools[2] = {1, 0}, bools_back[2] = {9, 9};
+    pos = 0;
+    MPI_Pack_external("external32", bools, 2, MPI_C_BOOL, buf, sizeof buf, &pos);
+    hex(text, buf, pos);
+    MPI_Aint at_bool = 0;
+    MPI_Unpack_external("external32", buf, pos, &at_bool, bools_back, 2, MPI_C_BOOL);
+    SAY("external32 bool: %s; back %d %d", text, bools_back[0], bools_back[1]);
+    /* A matrix's middle column, after an int, in one buffer; unpacked into a row's place. */
+    int m[3][3], row[3] = {0, 0, 0}, first = -1;
+    for (int i = 0; i < 9; i++)
+        m[i / 3][i % 3] = rank * 100 + i;
+    MPI_Datatype column;
+    MPI_Type_vector(3, 1, 3, MPI_INT, &column);
+    MPI_Type_commit(&column);
+    pos = 0;
+    MPI_Pack_external("external32", &ints[2], 1, MPI_INT, buf, sizeof buf, &pos);
+    MPI_Pack_external("external32", &m[0][1], 1, column, buf, sizeof buf, &pos);
+    hex(text, buf, pos);
+    MPI_Aint at = 0;
+    MPI_Unpack_external("external32", buf, pos, &at, &first, 1, MPI_INT);
+    MPI_Unpack_external("external32", buf, pos, &at, row, 3, MPI_INT);
+    SAY("external32 column: %s; back %x [%d %d %d] at %ld", text, first, row[0], row[1], row[2], (long)at);
+    MPI_Type_free(&column);
+    /* A struct of an int and 16 chars received from fewer bytes: its basic elements. */
+    MPI_Datatype rec, olds[2] = {MPI_INT, MPI_CHAR};
+    int lens[2] = {1, 16};
+    MPI_Aint disps[2] = {0, sizeof(int)};
+    MPI_Type_create_struct(2, lens, disps, olds, &rec);
+    MPI_Type_commit(&rec);
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    int sends[4] = {6, 4, 9, 24};
+    for (int i = 0; i < 4; i++) {
+        char out[48], in[48];
+        MPI_Status st;
+        int elements = -2, count = -2;
+        memset(out, 7, sizeof out);
+        MPI_Sendrecv(out, sends[i], MPI_BYTE, next, 30, in, 2, rec, prev, 30, MPI_COMM_WORLD, &st);
+        MPI_Get_elements(&st, rec, &elements);
+        MPI_Get_count(&st, rec, &count);
+        SAY("struct received from %d bytes: %d elements, count %d", sends[i], elements, count);
+    }
+    MPI_Type_free(&rec);
+}
+
 static void errors(void)
 {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -608,6 +719,11 @@ static void errors(void)
     rc = MPI_Op_free(&sum);
     MPI_Error_class(rc, &cls);
     SAY("free MPI_SUM = %d", cls);
+    MPI_Aint need;
+    int cls2;
+    MPI_Error_class(MPI_Pack_external_size("external32", -1, MPI_INT, &need), &cls);
+    MPI_Error_class(MPI_Pack_external_size("external32", 1, 999, &need), &cls2);
+    SAY("external32 size of a negative count = %d, of datatype 999 = %d", cls, cls2);
 }
 
 /* Distributed arrays (MPI_Type_create_darray): each part of a numbered array, described and
@@ -711,6 +827,7 @@ int main(int argc, char **argv)
     user_ops();
     one_sided();
     packing();
+    externals();
     errors();
     darrays();
     MPI_Finalize();

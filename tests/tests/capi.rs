@@ -384,6 +384,20 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
             "{rank}: a darray of a grid of 4 for 5 processes: class 12; undistributed over 2: class 12; null 1 1\n"
         );
         assert!(stdout.contains(&darray), "{stdout}");
+        let twice = format!("{rank}: a generalized request completed twice: class {request}, frees 1\n");
+        assert!(stdout.contains(&twice), "{stdout}");
+        assert!(stdout.contains(&format!("{rank}: freed before it completed: frees 1 then 2\n")), "{stdout}");
+        // free_fn returned MPI_ERR_ARG (12); query_fn MPI_ERR_COUNT (2), and free_fn still ran.
+        let codes = format!(
+            "{rank}: free_fn's code: wait class 12, waitall class 17, status class 12; query_fn's: class 2, frees 5\n"
+        );
+        assert!(stdout.contains(&codes), "{stdout}");
+        let (arg, conversion) = (12, 23);
+        let external = format!(
+            "{rank}: external32: native class {arg}, too small {truncate}, unpacked past the end {truncate}, \
+             a long of 2^40 {conversion}; positions 0 0 0 0\n"
+        );
+        assert!(stdout.contains(&external), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

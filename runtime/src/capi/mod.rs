@@ -47,6 +47,7 @@ const ERR_OTHER: c_int = 15;
 const ERR_INTERN: c_int = 16;
 const ERR_IN_STATUS: c_int = 17;
 const ERR_REQUEST: c_int = 19;
+const ERR_CONVERSION: c_int = 23;
 const ERR_NO_MEM: c_int = 34;
 const ERR_WIN: c_int = 45;
 const ERR_SIZE: c_int = 51;
@@ -954,6 +955,8 @@ unsafe fn elements_in(name: &str, status: *const MpiStatus, datatype: c_int) -> 
         0 => Some(0),
         _ if bytes.is_multiple_of(size) => Some(bytes / size * t.elements() as u64),
         _ if basic > 0 && bytes.is_multiple_of(basic) => Some(bytes / basic),
+        // Of several basic types (a struct): counted along its type map.
+        _ if basic == 0 => external::elements_in_bytes(&t, bytes),
         _ => None,
     })
 }
@@ -1266,7 +1269,9 @@ mod attr;
 mod count;
 mod dtype;
 mod errh;
+mod external;
 mod fint;
+mod greq;
 mod icoll;
 mod info;
 mod legacy;

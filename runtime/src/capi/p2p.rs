@@ -72,6 +72,8 @@ enum Op {
     Coll(Box<(crate::CollRequest<'static>, super::icoll::Keep)>),
     /// Nothing in flight: to `MPI_PROC_NULL`, or a buffered send (copied).
     Done(MpiStatus),
+    /// A generalized request: what MPI keeps of it is in [`super::greq`], by its handle.
+    Gen,
 }
 
 impl Op {
@@ -165,7 +167,7 @@ impl Attached {
 
 /// The status of a request that completed with nothing to report (`MPI_Wait` on a send, a
 /// null or inactive request).
-fn empty() -> MpiStatus {
+pub(super) fn empty() -> MpiStatus {
     MpiStatus { source: ANY_SOURCE, tag: ANY_TAG, error: MPI_SUCCESS, count_lo: 0, count_hi: 0 }
 }
 
@@ -325,6 +327,28 @@ unsafe fn new_request(name: &str, req: CReq, out: *mut c_int) -> Res {
         return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
     }
     let h = with_state(name, |s| s.requests.insert(req) as c_int + 1)?;
+    // SAFETY: not null (checked): the caller's MPI_Request.
+    unsafe { put(out, h) }
+}
+
+/// A new generalized request's table entry (see [`super::greq`]), its handle written to
+/// `out` once `register` has made it one. The entries of requests freed before they
+/// completed, which have completed since, go back to the table first.
+///
+/// # Safety
+/// `out` points to an `MPI_Request`.
+pub(super) unsafe fn new_generalized(name: &str, out: *mut c_int, register: impl FnOnce(c_int)) -> Res {
+    if out.is_null() {
+        return Err(Fail::new(ERR_ARG, format!("{name}: a null request pointer")));
+    }
+    let h = with_state(name, |s| {
+        for h in super::greq::take_orphans() {
+            s.requests.try_remove(h as usize - 1);
+        }
+        // Errors of generalized requests go to MPI_COMM_WORLD's handler, as in MPICH.
+        s.requests.insert(CReq { comm: COMM_WORLD, op: Some(Op::Gen), persistent: None }) as c_int + 1
+    })?;
+    register(h);
     // SAFETY: not null (checked): the caller's MPI_Request.
     unsafe { put(out, h) }
 }
@@ -580,7 +604,8 @@ fn take_op(name: &str, h: c_int, wait: bool) -> Res<Option<Taken>> {
         let Some(r) = s.requests.get_mut(k) else {
             return Err(not_a_request(name, h));
         };
-        let mut taken = if !wait || r.persistent.is_some() {
+        // A generalized request leaves the table when it completes (below, in `settle`).
+        let mut taken = if !wait || r.persistent.is_some() || matches!(r.op, Some(Op::Gen)) {
             Taken { op: r.op.take(), comm: r.comm, gone: false }
         } else {
             let r = s.requests.remove(k);
@@ -618,6 +643,8 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
         None => return Ok(Outcome::Complete(empty(), None)),
         Some(Op::Done(st)) => Ok(st),
         Some(Op::Raw(_)) => unreachable!("take_op makes a raw request whole"),
+        // SAFETY: this function's contract.
+        Some(Op::Gen) => return unsafe { settle_generalized(name, h, comm, wait) },
         Some(Op::Live(req)) if wait => req.wait().map(MpiStatus::of),
         Some(Op::Live(req)) => match req.test() {
             Ok(r) => r.map(MpiStatus::of),
@@ -681,6 +708,34 @@ unsafe fn settle(name: &str, h: *mut c_int, wait: bool) -> Res<Outcome> {
     })
 }
 
+/// [`settle`] of generalized request `*h` (taken out of its table entry): once it has
+/// completed, it leaves the table; with `wait`, progress is made until it has (another
+/// thread completes it).
+///
+/// # Safety
+/// `h` points to an `MPI_Request`.
+unsafe fn settle_generalized(name: &str, h: *mut c_int, comm: c_int, wait: bool) -> Res<Outcome> {
+    // SAFETY: this function's contract.
+    let handle = unsafe { *h };
+    let k = handle as usize - 1;
+    let rt = with_state(name, |s| world_runtime(&s.comms).clone())?;
+    loop {
+        if let Some((st, fail)) = super::greq::settle(name, handle) {
+            with_state(name, |s| s.requests.try_remove(k))?;
+            // SAFETY: this function's contract.
+            unsafe { *h = REQUEST_NULL };
+            return Ok(Outcome::Complete(st, fail.map(|f| (f, comm))));
+        }
+        let progressed = rt.borrow_mut().progress();
+        if !wait || progressed.is_err() {
+            with_state(name, |s| s.requests.get_mut(k).map(|r| r.op = Some(Op::Gen)))?;
+            progressed?;
+            return Ok(Outcome::Pending);
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// The status of a request that ended with `e`, and its failure: none for a request
 /// cancelled (`MPI_Cancel`), whose status says so instead (`MPI_Test_cancelled`).
 fn failed_status(e: crate::Error) -> (MpiStatus, Option<Fail>) {
@@ -736,18 +791,24 @@ fn is_settled(name: &str, h: c_int) -> Res<bool> {
             Some(Op::Raw(req)) => req.is_complete(world_runtime(&s.comms)),
             Some(Op::Live(req)) => req.is_complete(),
             Some(Op::Coll(coll)) => coll.0.is_complete(),
+            Some(Op::Gen) => super::greq::is_done(h),
         }),
         None => Err(not_a_request(name, h)),
     })?
 }
 
-/// Request `h`'s result if it is null, inactive or complete, without progress or collecting
-/// it (`MPI_Request_get_status`); `None` while it is in flight.
-fn peek(name: &str, h: c_int) -> Res<Option<Result<MpiStatus, crate::Error>>> {
+/// Request `h`'s status and error if it is null, inactive or complete, without progress or
+/// collecting it (`MPI_Request_get_status`); `None` while it is in flight.
+fn peek(name: &str, h: c_int) -> Res<Option<(MpiStatus, Option<Fail>)>> {
     if h == REQUEST_NULL || h == SENT {
-        return Ok(Some(Ok(empty())));
+        return Ok(Some((empty(), None)));
     }
-    let of = |r: Option<Result<crate::Status, crate::Error>>| r.map(|r| r.map(MpiStatus::of));
+    let of = |r: Option<Result<crate::Status, crate::Error>>| {
+        r.map(|r| match r {
+            Ok(st) => (MpiStatus::of(st), None),
+            Err(e) => failed_status(e),
+        })
+    };
     if let Some(i) = named_index(h) {
         return with_state(name, |s| {
             let id = named_entry(name, s, i, h)?.id;
@@ -755,17 +816,20 @@ fn peek(name: &str, h: c_int) -> Res<Option<Result<MpiStatus, crate::Error>>> {
         })?;
     }
     let k = key(name, h)?;
-    with_state(name, |s| {
+    let got = with_state(name, |s| {
         let r = s.requests.get(k).ok_or_else(|| not_a_request(name, h))?;
-        Ok(match &r.op {
-            None => Some(Ok(empty())),
-            Some(Op::Done(st)) => Some(Ok(*st)),
-            Some(Op::Raw(req)) => of(req.status(world_runtime(&s.comms))),
-            Some(Op::Live(req)) => of(req.status()),
+        Ok::<_, Fail>(match &r.op {
+            None => Some(Some((empty(), None))),
+            Some(Op::Done(st)) => Some(Some((*st, None))),
+            Some(Op::Raw(req)) => Some(of(req.status(world_runtime(&s.comms)))),
+            Some(Op::Live(req)) => Some(of(req.status())),
             // A collective's failure is reported by the call that completes it.
-            Some(Op::Coll(coll)) => coll.0.is_complete().then(|| Ok(empty())),
+            Some(Op::Coll(coll)) => Some(coll.0.is_complete().then(|| (empty(), None))),
+            // Asked below, with the state free: `query_fn` may call MPI.
+            Some(Op::Gen) => None,
         })
-    })?
+    })??;
+    Ok(got.unwrap_or_else(|| super::greq::peek(name, h)))
 }
 
 /// Makes progress once (through request `h`, if it is in flight).
@@ -1222,10 +1286,26 @@ mpi! {
                 return Ok(());
             }
             let k = key("MPI_Request_free", h)?;
-            let coll = with_state("MPI_Request_free", |s| s.requests.get(k).map(|r| matches!(r.op, Some(Op::Coll(..)))))?
-                .ok_or_else(|| not_a_request("MPI_Request_free", h))?;
-            if coll {
-                return Err(Fail::new(ERR_REQUEST, "MPI_Request_free of a nonblocking collective's request"));
+            let op = with_state("MPI_Request_free", |s| {
+                s.requests.get(k).map(|r| (matches!(r.op, Some(Op::Coll(..))), matches!(r.op, Some(Op::Gen))))
+            })?
+            .ok_or_else(|| not_a_request("MPI_Request_free", h))?;
+            match op {
+                (true, _) => {
+                    return Err(Fail::new(ERR_REQUEST, "MPI_Request_free of a nonblocking collective's request"))
+                }
+                (_, true) => {
+                    // Its `free_fn` runs now if it completed (and its entry goes), or when
+                    // MPI_Grequest_complete comes (its entry, unused, waits for that).
+                    let ended = super::greq::free("MPI_Request_free", h)?;
+                    if ended.is_some() {
+                        with_state("MPI_Request_free", |s| s.requests.try_remove(k))?;
+                    }
+                    // SAFETY: as above.
+                    unsafe { *request = REQUEST_NULL };
+                    return ended.unwrap_or(Ok(()));
+                }
+                _ => {}
             }
             with_state("MPI_Request_free", |s| {
                 if let Some(op) = s.requests.remove(k).op {
@@ -1253,11 +1333,7 @@ mpi! {
             };
             let (st, failed) = match got {
                 None => (None, None),
-                Some(Ok(st)) => (Some(st), None),
-                Some(Err(e)) => {
-                    let (st, fail) = failed_status(e);
-                    (Some(st), fail)
-                }
+                Some((st, fail)) => (Some(st), fail),
             };
             if let Some(st) = st {
                 // SAFETY: MPI's contract: null or the caller's MPI_Status.
@@ -1627,7 +1703,7 @@ mpi! {
                 })?;
             }
             let k = key("MPI_Cancel", h)?;
-            with_state("MPI_Cancel", |s| {
+            let generalized = with_state("MPI_Cancel", |s| {
                 let r = s.requests.get_mut(k).ok_or_else(|| not_a_request("MPI_Cancel", h))?;
                 // What nothing matched yet is cancelled; anything else goes on (MPI lets a
                 // request complete instead), and its status tells which.
@@ -1635,8 +1711,13 @@ mpi! {
                 if let Some(Op::Live(req)) = &r.op {
                     req.cancel();
                 }
-                Ok(())
-            })?
+                Ok::<_, Fail>(matches!(r.op, Some(Op::Gen)))
+            })??;
+            // The program's cancel function, with the state free (it may call MPI).
+            if generalized {
+                super::greq::cancel("MPI_Cancel", h)?;
+            }
+            Ok(())
         })();
         finish("MPI_Cancel", COMM_WORLD, r)
     }
