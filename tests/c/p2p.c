@@ -576,6 +576,24 @@ static void generalized(void)
     pthread_join(t, NULL);
     greq_say("completed by a thread", &g[4], &sts[0]);
     SAY("greq beside a receive: got %d from %d, work done %d", in, sts[1].MPI_SOURCE, g[4].ready);
+    /* Testall polling a generalized request first still moves the receive beside it. */
+    struct greq gt;
+    memset(&gt, 0, sizeof gt);
+    gt.id = 7;
+    MPI_Grequest_start(greq_query, greq_free, greq_cancel, &gt, &gt.req);
+    reqs[0] = gt.req;
+    MPI_Irecv(&in, 1, MPI_INT, prev, 43, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Send(&out, 1, MPI_INT, next, 43, MPI_COMM_WORLD);
+    pthread_create(&t, NULL, greq_worker, &gt);
+    int all = 0, tests = 0;
+    while (!all) {
+        MPI_Testall(2, reqs, &all, sts);
+        tests++;
+    }
+    pthread_join(t, NULL);
+    /* (MPICH runs query_fn once more in MPI_Testall: the count of queries is not printed) */
+    SAY("greq testall: source %d tag %d, frees %d", sts[0].MPI_SOURCE, sts[0].MPI_TAG, gt.frees);
+    SAY("greq testall beside a receive: got %d from %d, tested more than once %d", in, sts[1].MPI_SOURCE, tests > 1);
     int index = -1;
     MPI_Grequest_start(greq_query, greq_free, greq_cancel, &g[5], &g[5].req);
     reqs[0] = g[5].req;

@@ -90,8 +90,8 @@ enum Conv {
     /// number's two halves).
     Order { part: usize },
     /// An integer of `native` bytes written in `ext` (`MPI_LONG`'s 8 bytes in 4, `MPI_WCHAR`'s
-    /// 4 in 2), refused if its value does not fit.
-    Narrow { native: usize, ext: usize, signed: bool },
+    /// 4 in 2, an `MPI_AINT` of 4 bytes in 8), refused if its value does not fit.
+    Int { native: usize, ext: usize, signed: bool },
     /// C's `_Bool`: one byte, 1 for true.
     Bool,
     /// C's long double as the 16 bytes of an IEEE quadruple-precision number, `parts` of
@@ -102,19 +102,22 @@ enum Conv {
 /// External32's size of one element of predefined type `h`, and how it is written; `None`
 /// for a type external32 does not define.
 fn conv(h: c_int) -> Option<(usize, Conv)> {
-    let long = std::mem::size_of::<std::ffi::c_long>();
-    let wchar = Datatype::of(15).map_or(4, |t| t.size);
+    // An integer whose native size varies by platform (long, wchar_t, MPI_Aint): `ext`
+    // bytes in external32.
+    let int = |ext: usize, signed: bool| {
+        let native = Datatype::of(h).map_or(ext, |t| t.size);
+        (ext, if native == ext { Conv::Order { part: ext } } else { Conv::Int { native, ext, signed } })
+    };
     Some(match h {
         // MPI_CHAR ... MPI_BYTE, MPI_INT8_T, MPI_UINT8_T, MPI_PACKED.
         1..=4 | 17 | 21 | 28 => (1, Conv::Order { part: 1 }),
         16 => (1, Conv::Bool),
         5 | 6 | 18 | 22 => (2, Conv::Order { part: 2 }),
         7 | 8 | 13 | 19 | 23 => (4, Conv::Order { part: 4 }),
-        9 | 10 if long == 4 => (4, Conv::Order { part: 4 }),
-        9 | 10 => (4, Conv::Narrow { native: long, ext: 4, signed: h == 9 }),
-        11 | 12 | 14 | 20 | 24 | 25..=27 => (8, Conv::Order { part: 8 }),
-        15 if wchar == 2 => (2, Conv::Order { part: 2 }),
-        15 => (2, Conv::Narrow { native: wchar, ext: 2, signed: false }),
+        9 | 10 => int(4, h == 9),
+        11 | 12 | 14 | 20 | 24 | 26 | 27 => (8, Conv::Order { part: 8 }),
+        25 => int(8, true),
+        15 => int(2, false),
         34 => (16, Conv::LongDouble { parts: 1 }),
         35 => (8, Conv::Order { part: 4 }),
         36 => (16, Conv::Order { part: 8 }),
@@ -176,30 +179,33 @@ fn element(how: Conv, nb: &mut [u8], eb: &mut [u8], to_external: bool) -> Result
             }
             Ok(())
         }
-        Conv::Narrow { native, ext, signed } => {
-            let mut v = [0u8; 8];
+        Conv::Int { native, ext, signed } => {
+            // Between widths through the value, sign-extended where signed; refused if it
+            // does not fit the width it goes to.
+            let (from, to) = if to_external { (native, ext) } else { (ext, native) };
+            let raw = if to_external {
+                native_uint(nb)
+            } else {
+                let mut v = [0u8; 8];
+                v[8 - ext..].copy_from_slice(eb);
+                u64::from_be_bytes(v)
+            };
+            let bits = 8 * from as u32;
+            let value = if signed { i128::from((raw << (64 - bits)) as i64 >> (64 - bits)) } else { i128::from(raw) };
+            let bits = 8 * to as u32;
+            let fits = if signed {
+                (-(1i128 << (bits - 1))..1i128 << (bits - 1)).contains(&value)
+            } else {
+                value < 1i128 << bits
+            };
+            if !fits {
+                let side = if to_external { "external32 gives" } else { "the native type has" };
+                return Err(format!("{value} does not fit the {to} bytes {side}"));
+            }
             if to_external {
-                v[..native].copy_from_slice(nb);
-                let wide = u64::from_ne_bytes(v);
-                let bits = 8 * native as u32;
-                // The value, sign-extended from its native width.
-                let value = if signed { ((wide << (64 - bits)) as i64 >> (64 - bits)) as i128 } else { wide as i128 };
-                let bits = 8 * ext as u32;
-                let fits = if signed {
-                    (-(1i128 << (bits - 1))..1i128 << (bits - 1)).contains(&value)
-                } else {
-                    value < 1i128 << bits
-                };
-                if !fits {
-                    return Err(format!("{value} does not fit the {ext} bytes external32 gives its type"));
-                }
                 eb.copy_from_slice(&(value as u64).to_be_bytes()[8 - ext..]);
             } else {
-                v[8 - ext..].copy_from_slice(eb);
-                let raw = u64::from_be_bytes(v);
-                let bits = 8 * ext as u32;
-                let value = if signed { ((raw << (64 - bits)) as i64 >> (64 - bits)) as u64 } else { raw };
-                nb.copy_from_slice(&value.to_ne_bytes()[..native]);
+                set_native_uint(nb, value as u64);
             }
             Ok(())
         }
@@ -220,6 +226,26 @@ fn element(how: Conv, nb: &mut [u8], eb: &mut [u8], to_external: bool) -> Result
             }
             Ok(())
         }
+    }
+}
+
+/// The native integer of 1, 2, 4 or 8 bytes at `b`, its bits zero-extended.
+fn native_uint(b: &[u8]) -> u64 {
+    match b.len() {
+        1 => u64::from(b[0]),
+        2 => u64::from(u16::from_ne_bytes([b[0], b[1]])),
+        4 => u64::from(u32::from_ne_bytes(b.try_into().expect("4 bytes"))),
+        _ => u64::from_ne_bytes(b.try_into().expect("8 bytes")),
+    }
+}
+
+/// Writes the low bits of `v` as the native integer of `b`'s size.
+fn set_native_uint(b: &mut [u8], v: u64) {
+    match b.len() {
+        1 => b[0] = v as u8,
+        2 => b.copy_from_slice(&(v as u16).to_ne_bytes()),
+        4 => b.copy_from_slice(&(v as u32).to_ne_bytes()),
+        _ => b.copy_from_slice(&v.to_ne_bytes()),
     }
 }
 
@@ -378,19 +404,12 @@ unsafe fn external32(name: &str, datarep: *const c_char) -> Res {
     }
 }
 
-/// The `n` bytes at `*position` of the buffer `buf` of `size` bytes: where `f` works;
-/// the position then moves past them (`MPI_ERR_TRUNCATE` if they do not fit).
+/// Where the `n` bytes at `*position` of a buffer `buf` of `size` bytes start
+/// (`MPI_ERR_TRUNCATE` if they do not fit).
 ///
 /// # Safety
-/// `position` points to an `MPI_Aint`; `buf` to `size` bytes, writable if `f` writes.
-unsafe fn at_position(
-    name: &str,
-    buf: *mut c_void,
-    size: isize,
-    position: *mut isize,
-    n: usize,
-    f: impl FnOnce(&mut [u8]) -> Res,
-) -> Res {
+/// `position` is null (an error) or points to an `MPI_Aint`.
+unsafe fn span(name: &str, buf: *const c_void, size: isize, position: *const isize, n: usize) -> Res<usize> {
     if position.is_null() {
         return Err(Fail::new(ERR_ARG, format!("{name}: a null position")));
     }
@@ -404,15 +423,10 @@ unsafe fn at_position(
             format!("{name}: {n} bytes from position {at} do not fit a buffer of {size}"),
         ));
     }
-    if n > 0 {
-        if buf.is_null() {
-            return Err(Fail::new(ERR_ARG, format!("{name}: a null buffer")));
-        }
-        // SAFETY: the caller's buffer of `size` bytes, of which at..at+n lie within (checked).
-        f(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>().add(at), n) })?;
+    if n > 0 && buf.is_null() {
+        return Err(Fail::new(ERR_ARG, format!("{name}: a null buffer")));
     }
-    // SAFETY: as above.
-    unsafe { put(position, (at + n) as isize) }
+    Ok(at)
 }
 
 mpi! {
@@ -450,8 +464,16 @@ mpi! {
             let n = external_size(name, &t, count)?;
             // SAFETY: MPI's contract: inbuf holds incount elements.
             let mut native = unsafe { super::bytes(inbuf, count, &t)? }.into_owned();
-            // SAFETY: MPI's contract: position points to an MPI_Aint; outbuf has outsize bytes.
-            unsafe { at_position(name, outbuf, outsize, position, n, |out| convert(name, &t, count, &mut native, out, true)) }
+            // SAFETY: MPI's contract: position points to an MPI_Aint.
+            let at = unsafe { span(name, outbuf, outsize, position, n)? };
+            if n > 0 {
+                // SAFETY: MPI's contract: outbuf has outsize bytes, of which at..at + n lie
+                // within (checked), not null (checked).
+                let out = unsafe { std::slice::from_raw_parts_mut(outbuf.cast::<u8>().add(at), n) };
+                convert(name, &t, count, &mut native, out, true)?;
+            }
+            // SAFETY: as above.
+            unsafe { put(position, (at + n) as isize) }
         })();
         finish(name, COMM_WORLD, r)
     }
@@ -471,12 +493,19 @@ mpi! {
             unsafe { external32(name, datarep)? };
             let (t, count) = (Datatype::of(datatype)?, count_of(outcount)?);
             let n = external_size(name, &t, count)?;
+            // SAFETY: MPI's contract: position points to an MPI_Aint.
+            let at = unsafe { span(name, inbuf, insize, position, n)? };
             // SAFETY: MPI's contract: outbuf holds outcount elements (unpacked into when
             // `out` drops, for a derived type).
             let mut out = unsafe { super::bytes_mut(outbuf, count, &t)? };
-            // SAFETY: MPI's contract: position points to an MPI_Aint; inbuf has insize bytes
-            // (only read).
-            unsafe { at_position(name, inbuf.cast_mut(), insize, position, n, |ext| convert(name, &t, count, &mut out, ext, false)) }
+            if n > 0 {
+                // SAFETY: MPI's contract: inbuf has insize bytes, of which at..at + n lie
+                // within (checked), not null (checked); read only, copied.
+                let mut ext = unsafe { std::slice::from_raw_parts(inbuf.cast::<u8>().add(at), n) }.to_vec();
+                convert(name, &t, count, &mut out, &mut ext, false)?;
+            }
+            // SAFETY: as above.
+            unsafe { put(position, (at + n) as isize) }
         })();
         finish(name, COMM_WORLD, r)
     }
@@ -571,7 +600,7 @@ mod tests {
         let mut native = 0x0102_0304i32.to_ne_bytes();
         element(Conv::Order { part: 4 }, &mut native, &mut ext, true).unwrap();
         assert_eq!(ext, [1, 2, 3, 4]);
-        let narrow = Conv::Narrow { native: 8, ext: 4, signed: true };
+        let narrow = Conv::Int { native: 8, ext: 4, signed: true };
         let mut long = (-5i64).to_ne_bytes();
         element(narrow, &mut long, &mut ext, true).unwrap();
         assert_eq!(ext, (-5i32).to_be_bytes());

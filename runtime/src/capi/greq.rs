@@ -116,8 +116,10 @@ pub(super) fn complete(name: &str, h: c_int) -> Res {
     }
     let g = m.remove(&h).expect("found above");
     drop(m);
+    // Its handle may be taken again once free_fn has returned, not before.
+    let freed = run_free(name, &g);
     orphans().push(h);
-    run_free(name, &g).map_or(Ok(()), Err)
+    freed.map_or(Ok(()), Err)
 }
 
 /// Whether generalized request `h` has completed.
@@ -127,20 +129,25 @@ pub(super) fn is_done(h: c_int) -> bool {
 
 /// Generalized request `h` once it has completed, ended: its status as `query_fn` gives it,
 /// then `free_fn` runs, and the error is the last function's that failed (MPI-3.1 12.2: the
-/// call returns `free_fn`'s code, which is also the status's in `MPI_Waitall` ...). `None`:
-/// not complete.
-pub(super) fn settle(name: &str, h: c_int) -> Option<(MpiStatus, Option<Fail>)> {
+/// call returns `free_fn`'s code, which is also the status's in `MPI_Waitall` ...; where
+/// `free_fn` succeeds, `query_fn`'s error, as MPICH returns it). `None`: not complete. An
+/// error: `h` is no generalized request in flight (one freed by `MPI_Request_free`).
+pub(super) fn settle(name: &str, h: c_int) -> Res<Option<(MpiStatus, Option<Fail>)>> {
     let g = {
         let mut m = greqs();
-        m.get(&h).filter(|g| g.done)?;
-        m.remove(&h).expect("found above")
+        match m.get(&h) {
+            None => return Err(not_generalized(name, h)),
+            Some(g) if g.freed => return Err(not_generalized(name, h)),
+            Some(g) if !g.done => return Ok(None),
+            Some(_) => m.remove(&h).expect("found above"),
+        }
     };
     let (mut st, queried) = query(name, &g);
     let fail = run_free(name, &g).or(queried);
     if let Some(f) = &fail {
         st.error = f.class;
     }
-    Some((st, fail))
+    Ok(Some((st, fail)))
 }
 
 /// The status of generalized request `h` if it has completed (`MPI_Request_get_status`:

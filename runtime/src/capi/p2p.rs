@@ -718,15 +718,16 @@ unsafe fn settle_generalized(name: &str, h: *mut c_int, comm: c_int, wait: bool)
     // SAFETY: this function's contract.
     let handle = unsafe { *h };
     let k = handle as usize - 1;
-    let rt = with_state(name, |s| world_runtime(&s.comms).clone())?;
     loop {
-        if let Some((st, fail)) = super::greq::settle(name, handle) {
+        // A handle whose request was freed (and has completed, or not) is an error.
+        let settled = super::greq::settle(name, handle);
+        if let Ok(Some((st, fail))) = settled {
             with_state(name, |s| s.requests.try_remove(k))?;
             // SAFETY: this function's contract.
             unsafe { *h = REQUEST_NULL };
             return Ok(Outcome::Complete(st, fail.map(|f| (f, comm))));
         }
-        let progressed = rt.borrow_mut().progress();
+        let progressed = settled.and_then(|_| progress_once(name));
         if !wait || progressed.is_err() {
             with_state(name, |s| s.requests.get_mut(k).map(|r| r.op = Some(Op::Gen)))?;
             progressed?;
@@ -832,10 +833,11 @@ fn peek(name: &str, h: c_int) -> Res<Option<(MpiStatus, Option<Fail>)>> {
     Ok(got.unwrap_or_else(|| super::greq::peek(name, h)))
 }
 
-/// Makes progress once (through request `h`, if it is in flight).
+/// Makes progress once: through request `h` if it is in flight, else through the runtime
+/// (a null, inactive, complete or generalized request: `MPI_Testall` polls its first).
 fn poll(name: &str, h: c_int) -> Res {
     if h == REQUEST_NULL || h == SENT {
-        return Ok(());
+        return progress_once(name);
     }
     if let Some(i) = named_index(h) {
         let req = with_state(name, |s| {
@@ -848,12 +850,19 @@ fn poll(name: &str, h: c_int) -> Res {
     let op = with_state(name, |s| s.requests.get_mut(k).map(|r| r.op.take()).map(|op| op.map(|op| op.live(&s.comms))))?
         .ok_or_else(|| not_a_request(name, h))?;
     let polled = match &op {
-        Some(Op::Live(req)) => req.poll().map(|_| ()),
-        Some(Op::Coll(coll)) => coll.0.poll().map(|_| ()),
-        _ => Ok(()),
+        Some(Op::Live(req)) => req.poll().map(|_| ()).map_err(Fail::from),
+        Some(Op::Coll(coll)) => coll.0.poll().map(|_| ()).map_err(Fail::from),
+        _ => progress_once(name),
     };
     with_state(name, |s| s.requests[k].op = op)?;
-    Ok(polled?)
+    polled
+}
+
+/// Makes progress once on every operation in flight.
+fn progress_once(name: &str) -> Res {
+    let rt = with_state(name, |s| world_runtime(&s.comms).clone())?;
+    let r = rt.borrow_mut().progress();
+    r.map(|_| ()).map_err(Fail::from)
 }
 
 /// Whether request `h` is active (neither null nor an inactive persistent request).
