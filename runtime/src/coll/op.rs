@@ -272,8 +272,10 @@ pub struct DynOp<C> {
     kernel: Kernel<C>,
 }
 
-/// A reduction kernel over carriers: `acc[i] = acc[i] (op) x[i]`.
-type Kernel<C> = fn(&mut [C], &[C]);
+/// A reduction's kernels over carriers: `acc[i] = acc[i] (op) x[i]`, and the same into a
+/// third buffer in one pass (`out[i] = a[i] (op) x[i]`, what a ring all-reduce's step does:
+/// a copy and then an apply would read and write it twice).
+type Kernel<C> = (fn(&mut [C], &[C]), fn(&mut [C], &[C], &[C]));
 
 impl<C> std::fmt::Debug for DynOp<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -303,7 +305,11 @@ impl<C: Pod> DynOp<C> {
 
 impl<C: Pod> Op<C> for DynOp<C> {
     fn apply(&self, acc: &mut [C], x: &[C]) {
-        (self.kernel)(acc, x)
+        (self.kernel.0)(acc, x)
+    }
+
+    fn apply_into(&self, out: &mut [C], a: &[C], x: &[C]) {
+        (self.kernel.1)(out, a, x)
     }
 }
 
@@ -313,8 +319,13 @@ fn carries<T, C>() -> bool {
 }
 
 /// `O` on `T`, over its carrier `C` (checked by [`carries`] before this is handed out).
-fn kernel<T: Pod, O: Op<T> + Default, C: Pod>(acc: &mut [C], x: &[C]) {
-    O::default().apply(bytemuck::cast_slice_mut(acc), bytemuck::cast_slice(x))
+fn kernel<T: Pod, O: Op<T> + Default, C: Pod>() -> Kernel<C> {
+    (
+        |acc, x| O::default().apply(bytemuck::cast_slice_mut(acc), bytemuck::cast_slice(x)),
+        |out, a, x| {
+            O::default().apply_into(bytemuck::cast_slice_mut(out), bytemuck::cast_slice(a), bytemuck::cast_slice(x))
+        },
+    )
 }
 
 /// The arithmetic operations on `T`.
@@ -323,10 +334,10 @@ fn arithmetic<T: Number, C: Pod>(op: Builtin) -> Option<Kernel<C>> {
         return None;
     }
     Some(match op {
-        Builtin::Max => kernel::<T, Max, C>,
-        Builtin::Min => kernel::<T, Min, C>,
-        Builtin::Sum => kernel::<T, Sum, C>,
-        Builtin::Prod => kernel::<T, Prod, C>,
+        Builtin::Max => kernel::<T, Max, C>(),
+        Builtin::Min => kernel::<T, Min, C>(),
+        Builtin::Sum => kernel::<T, Sum, C>(),
+        Builtin::Prod => kernel::<T, Prod, C>(),
         _ => return None,
     })
 }
@@ -337,12 +348,12 @@ fn integer<T: Integer, C: Pod>(op: Builtin) -> Option<Kernel<C>> {
         return None;
     }
     Some(match op {
-        Builtin::LogicalAnd => kernel::<T, LogicalAnd, C>,
-        Builtin::BitAnd => kernel::<T, BitAnd, C>,
-        Builtin::LogicalOr => kernel::<T, LogicalOr, C>,
-        Builtin::BitOr => kernel::<T, BitOr, C>,
-        Builtin::LogicalXor => kernel::<T, LogicalXor, C>,
-        Builtin::BitXor => kernel::<T, BitXor, C>,
+        Builtin::LogicalAnd => kernel::<T, LogicalAnd, C>(),
+        Builtin::BitAnd => kernel::<T, BitAnd, C>(),
+        Builtin::LogicalOr => kernel::<T, LogicalOr, C>(),
+        Builtin::BitOr => kernel::<T, BitOr, C>(),
+        Builtin::LogicalXor => kernel::<T, LogicalXor, C>(),
+        Builtin::BitXor => kernel::<T, BitXor, C>(),
         _ => return arithmetic::<T, C>(op),
     })
 }
@@ -358,6 +369,10 @@ mod tests {
         let (mut acc, x) = ([1.5f64.to_bits(), (-2.0f64).to_bits()], [0.25f64.to_bits(), 4.0f64.to_bits()]);
         sum.apply(&mut acc, &x);
         assert_eq!(acc.map(f64::from_bits), [1.75, 2.0]);
+        // Into a third buffer, in one pass: the same sums.
+        let mut out = [0u64; 2];
+        sum.apply_into(&mut out, &[1.5f64.to_bits(), (-2.0f64).to_bits()], &x);
+        assert_eq!(out.map(f64::from_bits), [1.75, 2.0]);
         // Signed comparison on i32 carried as u32; logical xor gives 1 or 0.
         let max = DynOp::<u32>::new(Builtin::Max, ElemType::I32).unwrap();
         let mut acc = [(-5i32) as u32, 3];
