@@ -27,6 +27,7 @@ mod buf;
 mod capi;
 mod coll;
 mod comm;
+mod copy;
 mod datatype;
 mod engine;
 pub mod env;

@@ -8,6 +8,7 @@ use super::op::Op;
 use super::Input;
 use crate::comm::Comm;
 use crate::comm::LocalCopy;
+use crate::copy;
 use crate::error::Error;
 
 /// Ranks that run an algorithm together: a communicator, or some of its ranks.
@@ -118,8 +119,17 @@ thread_local! {
 /// Largest scratch buffer kept between calls.
 const SCRATCH_KEEP: usize = 64 << 20;
 
-/// Runs `f` on a scratch slice of `len` elements (contents unspecified).
-pub(super) fn with_scratch<T: Pod, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+/// Runs `f` on a scratch slice of `len` elements (contents unspecified) that starts at the
+/// same offset within a page as `like` (a page boundary for null): the buffer whose peers'
+/// copies it receives, so that no copy into it is [`copy::near`].
+pub(super) fn with_scratch<T: Pod, R>(len: usize, like: *const T, f: impl FnOnce(&mut [T]) -> R) -> R {
+    with_scratch_slack(len, |tmp| f(copy::placed(tmp, len, like)))
+}
+
+/// Runs `f` on a scratch slice of `len` elements and [`copy::slack`] more, to be
+/// [`copy::placed`] by the caller (contents unspecified).
+pub(super) fn with_scratch_slack<T: Pod, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    let len = len + copy::slack::<T>();
     let mut v = SCRATCH.with(|s| s.borrow_mut().pop()).unwrap_or_default();
     let bytes = len * std::mem::size_of::<T>();
     if v.len() * 8 < bytes {
@@ -325,7 +335,7 @@ pub(super) fn reduce<T: Pod, O: Op<T>>(
     let tree_root = if op.commutative() { root } else { 0 };
     let vr = (me + p - tree_root) % p;
     let real = |v: usize| (v + tree_root) % p;
-    with_scratch::<T, _>(acc.len(), |tmp| {
+    with_scratch::<T, _>(acc.len(), acc.as_ptr(), |tmp| {
         let mut mask = 1;
         while mask < p {
             if vr & mask == 0 {
@@ -394,7 +404,7 @@ fn reduce_bcast<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O
 /// first `2 * rem` ranks pair up, the even one hands its data to the odd one and waits for
 /// the result.
 fn recursive_doubling<T: Pod, O: Op<T>>(c: &impl Team, tag: i32, buf: &mut [T], op: &O) -> Result<(), Error> {
-    with_scratch::<T, _>(buf.len(), |tmp| rd_steps(c, tag, buf, op, tmp))
+    with_scratch::<T, _>(buf.len(), buf.as_ptr(), |tmp| rd_steps(c, tag, buf, op, tmp))
 }
 
 /// The shape of recursive doubling over `p` ranks, with MPICH's fold for a rank count that
@@ -484,7 +494,7 @@ fn ring_allreduce<T: Pod, O: Op<T>>(
     op: &O,
 ) -> Result<(), Error> {
     let n = block(buf.len(), c.size(), 0).len();
-    with_scratch::<T, _>(n, |tmp| ring_steps(c, tag, input, buf, op, tmp))
+    with_scratch_slack::<T, _>(n, |tmp| ring_steps(c, tag, input, buf, op, tmp))
 }
 
 fn ring_steps<T: Pod, O: Op<T>>(
@@ -502,13 +512,19 @@ fn ring_steps<T: Pod, O: Op<T>>(
     for step in 0..p - 1 {
         let sb = block(n, p, (me + p - step) % p);
         let rb = block(n, p, (me + 2 * p - step - 1) % p);
-        let t = &mut tmp[..rb.len()];
         // Block `sb` is this rank's own input at step 0 and the block it combined at the
         // step before after that.
         let out = match input {
             Input::From(s) if step == 0 => &s[sb],
             _ => &buf[sb],
         };
+        // Block `rb` comes from the same place in the previous rank's buffers: receive it at
+        // their offset within a page (as this rank's would be), never near it.
+        let like = match input {
+            Input::From(s) if step == 0 => s[rb.clone()].as_ptr(),
+            _ => buf[rb.clone()].as_ptr(),
+        };
+        let t = copy::placed(tmp, rb.len(), like);
         c.coll_xchg(tag, Some((bytemuck::cast_slice(out), next)), Some((bytemuck::cast_slice_mut(t), prev)))?;
         // The ring serves commutative operations only, so the partial result can be folded
         // into our block in place (no copy back); each block is finished by one rank and
@@ -594,7 +610,8 @@ fn allgather_bruck(c: &impl Team, tag: i32, buf: &mut [u8], own: &[u8]) -> Resul
         // Every rank has the same block size, so all of them skip together.
         return Ok(());
     }
-    with_scratch::<u8, _>(p * blk, |tmp| {
+    // Every rank's scratch on a page boundary: the blocks go from one to another.
+    with_scratch::<u8, _>(p * blk, std::ptr::null(), |tmp| {
         let mut have = 1;
         while have < p {
             let n = have.min(p - have);

@@ -9,7 +9,10 @@
 //! peer can be read at all is asked of the kernel once per pair ([`probe`]), so that a pair
 //! the kernel refuses streams from the start and the verbose output says why.
 
+#[cfg(target_os = "linux")]
+use crate::copy;
 use crate::error::Error;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[cfg(target_os = "linux")]
 pub(crate) const AVAILABLE: bool = true;
@@ -92,9 +95,80 @@ pub(crate) fn refused(scope: Option<u32>) -> String {
     }
 }
 
-/// Reads `dst.len()` bytes at `addr` in process `pid`.
+/// Reads `dst.len()` bytes at `addr` in process `pid`; through the bounce buffer where the
+/// pair is [`copy::near`].
 #[cfg(target_os = "linux")]
 pub(crate) fn read(pid: u32, addr: u64, dst: &mut [u8]) -> Result<(), Error> {
+    if dst.len() <= copy::PIECE || !copy::near(dst.as_ptr() as usize, addr as usize) {
+        return read_all(pid, addr, dst);
+    }
+    with_bounce(dst.len(), |bounce| {
+        let mut done = 0;
+        for d in dst.chunks_mut(BOUNCE) {
+            let at = addr + done as u64;
+            let b = copy::placed(bounce, d.len(), at as usize as *const u8);
+            read_all(pid, at, b)?;
+            copy::copy(d, b);
+            done += d.len();
+        }
+        Ok(())
+    })
+}
+
+/// Writes `src` to `addr` in process `pid`; through the bounce buffer where the pair is
+/// [`copy::near`].
+#[cfg(target_os = "linux")]
+pub(crate) fn write(pid: u32, addr: u64, src: &[u8]) -> Result<(), Error> {
+    if src.len() <= copy::PIECE || !copy::near(addr as usize, src.as_ptr() as usize) {
+        return write_all(pid, addr, src);
+    }
+    with_bounce(src.len(), |bounce| {
+        let mut done = 0;
+        for s in src.chunks(BOUNCE) {
+            let at = addr + done as u64;
+            let b = copy::placed(bounce, s.len(), at as usize as *const u8);
+            copy::copy(b, s);
+            write_all(pid, at, b)?;
+            done += s.len();
+        }
+        Ok(())
+    })
+}
+
+/// The bounce buffer's chunk: small enough to stay in a core's L2 between the kernel's copy
+/// and ours.
+#[cfg(target_os = "linux")]
+const BOUNCE: usize = 64 << 10;
+
+#[cfg(target_os = "linux")]
+thread_local! {
+    static BOUNCE_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Bytes moved through the bounce buffer, and the transfers that did, since the start.
+static REALIGNED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Transfers that went through the bounce buffer because the pair was [`copy::near`], and
+/// their bytes (for the verbose end line).
+pub(crate) fn realigned() -> (u64, u64) {
+    (REALIGNED[0].load(Ordering::Relaxed), REALIGNED[1].load(Ordering::Relaxed))
+}
+
+/// Runs `f` on this thread's bounce buffer (`BOUNCE` bytes and a page of slack, for
+/// [`copy::placed`]), counting a realigned transfer of `len` bytes.
+#[cfg(target_os = "linux")]
+fn with_bounce<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    REALIGNED[0].fetch_add(1, Ordering::Relaxed);
+    REALIGNED[1].fetch_add(len as u64, Ordering::Relaxed);
+    BOUNCE_BUF.with(|b| {
+        let mut b = b.borrow_mut();
+        b.resize(BOUNCE + copy::slack::<u8>(), 0);
+        f(&mut b)
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn read_all(pid: u32, addr: u64, dst: &mut [u8]) -> Result<(), Error> {
     use nix::sys::uio::{process_vm_readv, RemoteIoVec};
     use nix::unistd::Pid;
     use std::io::IoSliceMut;
@@ -113,9 +187,8 @@ pub(crate) fn read(pid: u32, addr: u64, dst: &mut [u8]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Writes `src` to `addr` in process `pid`.
 #[cfg(target_os = "linux")]
-pub(crate) fn write(pid: u32, addr: u64, src: &[u8]) -> Result<(), Error> {
+fn write_all(pid: u32, addr: u64, src: &[u8]) -> Result<(), Error> {
     use nix::sys::uio::{process_vm_writev, RemoteIoVec};
     use nix::unistd::Pid;
     use std::io::IoSlice;

@@ -14,7 +14,7 @@
 //! reads).
 
 mod cma;
-pub(crate) use cma::admit_siblings;
+pub(crate) use cma::{admit_siblings, realigned};
 mod ring;
 pub(crate) mod segment;
 
