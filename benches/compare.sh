@@ -32,7 +32,9 @@
 #   TIMEOUT=300      seconds before one run is killed (counts as failed)
 #   BENCH_ARGS=      extra arguments for every benchmark run (all three implementations),
 #                    e.g. "--max 65536" or "--iters 100"; osu_mini and mpr-bench both take
-#                    --min B, --max B, --iters N, --warmup N, --window N, and run the same
+#                    --min B, --max B, --iters N, --warmup N, --window N, --offset B
+#                    (buffers B bytes past a page boundary; 16 is where malloc puts large
+#                    blocks), and run the same
 #                    iteration schedule (OSU's style: fewer iterations for larger sizes);
 #                    the one-sided tests also --win allocate|create|dynamic and
 #                    --sync flush|lock|fence|pscw (default: allocate, flush)

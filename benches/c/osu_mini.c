@@ -11,6 +11,8 @@
  *   --iters N, -i N   timed iterations for every size (default: size dependent)
  *   --warmup N, -x N  untimed warm-up iterations for every size (default: size dependent)
  *   --window N    bw, bibw, mbw_mr: messages in flight per iteration (default 64)
+ *   --offset B    every buffer starts B bytes past a page boundary (default 0; 16 is where
+ *                 glibc's malloc puts a block of 128 KiB or more)
  *   --pairs N     mbw_mr: sending ranks 0..N-1, each to the rank N up (default: half)
  *   --one-buffer  bw: all window slots share one buffer, as OSU's osu_bw does
  *                 (the default, as in mpr-bench)
@@ -20,7 +22,7 @@
  *   --sync flush|lock|fence|pscw  one-sided tests: how operations complete (default flush:
  *                 one shared lock around the test, MPI_Win_flush after each operation, or
  *                 after each window of --window operations for put_bw/get_bw)
- * --min/--max/--iters/--window are spelled as mpr-bench spells them, so one
+ * --min/--max/--iters/--window/--offset are spelled as mpr-bench spells them, so one
  * BENCH_ARGS string in compare.sh can drive both (iteration defaults differ).
  *
  * Point-to-point tests (latency, bw) use ranks 0 and 1 only; other ranks idle.
@@ -41,6 +43,7 @@ static int g_rank, g_nprocs;
 static long g_max = MAX_SIZE_DEFAULT;
 static long g_min = -1; /* -1: per-test default */
 static long g_window = 64;
+static long g_offset = 0; /* --offset: bytes past a page boundary of every buffer */
 static long g_pairs = -1; /* mbw_mr: -1 is half the ranks */
 static int g_one_buffer = 1;
 static long g_iters_override = -1, g_warmup_override = -1;
@@ -55,16 +58,22 @@ static void die(const char *msg)
     exit(2);
 }
 
-/* Page-aligned buffer, every page written (so no first-touch faults while timed). */
+/* Buffer starting --offset bytes past a page boundary (0: page-aligned, as OSU's), every
+ * page written (so no first-touch faults while timed); freed with free_buf. */
 static void *alloc_buf(size_t bytes, int fill)
 {
     void *p = NULL;
     if (bytes == 0)
         bytes = 1;
-    if (posix_memalign(&p, PAGE, bytes) != 0 || p == NULL)
+    if (posix_memalign(&p, PAGE, bytes + g_offset) != 0 || p == NULL)
         die("out of memory");
-    memset(p, fill, bytes);
-    return p;
+    memset(p, fill, bytes + g_offset);
+    return (char *)p + g_offset;
+}
+
+static void free_buf(void *p)
+{
+    free((char *)p - g_offset);
 }
 
 /* Iteration counts in the spirit of OSU: many for small messages, fewer for big. */
@@ -145,8 +154,8 @@ static void run_latency(void)
             check_byte("latency", size, rbuf, 'a');
         }
     }
-    free(sbuf);
-    free(rbuf);
+    free_buf(sbuf);
+    free_buf(rbuf);
 }
 
 /*
@@ -240,8 +249,8 @@ static void run_streams(enum stream kind)
             }
         }
     }
-    free(sbuf);
-    free(rbuf);
+    free_buf(sbuf);
+    free_buf(rbuf);
 }
 
 enum coll { C_ALLREDUCE, C_BCAST, C_ALLGATHER, C_ALLTOALL, C_BARRIER };
@@ -345,8 +354,8 @@ static void run_coll(enum coll kind, const char *title)
         if (g_rank == 0)
             print_row(size, v);
     }
-    free(sbuf);
-    free(rbuf);
+    free_buf(sbuf);
+    free_buf(rbuf);
 }
 
 /*
@@ -516,9 +525,9 @@ static void run_rma(enum rma kind, const char *title)
         MPI_Win_detach(win, base);
     MPI_Win_free(&win);
     if (strcmp(g_win, "allocate"))
-        free(base);
-    free(src);
-    free(dst);
+        free_buf(base);
+    free_buf(src);
+    free_buf(dst);
     MPI_Group_free(&g_peer_group);
     MPI_Group_free(&world);
 }
@@ -527,7 +536,7 @@ static void usage(void)
 {
     if (g_rank == 0)
         fprintf(stderr, "usage: osu_mini latency|bw|bibw|mbw_mr|allreduce|bcast|allgather|alltoall|barrier"
-                        " [--min B] [--max B] [--iters N] [--warmup N] [--window N]"
+                        " [--min B] [--max B] [--iters N] [--warmup N] [--window N] [--offset B]"
                         " [--pairs N] [--one-buffer|--slots]\n"
                         "       osu_mini put_latency|get_latency|acc_latency|fop_latency|cas_latency|put_bw|get_bw"
                         " [--win allocate|create|dynamic] [--sync flush|lock|fence|pscw] [size and iteration options]\n");
@@ -556,6 +565,8 @@ int main(int argc, char **argv)
             g_warmup_override = atol(argv[++i]);
         else if (has_val && !strcmp(a, "--window"))
             g_window = atol(argv[++i]);
+        else if (has_val && !strcmp(a, "--offset"))
+            g_offset = atol(argv[++i]);
         else if (has_val && !strcmp(a, "--pairs"))
             g_pairs = atol(argv[++i]);
         else if (!strcmp(a, "--one-buffer"))
@@ -574,6 +585,8 @@ int main(int argc, char **argv)
     }
     if (g_max < 4 || g_max > (1L << 30))
         die("--max must be between 4 and 1073741824");
+    if (g_offset < 0 || g_offset >= PAGE || g_offset % 8 != 0)
+        die("--offset must be a multiple of 8 below 4096");
     if (g_window < 1 || g_window > MAX_WINDOW)
         die("--window must be between 1 and 4096");
     if ((size_t)g_max * (size_t)g_window > ((size_t)1 << 31) && !g_one_buffer &&

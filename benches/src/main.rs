@@ -45,6 +45,10 @@ struct Opts {
     /// Messages in flight per round of `bw`.
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     window: u64,
+    /// Every buffer starts this many bytes past a page boundary (a multiple of 8 below 4096;
+    /// 16 is where glibc's malloc puts a block of 128 KiB or more).
+    #[arg(long, default_value_t = 0, value_name = "BYTES", value_parser = offset)]
+    offset: usize,
     /// `bw`: a buffer slot per message of the window instead of OSU's one shared buffer.
     #[arg(long)]
     slots: bool,
@@ -299,8 +303,20 @@ fn streams(w: &Comm, o: &Opts) -> mpr::Result<()> {
     Ok(())
 }
 
-/// `n` values starting on a page boundary, as OSU allocates its buffers (posix_memalign), so
-/// the copies compare like for like; every page is written before anything is timed.
+/// `--offset`: a multiple of 8 below a page.
+fn offset(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(b) if b < 4096 && b % 8 == 0 => Ok(b),
+        _ => Err("a multiple of 8 below 4096".into()),
+    }
+}
+
+/// The `--offset` of every buffer (set once, before any is made).
+static OFFSET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `n` values starting on a page boundary (or `--offset` bytes past one), as OSU allocates
+/// its buffers (posix_memalign), so the copies compare like for like; every page is written
+/// before anything is timed.
 struct Paged<T> {
     store: Vec<T>,
     at: usize,
@@ -311,9 +327,10 @@ impl<T: Copy> Paged<T> {
     fn new(n: usize, v: T) -> Paged<T> {
         const PAGE: usize = 4096;
         let size = size_of::<T>().max(1);
-        let store = vec![v; n + PAGE / size];
+        let off = OFFSET.load(std::sync::atomic::Ordering::Relaxed) / size;
+        let store = vec![v; n + PAGE / size + off];
         let addr = store.as_ptr() as usize;
-        Paged { at: (addr.next_multiple_of(PAGE) - addr) / size, store, n }
+        Paged { at: (addr.next_multiple_of(PAGE) - addr) / size + off, store, n }
     }
 
     fn get(&mut self) -> &mut [T] {
@@ -391,6 +408,7 @@ fn collective(w: &Comm, what: &str, o: &Opts) -> mpr::Result<()> {
 
 fn main() {
     let opts = <Opts as clap::Parser>::parse();
+    OFFSET.store(opts.offset, std::sync::atomic::Ordering::Relaxed);
     let what = opts.what.name();
     let universe = mpr::init().unwrap_or_else(|e| {
         eprintln!("mpr-bench: {e}");

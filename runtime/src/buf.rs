@@ -112,7 +112,7 @@ impl RawBufMut {
     pub(crate) fn write_at(&mut self, off: usize, src: &[u8]) -> bool {
         match self.range_mut(off, src.len()) {
             Some(dst) => {
-                dst.copy_from_slice(src);
+                crate::copy::copy(dst, src);
                 true
             }
             None => false,

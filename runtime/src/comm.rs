@@ -648,7 +648,7 @@ fn local_copy(rt: &mut Runtime, copy: LocalCopy<'_>) -> Result<(), Error> {
     let mut result = Ok(());
     let mut pieces = dst.chunks_mut(COPY_PIECE).zip(src.chunks(COPY_PIECE)).peekable();
     while let Some((d, s)) = pieces.next() {
-        d.copy_from_slice(s);
+        crate::copy::copy(d, s);
         if pieces.peek().is_some() && result.is_ok() {
             result = rt.progress().map(|_| ());
         }

@@ -40,13 +40,36 @@ pub(crate) const PIECE: usize = 2048;
 
 /// Copies `src` into `dst` (same length), in pieces where the pair is [`near`].
 #[inline]
-pub(crate) fn copy(dst: &mut [u8], src: &[u8]) {
+pub(crate) fn copy<T: bytemuck::Pod>(dst: &mut [T], src: &[T]) {
+    let (dst, src) = (bytemuck::cast_slice_mut::<T, u8>(dst), bytemuck::cast_slice::<T, u8>(src));
     if dst.len() > PIECE && near(dst.as_ptr() as usize, src.as_ptr() as usize) {
+        assert_eq!(dst.len(), src.len(), "a copy between slices of different lengths");
         for (d, s) in dst.chunks_mut(PIECE).zip(src.chunks(PIECE)) {
             d.copy_from_slice(s);
         }
     } else {
         dst.copy_from_slice(src);
+    }
+}
+
+/// `std::ptr::copy_nonoverlapping` of `n` bytes, in pieces where the pair is [`near`].
+///
+/// # Safety
+/// As for `std::ptr::copy_nonoverlapping`: `src` readable and `dst` writable for `n` bytes,
+/// the two not overlapping.
+#[inline]
+pub(crate) unsafe fn copy_raw(src: *const u8, dst: *mut u8, n: usize) {
+    if n > PIECE && near(dst as usize, src as usize) {
+        let mut at = 0;
+        while at < n {
+            let k = PIECE.min(n - at);
+            // SAFETY: `at + k <= n`: inside both ranges the caller vouches for.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), k) };
+            at += k;
+        }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
     }
 }
 

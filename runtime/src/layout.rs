@@ -288,7 +288,7 @@ impl Layout {
         let mut at = 0;
         for (off, len) in self.runs_of(count) {
             // SAFETY: the caller promises the run is readable; `out` has room (asserted).
-            unsafe { std::ptr::copy_nonoverlapping(base.offset(off), out.as_mut_ptr().add(at), len) };
+            unsafe { crate::copy::copy_raw(base.offset(off), out.as_mut_ptr().add(at), len) };
             at += len;
         }
     }
@@ -304,7 +304,7 @@ impl Layout {
             let n = len.min(data.len() - at);
             // SAFETY: the caller promises the run is writable and apart from `data`; `n`
             // bytes of `data` remain from `at`.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(at), base.offset(off), n) };
+            unsafe { crate::copy::copy_raw(data.as_ptr().add(at), base.offset(off), n) };
             at += n;
             if at == data.len() {
                 break;

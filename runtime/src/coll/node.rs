@@ -45,6 +45,7 @@ use super::algo::{self, Subset};
 use super::op::Op;
 use super::Input;
 use crate::comm::Comm;
+use crate::copy;
 use crate::error::Error;
 use crate::shmfile;
 
@@ -479,7 +480,7 @@ impl Arena {
                 theirs
             };
             if i == 0 {
-                buf.copy_from_slice(bytemuck::cast_slice(part));
+                copy::copy(buf, bytemuck::cast_slice(part));
             } else {
                 op.apply(buf, bytemuck::cast_slice(part));
             }
@@ -546,7 +547,7 @@ impl Arena {
     fn allgather_slots(&self, c: &Comm, own: &[u8], buf: &mut [u8]) -> Result<(), Error> {
         self.swap_parts(c, 1, 0, own, buf, |r, p| {
             // SAFETY: `swap_parts` hands us room for one piece of `r.len()` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(own[r.clone()].as_ptr(), p, r.len()) }
+            unsafe { copy::copy_raw(own[r.clone()].as_ptr(), p, r.len()) }
         })
     }
 
@@ -570,7 +571,7 @@ impl Arena {
                 let piece = &send[j * blk + r.start..j * blk + r.end];
                 // SAFETY: `swap_parts` hands us room for n pieces of `r.len()` bytes; piece j
                 // lies at j * len.
-                unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), p.add(j * r.len()), r.len()) };
+                unsafe { copy::copy_raw(piece.as_ptr(), p.add(j * r.len()), r.len()) };
             }
         })
     }
@@ -599,9 +600,9 @@ impl Arena {
             for (i, b) in out.chunks_exact_mut(blk).enumerate() {
                 let b = &mut b[at..at + len];
                 if i == self.me {
-                    b.copy_from_slice(&own[at..at + len]);
+                    copy::copy(b, &own[at..at + len]);
                 } else {
-                    b.copy_from_slice(self.part_of(c, i, k, part, pick * len..(pick + 1) * len)?);
+                    copy::copy(b, self.part_of(c, i, k, part, pick * len..(pick + 1) * len)?);
                 }
             }
             self.publish(DONE, k);
@@ -665,7 +666,7 @@ impl Arena {
             for r in [0..skip.start, skip.end..data.len()] {
                 // SAFETY: `put_with` hands us the slot while nobody reads it; it holds `slot`
                 // bytes (asserted above).
-                unsafe { std::ptr::copy_nonoverlapping(data[r.clone()].as_ptr(), slot.add(r.start), r.len()) };
+                unsafe { copy::copy_raw(data[r.clone()].as_ptr(), slot.add(r.start), r.len()) };
             }
         })
     }
@@ -765,7 +766,7 @@ impl Arena {
                 for (i, p) in chunk.chunks(piece).enumerate() {
                     // SAFETY: every member is done with the last operation that used this
                     // half, and none reads these bytes before `prog` says they are in.
-                    unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), base.add(i * piece), p.len()) };
+                    unsafe { copy::copy_raw(p.as_ptr(), base.add(i * piece), p.len()) };
                     prog.store(k << 32 | (i * piece + p.len()) as u64, Ordering::Release);
                 }
             } else {
@@ -774,7 +775,7 @@ impl Arena {
                     wait(c, || prog.load(Ordering::Acquire) >= want)?;
                     // SAFETY: the root copied these bytes in (`prog`) and rewrites this half
                     // only after every member says `done = k`.
-                    unsafe { std::ptr::copy_nonoverlapping(base.add(i * piece), p.as_mut_ptr(), p.len()) };
+                    unsafe { copy::copy_raw(base.add(i * piece), p.as_mut_ptr(), p.len()) };
                 }
             }
             self.publish(DONE, k);
@@ -796,7 +797,7 @@ impl Arena {
             // slot only after all members say `done` for it.
             _ => unsafe { self.view::<T>(i, r.clone()) },
         };
-        dst.copy_from_slice(part(0));
+        copy::copy(dst, part(0));
         for i in 1..self.n {
             op.apply(dst, part(i));
         }
@@ -860,7 +861,7 @@ impl Arena {
                 wait(c, || self.all(RED, k))?;
                 // SAFETY: every block is reduced (`red = k`) and is rewritten only after all
                 // members entered operation k + 1, which needs our `done = k` first.
-                chunk.copy_from_slice(unsafe { self.view::<T>(self.n, 0..chunk.len()) });
+                copy::copy(chunk, unsafe { self.view::<T>(self.n, 0..chunk.len()) });
             }
             self.publish(DONE, k);
         }

@@ -24,6 +24,7 @@ fn main() -> mpr::Result<()> {
     check_barrier(&w)?;
     check_bcast(&w)?;
     check_reduce_allreduce(&w)?;
+    check_page_offsets(&w)?;
     check_gather_scatter(&w)?;
     check_alltoall(&w)?;
     check_noncommutative(&w)?;
@@ -146,6 +147,74 @@ fn check_reduce_allreduce(w: &Comm) -> mpr::Result<()> {
         w.allreduce(&small, &mut prod, Prod)?;
         for (i, &v) in prod.iter().enumerate() {
             assert_eq!(v, (0..p).map(|r| ((r + i) % 3) as i64 + 1).product::<i64>());
+        }
+    }
+    Ok(())
+}
+
+/// `n` elements of `store` starting `off` bytes past a page boundary.
+fn at_offset<T: Copy + Default>(store: &mut Vec<T>, n: usize, off: usize) -> &mut [T] {
+    let size = std::mem::size_of::<T>();
+    *store = vec![T::default(); n + (4096 + off) / size + 1];
+    let addr = store.as_ptr() as usize;
+    let at = (addr.next_multiple_of(4096) - addr) / size + off / size;
+    &mut store[at..at + n]
+}
+
+/// Collectives between buffers at different offsets within a page on each rank (the copies a
+/// short distance apart go in pieces, `copy::near`): the results are those of the reference,
+/// through every path by size (inline lines, LL lines, slots, ring).
+fn check_page_offsets(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let offsets = [0usize, 16, 4080, 8, 48];
+    let max: usize = std::env::var("COLL_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000);
+    for (round, n) in [300usize, 5000, 70_000, max].into_iter().filter(|&n| n <= max).enumerate() {
+        let (so, ro) = (offsets[(me + round) % offsets.len()], offsets[(me + 2 * round + 1) % offsets.len()]);
+        let (mut ss, mut rs) = (Vec::new(), Vec::new());
+        let send = at_offset::<i64>(&mut ss, n, so);
+        for (i, x) in send.iter_mut().enumerate() {
+            *x = input(me, i);
+        }
+        let recv = at_offset::<i64>(&mut rs, n, ro);
+        w.allreduce(send, recv, Sum)?;
+        assert!(
+            recv.iter().enumerate().all(|(i, &v)| v == (0..p).map(|r| input(r, i)).sum::<i64>()),
+            "allreduce of {n} i64 from offset {so} into offset {ro} on rank {me}"
+        );
+        w.allreduce_in_place(send, Max)?;
+        assert!(
+            send.iter().enumerate().all(|(i, &v)| v == (0..p).map(|r| input(r, i)).max().unwrap()),
+            "in-place allreduce of {n} i64 at offset {so} on rank {me}"
+        );
+        let bytes = n * 8;
+        let mut bs = Vec::new();
+        let b = at_offset::<u8>(&mut bs, bytes, ro);
+        let root = round % p;
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = if me == root { (i * 31 + root) as u8 } else { 0 };
+        }
+        w.bcast(b, root)?;
+        assert!(b.iter().enumerate().all(|(i, &x)| x == (i * 31 + root) as u8), "bcast of {bytes} B at offset {ro}");
+        let blk = (bytes / p).min(64 << 10);
+        let mut gs = Vec::new();
+        let mine: Vec<u8> = (0..blk).map(|i| (i + me * 7) as u8).collect();
+        let all = at_offset::<u8>(&mut gs, blk * p, so);
+        w.allgather(&mine, all)?;
+        for r in 0..p {
+            assert!(
+                all[r * blk..(r + 1) * blk].iter().enumerate().all(|(i, &x)| x == (i + r * 7) as u8),
+                "allgather block {r} of {blk} B at offset {so} on rank {me}"
+            );
+        }
+        let mut ts = Vec::new();
+        let out: Vec<u8> = (0..blk * p).map(|i| (i / blk * 13 + me * 5 + i % blk) as u8).collect();
+        let got = at_offset::<u8>(&mut ts, blk * p, ro);
+        w.alltoall(&out, got)?;
+        for r in 0..p {
+            assert!(
+                got[r * blk..(r + 1) * blk].iter().enumerate().all(|(i, &x)| x == (me * 13 + r * 5 + i) as u8),
+                "alltoall block from {r} of {blk} B at offset {ro} on rank {me}"
+            );
         }
     }
     Ok(())

@@ -186,7 +186,7 @@ impl Ring {
         // only after the release store below. `n` fits (asserted).
         unsafe {
             std::ptr::copy_nonoverlapping(hdr.as_ptr(), c.add(FRAME_HDR + gap), hdr.len());
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), c.add(FRAME_HDR + gap + hdr.len()), payload.len());
+            crate::copy::copy_raw(payload.as_ptr(), c.add(FRAME_HDR + gap + hdr.len()), payload.len());
         }
         self.word(off).store(READY | (gap as u32) << GAP_SHIFT | n as u32, Ordering::Release);
         if let Some(at) = padded {
