@@ -103,6 +103,27 @@ typedef struct MPI_Status {
 #define MPI_C_LONG_DOUBLE_COMPLEX ((MPI_Datatype)37)
 /* A value-index pair of MPI_MINLOC and MPI_MAXLOC whose value is a long double. */
 #define MPI_LONG_DOUBLE_INT ((MPI_Datatype)38)
+/* Fortran's types, as a C program names them for data it shares with Fortran code (a
+ * Fortran compiler's default kinds: INTEGER, REAL and LOGICAL of 4 bytes, LOGICAL's
+ * .TRUE. nonzero). LOGICAL takes the logical operations only, CHARACTER none. */
+#define MPI_CHARACTER ((MPI_Datatype)39)
+#define MPI_LOGICAL ((MPI_Datatype)40)
+#define MPI_INTEGER ((MPI_Datatype)41)
+#define MPI_REAL ((MPI_Datatype)42)
+#define MPI_DOUBLE_PRECISION ((MPI_Datatype)43)
+#define MPI_INTEGER1 ((MPI_Datatype)44)
+#define MPI_INTEGER2 ((MPI_Datatype)45)
+#define MPI_INTEGER4 ((MPI_Datatype)46)
+#define MPI_INTEGER8 ((MPI_Datatype)47)
+#define MPI_REAL4 ((MPI_Datatype)48)
+#define MPI_REAL8 ((MPI_Datatype)49)
+#define MPI_COMPLEX ((MPI_Datatype)50)
+#define MPI_DOUBLE_COMPLEX ((MPI_Datatype)51)
+#define MPI_COMPLEX8 ((MPI_Datatype)52)
+#define MPI_COMPLEX16 ((MPI_Datatype)53)
+/* MPI_MINLOC and MPI_MAXLOC's pair of two INTEGERs (MPI_2REAL and
+ * MPI_2DOUBLE_PRECISION, whose index is a real number, are not provided). */
+#define MPI_2INTEGER ((MPI_Datatype)54)
 /* C++'s bool and complex types are laid out as C's (names: the C types'). */
 #define MPI_CXX_BOOL MPI_C_BOOL
 #define MPI_CXX_FLOAT_COMPLEX MPI_C_FLOAT_COMPLEX

@@ -24,7 +24,9 @@
  * - portable packing (MPI_Pack_external ...) in a representation other than "external32":
  *   MPI_ERR_ARG; into or out of a buffer too small: MPI_ERR_TRUNCATE, the position unmoved
  *   (MPICH writes past the buffer); a long beyond external32's 4 bytes: MPI_ERR_CONVERSION
- *   (MPICH keeps its low bytes). */
+ *   (MPICH keeps its low bytes);
+ * - a reduction of Fortran's CHARACTER (MPI-3.1 5.9.2 defines no operation on it):
+ *   MPI_ERR_OP, the result untouched (MPICH computes the maximum). */
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -310,6 +312,10 @@ int main(int argc, char **argv)
     printf("%d: external32: native class %d, too small %d, unpacked past the end %d, a long of 2^40 %d; positions %ld "
            "%ld %ld %ld\n",
            rank, ic[0], ic[1], ic[2], ic[3], (long)ppos[0], (long)ppos[1], (long)ppos[2], (long)ppos[3]);
+    /* Fortran's CHARACTER takes no operation. */
+    char chars[2] = {'a', 'b'}, cmax[2] = {'-', '-'};
+    MPI_Error_class(MPI_Allreduce(chars, cmax, 2, MPI_CHARACTER, MPI_MAX, MPI_COMM_WORLD), &ic[0]);
+    printf("%d: max of CHARACTERs: class %d, result %c%c\n", rank, ic[0], cmax[0], cmax[1]);
     MPI_Win_free(&win);
     MPI_Finalize();
     return 0;

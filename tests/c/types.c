@@ -5,7 +5,7 @@
  * or not, on predefined and derived types, blocking and nonblocking; sums and products of
  * complex numbers, reductions of long doubles; MPI_Reduce_scatter; distributed arrays
  * (MPI_Type_create_darray) and MPI_Type_match_size; portable packing (MPI_Pack_external);
- * and their errors. Printed as
+ * Fortran's types as C names them; and their errors. Printed as
  * "rank: what = values" lines; the test compares them with MPICH's. */
 #include <mpi.h>
 #include <stddef.h>
@@ -688,6 +688,94 @@ static void externals(void)
     MPI_Type_free(&rec);
 }
 
+/* Fortran's types as a C program names them: their names, sizes and envelopes; INTEGER,
+ * REAL, DOUBLE PRECISION and their sized kinds sent, summed and accumulated; LOGICAL's
+ * logical operations; sums and products of COMPLEX and DOUBLE COMPLEX; MPI_MINLOC on
+ * MPI_2INTEGER; the external32 bytes of INTEGER, DOUBLE PRECISION and LOGICAL (COMPLEX's
+ * are checked by a unit test: MPICH swaps its halves); and a sum of LOGICALs refused. */
+static void fortran_types(void)
+{
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Datatype named[] = {MPI_CHARACTER, MPI_LOGICAL, MPI_INTEGER, MPI_REAL, MPI_DOUBLE_PRECISION,
+                            MPI_INTEGER1, MPI_INTEGER2, MPI_INTEGER4, MPI_INTEGER8, MPI_REAL4,
+                            MPI_REAL8, MPI_COMPLEX, MPI_DOUBLE_COMPLEX, MPI_COMPLEX8, MPI_COMPLEX16,
+                            MPI_2INTEGER};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        char name[MPI_MAX_OBJECT_NAME];
+        int len, tsize, ni, na, nd, comb;
+        MPI_Aint lb, ext;
+        MPI_Type_get_name(named[i], name, &len);
+        MPI_Type_size(named[i], &tsize);
+        MPI_Type_get_extent(named[i], &lb, &ext);
+        MPI_Type_get_envelope(named[i], &ni, &na, &nd, &comb);
+        SAY("fortran %s: size %d, extent %ld, named %d", name, tsize, (long)ext, comb == MPI_COMBINER_NAMED);
+    }
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    /* Sent and received as themselves. */
+    int integers[3] = {rank, -rank - 1, 1 << 20}, in_int[3];
+    double dp[2] = {0.5 + rank, -1e-3}, in_dp[2];
+    long long i8[2] = {(long long)rank << 40, -7}, in_i8[2];
+    MPI_Sendrecv(integers, 3, MPI_INTEGER, next, 40, in_int, 3, MPI_INTEGER, prev, 40, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    MPI_Sendrecv(dp, 2, MPI_DOUBLE_PRECISION, next, 41, in_dp, 2, MPI_DOUBLE_PRECISION, prev, 41, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    MPI_Sendrecv(i8, 2, MPI_INTEGER8, next, 42, in_i8, 2, MPI_INTEGER8, prev, 42, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    SAY("fortran received %d %d %d, %g %g, %lld %lld", in_int[0], in_int[1], in_int[2], in_dp[0], in_dp[1],
+        in_i8[0], in_i8[1]);
+    /* Reductions. */
+    int isum[3];
+    float reals[2] = {1.5f * rank, -2.0f}, rmax[2];
+    double dsum[2];
+    short i2[2] = {(short)(rank + 1), (short)-rank}, i2prod[2];
+    MPI_Allreduce(integers, isum, 3, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(reals, rmax, 2, MPI_REAL, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(dp, dsum, 2, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(i2, i2prod, 2, MPI_INTEGER2, MPI_PROD, MPI_COMM_WORLD);
+    SAY("fortran sum %d %d %d, max %g %g, sum %g %g, prod %d %d", isum[0], isum[1], isum[2], rmax[0], rmax[1],
+        dsum[0], dsum[1], i2prod[0], i2prod[1]);
+    int logicals[3] = {1, rank % 2, 0}, land[3], lor[3], lxor[3];
+    MPI_Allreduce(logicals, land, 3, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD);
+    MPI_Allreduce(logicals, lor, 3, MPI_LOGICAL, MPI_LOR, MPI_COMM_WORLD);
+    MPI_Allreduce(logicals, lxor, 3, MPI_LOGICAL, MPI_LXOR, MPI_COMM_WORLD);
+    SAY("fortran logical and %d %d %d, or %d %d %d, xor %d %d %d", land[0], land[1], land[2], lor[0], lor[1], lor[2],
+        lxor[0], lxor[1], lxor[2]);
+    float cx[4] = {1.0f + rank, 0.5f, -1.0f, (float)rank}, cxsum[4];
+    double dcx[2] = {1.0, 1.0 + rank}, dcxprod[2];
+    MPI_Allreduce(cx, cxsum, 2, MPI_COMPLEX, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(dcx, dcxprod, 1, MPI_DOUBLE_COMPLEX, MPI_PROD, MPI_COMM_WORLD);
+    SAY("fortran complex sum (%g,%g) (%g,%g), double complex product (%g,%g)", cxsum[0], cxsum[1], cxsum[2],
+        cxsum[3], dcxprod[0], dcxprod[1]);
+    int pairs[4] = {10 - rank % 3, rank, rank * 2, rank}, minloc[4];
+    MPI_Allreduce(pairs, minloc, 2, MPI_2INTEGER, MPI_MINLOC, MPI_COMM_WORLD);
+    SAY("fortran minloc (%d at %d) (%d at %d)", minloc[0], minloc[1], minloc[2], minloc[3]);
+    /* An accumulate of INTEGER4s into a window. */
+    int cells[2] = {0, 0}, one[2] = {1, rank};
+    MPI_Win win;
+    MPI_Win_create(cells, sizeof cells, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    MPI_Win_fence(0, win);
+    MPI_Accumulate(one, 2, MPI_INTEGER4, 0, 0, 2, MPI_INTEGER4, MPI_SUM, win);
+    MPI_Win_fence(0, win);
+    MPI_Win_free(&win);
+    if (rank == 0)
+        SAY("fortran accumulated %d %d", cells[0], cells[1]);
+    /* external32. */
+    unsigned char buf[64];
+    char text[200];
+    MPI_Aint pos = 0;
+    MPI_Pack_external("external32", integers, 2, MPI_INTEGER, buf, sizeof buf, &pos);
+    MPI_Pack_external("external32", dp, 1, MPI_DOUBLE_PRECISION, buf, sizeof buf, &pos);
+    MPI_Pack_external("external32", logicals, 2, MPI_LOGICAL, buf, sizeof buf, &pos);
+    hex(text, buf, pos);
+    SAY("fortran external32 %s", text);
+    /* Refused: arithmetic on LOGICAL (CHARACTER's refusal is in refusals.c: MPICH takes it). */
+    int cls, rc;
+    rc = MPI_Allreduce(logicals, land, 1, MPI_LOGICAL, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Error_class(rc, &cls);
+    SAY("fortran sum of logicals = %d", cls);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
 static void errors(void)
 {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -828,6 +916,7 @@ int main(int argc, char **argv)
     one_sided();
     packing();
     externals();
+    fortran_types();
     errors();
     darrays();
     MPI_Finalize();

@@ -398,6 +398,7 @@ fn erroneous_calls_mpich_lets_through_get_their_error_classes() {
              a long of 2^40 {conversion}; positions 0 0 0 0\n"
         );
         assert!(stdout.contains(&external), "{stdout}");
+        assert!(stdout.contains(&format!("{rank}: max of CHARACTERs: class {op}, result --\n")), "{stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

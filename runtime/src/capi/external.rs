@@ -16,9 +16,10 @@ use super::{count_of, finish, put, Fail, Res, COMM_WORLD, ERR_ARG, ERR_CONVERSIO
 /// `MPI_COMBINER_STRUCT`.
 const COMBINER_STRUCT: c_int = 12;
 /// `MPI_INT`, and the value types of the value-index pairs (`MPI_FLOAT_INT` 29 ...
-/// `MPI_SHORT_INT` 33, `MPI_LONG_DOUBLE_INT` 38).
+/// `MPI_SHORT_INT` 33, `MPI_LONG_DOUBLE_INT` 38, `MPI_2INTEGER` 54, whose index is as
+/// `MPI_INT`'s).
 const INT: c_int = 7;
-const PAIR_VALUES: [(c_int, c_int); 6] = [(29, 13), (30, 14), (31, 9), (32, 7), (33, 5), (38, 34)];
+const PAIR_VALUES: [(c_int, c_int); 7] = [(29, 13), (30, 14), (31, 9), (32, 7), (33, 5), (38, 34), (54, 41)];
 
 /// Calls `f(basic, n)` for the basic elements of `reps` elements of `t`, in type-map order:
 /// `n` elements of predefined type `basic` at a time. Only the order of the basic types
@@ -122,6 +123,15 @@ fn conv(h: c_int) -> Option<(usize, Conv)> {
         35 => (8, Conv::Order { part: 4 }),
         36 => (16, Conv::Order { part: 8 }),
         37 => (32, Conv::LongDouble { parts: 2 }),
+        // Fortran's: CHARACTER, INTEGER1; INTEGER2; LOGICAL, INTEGER, REAL, INTEGER4,
+        // REAL4, COMPLEX and COMPLEX8 (of REALs); DOUBLE PRECISION, INTEGER8, REAL8,
+        // DOUBLE COMPLEX and COMPLEX16.
+        39 | 44 => (1, Conv::Order { part: 1 }),
+        45 => (2, Conv::Order { part: 2 }),
+        40..=42 | 46 | 48 => (4, Conv::Order { part: 4 }),
+        50 | 52 => (8, Conv::Order { part: 4 }),
+        43 | 47 | 49 => (8, Conv::Order { part: 8 }),
+        51 | 53 => (16, Conv::Order { part: 8 }),
         _ => return None,
     })
 }
@@ -547,6 +557,40 @@ mod tests {
         // Beyond a double's range: infinity; far below it: zero.
         assert_eq!(quad_to_double(0x7ffe << 112), f64::INFINITY);
         assert_eq!(quad_to_double(1 << 112), 0.0);
+    }
+
+    /// Fortran's complex types are two reals, the real part first, each big-endian (MPICH
+    /// 4.0.2 swaps a whole `MPI_COMPLEX` instead, which puts the imaginary part first), and
+    /// come back as they were.
+    #[test]
+    fn fortran_complex_numbers_are_two_big_endian_reals() {
+        let rep = c"external32".as_ptr();
+        let (single, double) = ([1.5f32, -0.25, 8.0, 0.5], [2.5f64, -1e-3]);
+        let (mut out, mut pos) = ([0u8; 32], 0isize);
+        // SAFETY: two COMPLEX (handle 50) and one DOUBLE COMPLEX (51) in; room for 32 bytes.
+        unsafe {
+            assert_eq!(
+                PMPI_Pack_external(rep, single.as_ptr().cast(), 2, 50, out.as_mut_ptr().cast(), 32, &mut pos),
+                0
+            );
+            assert_eq!(
+                PMPI_Pack_external(rep, double.as_ptr().cast(), 1, 51, out.as_mut_ptr().cast(), 32, &mut pos),
+                0
+            );
+        }
+        let want: Vec<u8> = single
+            .iter()
+            .flat_map(|x| x.to_bits().to_be_bytes())
+            .chain(double.iter().flat_map(|x| x.to_bits().to_be_bytes()))
+            .collect();
+        assert_eq!((pos, &out[..]), (32, &want[..]));
+        let (mut s, mut d, mut at) = ([0f32; 4], [0f64; 2], 0isize);
+        // SAFETY: 32 bytes in; room for two COMPLEX and one DOUBLE COMPLEX out.
+        unsafe {
+            assert_eq!(PMPI_Unpack_external(rep, out.as_ptr().cast(), 32, &mut at, s.as_mut_ptr().cast(), 2, 50), 0);
+            assert_eq!(PMPI_Unpack_external(rep, out.as_ptr().cast(), 32, &mut at, d.as_mut_ptr().cast(), 1, 51), 0);
+        }
+        assert_eq!((s, d, at), (single, double, 32));
     }
 
     #[test]

@@ -73,8 +73,10 @@ const AINT: usize = size_of::<isize>();
 /// C's `long double`.
 const LONG_DOUBLE: usize = crate::datatype::LONG_DOUBLE_BYTES;
 
-/// Indexed by handle (include/mpi.h): 0 is `MPI_DATATYPE_NULL`.
-const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 29] = [
+/// Indexed by handle (include/mpi.h): 0 is `MPI_DATATYPE_NULL`; the handles from
+/// [`FIRST_LAID_OUT`] to 38 are types with a layout (the table of [`pairs`]), then
+/// Fortran's basic types follow.
+const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 50] = [
     None,
     Some(("MPI_CHAR", 1, None)),
     Some(("MPI_SIGNED_CHAR", 1, Some(ElemType::I8))),
@@ -104,6 +106,27 @@ const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 29] = [
     Some(("MPI_OFFSET", 8, Some(ElemType::I64))),
     Some(("MPI_COUNT", 8, Some(ElemType::I64))),
     Some(("MPI_PACKED", 1, None)),
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    Some(("MPI_CHARACTER", 1, None)),
+    Some(("MPI_LOGICAL", 4, Some(ElemType::I32))),
+    Some(("MPI_INTEGER", 4, Some(ElemType::I32))),
+    Some(("MPI_REAL", 4, Some(ElemType::F32))),
+    Some(("MPI_DOUBLE_PRECISION", 8, Some(ElemType::F64))),
+    Some(("MPI_INTEGER1", 1, Some(ElemType::I8))),
+    Some(("MPI_INTEGER2", 2, Some(ElemType::I16))),
+    Some(("MPI_INTEGER4", 4, Some(ElemType::I32))),
+    Some(("MPI_INTEGER8", 8, Some(ElemType::I64))),
+    Some(("MPI_REAL4", 4, Some(ElemType::F32))),
+    Some(("MPI_REAL8", 8, Some(ElemType::F64))),
 ];
 
 /// The size of each predefined datatype, by handle (0: none).
@@ -129,7 +152,9 @@ pub(super) fn predefined_size(h: c_int) -> Option<usize> {
 
 /// The first handle of the table of datatypes with a layout (the pair types, then the
 /// derived ones).
-const FIRST_LAID_OUT: c_int = PREDEFINED.len() as c_int;
+const FIRST_LAID_OUT: c_int = 29;
+/// The first handle of Fortran's types with a layout (`MPI_COMPLEX` ...), after its basic ones.
+const FIRST_FORTRAN_LAID_OUT: c_int = PREDEFINED.len() as c_int;
 /// The first handle of a derived datatype.
 pub(super) const FIRST_DERIVED: c_int = 64;
 
@@ -167,6 +192,15 @@ fn pairs() -> Vec<Option<Datatype>> {
         data("MPI_C_LONG_DOUBLE_COMPLEX", 2 * LONG_DOUBLE, LONG_DOUBLE),
         pair("MPI_LONG_DOUBLE_INT", LONG_DOUBLE, PairValue::LongDouble, LONG_DOUBLE as isize),
     ];
+    // Fortran's basic types (the predefined table) take the handles up to 49.
+    v.resize((FIRST_FORTRAN_LAID_OUT - FIRST_LAID_OUT) as usize, None);
+    v.extend([
+        data("MPI_COMPLEX", 8, 4),
+        data("MPI_DOUBLE_COMPLEX", 16, 8),
+        data("MPI_COMPLEX8", 8, 4),
+        data("MPI_COMPLEX16", 16, 8),
+        pair("MPI_2INTEGER", 4, num(ElemType::I32), 4),
+    ]);
     for (i, t) in v.iter_mut().enumerate() {
         if let Some(t) = t {
             t.handle = FIRST_LAID_OUT + i as c_int;
@@ -495,6 +529,8 @@ fn foreign(ty: &Datatype, how: crate::AccOp) -> Option<Option<crate::DynAcc>> {
         C_FLOAT_COMPLEX => crate::DynAcc::complex(how, ElemType::F32),
         C_DOUBLE_COMPLEX => crate::DynAcc::complex(how, ElemType::F64),
         C_LONG_DOUBLE_COMPLEX => crate::DynAcc::long_double_complex(how),
+        F_COMPLEX | F_COMPLEX8 => crate::DynAcc::complex(how, ElemType::F32),
+        F_DOUBLE_COMPLEX | F_COMPLEX16 => crate::DynAcc::complex(how, ElemType::F64),
         _ => return None,
     })
 }
@@ -596,6 +632,13 @@ const LONG_DOUBLE_HANDLE: c_int = 34;
 const C_FLOAT_COMPLEX: c_int = 35;
 const C_DOUBLE_COMPLEX: c_int = 36;
 const C_LONG_DOUBLE_COMPLEX: c_int = 37;
+/// `MPI_CHARACTER`, `MPI_LOGICAL`, and Fortran's complex types (include/mpi.h).
+const F_CHARACTER: c_int = 39;
+const F_LOGICAL: c_int = 40;
+const F_COMPLEX: c_int = 50;
+const F_DOUBLE_COMPLEX: c_int = 51;
+const F_COMPLEX8: c_int = 52;
+const F_COMPLEX16: c_int = 53;
 
 /// The predefined type `ty`'s elements are (itself if predefined, a derived type's basic
 /// type, 0 for one of mixed types).
@@ -638,7 +681,8 @@ const C_BOOL: c_int = 16;
 pub(super) fn applies(op: Builtin, basic: c_int) -> bool {
     match basic {
         BYTE => matches!(op, Builtin::BitAnd | Builtin::BitOr | Builtin::BitXor),
-        C_BOOL => matches!(op, Builtin::LogicalAnd | Builtin::LogicalOr | Builtin::LogicalXor),
+        C_BOOL | F_LOGICAL => matches!(op, Builtin::LogicalAnd | Builtin::LogicalOr | Builtin::LogicalXor),
+        F_CHARACTER => false,
         _ => true,
     }
 }
