@@ -121,14 +121,17 @@ typedef struct MPI_Status {
 #define MPI_DOUBLE_COMPLEX ((MPI_Datatype)51)
 #define MPI_COMPLEX8 ((MPI_Datatype)52)
 #define MPI_COMPLEX16 ((MPI_Datatype)53)
+/* Sized kinds a Fortran compiler may lack: MPI-3.1 17.2.5 lets them be null, as here. */
+#define MPI_REAL16 MPI_DATATYPE_NULL
+#define MPI_COMPLEX32 MPI_DATATYPE_NULL
 /* MPI_MINLOC and MPI_MAXLOC's pair of two INTEGERs (MPI_2REAL and
  * MPI_2DOUBLE_PRECISION, whose index is a real number, are not provided). */
 #define MPI_2INTEGER ((MPI_Datatype)54)
-/* C++'s bool and complex types are laid out as C's (names: the C types'). */
-#define MPI_CXX_BOOL MPI_C_BOOL
-#define MPI_CXX_FLOAT_COMPLEX MPI_C_FLOAT_COMPLEX
-#define MPI_CXX_DOUBLE_COMPLEX MPI_C_DOUBLE_COMPLEX
-#define MPI_CXX_LONG_DOUBLE_COMPLEX MPI_C_LONG_DOUBLE_COMPLEX
+/* C++'s bool and complex types: types of their own, laid out as C's. */
+#define MPI_CXX_BOOL ((MPI_Datatype)55)
+#define MPI_CXX_FLOAT_COMPLEX ((MPI_Datatype)56)
+#define MPI_CXX_DOUBLE_COMPLEX ((MPI_Datatype)57)
+#define MPI_CXX_LONG_DOUBLE_COMPLEX ((MPI_Datatype)58)
 
 /* Datatype constructors: how a type was made (MPI_Type_get_envelope), array orders. */
 #define MPI_COMBINER_NAMED 1

@@ -688,10 +688,11 @@ static void externals(void)
     MPI_Type_free(&rec);
 }
 
-/* Fortran's types as a C program names them: their names, sizes and envelopes; INTEGER,
+/* Fortran's and C++'s types as a C program names them: their names, sizes and envelopes
+ * (C's complex beside them, whose name is MPI_C_COMPLEX); INTEGER,
  * REAL, DOUBLE PRECISION and their sized kinds sent, summed and accumulated; LOGICAL's
  * logical operations; sums and products of COMPLEX and DOUBLE COMPLEX; MPI_MINLOC on
- * MPI_2INTEGER; the external32 bytes of INTEGER, DOUBLE PRECISION and LOGICAL (COMPLEX's
+ * MPI_2INTEGER; C++'s bool and complex reduced; the external32 bytes of INTEGER, DOUBLE PRECISION and LOGICAL (COMPLEX's
  * are checked by a unit test: MPICH swaps its halves); and a sum of LOGICALs refused. */
 static void fortran_types(void)
 {
@@ -699,7 +700,8 @@ static void fortran_types(void)
     MPI_Datatype named[] = {MPI_CHARACTER, MPI_LOGICAL, MPI_INTEGER, MPI_REAL, MPI_DOUBLE_PRECISION,
                             MPI_INTEGER1, MPI_INTEGER2, MPI_INTEGER4, MPI_INTEGER8, MPI_REAL4,
                             MPI_REAL8, MPI_COMPLEX, MPI_DOUBLE_COMPLEX, MPI_COMPLEX8, MPI_COMPLEX16,
-                            MPI_2INTEGER};
+                            MPI_2INTEGER, MPI_CXX_BOOL, MPI_CXX_FLOAT_COMPLEX, MPI_CXX_DOUBLE_COMPLEX,
+                            MPI_CXX_LONG_DOUBLE_COMPLEX, MPI_C_COMPLEX, MPI_C_FLOAT_COMPLEX};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         char name[MPI_MAX_OBJECT_NAME];
         int len, tsize, ni, na, nd, comb;
@@ -708,7 +710,7 @@ static void fortran_types(void)
         MPI_Type_size(named[i], &tsize);
         MPI_Type_get_extent(named[i], &lb, &ext);
         MPI_Type_get_envelope(named[i], &ni, &na, &nd, &comb);
-        SAY("fortran %s: size %d, extent %ld, named %d", name, tsize, (long)ext, comb == MPI_COMBINER_NAMED);
+        SAY("named %zu %s: size %d, extent %ld, named %d", i, name, tsize, (long)ext, comb == MPI_COMBINER_NAMED);
     }
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     /* Sent and received as themselves. */
@@ -749,6 +751,12 @@ static void fortran_types(void)
     int pairs[4] = {10 - rank % 3, rank, rank * 2, rank}, minloc[4];
     MPI_Allreduce(pairs, minloc, 2, MPI_2INTEGER, MPI_MINLOC, MPI_COMM_WORLD);
     SAY("fortran minloc (%d at %d) (%d at %d)", minloc[0], minloc[1], minloc[2], minloc[3]);
+    /* C++'s types. */
+    unsigned char cxx_bools[2] = {(unsigned char)(rank == 1), 1}, cxx_or[2];
+    double cxx_cx[2] = {1.0 + rank, -0.5}, cxx_sum[2];
+    MPI_Allreduce(cxx_bools, cxx_or, 2, MPI_CXX_BOOL, MPI_LOR, MPI_COMM_WORLD);
+    MPI_Allreduce(cxx_cx, cxx_sum, 1, MPI_CXX_DOUBLE_COMPLEX, MPI_SUM, MPI_COMM_WORLD);
+    SAY("c++ bool or %d %d, double complex sum (%g,%g)", cxx_or[0], cxx_or[1], cxx_sum[0], cxx_sum[1]);
     /* An accumulate of INTEGER4s into a window. */
     int cells[2] = {0, 0}, one[2] = {1, rank};
     MPI_Win win;

@@ -132,6 +132,11 @@ fn conv(h: c_int) -> Option<(usize, Conv)> {
         50 | 52 => (8, Conv::Order { part: 4 }),
         43 | 47 | 49 => (8, Conv::Order { part: 8 }),
         51 | 53 => (16, Conv::Order { part: 8 }),
+        // C++'s bool and complex types, as C's.
+        55 => (1, Conv::Bool),
+        56 => (8, Conv::Order { part: 4 }),
+        57 => (16, Conv::Order { part: 8 }),
+        58 => (32, Conv::LongDouble { parts: 2 }),
         _ => return None,
     })
 }

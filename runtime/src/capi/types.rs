@@ -75,8 +75,8 @@ const LONG_DOUBLE: usize = crate::datatype::LONG_DOUBLE_BYTES;
 
 /// Indexed by handle (include/mpi.h): 0 is `MPI_DATATYPE_NULL`; the handles from
 /// [`FIRST_LAID_OUT`] to 38 are types with a layout (the table of [`pairs`]), then
-/// Fortran's basic types follow.
-const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 50] = [
+/// Fortran's basic types follow, then its types with a layout (50 to 54), then C++'s bool.
+const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 56] = [
     None,
     Some(("MPI_CHAR", 1, None)),
     Some(("MPI_SIGNED_CHAR", 1, Some(ElemType::I8))),
@@ -127,6 +127,12 @@ const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 50] = [
     Some(("MPI_INTEGER8", 8, Some(ElemType::I64))),
     Some(("MPI_REAL4", 4, Some(ElemType::F32))),
     Some(("MPI_REAL8", 8, Some(ElemType::F64))),
+    None,
+    None,
+    None,
+    None,
+    None,
+    Some(("MPI_CXX_BOOL", 1, Some(ElemType::U8))),
 ];
 
 /// The size of each predefined datatype, by handle (0: none).
@@ -154,7 +160,7 @@ pub(super) fn predefined_size(h: c_int) -> Option<usize> {
 /// derived ones).
 const FIRST_LAID_OUT: c_int = 29;
 /// The first handle of Fortran's types with a layout (`MPI_COMPLEX` ...), after its basic ones.
-const FIRST_FORTRAN_LAID_OUT: c_int = PREDEFINED.len() as c_int;
+const FIRST_FORTRAN_LAID_OUT: c_int = 50;
 /// The first handle of a derived datatype.
 pub(super) const FIRST_DERIVED: c_int = 64;
 
@@ -187,7 +193,8 @@ fn pairs() -> Vec<Option<Datatype>> {
         // Reduced and accumulated by the core's kernels of types Rust has no number for
         // (`foreign`).
         data("MPI_LONG_DOUBLE", LONG_DOUBLE, LONG_DOUBLE),
-        data("MPI_C_FLOAT_COMPLEX", 8, 4),
+        // `MPI_C_COMPLEX` is its other name, and its name (as MPICH's).
+        data("MPI_C_COMPLEX", 8, 4),
         data("MPI_C_DOUBLE_COMPLEX", 16, 8),
         data("MPI_C_LONG_DOUBLE_COMPLEX", 2 * LONG_DOUBLE, LONG_DOUBLE),
         pair("MPI_LONG_DOUBLE_INT", LONG_DOUBLE, PairValue::LongDouble, LONG_DOUBLE as isize),
@@ -200,6 +207,13 @@ fn pairs() -> Vec<Option<Datatype>> {
         data("MPI_COMPLEX8", 8, 4),
         data("MPI_COMPLEX16", 16, 8),
         pair("MPI_2INTEGER", 4, num(ElemType::I32), 4),
+    ]);
+    // C++'s bool (the predefined table), then its complex types: laid out as C's.
+    v.resize((PREDEFINED.len() as c_int - FIRST_LAID_OUT) as usize, None);
+    v.extend([
+        data("MPI_CXX_FLOAT_COMPLEX", 8, 4),
+        data("MPI_CXX_DOUBLE_COMPLEX", 16, 8),
+        data("MPI_CXX_LONG_DOUBLE_COMPLEX", 2 * LONG_DOUBLE, LONG_DOUBLE),
     ]);
     for (i, t) in v.iter_mut().enumerate() {
         if let Some(t) = t {
@@ -526,11 +540,11 @@ pub(super) fn accumulate_basic(op: c_int, datatype: c_int) -> Option<crate::DynA
 fn foreign(ty: &Datatype, how: crate::AccOp) -> Option<Option<crate::DynAcc>> {
     Some(match basic_handle(ty) {
         LONG_DOUBLE_HANDLE => crate::DynAcc::long_double(how),
-        C_FLOAT_COMPLEX => crate::DynAcc::complex(how, ElemType::F32),
-        C_DOUBLE_COMPLEX => crate::DynAcc::complex(how, ElemType::F64),
-        C_LONG_DOUBLE_COMPLEX => crate::DynAcc::long_double_complex(how),
-        F_COMPLEX | F_COMPLEX8 => crate::DynAcc::complex(how, ElemType::F32),
-        F_DOUBLE_COMPLEX | F_COMPLEX16 => crate::DynAcc::complex(how, ElemType::F64),
+        C_FLOAT_COMPLEX | F_COMPLEX | F_COMPLEX8 | CXX_FLOAT_COMPLEX => crate::DynAcc::complex(how, ElemType::F32),
+        C_DOUBLE_COMPLEX | F_DOUBLE_COMPLEX | F_COMPLEX16 | CXX_DOUBLE_COMPLEX => {
+            crate::DynAcc::complex(how, ElemType::F64)
+        }
+        C_LONG_DOUBLE_COMPLEX | CXX_LONG_DOUBLE_COMPLEX => crate::DynAcc::long_double_complex(how),
         _ => return None,
     })
 }
@@ -639,6 +653,11 @@ const F_COMPLEX: c_int = 50;
 const F_DOUBLE_COMPLEX: c_int = 51;
 const F_COMPLEX8: c_int = 52;
 const F_COMPLEX16: c_int = 53;
+/// C++'s `bool` and complex types (include/mpi.h).
+const CXX_BOOL: c_int = 55;
+const CXX_FLOAT_COMPLEX: c_int = 56;
+const CXX_DOUBLE_COMPLEX: c_int = 57;
+const CXX_LONG_DOUBLE_COMPLEX: c_int = 58;
 
 /// The predefined type `ty`'s elements are (itself if predefined, a derived type's basic
 /// type, 0 for one of mixed types).
@@ -681,7 +700,7 @@ const C_BOOL: c_int = 16;
 pub(super) fn applies(op: Builtin, basic: c_int) -> bool {
     match basic {
         BYTE => matches!(op, Builtin::BitAnd | Builtin::BitOr | Builtin::BitXor),
-        C_BOOL | F_LOGICAL => matches!(op, Builtin::LogicalAnd | Builtin::LogicalOr | Builtin::LogicalXor),
+        C_BOOL | CXX_BOOL | F_LOGICAL => matches!(op, Builtin::LogicalAnd | Builtin::LogicalOr | Builtin::LogicalXor),
         F_CHARACTER => false,
         _ => true,
     }
