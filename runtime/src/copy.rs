@@ -59,18 +59,9 @@ pub(crate) fn copy<T: bytemuck::Pod>(dst: &mut [T], src: &[T]) {
 /// the two not overlapping.
 #[inline]
 pub(crate) unsafe fn copy_raw(src: *const u8, dst: *mut u8, n: usize) {
-    if n > PIECE && near(dst as usize, src as usize) {
-        let mut at = 0;
-        while at < n {
-            let k = PIECE.min(n - at);
-            // SAFETY: `at + k <= n`: inside both ranges the caller vouches for.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), k) };
-            at += k;
-        }
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
-    }
+    // SAFETY: the caller's contract: both ranges valid for `n` bytes, apart.
+    let (dst, src) = unsafe { (std::slice::from_raw_parts_mut(dst, n), std::slice::from_raw_parts(src, n)) };
+    copy(dst, src);
 }
 
 /// `len` elements of `tmp` (which has at least `len + PAGE / size_of::<T>()`) that start at

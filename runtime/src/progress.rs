@@ -880,10 +880,9 @@ impl Runtime {
         });
         if crate::env::verbose() && self.route.len() > 1 {
             let c = self.copies;
-            let (realigned, realigned_bytes) = crate::transport::shm::realigned();
             eprintln!(
-                "mpr: rank {}: single copy: {} reads ({} B), {} writes ({} B), {} refused, {} realigned ({} B)",
-                self.boot.rank, c.reads, c.read_bytes, c.writes, c.write_bytes, c.failed, realigned, realigned_bytes
+                "mpr: rank {}: single copy: {} reads ({} B), {} writes ({} B), {} refused",
+                self.boot.rank, c.reads, c.read_bytes, c.writes, c.write_bytes, c.failed
             );
             let [sn, rn, sr, rr] = self.p2p;
             eprintln!(

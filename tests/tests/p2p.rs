@@ -24,24 +24,33 @@ fn checked(out: std::process::Output, np: &str, scenario: &str, env: &[(&str, &s
     se
 }
 
-/// Each rank's single-copy counters from its verbose end line ("mpr: rank R: single copy: A
-/// reads (B B), C writes (D B), E refused, F realigned (G B)"), by rank: [reads, read bytes,
-/// writes, written bytes, refused, realigned, realigned bytes].
+/// Each rank's single-copy counters from its verbose end lines ("mpr: rank R: single copy: A
+/// reads (B B), C writes (D B), E refused" and "mpr: rank R: shm: F single copies (G B)
+/// realigned through the bounce buffer"), by rank: [reads, read bytes, writes, written bytes,
+/// refused, realigned, realigned bytes].
 fn copies(se: &str, np: usize) -> Vec<[u64; 7]> {
-    let mut by_rank = vec![None; np];
+    let numbers = |rest: &str| -> Vec<u64> {
+        rest.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect()
+    };
+    let mut by_rank = vec![(None, None); np];
     for l in se.lines() {
-        let Some((rank, rest)) = l.strip_prefix("mpr: rank ").and_then(|l| l.split_once(": single copy: ")) else {
-            continue;
-        };
-        let n: Vec<u64> =
-            rest.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect();
-        let n: [u64; 7] = n.try_into().unwrap_or_else(|n| panic!("7 counters: {n:?} in {l}"));
-        by_rank[rank.parse::<usize>().unwrap()] = Some(n);
+        let Some((rank, rest)) = l.strip_prefix("mpr: rank ").and_then(|l| l.split_once(": ")) else { continue };
+        let Ok(rank) = rank.parse::<usize>() else { continue };
+        if let Some(rest) = rest.strip_prefix("single copy: ") {
+            let n: [u64; 5] = numbers(rest).try_into().unwrap_or_else(|n| panic!("5 counters: {n:?} in {l}"));
+            by_rank[rank].0 = Some(n);
+        } else if let Some(rest) = rest.strip_prefix("shm: ").filter(|r| r.contains(" realigned ")) {
+            let n: [u64; 2] = numbers(rest).try_into().unwrap_or_else(|n| panic!("2 counters: {n:?} in {l}"));
+            by_rank[rank].1 = Some(n);
+        }
     }
     by_rank
         .into_iter()
         .enumerate()
-        .map(|(r, c)| c.unwrap_or_else(|| panic!("no counters of rank {r}:\n{se}")))
+        .map(|(r, c)| match c {
+            (Some(a), Some(b)) => [a[0], a[1], a[2], a[3], a[4], b[0], b[1]],
+            _ => panic!("no counters of rank {r}:\n{se}"),
+        })
         .collect()
 }
 

@@ -514,17 +514,14 @@ fn ring_steps<T: Pod, O: Op<T>>(
         let rb = block(n, p, (me + 2 * p - step - 1) % p);
         // Block `sb` is this rank's own input at step 0 and the block it combined at the
         // step before after that.
-        let out = match input {
-            Input::From(s) if step == 0 => &s[sb],
-            _ => &buf[sb],
+        let from = match input {
+            Input::From(s) if step == 0 => s,
+            _ => &buf[..],
         };
+        let out = &from[sb];
         // Block `rb` comes from the same place in the previous rank's buffers: receive it at
         // their offset within a page (as this rank's would be), never near it.
-        let like = match input {
-            Input::From(s) if step == 0 => s[rb.clone()].as_ptr(),
-            _ => buf[rb.clone()].as_ptr(),
-        };
-        let t = copy::placed(tmp, rb.len(), like);
+        let t = copy::placed(tmp, rb.len(), from[rb.clone()].as_ptr());
         c.coll_xchg(tag, Some((bytemuck::cast_slice(out), next)), Some((bytemuck::cast_slice_mut(t), prev)))?;
         // The ring serves commutative operations only, so the partial result can be folded
         // into our block in place (no copy back); each block is finished by one rank and

@@ -12,7 +12,6 @@
 #[cfg(target_os = "linux")]
 use crate::copy;
 use crate::error::Error;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 #[cfg(target_os = "linux")]
 pub(crate) const AVAILABLE: bool = true;
@@ -96,42 +95,29 @@ pub(crate) fn refused(scope: Option<u32>) -> String {
 }
 
 /// Reads `dst.len()` bytes at `addr` in process `pid`; through the bounce buffer where the
-/// pair is [`copy::near`].
+/// pair is [`copy::near`], which the answer says (true).
 #[cfg(target_os = "linux")]
-pub(crate) fn read(pid: u32, addr: u64, dst: &mut [u8]) -> Result<(), Error> {
+pub(crate) fn read(pid: u32, addr: u64, dst: &mut [u8]) -> Result<bool, Error> {
     if dst.len() <= copy::PIECE || !copy::near(dst.as_ptr() as usize, addr as usize) {
-        return read_all(pid, addr, dst);
+        return read_all(pid, addr, dst).map(|()| false);
     }
-    with_bounce(dst.len(), |bounce| {
-        let mut done = 0;
-        for d in dst.chunks_mut(BOUNCE) {
-            let at = addr + done as u64;
-            let b = copy::placed(bounce, d.len(), at as usize as *const u8);
-            read_all(pid, at, b)?;
-            copy::copy(d, b);
-            done += d.len();
-        }
+    bounced(dst.len(), addr, |b, part, at| {
+        read_all(pid, at, b)?;
+        copy::copy(&mut dst[part], b);
         Ok(())
     })
 }
 
 /// Writes `src` to `addr` in process `pid`; through the bounce buffer where the pair is
-/// [`copy::near`].
+/// [`copy::near`], which the answer says (true).
 #[cfg(target_os = "linux")]
-pub(crate) fn write(pid: u32, addr: u64, src: &[u8]) -> Result<(), Error> {
+pub(crate) fn write(pid: u32, addr: u64, src: &[u8]) -> Result<bool, Error> {
     if src.len() <= copy::PIECE || !copy::near(addr as usize, src.as_ptr() as usize) {
-        return write_all(pid, addr, src);
+        return write_all(pid, addr, src).map(|()| false);
     }
-    with_bounce(src.len(), |bounce| {
-        let mut done = 0;
-        for s in src.chunks(BOUNCE) {
-            let at = addr + done as u64;
-            let b = copy::placed(bounce, s.len(), at as usize as *const u8);
-            copy::copy(b, s);
-            write_all(pid, at, b)?;
-            done += s.len();
-        }
-        Ok(())
+    bounced(src.len(), addr, |b, part, at| {
+        copy::copy(b, &src[part]);
+        write_all(pid, at, b)
     })
 }
 
@@ -145,25 +131,26 @@ thread_local! {
     static BOUNCE_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Bytes moved through the bounce buffer, and the transfers that did, since the start.
-static REALIGNED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-
-/// Transfers that went through the bounce buffer because the pair was [`copy::near`], and
-/// their bytes (for the verbose end line).
-pub(crate) fn realigned() -> (u64, u64) {
-    (REALIGNED[0].load(Ordering::Relaxed), REALIGNED[1].load(Ordering::Relaxed))
-}
-
-/// Runs `f` on this thread's bounce buffer (`BOUNCE` bytes and a page of slack, for
-/// [`copy::placed`]), counting a realigned transfer of `len` bytes.
+/// Moves `len` bytes at remote `addr` in chunks through this thread's bounce buffer:
+/// `step(bounce, part, at)` for each, `part` the chunk's range of the local buffer, `at` its
+/// remote address, `bounce` its room placed at `at`'s offset in a page ([`copy::placed`]).
 #[cfg(target_os = "linux")]
-fn with_bounce<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    REALIGNED[0].fetch_add(1, Ordering::Relaxed);
-    REALIGNED[1].fetch_add(len as u64, Ordering::Relaxed);
+fn bounced(
+    len: usize,
+    addr: u64,
+    mut step: impl FnMut(&mut [u8], std::ops::Range<usize>, u64) -> Result<(), Error>,
+) -> Result<bool, Error> {
     BOUNCE_BUF.with(|b| {
         let mut b = b.borrow_mut();
         b.resize(BOUNCE + copy::slack::<u8>(), 0);
-        f(&mut b)
+        let mut done = 0;
+        while done < len {
+            let n = BOUNCE.min(len - done);
+            let at = addr + done as u64;
+            step(copy::placed(&mut b, n, at as usize as *const u8), done..done + n, at)?;
+            done += n;
+        }
+        Ok(true)
     })
 }
 
@@ -209,13 +196,13 @@ fn write_all(pid: u32, addr: u64, src: &[u8]) -> Result<(), Error> {
 
 /// Writes are not available on this OS.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn write(_pid: u32, _addr: u64, _src: &[u8]) -> Result<(), Error> {
+pub(crate) fn write(_pid: u32, _addr: u64, _src: &[u8]) -> Result<bool, Error> {
     Err(Error::Transport("single-copy writes are not available on this OS".into()))
 }
 
 /// Reads are not available on this OS.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn read(_pid: u32, _addr: u64, _dst: &mut [u8]) -> Result<(), Error> {
+pub(crate) fn read(_pid: u32, _addr: u64, _dst: &mut [u8]) -> Result<bool, Error> {
     Err(Error::Transport("single-copy reads are not available on this OS".into()))
 }
 

@@ -14,7 +14,7 @@
 //! reads).
 
 mod cma;
-pub(crate) use cma::{admit_siblings, realigned};
+pub(crate) use cma::admit_siblings;
 mod ring;
 pub(crate) mod segment;
 
@@ -116,9 +116,19 @@ pub(crate) struct ShmTransport {
     rx: Vec<Option<Ring>>,
     caps: Caps,
     next_poll: usize,
+    /// Single copies moved through the bounce buffer (their pair was `copy::near`), and
+    /// their bytes.
+    realigned: (u64, u64),
 }
 
 impl ShmTransport {
+    /// Counts a single copy of `len` bytes if it went through the bounce buffer.
+    fn count_realigned(&mut self, bounced: bool, len: usize) {
+        if bounced {
+            self.realigned = (self.realigned.0 + 1, self.realigned.1 + len as u64);
+        }
+    }
+
     /// Wraps an attached segment. `locals` are the world ranks on this host in order (the
     /// segment's local indices); `me` is this rank's world rank.
     pub(crate) fn new(seg: Segment, locals: &[usize], me: usize, world_size: usize, cfg: &ShmConfig) -> ShmTransport {
@@ -148,6 +158,7 @@ impl ShmTransport {
             me: me_local,
             world_of: locals.to_vec(),
             local_of,
+            realigned: (0, 0),
             tx,
             rx,
             caps: Caps {
@@ -217,13 +228,17 @@ impl Transport for ShmTransport {
     fn bulk_read(&mut self, peer: usize, addr: u64, _key: u64, dst: &mut [u8]) -> Result<(), Error> {
         let i = self.local(peer)?;
         let pid = self.seg.slot(i).0.load(Ordering::Acquire);
-        cma::read(pid, addr, dst)
+        let bounced = cma::read(pid, addr, dst)?;
+        self.count_realigned(bounced, dst.len());
+        Ok(())
     }
 
     fn bulk_write(&mut self, peer: usize, addr: u64, src: &[u8]) -> Result<(), Error> {
         let i = self.local(peer)?;
         let pid = self.seg.slot(i).0.load(Ordering::Acquire);
-        cma::write(pid, addr, src)
+        let bounced = cma::write(pid, addr, src)?;
+        self.count_realigned(bounced, src.len());
+        Ok(())
     }
 
     fn peer_state(&self, peer: usize) -> PeerState {
@@ -247,6 +262,13 @@ impl Transport for ShmTransport {
 
     fn finalize(&mut self) {
         self.seg.slot(self.me).1.store(SLOT_FINALIZED, Ordering::Release);
+        if crate::env::verbose() {
+            let (n, bytes) = self.realigned;
+            eprintln!(
+                "mpr: rank {}: shm: {n} single copies ({bytes} B) realigned through the bounce buffer",
+                self.world_of[self.me]
+            );
+        }
     }
 }
 
