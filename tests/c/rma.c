@@ -418,6 +418,149 @@ static void pair_accumulates(void)
     MPI_Win_free(&win);
 }
 
+/* Accumulates of derived types made of value-index pairs: a vector of long double pairs and
+ * one of short pairs (each pair in two runs of bytes), a named pair's contiguous elements into
+ * an indexed type at the target, and a get-accumulate whose result lands in a vector. */
+static void pair_layouts(void)
+{
+    enum { K = 12 };
+    struct ldi { long double v; int i; } *l;
+    struct si { short v; int i; } *sh;
+    struct di { double v; int i; } *d, *dr;
+    MPI_Aint bytes = K * (sizeof *l + sizeof *sh + 2 * sizeof *d);
+    char *mem;
+    MPI_Win win;
+    MPI_Win_allocate(bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win);
+    l = (struct ldi *)mem, sh = (struct si *)(l + K), d = (struct di *)(sh + K), dr = d + K;
+    for (int k = 0; k < K; k++) {
+        l[k].v = 0, l[k].i = -1, sh[k].v = 100, sh[k].i = -1, d[k].v = 50, d[k].i = -1;
+    }
+    MPI_Datatype lvec, svec, dindex, dvec;
+    MPI_Type_vector(4, 2, 3, MPI_LONG_DOUBLE_INT, &lvec);
+    MPI_Type_vector(3, 1, 4, MPI_SHORT_INT, &svec);
+    int lens[3] = {2, 1, 3}, at[3] = {0, 4, 7};
+    MPI_Type_indexed(3, lens, at, MPI_DOUBLE_INT, &dindex);
+    MPI_Type_vector(3, 1, 2, MPI_DOUBLE_INT, &dvec);
+    MPI_Type_commit(&lvec);
+    MPI_Type_commit(&svec);
+    MPI_Type_commit(&dindex);
+    MPI_Type_commit(&dvec);
+    struct ldi lo[K];
+    struct si so[K];
+    struct di dor[6];
+    for (int k = 0; k < K; k++) {
+        lo[k].v = (long double)((rank * 5 + k) % 7), lo[k].i = rank;
+        so[k].v = (short)((rank * 3 + k) % 4), so[k].i = rank;
+    }
+    for (int k = 0; k < 6; k++)
+        dor[k].v = (double)((rank + k) % 3), dor[k].i = rank * 10 + k;
+    MPI_Win_fence(0, win);
+    for (int t = 0; t < size; t++) {
+        MPI_Accumulate(lo, 1, lvec, t, 0, 1, lvec, MPI_MAXLOC, win);
+        MPI_Accumulate(so, 1, svec, t, (char *)sh - mem, 1, svec, MPI_MINLOC, win);
+        MPI_Accumulate(dor, 6, MPI_DOUBLE_INT, t, (char *)d - mem, 1, dindex, MPI_MINLOC, win);
+    }
+    MPI_Win_fence(0, win);
+    char line[1024];
+    int n = 0;
+    for (int k = 0; k < K; k++)
+        n += snprintf(line + n, sizeof line - n, " %.0Lf/%d", l[k].v, l[k].i);
+    SAY("pairs in a vector of long double pairs:%s", line);
+    n = 0;
+    for (int k = 0; k < K; k++)
+        n += snprintf(line + n, sizeof line - n, " %d/%d", sh[k].v, sh[k].i);
+    SAY("pairs in a vector of short pairs:%s", line);
+    n = 0;
+    for (int k = 0; k < K; k++)
+        n += snprintf(line + n, sizeof line - n, " %g/%d", d[k].v, d[k].i);
+    SAY("pairs in an indexed type of double pairs:%s", line);
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* The next rank's first three indexed pairs, fetched into every other of six, and
+     * replaced by this rank's. */
+    struct di got[6];
+    for (int k = 0; k < 6; k++)
+        got[k].v = -7, got[k].i = -7;
+    int next = (rank + 1) % size;
+    MPI_Get_accumulate(dor, 3, MPI_DOUBLE_INT, got, 1, dvec, next, (char *)d - mem, 3, MPI_DOUBLE_INT, MPI_REPLACE,
+                       win);
+    MPI_Win_fence(0, win);
+    n = 0;
+    for (int k = 0; k < 6; k++)
+        n += snprintf(line + n, sizeof line - n, " %g/%d", got[k].v, got[k].i);
+    SAY("pairs fetched into a vector:%s; now %g/%d %g/%d %g/%d", line, d[0].v, d[0].i, d[1].v, d[1].i, d[2].v, d[2].i);
+    MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
+    MPI_Type_free(&lvec);
+    MPI_Type_free(&svec);
+    MPI_Type_free(&dindex);
+    MPI_Type_free(&dvec);
+    (void)dr;
+    MPI_Win_free(&win);
+}
+
+/* The value of every hint MPI defines for windows, as MPI_Win_get_info reports it. */
+static void say_hints(const char *what, MPI_Win win)
+{
+    static const char *keys[] = {"no_locks",       "accumulate_ordering", "accumulate_ops",
+                                 "same_size",      "same_disp_unit",      "alloc_shared_noncontig",
+                                 "mpr_not_a_hint"};
+    char line[1024] = "", value[64];
+    MPI_Info used;
+    MPI_Win_get_info(win, &used);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        int flag;
+        MPI_Info_get(used, keys[i], sizeof value - 1, value, &flag);
+        size_t at = strlen(line);
+        snprintf(line + at, sizeof line - at, " %s=%s", keys[i], flag ? value : "(unset)");
+    }
+    MPI_Info_free(&used);
+    SAY("hints of %s:%s", what, line);
+}
+
+/* Window hints: MPI's defaults, those set at creation and by MPI_Win_set_info, an unknown key
+ * and a value MPI does not define for its key. */
+static void hints(void)
+{
+    MPI_Win win;
+    MPI_Info in;
+    int *base;
+    MPI_Win_allocate(sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    say_hints("an allocated window", win);
+    MPI_Info_create(&in);
+    MPI_Info_set(in, "accumulate_ordering", "rar,waw");
+    MPI_Info_set(in, "same_size", "true");
+    MPI_Info_set(in, "mpr_not_a_hint", "1");
+    MPI_Win_set_info(win, in);
+    say_hints("it, with hints set", win);
+    MPI_Info_free(&in);
+    MPI_Info_create(&in);
+    MPI_Info_set(in, "no_locks", "false");
+    MPI_Info_set(in, "accumulate_ops", "same_op");
+    MPI_Info_set(in, "same_disp_unit", "maybe");
+    MPI_Win_set_info(win, in);
+    say_hints("it, with more", win);
+    MPI_Info_free(&in);
+    MPI_Win_free(&win);
+    int mem[4];
+    MPI_Info_create(&in);
+    MPI_Info_set(in, "no_locks", "true");
+    MPI_Info_set(in, "same_disp_unit", "true");
+    MPI_Win_create(mem, sizeof mem, sizeof(int), in, MPI_COMM_WORLD, &win);
+    MPI_Info_free(&in);
+    say_hints("a window made with hints", win);
+    MPI_Win_fence(0, win);
+    MPI_Win_fence(0, win);
+    MPI_Win_free(&win);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Info_create(&in);
+    MPI_Info_set(in, "alloc_shared_noncontig", "true");
+    MPI_Win_allocate_shared(sizeof(int), sizeof(int), in, node, &base, &win);
+    MPI_Info_free(&in);
+    say_hints("a shared window", win);
+    MPI_Win_free(&win);
+    MPI_Comm_free(&node);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -430,6 +573,8 @@ int main(int argc, char **argv)
     request_based();
     foreign_types();
     pair_accumulates();
+    pair_layouts();
+    hints();
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     errors();
     MPI_Barrier(MPI_COMM_WORLD);

@@ -89,6 +89,14 @@ unsafe fn new_type(layout: Layout, made: Made, out: *mut c_int) -> Res {
         [old] if made.combiner == COMBINER_DUP => old.derived.as_ref().and_then(|d| d.pair),
         _ => None,
     };
+    // Made of one value-index pair alone: its elements are that pair.
+    let pairs_of = match olds.split_first() {
+        Some((first, rest)) => {
+            let v = super::types::pairs_in(first);
+            v.filter(|_| rest.iter().all(|t| super::types::pairs_in(t) == v))
+        }
+        None => None,
+    };
     let d = Derived {
         layout,
         basic,
@@ -99,6 +107,7 @@ unsafe fn new_type(layout: Layout, made: Made, out: *mut c_int) -> Res {
         types: olds,
         committed: Cell::new(false),
         pair,
+        pairs_of,
     };
     if out.is_null() {
         return Err(Fail::new(ERR_ARG, "a null datatype pointer"));

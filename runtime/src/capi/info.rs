@@ -81,10 +81,61 @@ pub(super) fn hints(name: &str, info: c_int) -> Res {
     with_info(name, info, false, |_| Ok(()))
 }
 
+/// A hint MPI defines: its key, its default, and whether a value is one MPI defines for it.
+type Hint = (&'static str, &'static str, fn(&str) -> bool);
+
+/// The hints MPI defines for windows (MPI-3.1 11.2.1).
+const WINDOW_HINTS: [Hint; 6] = [
+    ("no_locks", "false", boolean),
+    ("accumulate_ordering", "rar,raw,war,waw", orderings),
+    ("accumulate_ops", "same_op_no_op", |v| matches!(v, "same_op" | "same_op_no_op")),
+    ("same_size", "false", boolean),
+    ("same_disp_unit", "false", boolean),
+    // Of windows whose memory the call allocates (MPI-4.1 12.2.2); reported for every
+    // window, as MPICH does.
+    ("alloc_shared_noncontig", "false", boolean),
+];
+
+fn boolean(v: &str) -> bool {
+    matches!(v, "true" | "false")
+}
+
+/// `accumulate_ordering`'s values: `none`, or a comma-separated list of orderings.
+fn orderings(v: &str) -> bool {
+    v == "none" || v.split(',').all(|o| matches!(o.trim(), "rar" | "raw" | "war" | "waw"))
+}
+
+/// The hints of a new window: MPI's defaults, then the values `info` sets for MPI's keys. mpr relaxes nothing on any of
+/// them: its accumulates keep every ordering and combine any operations atomically, and a
+/// window always takes locks. So each hint in use is a promise the program made that mpr
+/// does not rely on, and `MPI_Win_get_info` reports it as set, as MPICH does. Keys MPI does
+/// not define, and values it does not define for a key, are ignored (MPI allows that).
+pub(super) fn window_hints(name: &str, info: c_int) -> Res<Pairs> {
+    let mut pairs: Pairs = WINDOW_HINTS.iter().map(|&(k, v, _)| (k.to_owned(), v.to_owned())).collect();
+    set_window_hints(name, &mut pairs, info)?;
+    Ok(pairs)
+}
+
+/// `MPI_Win_set_info`: the window's hints `pairs` take the values `info` sets for the keys
+/// they hold (as [`window_hints`]); the others stay as they were.
+pub(super) fn set_window_hints(name: &str, pairs: &mut Pairs, info: c_int) -> Res {
+    if info == 0 {
+        return Ok(());
+    }
+    let given = with_info(name, info, false, |p| Ok(p.clone()))?;
+    for (key, value) in given {
+        let known = WINDOW_HINTS.iter().find(|h| h.0 == key).is_some_and(|h| (h.2)(&value));
+        if let Some(slot) = pairs.iter_mut().find(|(k, _)| *k == key).filter(|_| known) {
+            slot.1 = value;
+        }
+    }
+    Ok(())
+}
+
 mpi! {
-    // Hints on communicators and windows: checked, and kept by none (mpr acts on no hint),
-    // so the info of one in use is empty, as MPI allows for an implementation that
-    // supports no hints.
+    // Hints on communicators: checked, and kept by none (MPI-3.1 defines none, and mpr acts
+    // on none), so the info of one in use is empty, as MPI allows. Windows keep theirs
+    // (`window_hints`).
     fn MPI_Comm_set_info / PMPI_Comm_set_info(comm: c_int, info: c_int) -> c_int {
         let r = comm_of("MPI_Comm_set_info", comm).and_then(|_| hints("MPI_Comm_set_info", info));
         finish("MPI_Comm_set_info", comm, r)
@@ -107,12 +158,15 @@ mpi! {
 
     fn MPI_Win_set_info / PMPI_Win_set_info(win: c_int, info: c_int) -> c_int {
         // Errors go to the window's handler.
-        super::win::call("MPI_Win_set_info", win, |_| hints("MPI_Win_set_info", info))
+        super::win::call("MPI_Win_set_info", win, |w| set_window_hints("MPI_Win_set_info", &mut w.hints, info))
     }
 
     fn MPI_Win_get_info / PMPI_Win_get_info(win: c_int, info_used: *mut c_int) -> c_int {
-        // SAFETY: MPI's contract: `info_used` points to an MPI_Info.
-        super::win::call("MPI_Win_get_info", win, |_| unsafe { new_info("MPI_Win_get_info", Pairs::new(), info_used) })
+        super::win::call("MPI_Win_get_info", win, |w| {
+            let pairs = w.hints.clone();
+            // SAFETY: MPI's contract: `info_used` points to an MPI_Info.
+            unsafe { new_info("MPI_Win_get_info", pairs, info_used) }
+        })
     }
 
     fn MPI_Info_create / PMPI_Info_create(info: *mut c_int) -> c_int {

@@ -45,6 +45,9 @@ pub(super) struct Derived {
     pub(super) committed: Cell<bool>,
     /// A value-index pair (`MPI_DOUBLE_INT` ...): the value's type.
     pub(super) pair: Option<PairValue>,
+    /// The value of the value-index pair every element is, if one: of a pair type and of
+    /// the types made of one alone (accumulates combine their elements as pairs).
+    pub(super) pairs_of: Option<PairValue>,
 }
 
 /// A signed C integer type of `bytes` bytes.
@@ -243,6 +246,7 @@ impl Derived {
             types: Vec::new(),
             committed: Cell::new(true),
             pair,
+            pairs_of: pair,
         }
     }
 }
@@ -497,7 +501,7 @@ pub(super) fn accumulate_of(op: c_int, ty: &Datatype) -> Res<crate::DynAcc> {
         })?),
     };
     let undefined = || Fail::new(ERR_OP, format!("operation {op} does not apply to {} in an accumulate", ty.name));
-    if let Some(v) = pair_of(ty) {
+    if let Some(v) = pairs_in(ty) {
         return crate::DynAcc::pair(how, v).ok_or_else(undefined);
     }
     if let Some(acc) = foreign(ty, how) {
@@ -516,6 +520,11 @@ pub(super) fn accumulate_of(op: c_int, ty: &Datatype) -> Res<crate::DynAcc> {
 /// accumulates combine C's structs whole, as they lie in memory.
 pub(super) fn pair_of(ty: &Datatype) -> Option<PairValue> {
     ty.derived.as_ref().and_then(|d| d.pair)
+}
+
+/// The value of the value-index pair every element of `ty` is, if one ([`Derived::pairs_of`]).
+pub(super) fn pairs_in(ty: &Datatype) -> Option<PairValue> {
+    ty.derived.as_ref().and_then(|d| d.pairs_of)
 }
 
 /// [`accumulate_of`] where the operation and the datatype are predefined and the type is one

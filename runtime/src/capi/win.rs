@@ -9,15 +9,15 @@ use std::ffi::{c_int, c_void};
 
 use std::cell::Ref;
 
-use super::info::hints;
-use super::types::{accumulate_basic, accumulate_of, pair_of, predefined_size, Datatype};
+use super::info::{hints, window_hints};
+use super::types::{accumulate_basic, accumulate_of, pair_of, pairs_in, predefined_size, Datatype};
 use super::{
     bytes, bytes_mut, comm_of, count_of, finish, finish_under, group_of, landing, message, name_at, put, raw_mut,
     with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERR_ARG, ERR_ASSERT, ERR_DISP, ERR_NO_MEM,
     ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, PROC_NULL, STATE,
 };
 use crate::rma::{Assert, LockType, Window};
-use crate::{Comm, DynAcc};
+use crate::{Comm, DynAcc, PairValue};
 
 const WIN_BASE: c_int = 10;
 const WIN_SIZE: c_int = 11;
@@ -57,6 +57,8 @@ pub(super) struct WinEntry {
     errhandler: c_int,
     /// `MPI_Win_set_name`'s.
     name: String,
+    /// The hints in use (`info::window_hints`).
+    pub(super) hints: super::info::Pairs,
 }
 
 /// The assertion of a `MPI_MODE_*` combination.
@@ -195,6 +197,7 @@ fn target_at(w: &WinEntry, target: c_int, disp: isize) -> Res<(usize, usize)> {
 /// The accumulate of operation `op` on target datatype `datatype`, and where `count` of its
 /// elements at displacement `disp` lie in target `target`'s window: from the static tables
 /// for a predefined operation on a predefined type of numbers, else from the built type.
+/// Of value-index pairs, also how the target's runs hold them ([`Pairs`]).
 #[inline(always)]
 fn accumulate_at(
     w: &WinEntry,
@@ -203,60 +206,194 @@ fn accumulate_at(
     disp: isize,
     count: c_int,
     datatype: c_int,
-) -> Res<(DynAcc, Target)> {
+) -> Res<(DynAcc, Target, Option<Pairs>)> {
     match accumulate_basic(op, datatype) {
-        Some(how) => Ok((how, target_of(w, target, disp, count, datatype)?)),
+        Some(how) => Ok((how, target_of(w, target, disp, count, datatype)?, None)),
         None => {
             let ty = Datatype::of(datatype)?;
             let how = accumulate_of(op, &ty)?;
-            if let Some(v) = pair_of(&ty) {
-                // C's structs, combined where they lie.
+            if let Some(value) = pairs_in(&ty) {
                 let (t, at) = target_at(w, target, disp)?;
-                let bytes = v.span(count_of(count)?);
-                return Ok((how, Target { rank: t, runs: Runs::One((at, bytes)), bytes }));
+                let (runs, pairs) = Pairs::at(value, at, count_of(count)?, &ty)?;
+                let bytes = runs.iter().map(|r| r.1).sum();
+                let runs = match *runs {
+                    [run] => Runs::One(run),
+                    _ => Runs::Many(runs),
+                };
+                return Ok((how, Target { rank: t, runs, bytes }, Some(pairs)));
             }
-            Ok((how, target_runs(w, target, disp, count, &ty)?))
+            Ok((how, target_runs(w, target, disp, count, &ty)?, None))
         }
     }
 }
 
-/// The value of value-index pair type `datatype` (or of a duplicate of one): an
-/// accumulate's operands of it are its elements as they lie in memory, C's structs, as its
-/// target ([`accumulate_at`]); `None` for any other type.
-fn pair_type(datatype: c_int) -> Res<Option<crate::PairValue>> {
-    if predefined_size(datatype).is_some() {
-        return Ok(None);
+/// Value-index pairs at an accumulate's target. The kernels combine them as C lays its
+/// structs out, so each of the target's runs holds structs `stride` bytes apart, the last
+/// one's trailing padding not in the run; and the operands go as those runs' bytes. A type
+/// packs each pair as its value then its index, and an operand of any type of pairs is
+/// rearranged from that.
+struct Pairs {
+    value: PairValue,
+    /// How many structs each run of the target holds.
+    structs: Vec<usize>,
+}
+
+impl Pairs {
+    /// The runs (offset in the window, bytes) of `count` elements of `ty`, each a pair of
+    /// `value`, from offset `at`, and how many structs each holds. A struct starts where the
+    /// packed data reaches a multiple of a pair's packed size; structs a struct's size apart
+    /// share a run.
+    fn at(value: PairValue, at: usize, count: usize, ty: &Datatype) -> Res<(Vec<(usize, usize)>, Pairs)> {
+        let (unit, (_, stride)) = (value.size() + 4, value.c_struct());
+        let bad = || Fail::new(ERR_DISP, format!("{} reaches before the window", ty.name));
+        let layout = ty.layout();
+        let (mut starts, mut pos) = (Vec::new(), 0usize);
+        for (off, len) in layout.runs_of(count) {
+            let mut next = pos.next_multiple_of(unit);
+            while next < pos + len {
+                starts.push(at.checked_add_signed(off + (next - pos) as isize).ok_or_else(bad)?);
+                next += unit;
+            }
+            pos += len;
+        }
+        let mut groups: Vec<(usize, usize)> = Vec::new();
+        for s in starts {
+            match groups.last_mut() {
+                Some((first, k)) if *first + *k * stride == s => *k += 1,
+                _ => groups.push((s, 1)),
+            }
+        }
+        let runs = groups.iter().map(|&(s, k)| (s, value.span(k))).collect();
+        Ok((runs, Pairs { value, structs: groups.into_iter().map(|g| g.1).collect() }))
     }
-    Ok(pair_of(&Datatype::of(datatype)?))
+
+    /// Whether an operand or result of `count` elements of `datatype` lies as the target's
+    /// runs want it already: pairs of the same value, in one run.
+    fn direct(&self, count: c_int, datatype: c_int) -> bool {
+        let named = || Datatype::of(datatype).ok().and_then(|t| pair_of(&t));
+        matches!(*self.structs, [k] if usize::try_from(count) == Ok(k)) && named() == Some(self.value)
+    }
+
+    /// The runs' bytes of `packed` pairs (each its value then its index).
+    fn structs(&self, name: &str, packed: &[u8]) -> Res<Vec<u8>> {
+        let (n, (at, stride)) = (self.value.size(), self.value.c_struct());
+        same(name, packed.len(), self.structs.iter().sum::<usize>() * (n + 4))?;
+        let mut out = Vec::new();
+        let mut pairs = packed.chunks_exact(n + 4);
+        for &k in &self.structs {
+            let run = out.len();
+            out.resize(run + self.value.span(k), 0);
+            for (i, p) in (&mut pairs).take(k).enumerate() {
+                let s = run + i * stride;
+                out[s..s + n].copy_from_slice(&p[..n]);
+                out[s + at..s + at + 4].copy_from_slice(&p[n..]);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The pairs, packed, of the runs' bytes `runs` (as [`Pairs::structs`] made them).
+    fn packed(&self, runs: &[u8]) -> Vec<u8> {
+        let (n, (at, stride)) = (self.value.size(), self.value.c_struct());
+        let mut out = Vec::with_capacity(self.structs.iter().sum::<usize>() * (n + 4));
+        let mut run = 0;
+        for &k in &self.structs {
+            for i in 0..k {
+                let s = run + i * stride;
+                out.extend_from_slice(&runs[s..s + n]);
+                out.extend_from_slice(&runs[s + at..s + at + 4]);
+            }
+            run += self.value.span(k);
+        }
+        out
+    }
 }
 
 /// An accumulate's operand of `count` elements of `datatype` at `buf`: as [`message`]
-/// packs them, or, of a value-index pair type, the bytes its structs span ([`pair_type`]).
+/// packs them; of value-index pairs, as the target's runs hold them ([`Pairs`]): the
+/// caller's bytes where they lie so already.
 ///
 /// # Safety
 /// As [`message`].
-unsafe fn operand<'a>(buf: *const c_void, count: c_int, datatype: c_int) -> Res<Cow<'a, [u8]>> {
-    match pair_type(datatype)? {
+unsafe fn operand<'a>(
+    name: &str,
+    buf: *const c_void,
+    count: c_int,
+    datatype: c_int,
+    pairs: Option<&Pairs>,
+) -> Res<Cow<'a, [u8]>> {
+    match pairs {
         // SAFETY: this function's contract: `count` elements of the pair type at `buf`,
         // whose data spans these bytes.
-        Some(v) => unsafe { super::run_at(buf, 0, v.span(count_of(count)?)) },
+        Some(p) if p.direct(count, datatype) => unsafe { super::run_at(buf, 0, p.value.span(count_of(count)?)) },
+        // SAFETY: this function's contract.
+        Some(p) => Ok(Cow::Owned(p.structs(name, &unsafe { message(buf, count, datatype) }?)?)),
         // SAFETY: this function's contract.
         None => unsafe { message(buf, count, datatype) },
     }
 }
 
-/// Where an accumulate's result of `count` elements of `datatype` at `buf` lands: as
-/// [`landing`], or, of a value-index pair type, the bytes its structs span (the kernels
-/// write no padding).
+/// Where an accumulate's result of `count` elements of `datatype` at `buf` lands, as
+/// [`landing`]; of value-index pairs, the target's runs' bytes, the caller's where they lie
+/// so already (the kernels write no padding), else a copy that [`Fetched::land`] unpacks.
 ///
 /// # Safety
 /// As [`landing`].
-unsafe fn result_of<'a>(buf: *mut c_void, count: c_int, datatype: c_int) -> Res<super::Landing<'a>> {
-    match pair_type(datatype)? {
-        // SAFETY: this function's contract: `count` writable elements of the pair type.
-        Some(v) => Ok(super::Landing::Direct(unsafe { super::raw_mut(buf, v.span(count_of(count)?))? })),
+unsafe fn result_of<'a, 'p>(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    pairs: Option<&'p Pairs>,
+    bytes: usize,
+) -> Res<Fetched<'a, 'p>> {
+    Ok(match pairs {
+        Some(p) if !p.direct(count, datatype) => {
+            Fetched::Pairs { runs: vec![0; bytes], pairs: p, buf, count, datatype }
+        }
+        Some(p) => {
+            // SAFETY: this function's contract: `count` writable elements of the pair type.
+            Fetched::Bytes(super::Landing::Direct(unsafe { super::raw_mut(buf, p.value.span(count_of(count)?))? }))
+        }
         // SAFETY: this function's contract.
-        None => unsafe { landing(buf, count, datatype) },
+        None => Fetched::Bytes(unsafe { landing(buf, count, datatype)? }),
+    })
+}
+
+/// Where an accumulate's result lands ([`result_of`]).
+enum Fetched<'a, 'p> {
+    Bytes(super::Landing<'a>),
+    /// Of value-index pairs: the target's runs' bytes, unpacked into `count` elements of
+    /// `datatype` at `buf` when done.
+    Pairs {
+        runs: Vec<u8>,
+        pairs: &'p Pairs,
+        buf: *mut c_void,
+        count: c_int,
+        datatype: c_int,
+    },
+}
+
+impl Fetched<'_, '_> {
+    fn bytes(&mut self) -> &mut [u8] {
+        match self {
+            Fetched::Bytes(l) => l,
+            Fetched::Pairs { runs, .. } => runs,
+        }
+    }
+
+    /// Puts the result where the caller wants it.
+    ///
+    /// # Safety
+    /// As [`result_of`]'s.
+    unsafe fn land(self, name: &str) -> Res {
+        if let Fetched::Pairs { runs, pairs, buf, count, datatype } = self {
+            // SAFETY: this function's contract.
+            let mut l = unsafe { landing(buf, count, datatype)? };
+            let packed = pairs.packed(&runs);
+            same(name, packed.len(), l.len())?;
+            l.copy_from_slice(&packed);
+        }
+        Ok(())
     }
 }
 
@@ -268,6 +405,7 @@ unsafe fn new_win(
     name: &str,
     comm: &Comm,
     win: Window<'static, u8>,
+    hints: super::info::Pairs,
     unit: c_int,
     flavor: c_int,
     out: *mut c_int,
@@ -289,6 +427,7 @@ unsafe fn new_win(
         flavor,
         errhandler: ERRORS_ARE_FATAL,
         name: String::new(),
+        hints,
     };
     let h = with_state(name, |s| {
         s.wins.push(Some(Box::new(entry)));
@@ -568,14 +707,14 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Win_create", comm)?;
-            hints("MPI_Win_create", info)?;
+            let in_use = window_hints("MPI_Win_create", info)?;
             let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_create: size {size}")))?;
             // SAFETY: MPI's contract: `base` holds `size` bytes, valid until the window is
             // freed (the window stops the engine touching them then).
             let mem: &'static mut [u8] = unsafe { raw_mut(base, n)? };
             let w = Window::create(&c, mem)?;
             // SAFETY: MPI's contract: `win` points to an MPI_Win.
-            unsafe { new_win("MPI_Win_create", &c, w, disp_unit, FLAVOR_CREATE, win) }
+            unsafe { new_win("MPI_Win_create", &c, w, in_use, disp_unit, FLAVOR_CREATE, win) }
         })();
         finish("MPI_Win_create", comm, r)
     }
@@ -590,14 +729,14 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Win_allocate", comm)?;
-            hints("MPI_Win_allocate", info)?;
+            let in_use = window_hints("MPI_Win_allocate", info)?;
             let n = usize::try_from(size).map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_allocate: size {size}")))?;
             let w = Window::<u8>::allocate(&c, n)?;
             let base = w.local_ptr().cast::<c_void>();
             // SAFETY: MPI's contract: `baseptr` points to a pointer, `win` to an MPI_Win.
             unsafe {
                 put(baseptr.cast::<*mut c_void>(), base)?;
-                new_win("MPI_Win_allocate", &c, w, disp_unit, FLAVOR_ALLOCATE, win)
+                new_win("MPI_Win_allocate", &c, w, in_use, disp_unit, FLAVOR_ALLOCATE, win)
             }
         })();
         finish("MPI_Win_allocate", comm, r)
@@ -613,7 +752,7 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Win_allocate_shared", comm)?;
-            hints("MPI_Win_allocate_shared", info)?;
+            let in_use = window_hints("MPI_Win_allocate_shared", info)?;
             let n = usize::try_from(size)
                 .map_err(|_| Fail::new(ERR_SIZE, format!("MPI_Win_allocate_shared: size {size}")))?;
             let w = Window::<u8>::allocate_shared(&c, n)?;
@@ -621,7 +760,7 @@ mpi! {
             // SAFETY: MPI's contract: `baseptr` points to a pointer, `win` to an MPI_Win.
             unsafe {
                 put(baseptr.cast::<*mut c_void>(), base)?;
-                new_win("MPI_Win_allocate_shared", &c, w, disp_unit, FLAVOR_SHARED, win)
+                new_win("MPI_Win_allocate_shared", &c, w, in_use, disp_unit, FLAVOR_SHARED, win)
             }
         })();
         finish("MPI_Win_allocate_shared", comm, r)
@@ -667,10 +806,10 @@ mpi! {
     fn MPI_Win_create_dynamic / PMPI_Win_create_dynamic(info: c_int, comm: c_int, win: *mut c_int) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Win_create_dynamic", comm)?;
-            hints("MPI_Win_create_dynamic", info)?;
+            let in_use = window_hints("MPI_Win_create_dynamic", info)?;
             let w = Window::create_dynamic(&c)?;
             // SAFETY: MPI's contract: `win` points to an MPI_Win.
-            unsafe { new_win("MPI_Win_create_dynamic", &c, w, 1, FLAVOR_DYNAMIC, win) }
+            unsafe { new_win("MPI_Win_create_dynamic", &c, w, in_use, 1, FLAVOR_DYNAMIC, win) }
         })();
         finish("MPI_Win_create_dynamic", comm, r)
     }
@@ -819,9 +958,9 @@ mpi! {
             if target_rank == PROC_NULL {
                 return Ok(());
             }
-            let (how, t) = accumulate_at(w, op, target_rank, target_disp, target_count, target_datatype)?;
+            let (how, t, pairs) = accumulate_at(w, op, target_rank, target_disp, target_count, target_datatype)?;
             // SAFETY: MPI's contract: the origin buffer holds what it says.
-            let data = unsafe { operand(origin_addr, origin_count, origin_datatype)? };
+            let data = unsafe { operand("MPI_Accumulate", origin_addr, origin_count, origin_datatype, pairs.as_ref())? };
             t.each("MPI_Accumulate", data.len(), |r, at| Ok(w.win.accumulate_dyn(how, &data[r], t.rank, at)?))
         })
     }
@@ -844,20 +983,22 @@ mpi! {
             if target_rank == PROC_NULL {
                 return Ok(());
             }
-            let (how, t) = accumulate_at(w, op, target_rank, target_disp, target_count, target_datatype)?;
+            const NAME: &str = "MPI_Get_accumulate";
+            let (how, t, pairs) = accumulate_at(w, op, target_rank, target_disp, target_count, target_datatype)?;
             // SAFETY: MPI's contract: the result buffer holds what it says.
-            let mut result = unsafe { result_of(result_addr, result_count, result_datatype)? };
+            let mut result = unsafe { result_of(result_addr, result_count, result_datatype, pairs.as_ref(), t.bytes)? };
             // With MPI_NO_OP the origin is not read (and may be null): zeros stand in.
             let data = if op == super::types::OP_NO_OP {
                 Cow::Owned(vec![0u8; t.bytes])
             } else {
                 // SAFETY: MPI's contract: the origin buffer holds what it says.
-                unsafe { operand(origin_addr, origin_count, origin_datatype)? }
+                unsafe { operand(NAME, origin_addr, origin_count, origin_datatype, pairs.as_ref())? }
             };
-            same("MPI_Get_accumulate", result.len(), t.bytes)?;
-            t.each("MPI_Get_accumulate", data.len(), |r, at| {
-                Ok(w.win.get_accumulate_dyn(how, &data[r.clone()], &mut result[r], t.rank, at)?)
-            })
+            let out = result.bytes();
+            same(NAME, out.len(), t.bytes)?;
+            t.each(NAME, data.len(), |r, at| Ok(w.win.get_accumulate_dyn(how, &data[r.clone()], &mut out[r], t.rank, at)?))?;
+            // SAFETY: as result_of's above.
+            unsafe { result.land(NAME) }
         })
     }
 
@@ -874,9 +1015,9 @@ mpi! {
             if target_rank == PROC_NULL {
                 return Ok(());
             }
-            let (how, t) = accumulate_at(w, op, target_rank, target_disp, 1, datatype)?;
+            let (how, t, pairs) = accumulate_at(w, op, target_rank, target_disp, 1, datatype)?;
             // SAFETY: MPI's contract: the result holds one element.
-            let mut result = unsafe { result_of(result_addr, 1, datatype)? };
+            let mut result = unsafe { result_of(result_addr, 1, datatype, pairs.as_ref(), t.bytes)? };
             // With MPI_NO_OP the origin is not read (and may be null): zeros stand in (as
             // many as the largest element, C's struct of a long double and an int).
             let zeros = [0u8; 32];
@@ -884,11 +1025,14 @@ mpi! {
                 Cow::Borrowed(&zeros[..t.bytes.min(32)])
             } else {
                 // SAFETY: MPI's contract: the origin holds one element.
-                unsafe { operand(origin_addr, 1, datatype)? }
+                unsafe { operand("MPI_Fetch_and_op", origin_addr, 1, datatype, pairs.as_ref())? }
             };
+            let out = result.bytes();
             t.each("MPI_Fetch_and_op", data.len(), |r, at| {
-                Ok(w.win.get_accumulate_dyn(how, &data[r.clone()], &mut result[r], t.rank, at)?)
-            })
+                Ok(w.win.get_accumulate_dyn(how, &data[r.clone()], &mut out[r], t.rank, at)?)
+            })?;
+            // SAFETY: as result_of's above.
+            unsafe { result.land("MPI_Fetch_and_op") }
         })
     }
 
