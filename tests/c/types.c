@@ -894,16 +894,18 @@ static void darrays(void)
     MPI_Error_class(MPI_Type_create_darray(4, 0, 2, g, cyc, zero, ps, MPI_ORDER_C, MPI_INT, &t), &cls[1]);
     SAY("darray errors: classes %d %d, null %d", cls[0], cls[1], t == MPI_DATATYPE_NULL);
 
-    /* MPI_Type_match_size: the size of the type each class and size finds. */
+    /* MPI_Type_match_size: the type each class and size finds, its name and size. */
     int classes[3] = {MPI_TYPECLASS_REAL, MPI_TYPECLASS_INTEGER, MPI_TYPECLASS_COMPLEX};
     int sizes[3][4] = {{4, 8, 0, 0}, {1, 2, 4, 8}, {8, 16, 0, 0}};
     for (int c = 0; c < 3; c++)
         for (int i = 0; i < 4 && sizes[c][i]; i++) {
             MPI_Datatype m = MPI_DATATYPE_NULL;
-            int n = -1;
+            int n = -1, len;
+            char name[MPI_MAX_OBJECT_NAME] = "";
             MPI_Type_match_size(classes[c], sizes[c][i], &m);
             MPI_Type_size(m, &n);
-            SAY("match_size class %d size %d: a type of %d bytes", classes[c], sizes[c][i], n);
+            MPI_Type_get_name(m, name, &len);
+            SAY("match_size class %d size %d: %s, a type of %d bytes", classes[c], sizes[c][i], name, n);
         }
     MPI_Datatype m = MPI_DATATYPE_NULL;
     MPI_Error_class(MPI_Type_match_size(MPI_TYPECLASS_REAL, 3, &m), &cls[0]);

@@ -633,13 +633,15 @@ pub(super) fn elementwise(ty: &Datatype, op: &ReduceOp) -> Res<Option<ElemFn>> {
     }))
 }
 
-/// The first of the C types of class `typeclass` (`MPI_TYPECLASS_REAL`, `_INTEGER`,
-/// `_COMPLEX`) whose elements are `size` bytes (`MPI_Type_match_size`); `None` for another
-/// class (`Err`) or no such type (`Ok(None)`).
+/// The type of class `typeclass` (`MPI_TYPECLASS_REAL`, `_INTEGER`, `_COMPLEX`) whose
+/// elements are `size` bytes (`MPI_Type_match_size`): Fortran's sized types, as MPI's
+/// example implementation and MPICH return, then C's `long double` and its complex type for
+/// the sizes mpr has no Fortran type of (`MPI_REAL16` and `MPI_COMPLEX32` are null). `None`
+/// for another class (`Err`) or no such type (`Ok(None)`).
 pub(super) fn match_size(typeclass: c_int, size: usize) -> Option<Option<c_int>> {
-    const REAL: &[c_int] = &[13, 14, LONG_DOUBLE_HANDLE];
-    const INTEGER: &[c_int] = &[2, 5, 7, 9, 11];
-    const COMPLEX: &[c_int] = &[C_FLOAT_COMPLEX, C_DOUBLE_COMPLEX, C_LONG_DOUBLE_COMPLEX];
+    const REAL: &[c_int] = &[F_REAL4, F_REAL8, LONG_DOUBLE_HANDLE];
+    const INTEGER: &[c_int] = &[F_INTEGER1, F_INTEGER1 + 1, F_INTEGER1 + 2, F_INTEGER1 + 3];
+    const COMPLEX: &[c_int] = &[F_COMPLEX8, F_COMPLEX16, C_LONG_DOUBLE_COMPLEX];
     let candidates = match typeclass {
         1 => REAL,
         2 => INTEGER,
@@ -658,6 +660,10 @@ const C_LONG_DOUBLE_COMPLEX: c_int = 37;
 /// `MPI_CHARACTER`, `MPI_LOGICAL`, and Fortran's complex types (include/mpi.h).
 const F_CHARACTER: c_int = 39;
 const F_LOGICAL: c_int = 40;
+/// `MPI_INTEGER1` (`MPI_INTEGER2`, `_4` and `_8` follow it), `MPI_REAL4` and `MPI_REAL8`.
+const F_INTEGER1: c_int = 44;
+const F_REAL4: c_int = 48;
+const F_REAL8: c_int = 49;
 const F_COMPLEX: c_int = 50;
 const F_DOUBLE_COMPLEX: c_int = 51;
 const F_COMPLEX8: c_int = 52;
