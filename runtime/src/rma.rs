@@ -279,15 +279,21 @@ impl<'a, T: Pod> Window<'a, T> {
     /// Frees the window (`MPI_Win_free`); collective. Every epoch of this rank must be
     /// closed (a fence epoch may stay open: its operations are completed here).
     pub fn free(self) -> Result<(), Error> {
-        {
-            let e = self.epoch.borrow();
-            if e.locks.iter().any(Option::is_some) || e.all || e.access.is_some() || e.exposure.is_some() {
-                return Err(sync_err("window freed with a lock, start or post epoch still open".into()));
-            }
-        }
+        self.may_free()?;
         self.flush_dirty(self.all())?;
         self.comm.barrier()
         // Dropping stops the engine serving it.
+    }
+
+    /// Whether [`Window::free`] may free the window now: [`Error::RmaSync`] while a lock,
+    /// start or post epoch of this rank is open (a caller that must keep the window on that
+    /// error asks first).
+    pub fn may_free(&self) -> Result<(), Error> {
+        let e = self.epoch.borrow();
+        if e.locks.iter().any(Option::is_some) || e.all || e.access.is_some() || e.exposure.is_some() {
+            return Err(sync_err("window freed with a lock, start or post epoch still open".into()));
+        }
+        Ok(())
     }
 
     /// The communicator of the window.

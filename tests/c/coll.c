@@ -265,6 +265,64 @@ static void idups(void)
     MPI_Comm_free_keyval(&key);
 }
 
+static int class_of(int code)
+{
+    int c;
+    MPI_Error_class(code, &c);
+    return c;
+}
+
+/* A collective's input lying in its output (short of MPI_IN_PLACE) is refused with
+ * MPI_ERR_BUFFER before any message goes, so a rank that alone makes the mistake gets its
+ * error: the rooted ones are called by the root alone. MPI_IN_PLACE where a buffer of data
+ * is due is refused too. Then the communicator still works. */
+static void aliases(void)
+{
+    int buf[64], other[64], counts[8], displs[8], c[24], n = 0;
+    MPI_Request req;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    for (int i = 0; i < 64; i++)
+        buf[i] = i;
+    for (int i = 0; i < size; i++)
+        counts[i] = 1, displs[i] = 2 * i;
+    if (rank == 0) {
+        c[n++] = class_of(MPI_Gather(buf, 2, MPI_INT, buf, 2, MPI_INT, 0, MPI_COMM_WORLD));
+        c[n++] = class_of(MPI_Scatter(buf, 2, MPI_INT, buf, 2, MPI_INT, 0, MPI_COMM_WORLD));
+        c[n++] = class_of(MPI_Gatherv(buf, 1, MPI_INT, buf, counts, displs, MPI_INT, 0, MPI_COMM_WORLD));
+        c[n++] = class_of(MPI_Scatterv(buf, counts, displs, MPI_INT, buf, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        c[n++] = class_of(MPI_Reduce(buf, buf, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD));
+        c[n++] = class_of(MPI_Igather(buf, 2, MPI_INT, buf, 2, MPI_INT, 0, MPI_COMM_WORLD, &req));
+        c[n++] = class_of(MPI_Iscatter(buf, 2, MPI_INT, buf, 2, MPI_INT, 0, MPI_COMM_WORLD, &req));
+        c[n++] = class_of(MPI_Ireduce(buf, buf, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD, &req));
+    }
+    /* Every rank: its block of the output, or the output itself. */
+    c[n++] = class_of(MPI_Allgather(&buf[rank], 1, MPI_INT, buf, 1, MPI_INT, MPI_COMM_WORLD));
+    c[n++] = class_of(MPI_Allgatherv(&buf[2 * rank], 1, MPI_INT, buf, counts, displs, MPI_INT, MPI_COMM_WORLD));
+    c[n++] = class_of(MPI_Alltoall(buf, 1, MPI_INT, buf, 1, MPI_INT, MPI_COMM_WORLD));
+    c[n++] = class_of(MPI_Alltoallv(buf, counts, displs, MPI_INT, buf, counts, displs, MPI_INT, MPI_COMM_WORLD));
+    c[n++] = class_of(MPI_Allreduce(buf, buf, 3, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    c[n++] = class_of(MPI_Reduce_scatter_block(buf, buf, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    c[n++] = class_of(MPI_Scan(buf, buf, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    c[n++] = class_of(MPI_Iallgather(&buf[rank], 1, MPI_INT, buf, 1, MPI_INT, MPI_COMM_WORLD, &req));
+    c[n++] = class_of(MPI_Ialltoall(buf, 1, MPI_INT, buf, 1, MPI_INT, MPI_COMM_WORLD, &req));
+    c[n++] = class_of(MPI_Iallreduce(buf, buf, 3, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req));
+    c[n++] = class_of(MPI_Iexscan(buf, buf, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req));
+    c[n++] = class_of(MPI_Reduce_local(buf, buf, 2, MPI_INT, MPI_SUM));
+    c[n++] = class_of(MPI_Reduce_local(buf, MPI_IN_PLACE, 2, MPI_INT, MPI_SUM));
+    c[n++] = class_of(MPI_Reduce_local(MPI_IN_PLACE, buf, 2, MPI_INT, MPI_SUM));
+    say("input in the output: error classes", c, n);
+    /* Untouched, and the communicator in step: a sum and a gather after the refusals. */
+    int same = 1;
+    for (int i = 0; i < 64; i++)
+        same &= buf[i] == i;
+    int sum = -1;
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Gather(&rank, 1, MPI_INT, other, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    int after[3] = {same, sum, rank == 0 ? other[size - 1] : size - 1};
+    say("after them: buffer untouched, sum, last gathered", after, 3);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -595,6 +653,7 @@ int main(int argc, char **argv)
     nonblocking_v();
     idups();
     attributes();
+    aliases();
     MPI_Finalize();
     return 0;
 }

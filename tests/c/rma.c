@@ -253,6 +253,14 @@ static void errors(void)
     long double x = 1.0L, y = 0.0L, old;
     SAY("compare and swap of a long double: class %d",
         class_of(MPI_Compare_and_swap(&x, &y, &old, MPI_LONG_DOUBLE, 0, 0, win)));
+    double dx = 1.0, dy = 0.0, dold;
+    float fx = 1.0f, fy = 0.0f, fold;
+    SAY("compare and swap of a double: class %d, of a float: class %d",
+        class_of(MPI_Compare_and_swap(&dx, &dy, &dold, MPI_DOUBLE, 0, 0, win)),
+        class_of(MPI_Compare_and_swap(&fx, &fy, &fold, MPI_FLOAT, 0, 0, win)));
+    /* Freeing the window with the lock held: refused under the window's handler, and the
+     * window is still there to unlock and free. */
+    SAY("free with a lock held: class %d, window kept %d", class_of(MPI_Win_free(&win)), win != MPI_WIN_NULL);
     /* (MPICH checks neither an accumulate's operation against its type, MPI_BAND on
      * doubles, nor a window handle, 77, which mpr answers with MPI_ERR_OP and MPI_ERR_WIN:
      * not compared here.) */

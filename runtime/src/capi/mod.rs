@@ -644,6 +644,9 @@ fn count_of(count: c_int) -> Res<usize> {
 /// `buf` must point to `count` elements of `ty` (MPI's contract with the caller).
 #[inline]
 unsafe fn bytes<'a>(buf: *const c_void, count: usize, ty: &Datatype) -> Res<Cow<'a, [u8]>> {
+    if buf == IN_PLACE {
+        return Err(in_place_here());
+    }
     let n = count * ty.size;
     let off = match &ty.derived {
         None => 0,
@@ -756,14 +759,60 @@ unsafe fn plain_pair<'a>(
     if (sn > 0 && sendbuf.is_null()) || (rn > 0 && recvbuf.is_null()) {
         return None;
     }
+    // Overlapping buffers (erroneous; the general path refuses them).
+    let (s, r) = (sendbuf as usize, recvbuf as usize);
+    if sn > 0 && rn > 0 && s < r.wrapping_add(rn) && r < s.wrapping_add(sn) {
+        return None;
+    }
     // SAFETY: not null where not empty (checked); the caller's `sn` readable bytes at
-    // `sendbuf` and `rn` writable ones at `recvbuf`, apart.
+    // `sendbuf` and `rn` writable ones at `recvbuf`, apart (checked).
     unsafe {
         Some((
             if sn == 0 { &[] } else { std::slice::from_raw_parts(sendbuf.cast::<u8>(), sn) },
             if rn == 0 { &mut [] } else { std::slice::from_raw_parts_mut(recvbuf.cast::<u8>(), rn) },
         ))
     }
+}
+
+/// MPI forbids a collective's input to lie in its output short of `MPI_IN_PLACE` (MPI-3.1
+/// 5.2.3). A buffer `part` of `count` elements that starts where `whole` does, or where the
+/// caller's own block of it does (`own` elements of `ty` in), is refused with
+/// `MPI_ERR_BUFFER`, as MPICH refuses it, before any message goes: a rank that alone makes
+/// the mistake gets its error rather than a hang, and no data is read while it is written.
+fn distinct(part: *const c_void, count: c_int, whole: *const c_void, own: isize, ty: c_int) -> Res {
+    if count == 0 || part.is_null() || part == IN_PLACE || whole == IN_PLACE {
+        return Ok(());
+    }
+    let extent = Datatype::of(ty).map_or(0, |t| t.bounds().1);
+    if part == whole || part == whole.wrapping_byte_offset(own.wrapping_mul(extent)) {
+        return Err(aliased());
+    }
+    Ok(())
+}
+
+/// The error of `MPI_IN_PLACE` given for a buffer of data, where the call takes none in
+/// place (it would be read or written as memory).
+#[cold]
+#[inline(never)]
+fn in_place_here() -> Fail {
+    Fail::new(ERR_BUFFER, "MPI_IN_PLACE where the call takes a buffer of data")
+}
+
+/// [`distinct`]'s error.
+#[cold]
+#[inline(never)]
+fn aliased() -> Fail {
+    Fail::new(ERR_BUFFER, "the input lies in the output (MPI_IN_PLACE says where it does)")
+}
+
+/// Element `i` of the caller's array of `n` ints at `p`, or 0 where the array is not there
+/// (the call's own check of it tells that error).
+///
+/// # Safety
+/// `p` is null or holds `n` ints.
+unsafe fn int_at(p: *const c_int, n: usize, i: usize) -> isize {
+    // SAFETY: this function's contract.
+    unsafe { ints_at(p, n, "") }.ok().and_then(|a| a.get(i).copied()).unwrap_or(0) as isize
 }
 
 /// `n` bytes of data at `off` from `buf`, as a message.
@@ -778,6 +827,9 @@ unsafe fn run_at<'a>(buf: *const c_void, off: isize, n: usize) -> Res<Cow<'a, [u
     let at = buf.cast::<u8>().wrapping_offset(off);
     if at.is_null() {
         return Err(Fail::new(ERR_BUFFER, "a null buffer for a non-empty message"));
+    }
+    if buf == IN_PLACE {
+        return Err(in_place_here());
     }
     // SAFETY: the caller promises `n` readable bytes of data from `at`, not null (checked).
     Ok(Cow::Borrowed(unsafe { std::slice::from_raw_parts(at, n) }))
@@ -816,6 +868,9 @@ unsafe fn raw_mut<'a>(buf: *mut c_void, n: usize) -> Res<&'a mut [u8]> {
     }
     if buf.is_null() {
         return Err(Fail::new(ERR_BUFFER, "a null buffer of a non-empty size"));
+    }
+    if buf.cast_const() == IN_PLACE {
+        return Err(in_place_here());
     }
     // SAFETY: the caller promises `n` writable bytes at `buf`, not null (checked), that
     // nothing else refers to while the slice lives.
@@ -1170,6 +1225,8 @@ unsafe fn allgather_general(
 ) -> c_int {
     let r = (|| {
         let c = comm_of("MPI_Allgather", comm)?;
+        let own = if c.is_inter() { 0 } else { c.rank() as isize * recvcount as isize };
+        distinct(sendbuf, sendcount, recvbuf, own, recvtype)?;
         let rt = Datatype::of(recvtype)?;
         let n = count_of(recvcount)?;
         // SAFETY: MPI's contract: recvbuf holds (remote) size x recvcount elements.
@@ -1205,6 +1262,7 @@ unsafe fn alltoall_general(
 ) -> c_int {
     let r = (|| {
         let c = comm_of("MPI_Alltoall", comm)?;
+        distinct(sendbuf, sendcount, recvbuf, 0, recvtype)?;
         let rt = Datatype::of(recvtype)?;
         // SAFETY: MPI's contract: recvbuf holds (remote) size x recvcount elements.
         let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.peers().len(), &rt)? };
@@ -1341,8 +1399,11 @@ unsafe fn reduce(
     if send == IN_PLACE && (!lands || matches!(how, Reduction::Local)) {
         return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE where this call takes no in-place input"));
     }
+    if lands && recv.cast_const() == IN_PLACE {
+        return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE as the output (it stands for the input)"));
+    }
     if lands && gives && count > 0 && send == recv.cast_const() {
-        return Err(Fail::new(ERR_BUFFER, "the input and the result share one buffer (MPI_IN_PLACE says so)"));
+        return Err(aliased());
     }
     let (send_n, recv_n) = match how {
         Reduction::ScatterBlock => (count * comm.size(), if in_place { count * comm.size() } else { count }),
@@ -2130,6 +2191,7 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Reduce_scatter", comm)?;
+            distinct(sendbuf, 1, recvbuf, 0, datatype)?;
             let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
             // SAFETY: MPI's contract: recvcounts holds size ints.
             let counts = unsafe { ints_at(recvcounts, c.size(), "receive counts")? };
@@ -2215,6 +2277,9 @@ mpi! {
             }
             let root = root_of(&c, root)?;
             let at_root = c.rank() == root;
+            if at_root {
+                distinct(sendbuf, sendcount, recvbuf, root as isize * recvcount as isize, recvtype)?;
+            }
             if sendbuf == IN_PLACE && at_root {
                 let rt = Datatype::of(recvtype)?;
                 let n = count_of(recvcount)?;
@@ -2258,6 +2323,9 @@ mpi! {
             }
             let root = root_of(&c, root)?;
             let at_root = c.rank() == root;
+            if at_root {
+                distinct(recvbuf, recvcount, sendbuf, root as isize * sendcount as isize, sendtype)?;
+            }
             let send = if at_root {
                 let st = Datatype::of(sendtype)?;
                 // SAFETY: MPI's contract: the root's sendbuf holds size x sendcount elements.
@@ -2373,7 +2441,11 @@ mpi! {
                 return Ok(c.inter_gatherv(send.as_deref(), recv, root)?);
             }
             let root = root_of(&c, root)?;
-            if c.rank() != root {
+            if c.rank() == root {
+                // SAFETY: MPI's contract: the root's displacements hold size ints.
+                let own = unsafe { int_at(displs, c.size(), root) };
+                distinct(sendbuf, sendcount, recvbuf, own, recvtype)?;
+            } else {
                 let st = Datatype::of(sendtype)?;
                 // SAFETY: MPI's contract for sendbuf.
                 let send = unsafe { bytes(sendbuf, count_of(sendcount)?, &st)? };
@@ -2433,6 +2505,9 @@ mpi! {
             }
             let root = root_of(&c, root)?;
             let send = if c.rank() == root {
+                // SAFETY: MPI's contract: the root's displacements hold size ints.
+                let own = unsafe { int_at(displs, c.size(), root) };
+                distinct(recvbuf, recvcount, sendbuf, own, sendtype)?;
                 // SAFETY: MPI's contract: the root's arrays hold size ints.
                 let v = unsafe { blocks(sendcounts, displs, c.size(), &Datatype::of(sendtype)?)? };
                 // SAFETY: MPI's contract: sendbuf spans every block.
@@ -2469,6 +2544,9 @@ mpi! {
             if sendbuf == IN_PLACE {
                 c.intra("MPI_Allgatherv in place")?;
             }
+            // SAFETY: MPI's contract: the displacements hold (the other group's) size ints.
+            let own = if c.is_inter() { 0 } else { unsafe { int_at(displs, c.size(), c.rank()) } };
+            distinct(sendbuf, sendcount, recvbuf, own, recvtype)?;
             // SAFETY: MPI's contract: the arrays hold (the other group's) size ints.
             let v = unsafe { blocks(recvcounts, displs, c.peers().len(), &Datatype::of(recvtype)?)? };
             let (counts, displs) = (&v.counts, &v.displs);
@@ -2499,6 +2577,7 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Alltoallv", comm)?;
+            distinct(sendbuf, 1, recvbuf, 0, recvtype)?;
             // The ranks blocks go to and come from: an inter-communicator's other group.
             let p = c.peers().len();
             // SAFETY: MPI's contract: the arrays hold size ints, the buffers span every block.
@@ -2523,6 +2602,7 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Alltoallw", comm)?;
+            distinct(sendbuf, 1, recvbuf, 0, 0)?;
             // The ranks blocks go to and come from: an inter-communicator's other group.
             let p = c.peers().len();
             // SAFETY: MPI's contract: the arrays hold size elements, the buffers span every

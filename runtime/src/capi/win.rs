@@ -16,6 +16,7 @@ use super::{
     with_state, write_text, Fail, Res, COMM_WORLD, ERRORS_ARE_FATAL, ERR_ARG, ERR_ASSERT, ERR_DISP, ERR_NO_MEM,
     ERR_OTHER, ERR_RANK, ERR_SIZE, ERR_WIN, MAX_OBJECT_NAME, PROC_NULL, STATE,
 };
+use crate::coll::op::ElemType;
 use crate::rma::{Assert, LockType, Window};
 use crate::{Comm, DynAcc, PairValue};
 
@@ -830,25 +831,22 @@ mpi! {
     }
 
     fn MPI_Win_free / PMPI_Win_free(win: *mut c_int) -> c_int {
-        let r = (|| {
-            if win.is_null() {
-                return Err(Fail::new(ERR_ARG, "MPI_Win_free: a null window pointer"));
-            }
-            // SAFETY: not null (checked): the caller's MPI_Win.
-            let h = unsafe { *win };
-            if win_at(h).is_some() {
-                super::attr::delete_all("MPI_Win_free", super::attr::Object::Win, h)?;
-            }
-            let entry = with_state("MPI_Win_free", |s| {
-                usize::try_from(h).ok().filter(|&i| i > 0).and_then(|i| s.wins.get_mut(i)).and_then(Option::take)
-            })?
-            .ok_or_else(|| Fail::new(ERR_WIN, format!("MPI_Win_free: {h} is not a window")))?;
+        if win.is_null() {
+            return finish("MPI_Win_free", COMM_WORLD, Err(Fail::new(ERR_ARG, "MPI_Win_free: a null window pointer")));
+        }
+        // SAFETY: not null (checked): the caller's MPI_Win.
+        let h = unsafe { *win };
+        // Errors go to the window's handler; one with an epoch open stays as it was.
+        on_win("MPI_Win_free", h, || {
+            win_ref("MPI_Win_free", h)?.win.may_free()?;
+            super::attr::delete_all("MPI_Win_free", super::attr::Object::Win, h)?;
+            let entry = with_state("MPI_Win_free", |s| s.wins.get_mut(h as usize).and_then(Option::take))?
+                .ok_or_else(|| Fail::new(ERR_WIN, format!("MPI_Win_free: {h} is not a window")))?;
             entry.win.free()?;
             // SAFETY: as above.
             unsafe { *win = 0 };
             Ok(())
-        })();
-        finish("MPI_Win_free", COMM_WORLD, r)
+        })
     }
 
     fn MPI_Win_get_group / PMPI_Win_get_group(win: c_int, group: *mut c_int) -> c_int {
@@ -1050,9 +1048,10 @@ mpi! {
                 return Ok(());
             }
             let ty = Datatype::of(datatype)?;
-            if ty.elem.is_none() {
-                // Complex numbers and long doubles accumulate, but MPI compares and swaps
-                // integers, logicals and bytes only.
+            // MPI compares and swaps integers, logicals, multi-language types and bytes
+            // (MPI-3.1 11.3.4): no floating-point or complex number, no derived type.
+            let float = matches!(ty.elem, Some(ElemType::F32 | ElemType::F64));
+            if ty.elem.is_none() || float || ty.handle >= super::types::FIRST_DERIVED {
                 return Err(Fail::new(super::ERR_TYPE, format!("MPI_Compare_and_swap on {}", ty.name)));
             }
             let how = accumulate_of(super::types::OP_REPLACE, &ty)?;
