@@ -45,6 +45,11 @@ pub enum Error {
         message: usize,
         /// Size of the receive buffer in bytes.
         buffer: usize,
+        /// The message's sender (its rank in the communicator), which the status of the
+        /// failed receive tells.
+        source: usize,
+        /// The message's tag, which that status tells too.
+        tag: i32,
     },
     /// `rank` is not a rank of a communicator of `size` ranks.
     Rank {
@@ -132,8 +137,8 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Truncate { message, buffer } => {
-                write!(f, "message truncated: {message} bytes arrived for a receive buffer of {buffer} bytes")
+            Error::Truncate { message, buffer, source, .. } => {
+                write!(f, "message truncated: {message} bytes arrived from rank {source} for a receive buffer of {buffer} bytes")
             }
             Error::Rank { rank, size } => {
                 write!(f, "invalid rank {rank}: the communicator has {size} ranks")

@@ -335,8 +335,22 @@ static void errors(void)
     MPI_Irecv(in, 2, MPI_INT, prev, 20, MPI_COMM_WORLD, &reqs[0]);
     MPI_Isend(out, 8, MPI_INT, next, 20, MPI_COMM_WORLD, &reqs[1]);
     err = MPI_Waitall(2, reqs, sts);
-    SAY("waitall with a truncated receive: class %d, status classes %d", class_of(err),
-        class_of(sts[0].MPI_ERROR));
+    SAY("waitall with a truncated receive: class %d, status classes %d; the truncated one from %d, tag %d",
+        class_of(err), class_of(sts[0].MPI_ERROR), sts[0].MPI_SOURCE == prev, sts[0].MPI_TAG);
+    /* A truncated receive's status tells whose message it was; in Waitall, a receive that
+     * succeeded says so beside the one that failed. */
+    MPI_Irecv(in, 1, MPI_INT, prev, 21, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Irecv(in + 1, 1, MPI_INT, prev, 22, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Send(out, 1, MPI_INT, next, 21, MPI_COMM_WORLD);
+    MPI_Send(out, 3, MPI_INT, next, 22, MPI_COMM_WORLD);
+    sts[0].MPI_ERROR = sts[1].MPI_ERROR = -1;
+    err = MPI_Waitall(2, reqs, sts);
+    SAY("waitall, one of two truncated: class %d; tag %d error %d; tag %d class %d", class_of(err), sts[0].MPI_TAG,
+        sts[0].MPI_ERROR, sts[1].MPI_TAG, class_of(sts[1].MPI_ERROR));
+    MPI_Send(out, 8, MPI_INT, next, 23, MPI_COMM_WORLD);
+    MPI_Status rs;
+    err = MPI_Recv(in, 2, MPI_INT, prev, 23, MPI_COMM_WORLD, &rs);
+    SAY("recv truncated: class %d, from %d, tag %d", class_of(err), rs.MPI_SOURCE == prev, rs.MPI_TAG);
     /* Bad arguments of a nonblocking call. */
     MPI_Request r;
     SAY("isend to rank 99: class %d", class_of(MPI_Isend(out, 1, MPI_INT, 99, 0, MPI_COMM_WORLD, &r)));

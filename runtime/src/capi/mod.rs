@@ -1300,13 +1300,42 @@ unsafe fn recv_general(
         let mut data = unsafe { landing(buf, count, datatype)? };
         let st = match peer(source, true)? {
             None => MpiStatus::proc_null(),
-            Some(s) => MpiStatus::of(c.recv(&mut data, s, tag)?),
+            Some(s) => MpiStatus::of(c.recv(&mut data, s, tag).inspect_err(|e| {
+                // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
+                unsafe { failed_status_of(status, e) };
+            })?),
         };
-        // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
+        // SAFETY: as above.
         unsafe { set_status_raw(status, st) };
         Ok(())
     })();
     finish("MPI_Recv", comm, r)
+}
+
+/// `MPI_Recv`'s code for its receive's error `e`, its status filled as [`failed_status_of`].
+///
+/// # Safety
+/// `status` is an `MPI_Status` or `MPI_STATUS_IGNORE`.
+#[cold]
+#[inline(never)]
+unsafe fn recv_failed(status: *mut MpiStatus, comm: c_int, e: crate::Error) -> c_int {
+    // SAFETY: this function's contract.
+    unsafe { failed_status_of(status, &e) };
+    finish("MPI_Recv", comm, Err(e.into()))
+}
+
+/// The status of a receive that failed with `e`: a message too large for the buffer still
+/// tells its sender and tag (none of it is stored: a count of 0), as MPICH's does; other
+/// errors leave it as it was.
+///
+/// # Safety
+/// `status` is an `MPI_Status` or `MPI_STATUS_IGNORE`.
+unsafe fn failed_status_of(status: *mut MpiStatus, e: &crate::Error) {
+    if let crate::Error::Truncate { source, tag, .. } = *e {
+        let st = MpiStatus { source: source as c_int, tag, ..p2p::empty() };
+        // SAFETY: this function's contract.
+        unsafe { set_status_raw(status, st) };
+    }
 }
 
 /// Exports `fn PMPI_x(..)` with `body`, and `fn MPI_x(..)` calling it.
@@ -2001,7 +2030,8 @@ mpi! {
                     unsafe { set_status_raw(status, MpiStatus::of(st)) };
                     MPI_SUCCESS
                 }
-                Err(e) => finish("MPI_Recv", comm, Err(e.into())),
+                // SAFETY: as above.
+                Err(e) => unsafe { recv_failed(status, comm, e) },
             };
         }
         // SAFETY: the same contract, passed on.

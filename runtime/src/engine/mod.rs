@@ -554,7 +554,12 @@ impl Engine {
                 if buf.write_at(0, data) {
                     Ok(status)
                 } else {
-                    Err(Error::Truncate { message: data.len(), buffer: buf.len() })
+                    Err(Error::Truncate {
+                        message: data.len(),
+                        buffer: buf.len(),
+                        source: status.source,
+                        tag: status.tag,
+                    })
                 }
             }
             _ => return,
@@ -570,7 +575,8 @@ impl Engine {
         let mut buf = *buf;
         let len = status.bytes;
         if len > buf.len() {
-            self.reqs.complete(id, Err(Error::Truncate { message: len, buffer: buf.len() }));
+            let e = Error::Truncate { message: len, buffer: buf.len(), source: status.source, tag: status.tag };
+            self.reqs.complete(id, Err(e));
             self.push(peer, Frame::Fin { sreq, flags: FLAG_TRUNCATED }, RawBuf::EMPTY, None);
             return;
         }

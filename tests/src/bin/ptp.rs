@@ -315,8 +315,8 @@ fn truncate(w: &mpr::Comm) -> R {
         } else if me == 1 {
             let mut buf = vec![0u8; cap];
             match w.recv(&mut buf, 0, i as i32) {
-                Err(e @ Error::Truncate { message, buffer }) => {
-                    assert_eq!((message, buffer), (len, cap));
+                Err(e @ Error::Truncate { message, buffer, source, tag }) => {
+                    assert_eq!((message, buffer, source, tag), (len, cap, 0, i as i32));
                     assert_eq!(e.class(), mpr::ErrorClass::Truncate);
                     println!("rank 1 got the expected error: {e}");
                 }
