@@ -351,6 +351,16 @@ static void errors(void)
     MPI_Status rs;
     err = MPI_Recv(in, 2, MPI_INT, prev, 23, MPI_COMM_WORLD, &rs);
     SAY("recv truncated: class %d, from %d, tag %d", class_of(err), rs.MPI_SOURCE == prev, rs.MPI_TAG);
+    /* The same into a derived type (the receive's other path). */
+    MPI_Datatype two_ints;
+    MPI_Type_contiguous(2, MPI_INT, &two_ints);
+    MPI_Type_commit(&two_ints);
+    MPI_Send(out, 8, MPI_INT, next, 24, MPI_COMM_WORLD);
+    rs.MPI_TAG = -1;
+    err = MPI_Recv(in, 1, two_ints, prev, 24, MPI_COMM_WORLD, &rs);
+    SAY("recv of a derived type truncated: class %d, from %d, tag %d", class_of(err), rs.MPI_SOURCE == prev,
+        rs.MPI_TAG);
+    MPI_Type_free(&two_ints);
     /* Bad arguments of a nonblocking call. */
     MPI_Request r;
     SAY("isend to rank 99: class %d", class_of(MPI_Isend(out, 1, MPI_INT, 99, 0, MPI_COMM_WORLD, &r)));

@@ -14,8 +14,8 @@ use super::inter_root;
 use super::p2p::new_coll_request;
 use super::types::{self, Datatype, ElemFn, ReduceOp};
 use super::{
-    blocks, bytes, bytes_mut, comm_of, count_of, distinct, finish, int_at, ints_at, root_of, typed_blocks, Blocks,
-    Fail, Landing, Res, ERR_ARG, ERR_BUFFER, ERR_OP, IN_PLACE,
+    blocks, bytes, bytes_mut, comm_of, count_of, distinct, distinct_block, finish, int_at, ints_at, root_of,
+    typed_blocks, Blocks, Fail, Landing, Res, ERR_ARG, ERR_BUFFER, ERR_OP, IN_PLACE,
 };
 use crate::op::DynOp;
 use crate::{CollRequest, Comm, Error, InterRoot};
@@ -430,7 +430,7 @@ mpi! {
         unsafe {
             launch("MPI_Iallreduce", comm, request, |c, s| {
                 not_in_place(c, sendbuf)?;
-                distinct(sendbuf, count, recvbuf, 0, datatype)?;
+                distinct_block(sendbuf, count, recvbuf, 0, datatype)?;
                 let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
                 let recv = output(recvbuf, count_of(count)?, datatype)?;
                 let send = input(sendbuf, count, datatype, || Ok(&*recv))?;
@@ -466,7 +466,7 @@ mpi! {
                 let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
                 let root = root_of(c, root)?;
                 if c.rank() == root {
-                    distinct(sendbuf, count, recvbuf, 0, datatype)?;
+                    distinct_block(sendbuf, count, recvbuf, 0, datatype)?;
                 }
                 let recv = if c.rank() == root { Some(output(recvbuf, count_of(count)?, datatype)?) } else { None };
                 let send = input(sendbuf, count, datatype, || recv.as_deref().ok_or_else(not_root))?;
@@ -499,7 +499,7 @@ mpi! {
             launch("MPI_Iallgather", comm, request, |c, s| {
                 not_in_place(c, sendbuf)?;
                 let own = if c.is_inter() { 0 } else { c.rank() as isize * recvcount as isize };
-                distinct(sendbuf, sendcount, recvbuf, own, recvtype)?;
+                distinct_block(sendbuf, sendcount, recvbuf, own, recvtype)?;
                 let n = count_of(recvcount)?;
                 // Blocks of every rank, or of an inter-communicator's other group.
                 let recv = output(recvbuf, n * c.peers().len(), recvtype)?;
@@ -526,7 +526,7 @@ mpi! {
         unsafe {
             launch("MPI_Ialltoall", comm, request, |c, s| {
                 not_in_place(c, sendbuf)?;
-                distinct(sendbuf, sendcount, recvbuf, 0, recvtype)?;
+                distinct_block(sendbuf, sendcount, recvbuf, 0, recvtype)?;
                 let q = c.peers().len();
                 let recv = output(recvbuf, count_of(recvcount)? * q, recvtype)?;
                 // With MPI_IN_PLACE the send count and type are not looked at.
@@ -568,7 +568,7 @@ mpi! {
                 }
                 let root = root_of(c, root)?;
                 if c.rank() == root {
-                    distinct(sendbuf, sendcount, recvbuf, root as isize * recvcount as isize, recvtype)?;
+                    distinct_block(sendbuf, sendcount, recvbuf, root as isize * recvcount as isize, recvtype)?;
                 }
                 let n = count_of(recvcount)?;
                 let recv = if c.rank() == root { Some(output(recvbuf, n * c.size(), recvtype)?) } else { None };
@@ -615,7 +615,7 @@ mpi! {
                 let root = root_of(c, root)?;
                 let at_root = c.rank() == root;
                 if at_root {
-                    distinct(recvbuf, recvcount, sendbuf, root as isize * sendcount as isize, sendtype)?;
+                    distinct_block(recvbuf, recvcount, sendbuf, root as isize * sendcount as isize, sendtype)?;
                 }
                 let send: Option<&'static [u8]> = if at_root {
                     let n = count_of(sendcount)? * c.size();
@@ -673,7 +673,7 @@ mpi! {
                 if c.rank() != root {
                     return Ok(c.igatherv(s, input(sendbuf, sendcount, sendtype, || Err(not_root()))?, None, root)?);
                 }
-                distinct(sendbuf, sendcount, recvbuf, int_at(displs, c.size(), root), recvtype)?;
+                distinct_block(sendbuf, sendcount, recvbuf, int_at(displs, c.size(), root), recvtype)?;
                 let v = blocks(recvcounts, displs, c.size(), &Datatype::of(recvtype)?)?;
                 let recv = output_of(recvbuf, v.count, &v.ty)?;
                 let own = v.displs[root]..v.displs[root] + v.counts[root];
@@ -717,7 +717,7 @@ mpi! {
                 if c.rank() != root {
                     return Ok(c.iscatterv(s, None, output(recvbuf, count_of(recvcount)?, recvtype)?, root)?);
                 }
-                distinct(recvbuf, recvcount, sendbuf, int_at(displs, c.size(), root), sendtype)?;
+                distinct_block(recvbuf, recvcount, sendbuf, int_at(displs, c.size(), root), sendtype)?;
                 let v = blocks(sendcounts, displs, c.size(), &Datatype::of(sendtype)?)?;
                 let send = input_of(sendbuf, v.count, &v.ty)?;
                 let recv = if recvbuf == IN_PLACE.cast_mut() {
@@ -747,7 +747,7 @@ mpi! {
             launch("MPI_Iallgatherv", comm, request, |c, s| {
                 not_in_place(c, sendbuf)?;
                 let own = if c.is_inter() { 0 } else { int_at(displs, c.size(), c.rank()) };
-                distinct(sendbuf, sendcount, recvbuf, own, recvtype)?;
+                distinct_block(sendbuf, sendcount, recvbuf, own, recvtype)?;
                 let v = blocks(recvcounts, displs, c.peers().len(), &Datatype::of(recvtype)?)?;
                 let recv = output_of(recvbuf, v.count, &v.ty)?;
                 let me = c.rank();
@@ -773,7 +773,7 @@ mpi! {
         unsafe {
             launch("MPI_Ialltoallv", comm, request, |c, s| {
                 not_in_place(c, sendbuf)?;
-                distinct(sendbuf, 1, recvbuf, 0, recvtype)?;
+                distinct(sendbuf, recvbuf)?;
                 let p = c.peers().len();
                 let r = blocks(recvcounts, rdispls, p, &Datatype::of(recvtype)?)?;
                 ialltoall_blocks(c, s, sendbuf, || blocks(sendcounts, sdispls, p, &Datatype::of(sendtype)?), recvbuf, r)
@@ -797,7 +797,7 @@ mpi! {
         unsafe {
             launch("MPI_Ialltoallw", comm, request, |c, s| {
                 not_in_place(c, sendbuf)?;
-                distinct(sendbuf, 1, recvbuf, 0, 0)?;
+                distinct(sendbuf, recvbuf)?;
                 let p = c.peers().len();
                 let r = typed_blocks(recvcounts, rdispls, recvtypes, p)?;
                 ialltoall_blocks(c, s, sendbuf, || typed_blocks(sendcounts, sdispls, sendtypes, p), recvbuf, r)
@@ -1046,7 +1046,7 @@ unsafe fn ireduce_scatter(
     op: c_int,
 ) -> Res<CollRequest<'static>> {
     not_in_place(c, sendbuf)?;
-    distinct(sendbuf, 1, recvbuf, 0, datatype)?;
+    distinct(sendbuf, recvbuf)?;
     let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
     let total: usize = counts.iter().sum();
     let mine = counts[c.rank()];
@@ -1089,7 +1089,7 @@ unsafe fn iscan(
 ) -> Res<CollRequest<'static>> {
     // MPI defines the prefix reductions on intra-communicators alone.
     c.intra(if inclusive { "MPI_Iscan" } else { "MPI_Iexscan" })?;
-    distinct(sendbuf, count, recvbuf, 0, datatype)?;
+    distinct_block(sendbuf, count, recvbuf, 0, datatype)?;
     let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
     let recv = output(recvbuf, count_of(count)?, datatype)?;
     let send = input(sendbuf, count, datatype, || Ok(&*recv))?;

@@ -105,11 +105,12 @@ fn orderings(v: &str) -> bool {
     v == "none" || v.split(',').all(|o| matches!(o.trim(), "rar" | "raw" | "war" | "waw"))
 }
 
-/// The hints of a new window: MPI's defaults, then the values `info` sets for MPI's keys. mpr relaxes nothing on any of
-/// them: its accumulates keep every ordering and combine any operations atomically, and a
-/// window always takes locks. So each hint in use is a promise the program made that mpr
-/// does not rely on, and `MPI_Win_get_info` reports it as set, as MPICH does. Keys MPI does
-/// not define, and values it does not define for a key, are ignored (MPI allows that).
+/// The hints of a new window: MPI's defaults, then the values `info` sets for MPI's keys.
+/// mpr relaxes nothing on any of them: its accumulates keep every ordering and combine any
+/// operations atomically, and a window always takes locks. So each hint in use is a promise
+/// the program made that mpr does not rely on, and `MPI_Win_get_info` reports it as set, as
+/// MPICH does. Keys MPI does not define, and values it does not define for a key, are
+/// ignored (MPI allows that).
 pub(super) fn window_hints(name: &str, info: c_int) -> Res<Pairs> {
     let mut pairs: Pairs = WINDOW_HINTS.iter().map(|&(k, v, _)| (k.to_owned(), v.to_owned())).collect();
     set_window_hints(name, &mut pairs, info)?;
@@ -124,9 +125,10 @@ pub(super) fn set_window_hints(name: &str, pairs: &mut Pairs, info: c_int) -> Re
     }
     let given = with_info(name, info, false, |p| Ok(p.clone()))?;
     for (key, value) in given {
-        let known = WINDOW_HINTS.iter().find(|h| h.0 == key).is_some_and(|h| (h.2)(&value));
-        if let Some(slot) = pairs.iter_mut().find(|(k, _)| *k == key).filter(|_| known) {
-            slot.1 = value;
+        let defined = WINDOW_HINTS.iter().any(|&(k, _, valid)| k == key && valid(&value));
+        match pairs.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) if defined => slot.1 = value,
+            _ => {}
         }
     }
     Ok(())

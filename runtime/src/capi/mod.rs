@@ -775,17 +775,27 @@ unsafe fn plain_pair<'a>(
 }
 
 /// MPI forbids a collective's input to lie in its output short of `MPI_IN_PLACE` (MPI-3.1
-/// 5.2.3). A buffer `part` of `count` elements that starts where `whole` does, or where the
-/// caller's own block of it does (`own` elements of `ty` in), is refused with
+/// 5.2.3). An input `send` that starts where the output `recv` does is refused with
 /// `MPI_ERR_BUFFER`, as MPICH refuses it, before any message goes: a rank that alone makes
 /// the mistake gets its error rather than a hang, and no data is read while it is written.
-fn distinct(part: *const c_void, count: c_int, whole: *const c_void, own: isize, ty: c_int) -> Res {
-    if count == 0 || part.is_null() || part == IN_PLACE || whole == IN_PLACE {
+fn distinct(send: *const c_void, recv: *const c_void) -> Res {
+    if send == recv && !send.is_null() && send != IN_PLACE {
+        return Err(aliased());
+    }
+    Ok(())
+}
+
+/// [`distinct`] of a buffer `part` of `count` elements (none: nothing to check) and a buffer
+/// `whole` of blocks, also refused where `part` starts at the caller's own block of `whole`,
+/// `own` elements of type `ty` in.
+fn distinct_block(part: *const c_void, count: c_int, whole: *const c_void, own: isize, ty: c_int) -> Res {
+    if count == 0 || whole == IN_PLACE {
         return Ok(());
     }
-    let extent = Datatype::of(ty).map_or(0, |t| t.bounds().1);
-    if part == whole || part == whole.wrapping_byte_offset(own.wrapping_mul(extent)) {
-        return Err(aliased());
+    distinct(part, whole)?;
+    if own != 0 && !part.is_null() {
+        let extent = Datatype::of(ty).map_or(0, |t| t.bounds().1);
+        distinct(part, whole.wrapping_byte_offset(own.wrapping_mul(extent)))?;
     }
     Ok(())
 }
@@ -1226,7 +1236,7 @@ unsafe fn allgather_general(
     let r = (|| {
         let c = comm_of("MPI_Allgather", comm)?;
         let own = if c.is_inter() { 0 } else { c.rank() as isize * recvcount as isize };
-        distinct(sendbuf, sendcount, recvbuf, own, recvtype)?;
+        distinct_block(sendbuf, sendcount, recvbuf, own, recvtype)?;
         let rt = Datatype::of(recvtype)?;
         let n = count_of(recvcount)?;
         // SAFETY: MPI's contract: recvbuf holds (remote) size x recvcount elements.
@@ -1262,7 +1272,7 @@ unsafe fn alltoall_general(
 ) -> c_int {
     let r = (|| {
         let c = comm_of("MPI_Alltoall", comm)?;
-        distinct(sendbuf, sendcount, recvbuf, 0, recvtype)?;
+        distinct_block(sendbuf, sendcount, recvbuf, 0, recvtype)?;
         let rt = Datatype::of(recvtype)?;
         // SAFETY: MPI's contract: recvbuf holds (remote) size x recvcount elements.
         let mut recv = unsafe { bytes_mut(recvbuf, count_of(recvcount)? * c.peers().len(), &rt)? };
@@ -1300,10 +1310,16 @@ unsafe fn recv_general(
         let mut data = unsafe { landing(buf, count, datatype)? };
         let st = match peer(source, true)? {
             None => MpiStatus::proc_null(),
-            Some(s) => MpiStatus::of(c.recv(&mut data, s, tag).inspect_err(|e| {
-                // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
-                unsafe { failed_status_of(status, e) };
-            })?),
+            Some(s) => match c.recv(&mut data, s, tag) {
+                Ok(st) => MpiStatus::of(st),
+                Err(e) => {
+                    if let Some(st) = truncated(&e) {
+                        // SAFETY: MPI's contract: status is an MPI_Status or MPI_STATUS_IGNORE.
+                        unsafe { set_status_raw(status, st) };
+                    }
+                    return Err(e.into());
+                }
+            },
         };
         // SAFETY: as above.
         unsafe { set_status_raw(status, st) };
@@ -1312,29 +1328,27 @@ unsafe fn recv_general(
     finish("MPI_Recv", comm, r)
 }
 
-/// `MPI_Recv`'s code for its receive's error `e`, its status filled as [`failed_status_of`].
+/// `MPI_Recv`'s code for its receive's error `e`, its status filled as [`truncated`] says.
 ///
 /// # Safety
 /// `status` is an `MPI_Status` or `MPI_STATUS_IGNORE`.
 #[cold]
 #[inline(never)]
 unsafe fn recv_failed(status: *mut MpiStatus, comm: c_int, e: crate::Error) -> c_int {
-    // SAFETY: this function's contract.
-    unsafe { failed_status_of(status, &e) };
+    if let Some(st) = truncated(&e) {
+        // SAFETY: this function's contract.
+        unsafe { set_status_raw(status, st) };
+    }
     finish("MPI_Recv", comm, Err(e.into()))
 }
 
-/// The status of a receive that failed with `e`: a message too large for the buffer still
-/// tells its sender and tag (none of it is stored: a count of 0), as MPICH's does; other
-/// errors leave it as it was.
-///
-/// # Safety
-/// `status` is an `MPI_Status` or `MPI_STATUS_IGNORE`.
-unsafe fn failed_status_of(status: *mut MpiStatus, e: &crate::Error) {
-    if let crate::Error::Truncate { source, tag, .. } = *e {
-        let st = MpiStatus { source: source as c_int, tag, ..p2p::empty() };
-        // SAFETY: this function's contract.
-        unsafe { set_status_raw(status, st) };
+/// The status of a receive that failed with `e`, if it tells anything: a message too large
+/// for the buffer still tells its sender and tag (none of it is stored: a count of 0), as
+/// MPICH's does.
+fn truncated(e: &crate::Error) -> Option<MpiStatus> {
+    match *e {
+        crate::Error::Truncate { source, tag, .. } => Some(MpiStatus { source: source as c_int, tag, ..p2p::empty() }),
+        _ => None,
     }
 }
 
@@ -1431,8 +1445,8 @@ unsafe fn reduce(
     if lands && recv.cast_const() == IN_PLACE {
         return Err(Fail::new(ERR_BUFFER, "MPI_IN_PLACE as the output (it stands for the input)"));
     }
-    if lands && gives && count > 0 && send == recv.cast_const() {
-        return Err(aliased());
+    if lands && gives && count > 0 {
+        distinct(send, recv)?;
     }
     let (send_n, recv_n) = match how {
         Reduction::ScatterBlock => (count * comm.size(), if in_place { count * comm.size() } else { count }),
@@ -2221,7 +2235,7 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Reduce_scatter", comm)?;
-            distinct(sendbuf, 1, recvbuf, 0, datatype)?;
+            distinct(sendbuf, recvbuf)?;
             let (ty, op) = (Datatype::of(datatype)?, ReduceOp::of(op)?);
             // SAFETY: MPI's contract: recvcounts holds size ints.
             let counts = unsafe { ints_at(recvcounts, c.size(), "receive counts")? };
@@ -2308,7 +2322,7 @@ mpi! {
             let root = root_of(&c, root)?;
             let at_root = c.rank() == root;
             if at_root {
-                distinct(sendbuf, sendcount, recvbuf, root as isize * recvcount as isize, recvtype)?;
+                distinct_block(sendbuf, sendcount, recvbuf, root as isize * recvcount as isize, recvtype)?;
             }
             if sendbuf == IN_PLACE && at_root {
                 let rt = Datatype::of(recvtype)?;
@@ -2354,7 +2368,7 @@ mpi! {
             let root = root_of(&c, root)?;
             let at_root = c.rank() == root;
             if at_root {
-                distinct(recvbuf, recvcount, sendbuf, root as isize * sendcount as isize, sendtype)?;
+                distinct_block(recvbuf, recvcount, sendbuf, root as isize * sendcount as isize, sendtype)?;
             }
             let send = if at_root {
                 let st = Datatype::of(sendtype)?;
@@ -2474,7 +2488,7 @@ mpi! {
             if c.rank() == root {
                 // SAFETY: MPI's contract: the root's displacements hold size ints.
                 let own = unsafe { int_at(displs, c.size(), root) };
-                distinct(sendbuf, sendcount, recvbuf, own, recvtype)?;
+                distinct_block(sendbuf, sendcount, recvbuf, own, recvtype)?;
             } else {
                 let st = Datatype::of(sendtype)?;
                 // SAFETY: MPI's contract for sendbuf.
@@ -2537,7 +2551,7 @@ mpi! {
             let send = if c.rank() == root {
                 // SAFETY: MPI's contract: the root's displacements hold size ints.
                 let own = unsafe { int_at(displs, c.size(), root) };
-                distinct(recvbuf, recvcount, sendbuf, own, sendtype)?;
+                distinct_block(recvbuf, recvcount, sendbuf, own, sendtype)?;
                 // SAFETY: MPI's contract: the root's arrays hold size ints.
                 let v = unsafe { blocks(sendcounts, displs, c.size(), &Datatype::of(sendtype)?)? };
                 // SAFETY: MPI's contract: sendbuf spans every block.
@@ -2576,7 +2590,7 @@ mpi! {
             }
             // SAFETY: MPI's contract: the displacements hold (the other group's) size ints.
             let own = if c.is_inter() { 0 } else { unsafe { int_at(displs, c.size(), c.rank()) } };
-            distinct(sendbuf, sendcount, recvbuf, own, recvtype)?;
+            distinct_block(sendbuf, sendcount, recvbuf, own, recvtype)?;
             // SAFETY: MPI's contract: the arrays hold (the other group's) size ints.
             let v = unsafe { blocks(recvcounts, displs, c.peers().len(), &Datatype::of(recvtype)?)? };
             let (counts, displs) = (&v.counts, &v.displs);
@@ -2607,7 +2621,7 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Alltoallv", comm)?;
-            distinct(sendbuf, 1, recvbuf, 0, recvtype)?;
+            distinct(sendbuf, recvbuf)?;
             // The ranks blocks go to and come from: an inter-communicator's other group.
             let p = c.peers().len();
             // SAFETY: MPI's contract: the arrays hold size ints, the buffers span every block.
@@ -2632,7 +2646,7 @@ mpi! {
     ) -> c_int {
         let r = (|| {
             let c = comm_of("MPI_Alltoallw", comm)?;
-            distinct(sendbuf, 1, recvbuf, 0, 0)?;
+            distinct(sendbuf, recvbuf)?;
             // The ranks blocks go to and come from: an inter-communicator's other group.
             let p = c.peers().len();
             // SAFETY: MPI's contract: the arrays hold size elements, the buffers span every

@@ -743,10 +743,7 @@ fn failed_status(e: crate::Error) -> (MpiStatus, Option<Fail>) {
     if e == crate::Error::Cancelled {
         return (MpiStatus { count_hi: CANCELLED, ..empty() }, None);
     }
-    let mut st = empty();
-    // A message too large for its buffer still tells whose it was.
-    // SAFETY: a status of this frame's.
-    unsafe { super::failed_status_of(&mut st, &e) };
+    let st = super::truncated(&e).unwrap_or_else(empty);
     let fail = Fail::from(e);
     (MpiStatus { error: fail.class, ..st }, Some(fail))
 }

@@ -204,18 +204,6 @@ unsafe fn wait_for(started: c_int, mut request: c_int) -> c_int {
     unsafe { super::p2p::PMPI_Wait(&mut request, std::ptr::null_mut()) }
 }
 
-/// Makes a new communicator's handle `MPI_COMM_NULL` before the call that makes it runs, so
-/// that the caller finds no handle of garbage if it fails (as MPICH leaves it).
-///
-/// # Safety
-/// `out` is null or points to an `MPI_Comm`.
-unsafe fn null_out(out: *mut c_int) {
-    if !out.is_null() {
-        // SAFETY: this function's contract: not null (checked), an MPI_Comm.
-        unsafe { *out = 0 };
-    }
-}
-
 mpi! {
     fn MPI_Dims_create / PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
         let r = (|| {
@@ -242,8 +230,10 @@ mpi! {
         reorder: c_int,
         comm_cart: *mut c_int,
     ) -> c_int {
-        // SAFETY: MPI's contract: comm_cart is null (an error below) or an MPI_Comm.
-        unsafe { null_out(comm_cart) };
+        // MPI_COMM_NULL until made, so that a failed call leaves no handle of garbage (as
+        // MPICH leaves it); a null pointer is the error below.
+        // SAFETY: MPI's contract: comm_cart is null or an MPI_Comm.
+        let _ = unsafe { put(comm_cart, 0) };
         let r = (|| {
             let c = comm_of("MPI_Cart_create", comm)?;
             // SAFETY: MPI's contract: dims and periods hold ndims ints.
@@ -391,8 +381,9 @@ mpi! {
         comm_graph: *mut c_int,
     ) -> c_int {
         const NAME: &str = "MPI_Graph_create";
-        // SAFETY: MPI's contract: comm_graph is null (an error below) or an MPI_Comm.
-        unsafe { null_out(comm_graph) };
+        // As MPI_Cart_create's.
+        // SAFETY: MPI's contract: comm_graph is null or an MPI_Comm.
+        let _ = unsafe { put(comm_graph, 0) };
         let r = (|| {
             let c = comm_of(NAME, comm)?;
             let n = count_arg(nnodes, "nodes")?;

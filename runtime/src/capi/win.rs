@@ -241,28 +241,29 @@ struct Pairs {
 
 impl Pairs {
     /// The runs (offset in the window, bytes) of `count` elements of `ty`, each a pair of
-    /// `value`, from offset `at`, and how many structs each holds. A struct starts where the
-    /// packed data reaches a multiple of a pair's packed size; structs a struct's size apart
-    /// share a run.
+    /// `value`, from offset `at`, and how many structs each holds: of a pair type (or a
+    /// duplicate), one run of them all; else a struct starts where the type's packed data
+    /// reaches a multiple of a pair's packed size, and structs a struct's size apart share a
+    /// run.
     fn at(value: PairValue, at: usize, count: usize, ty: &Datatype) -> Res<(Vec<(usize, usize)>, Pairs)> {
+        if pair_of(ty).is_some() {
+            return Ok((vec![(at, value.span(count))], Pairs { value, structs: vec![count] }));
+        }
         let (unit, (_, stride)) = (value.size() + 4, value.c_struct());
         let bad = || Fail::new(ERR_DISP, format!("{} reaches before the window", ty.name));
-        let layout = ty.layout();
-        let (mut starts, mut pos) = (Vec::new(), 0usize);
-        for (off, len) in layout.runs_of(count) {
+        // (first struct's offset, structs) of each run.
+        let (mut groups, mut pos) = (Vec::<(usize, usize)>::new(), 0usize);
+        for (off, len) in ty.layout().runs_of(count) {
             let mut next = pos.next_multiple_of(unit);
             while next < pos + len {
-                starts.push(at.checked_add_signed(off + (next - pos) as isize).ok_or_else(bad)?);
+                let s = at.checked_add_signed(off + (next - pos) as isize).ok_or_else(bad)?;
+                match groups.last_mut() {
+                    Some((first, k)) if *first + *k * stride == s => *k += 1,
+                    _ => groups.push((s, 1)),
+                }
                 next += unit;
             }
             pos += len;
-        }
-        let mut groups: Vec<(usize, usize)> = Vec::new();
-        for s in starts {
-            match groups.last_mut() {
-                Some((first, k)) if *first + *k * stride == s => *k += 1,
-                _ => groups.push((s, 1)),
-            }
         }
         let runs = groups.iter().map(|&(s, k)| (s, value.span(k))).collect();
         Ok((runs, Pairs { value, structs: groups.into_iter().map(|g| g.1).collect() }))
