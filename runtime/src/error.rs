@@ -51,6 +51,19 @@ pub enum Error {
         /// The message's tag, which that status tells too.
         tag: i32,
     },
+    /// The ranks of a collective passed counts that do not agree (an erroneous program, as
+    /// a broadcast whose root sends more or fewer bytes than another rank's buffer holds):
+    /// `buffer` bytes were due from rank `from`, and `message` bytes came (`None`: another
+    /// number, which this rank cannot tell). A collective that finds it still ends in step
+    /// with the other ranks, so the communicator remains usable.
+    Mismatch {
+        /// The rank whose part did not fit (a broadcast's root, or the rank it came through).
+        from: usize,
+        /// Bytes this rank's buffer was due.
+        buffer: usize,
+        /// Bytes that came, if known.
+        message: Option<usize>,
+    },
     /// `rank` is not a rank of a communicator of `size` ranks.
     Rank {
         /// The offending rank.
@@ -117,6 +130,10 @@ impl Error {
     pub fn class(&self) -> ErrorClass {
         match self {
             Error::Truncate { .. } => ErrorClass::Truncate,
+            // More than the buffer holds is a truncation (as MPICH's class for it); fewer is
+            // not one.
+            Error::Mismatch { buffer, message: Some(m), .. } if m > buffer => ErrorClass::Truncate,
+            Error::Mismatch { .. } => ErrorClass::Other,
             Error::Rank { .. } => ErrorClass::Rank,
             Error::Tag(_) => ErrorClass::Tag,
             Error::Count { .. } => ErrorClass::Count,
@@ -139,6 +156,13 @@ impl fmt::Display for Error {
         match self {
             Error::Truncate { message, buffer, source, .. } => {
                 write!(f, "message truncated: {message} bytes arrived from rank {source} for a receive buffer of {buffer} bytes")
+            }
+            Error::Mismatch { from, buffer, message } => {
+                write!(f, "the ranks' counts of a collective differ: this rank's buffer was due {buffer} bytes from rank {from}, ")?;
+                match message {
+                    Some(m) => write!(f, "and {m} came"),
+                    None => f.write_str("and another number came"),
+                }
             }
             Error::Rank { rank, size } => {
                 write!(f, "invalid rank {rank}: the communicator has {size} ranks")

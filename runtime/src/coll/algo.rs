@@ -16,6 +16,8 @@ pub(super) trait Team {
     /// This process's index in the team.
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
+    /// The communicator rank of member `i` (for errors that name a rank).
+    fn comm_rank(&self, i: usize) -> usize;
     /// Sends to and receives from team members (by index), making the local copy `copy`
     /// while the transfers are under way; see [`Comm::coll_xchg_with`].
     fn coll_xchg_with(
@@ -59,6 +61,9 @@ impl Team for Comm {
     fn size(&self) -> usize {
         Comm::size(self)
     }
+    fn comm_rank(&self, i: usize) -> usize {
+        i
+    }
     fn outnumbered(&self) -> bool {
         Comm::outnumbered(self)
     }
@@ -90,6 +95,9 @@ impl Team for Subset<'_> {
     }
     fn size(&self) -> usize {
         self.members.len()
+    }
+    fn comm_rank(&self, i: usize) -> usize {
+        self.members[i]
     }
     fn outnumbered(&self) -> bool {
         Comm::outnumbered(self.comm)
@@ -253,34 +261,76 @@ pub(super) fn bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize) -> Res
     }
 }
 
+/// A broadcast's receive into `buf` from member `from` (with `send`, as
+/// [`Team::coll_xchg`]): `Ok(None)` if exactly `buf`'s bytes came, `Ok(Some(mismatch))` if
+/// another number came (the caller goes on, so the ranks after it are not left waiting, and
+/// reports it at the end), the error else.
+fn bcast_recv(
+    c: &impl Team,
+    tag: i32,
+    send: Option<(&[u8], usize)>,
+    buf: &mut [u8],
+    from: usize,
+) -> Result<Option<Error>, Error> {
+    let buffer = buf.len();
+    let mismatch = |message| Some(Error::Mismatch { from: c.comm_rank(from), buffer, message: Some(message) });
+    match c.coll_xchg(tag, send, Some((buf, from))) {
+        Ok(got) if got == buffer => Ok(None),
+        Ok(got) => Ok(mismatch(got)),
+        Err(Error::Truncate { message, .. }) => Ok(mismatch(message)),
+        Err(e) => Err(e),
+    }
+}
+
+/// What a rank passes on in a broadcast in place of `out` once its own part did not fit:
+/// one byte less (one byte if `out` is empty), which the ranks after it that expect what it
+/// expected cannot take, so they report the mismatch too (MPICH's error flag does the same).
+pub(super) fn marker(out: &[u8]) -> &[u8] {
+    match out.len() {
+        0 => &[0],
+        n => &out[..n - 1],
+    }
+}
+
+/// A collective's result split for one that goes on after a mismatch of counts: the
+/// mismatch as a value, any other error as the error.
+pub(super) fn mismatch_of(r: Result<(), Error>) -> Result<Option<Error>, Error> {
+    match r {
+        Ok(()) => Ok(None),
+        Err(e @ Error::Mismatch { .. }) => Ok(Some(e)),
+        Err(e) => Err(e),
+    }
+}
+
 fn binomial_bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     let vr = (me + p - root) % p;
     let real = |v: usize| (v + root) % p;
     let mut mask = 1;
+    let mut failed = None;
     while mask < p {
         if vr & mask != 0 {
-            c.coll_xchg(tag, None, Some((&mut *buf, real(vr - mask))))?;
+            failed = bcast_recv(c, tag, None, buf, real(vr - mask))?;
             break;
         }
         mask <<= 1;
     }
     mask >>= 1;
+    let out: &[u8] = if failed.is_some() { marker(buf) } else { buf };
     while mask > 0 {
         if vr + mask < p {
-            c.coll_xchg(tag, Some((&*buf, real(vr + mask))), None)?;
+            c.coll_xchg(tag, Some((out, real(vr + mask))), None)?;
         }
         mask >>= 1;
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
 /// The root sends to every other rank in turn (MPICH's and Open MPI's linear broadcast).
 fn flat_bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize) -> Result<(), Error> {
     let (p, me) = (c.size(), c.rank());
     if me != root {
-        c.coll_xchg(tag, None, Some((buf, root)))?;
-        return Ok(());
+        return bcast_recv(c, tag, None, buf, root)?.map_or(Ok(()), Err);
     }
     for v in 1..p {
         c.coll_xchg(tag, Some((&*buf, (root + v) % p)), None)?;
@@ -301,13 +351,17 @@ fn scatter_allgather_bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize)
     // Scatter: the root sends each rank its block (blocks in root-relative order).
     let vr = (me + p - root) % p;
     let real = |v: usize| (v + root) % p;
+    // A block that does not fit is a mismatch of counts: it is kept for the end, and the
+    // exchanges go on, so no rank waits for ever on this one; what it sends after is a
+    // marker, so the ranks after it find it too.
+    let mut failed = None;
     if vr == 0 {
         for v in 1..p {
             c.coll_xchg(tag, Some((&buf[block(buf.len(), p, v)], real(v))), None)?;
         }
     } else {
         let r = block(buf.len(), p, vr);
-        c.coll_xchg(tag, None, Some((&mut buf[r], root)))?;
+        failed = bcast_recv(c, tag, None, &mut buf[r], root)?;
     }
     // Ring allgather of the blocks, in root-relative numbering.
     let (next, prev) = (real((vr + 1) % p), real((vr + p - 1) % p));
@@ -316,9 +370,13 @@ fn scatter_allgather_bcast(c: &impl Team, tag: i32, buf: &mut [u8], root: usize)
         let recv_b = (vr + p - step - 1) % p;
         let (sr, rr) = (block(buf.len(), p, send_b), block(buf.len(), p, recv_b));
         let (out, inn) = two(buf, sr, rr);
-        c.coll_xchg(tag, Some((out, next)), Some((inn, prev)))?;
+        let out = if failed.is_some() { marker(out) } else { out };
+        let bad = bcast_recv(c, tag, Some((out, next)), inn, prev)?;
+        failed = failed.or(bad);
     }
-    Ok(())
+    // A block tells nothing of the root's whole count.
+    let buffer = buf.len();
+    failed.map_or(Ok(()), |_| Err(Error::Mismatch { from: c.comm_rank(root), buffer, message: None }))
 }
 
 /// Binomial-tree reduction. Commutative operations use a tree rooted at `root`;

@@ -173,7 +173,8 @@ impl Comm {
             {
                 node::bcast(self, tag, plan, bytes, root)
             }
-            _ => algo::bcast(self, tag, bytes, root),
+            Some(plan) => node::bcast_apart(self, tag, plan, bytes, root),
+            None => algo::bcast(self, tag, bytes, root),
         }
     }
 

@@ -51,7 +51,7 @@ use crate::shmfile;
 
 const PAGE: usize = 4096;
 const LINE: usize = 64;
-const MAGIC: u64 = 0x6d70_725f_636f_6c31; // "mpr_col1"
+const MAGIC: u64 = 0x6d70_725f_636f_6c32; // "mpr_col2"
 /// Counters per member, each on its own cache line.
 const INPUT: usize = 0;
 const RED: usize = 1;
@@ -64,6 +64,14 @@ const LINES: usize = 6;
 const INLINE: usize = 4;
 /// Bytes of contribution an inline line holds (after its 8-byte sequence number).
 const INLINE_MAX: usize = LINE - 8;
+/// An inline line's sequence number is `k << INLINE_BITS | bytes`: the operation, and the
+/// bytes the line carries, so a broadcast's reader can tell the root's count from its own.
+const INLINE_BITS: u32 = 8;
+/// An LL line's is `k << LL_BITS | bytes`, the bytes of the member's whole contribution.
+const LL_BITS: u32 = 16;
+/// The flag of an inline line's byte count that says its 8 bytes are no data but the length
+/// of a broadcast its root sends point to point ([`Arena::announce`]).
+const APART: u64 = 1 << (INLINE_BITS - 1);
 /// Broadcasts up to `LL_LINES` inline lines (560 B) go through lines of their own, each
 /// holding the operation's number next to 56 bytes of data (the LL protocol of NCCL and
 /// Open MPI's xhc): a reader waits on the lines themselves, so the flag and the data come in
@@ -72,6 +80,7 @@ const LL_LINES: usize = 10;
 const LL_WAYS: usize = 4;
 /// Most bytes a member's LL lines carry in one operation.
 pub(crate) const LL_MAX: usize = LL_LINES * INLINE_MAX;
+const _: () = assert!((INLINE_MAX as u64) < APART && LL_MAX < 1 << LL_BITS);
 /// All-reduce contributions up to this size are reduced whole by every member (one
 /// synchronization); larger ones are split into blocks, one per member (two).
 const FULL_MAX: usize = 8 << 10;
@@ -86,6 +95,15 @@ const CROWDED_SLOT: usize = 1 << 20;
 const WHY_MAX: usize = 240;
 /// Parts up to this size take turns around the first `SLOT` bytes of a slot only.
 const SMALL_PART: usize = 64 << 10;
+
+/// What a broadcast's root sent in one operation, as a reader finds it.
+#[derive(Debug, Clone, Copy)]
+enum Sent {
+    /// Bytes through the segment.
+    Here(usize),
+    /// The length of a broadcast it sends point to point ([`Arena::announce`]).
+    Apart(usize),
+}
 
 /// How a communicator's ranks sit on hosts, and its segment on this host.
 #[derive(Debug)]
@@ -259,8 +277,28 @@ fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
 }
 
 impl Arena {
-    fn data_off(n: usize) -> usize {
-        (Self::ll_off(n) + n * LL_WAYS * LL_LINES * LINE).div_ceil(PAGE) * PAGE
+    fn data_off(n: usize, slot: usize) -> usize {
+        (Self::hdr_off(n) + n * (slot / PAGE) * LINE).div_ceil(PAGE) * PAGE
+    }
+
+    /// Start of the part headers (a line for each page of each member's slot), after the
+    /// LL lines.
+    fn hdr_off(n: usize) -> usize {
+        Self::ll_off(n) + n * LL_WAYS * LL_LINES * LINE
+    }
+
+    /// The header of the part of member `i`'s slot that starts at page `page`: the last
+    /// operation that began a broadcast there (`k`), and that broadcast's bytes. It is
+    /// rewritten with the part's pages, so only once every member is done with `k`.
+    fn part_header(&self, i: usize, page: usize) -> (&AtomicU64, &AtomicU64) {
+        assert!(i < self.n && page < self.slot / PAGE);
+        let off = Self::hdr_off(self.n) + (i * (self.slot / PAGE) + page) * LINE;
+        // SAFETY: inside the header area (before data_off), 64-byte aligned; its two words
+        // are only accessed atomically.
+        unsafe {
+            let p = self.base.as_ptr().add(off) as *const AtomicU64;
+            (&*p, &*p.add(1))
+        }
     }
 
     /// Start of the LL lines, after the counter lines.
@@ -291,7 +329,7 @@ impl Arena {
             // SAFETY: the part fits the line's data; every member is done with the last
             // operation that used this set, and none reads the line before `seq = k`.
             unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), line, part.len()) };
-            seq.store(k, Ordering::Release);
+            seq.store(k << LL_BITS | data.len() as u64, Ordering::Release);
         }
         Ok(())
     }
@@ -306,7 +344,7 @@ impl Arena {
             let (j, off) = (pos / INLINE_MAX, pos % INLINE_MAX);
             let n = (INLINE_MAX - off).min(out.len() - done);
             let (seq, line) = self.ll_line(from, way, j);
-            wait(c, || seq.load(Ordering::Acquire) >= k)?;
+            wait(c, || seq.load(Ordering::Acquire) >= k << LL_BITS)?;
             // SAFETY: `from` wrote this line for operation k (`seq`) and rewrites it only
             // after every member says `done = k`; `off + n` stays inside the line's data.
             unsafe { std::ptr::copy_nonoverlapping(line.add(off), out[done..].as_mut_ptr(), n) };
@@ -316,20 +354,132 @@ impl Arena {
     }
 
     /// A broadcast of at most `LL_MAX` bytes through LL lines.
-    fn bcast_ll(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
+    fn bcast_ll(&self, c: &Comm, buf: &mut [u8], from: usize, root: usize) -> Result<Option<usize>, Error> {
         let k = self.begin();
         self.publish(INPUT, k);
         if self.me == from {
             self.ll_put(c, k, buf)?;
         } else {
+            // The first line says how many bytes the root sends.
+            let seq = self.ll_line(from, (k % LL_WAYS as u64) as usize, 0).0;
+            let mut s = 0;
+            let came = self.wait_from(c, from, k, || {
+                s = seq.load(Ordering::Acquire);
+                s >= k << LL_BITS
+            })?;
+            if !came || s != k << LL_BITS | buf.len() as u64 {
+                return self.follow(c, from, root, k, buf);
+            }
             self.ll_get(c, from, k, 0, buf)?;
         }
         self.publish(DONE, k);
-        Ok(())
+        Ok(None)
+    }
+
+    /// Waits for `cond`, on what member `from` broadcasts in operation `k`: true once it
+    /// holds; false if `from` finished operation `k` without making it hold (it broadcast
+    /// another number of bytes, maybe by another path).
+    fn wait_from(&self, c: &Comm, from: usize, k: u64, mut cond: impl FnMut() -> bool) -> Result<bool, Error> {
+        let done = self.ctl(from, DONE);
+        let (mut tries, mut came) = (0u32, true);
+        wait(c, || {
+            if cond() {
+                return true;
+            }
+            // Looked at only once the wait is long: the root's bytes are in before its
+            // `done = k` (release, acquire), so `cond` is checked once more after it.
+            tries += 1;
+            if tries > 16 && done.load(Ordering::Acquire) >= k && !cond() {
+                came = false;
+                return true;
+            }
+            false
+        })?;
+        Ok(came)
+    }
+
+    /// What member `from` broadcast in operation `k`: from its inline line, its first LL
+    /// line or a header of its slot's parts, whichever holds `k` (each is rewritten only
+    /// after every member is done with `k`, and the caller is not). `None` if none does.
+    fn root_sent(&self, from: usize, k: u64) -> Option<Sent> {
+        let s = self.inline(from, k).0.load(Ordering::Acquire);
+        if s >> INLINE_BITS == k {
+            let count = s & ((1 << INLINE_BITS) - 1);
+            if count == APART | 8 {
+                // SAFETY: `from` published k with 8 bytes.
+                let bytes = unsafe { self.inline_view::<u8>(from, k, 8) };
+                return Some(Sent::Apart(u64::from_le_bytes(bytes.try_into().expect("8 bytes")) as usize));
+            }
+            return Some(Sent::Here(count as usize));
+        }
+        let s = self.ll_line(from, (k % LL_WAYS as u64) as usize, 0).0.load(Ordering::Acquire);
+        if s >> LL_BITS == k {
+            return Some(Sent::Here((s & ((1 << LL_BITS) - 1)) as usize));
+        }
+        (0..self.slot / PAGE).find_map(|page| {
+            let (at, bytes) = self.part_header(from, page);
+            (at.load(Ordering::Acquire) == k).then(|| Sent::Here(bytes.load(Ordering::Relaxed) as usize))
+        })
+    }
+
+    /// For a member whose broadcast (begun as operation `k`, entered) turned out to hold
+    /// another number of bytes than the root's (an erroneous program): takes the root's
+    /// operations to their end as the root made them, so that this member's count of
+    /// operations and its slots' turns stay those of every other member; copies what fits of
+    /// the root's bytes; and returns the mismatch (`root`: the root's comm rank). If the
+    /// root sends point to point instead, `Ok(Some(bytes))`: its length, to [`join`].
+    fn follow(&self, c: &Comm, from: usize, root: usize, k: u64, buf: &mut [u8]) -> Result<Option<usize>, Error> {
+        let sent = self.root_sent(from, k);
+        let message = match sent {
+            Some(Sent::Apart(bytes)) => {
+                self.publish(DONE, k);
+                return Ok(Some(bytes));
+            }
+            Some(Sent::Here(bytes)) => Some(bytes),
+            None => None,
+        };
+        let mismatch = Error::Mismatch { from: root, buffer: buf.len(), message };
+        let mut last = k;
+        match message {
+            None => {}
+            Some(total) if Self::fits_inline::<u8>(total) => {
+                let n = total.min(buf.len());
+                // SAFETY: `from` published k with `total` bytes, of which we read `n`.
+                buf[..n].copy_from_slice(unsafe { self.inline_view::<u8>(from, k, n) });
+            }
+            Some(total) if total <= LL_MAX => {
+                let n = total.min(buf.len());
+                self.ll_get(c, from, k, 0, &mut buf[..n])?;
+            }
+            Some(total) => {
+                let half = self.slot / 2;
+                for start in (0..total).step_by(half) {
+                    if start > 0 {
+                        self.publish(DONE, last);
+                        last = self.begin();
+                        self.publish(INPUT, last);
+                    }
+                    let len = half.min(total - start);
+                    let (at, _) = self.next_part(len, last);
+                    let prog = self.ctl(from, PROG);
+                    // Either the whole chunk is in, or the root is done with it.
+                    self.wait_from(c, from, last, || prog.load(Ordering::Acquire) >= last << 32 | len as u64)?;
+                    if start < buf.len() {
+                        let n = len.min(buf.len() - start);
+                        // SAFETY: the root copied its chunk into this part (`prog`, or its
+                        // `done`) and rewrites it only after every member says `done` for
+                        // it; `n` bytes fit both the part and `buf`.
+                        unsafe { copy::copy_raw(self.slot_ptr(from).add(at), buf[start..].as_mut_ptr(), n) };
+                    }
+                }
+            }
+        }
+        self.publish(DONE, last);
+        Err(mismatch)
     }
 
     fn total(n: usize, slot: usize) -> usize {
-        Self::data_off(n) + (n + 1) * slot
+        Self::data_off(n, slot) + (n + 1) * slot
     }
 
     fn create(name: &str, n: usize, slot: usize) -> Result<Arena, Error> {
@@ -423,14 +573,52 @@ impl Arena {
     }
 
     fn put_inline(&self, c: &Comm, k: u64, data: &[u8]) -> Result<(), Error> {
+        self.put_stamped(c, k, data, data.len() as u64)
+    }
+
+    /// As `put_inline`, the line's byte count (and flag) given.
+    fn put_stamped(&self, c: &Comm, k: u64, data: &[u8], count: u64) -> Result<(), Error> {
+        assert!(data.len() <= INLINE_MAX);
         self.inline_ready(c, k)?;
         let (seq, p) = self.inline(self.me, k);
-        // SAFETY: `data` fits the line (callers check INLINE_MAX); nobody reads this line
-        // until `seq = k` below (inline_ready).
+        // SAFETY: `data` fits the line (asserted); nobody reads this line until its sequence
+        // number says k below (inline_ready).
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
-        seq.store(k, Ordering::Release);
+        seq.store(k << INLINE_BITS | count, Ordering::Release);
         self.publish(INPUT, k);
         Ok(())
+    }
+
+    /// Before a broadcast that goes point to point: the root (member `from`, comm rank
+    /// `root`) says its length in its inline line, so a member whose count differs learns
+    /// the root's before any message, and the segment's operations stay in step. `Ok(None)`
+    /// if the counts agree (the broadcast goes on); `Ok(Some(bytes))` if the root sends
+    /// `bytes`, another number ([`join`] it); [`Error::Mismatch`] if the root broadcast
+    /// through the segment instead (its count is small), which this member followed.
+    fn announce(&self, c: &Comm, buf: &mut [u8], from: usize, root: usize) -> Result<Option<usize>, Error> {
+        let k = self.begin();
+        if self.me == from {
+            self.put_stamped(c, k, &(buf.len() as u64).to_le_bytes(), APART | 8)?;
+        } else {
+            self.publish(INPUT, k);
+            let (seq, _) = self.inline(from, k);
+            let mut s = 0;
+            let came = self.wait_from(c, from, k, || {
+                s = seq.load(Ordering::Acquire);
+                s >= k << INLINE_BITS
+            })?;
+            if !came || s != k << INLINE_BITS | APART | 8 {
+                return self.follow(c, from, root, k, buf);
+            }
+            // SAFETY: `from` published k with 8 bytes.
+            let theirs = u64::from_le_bytes(unsafe { self.inline_view::<u8>(from, k, 8) }.try_into().expect("8 bytes"));
+            if theirs != buf.len() as u64 {
+                self.publish(DONE, k);
+                return Ok(Some(theirs as usize));
+            }
+        }
+        self.publish(DONE, k);
+        Ok(None)
     }
 
     /// Member `i`'s inline contribution to operation `k` (published: its sequence is `k`).
@@ -446,7 +634,7 @@ impl Arena {
     fn allreduce_inline<T: Pod, O: Op<T>>(&self, c: &Comm, buf: &mut [T], op: &O) -> Result<(), Error> {
         let k = self.begin();
         self.put_inline(c, k, bytemuck::cast_slice(buf))?;
-        wait(c, || (0..self.n).all(|i| self.inline(i, k).0.load(Ordering::Acquire) >= k))?;
+        wait(c, || (0..self.n).all(|i| self.inline(i, k).0.load(Ordering::Acquire) >= k << INLINE_BITS))?;
         // SAFETY: all members published k (waited above); the length is ours, which fits.
         buf.copy_from_slice(unsafe { self.inline_view::<T>(0, k, buf.len()) });
         for i in 1..self.n {
@@ -489,19 +677,26 @@ impl Arena {
         Ok(())
     }
 
-    fn bcast_inline(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
+    fn bcast_inline(&self, c: &Comm, buf: &mut [u8], from: usize, root: usize) -> Result<Option<usize>, Error> {
         let k = self.begin();
         if self.me == from {
             self.put_inline(c, k, buf)?;
         } else {
             self.publish(INPUT, k);
             let (seq, _) = self.inline(from, k);
-            wait(c, || seq.load(Ordering::Acquire) >= k)?;
-            // SAFETY: `from` published k; the length is the broadcast's, which fits.
+            let mut s = 0;
+            let came = self.wait_from(c, from, k, || {
+                s = seq.load(Ordering::Acquire);
+                s >= k << INLINE_BITS
+            })?;
+            if !came || s != k << INLINE_BITS | buf.len() as u64 {
+                return self.follow(c, from, root, k, buf);
+            }
+            // SAFETY: `from` published k with our length, which fits.
             buf.copy_from_slice(unsafe { self.inline_view::<u8>(from, k, buf.len()) });
         }
         self.publish(DONE, k);
-        Ok(())
+        Ok(None)
     }
 
     /// Allgather of `own` from every member into `buf`, in member order: through the inline
@@ -531,7 +726,7 @@ impl Arena {
                 b.copy_from_slice(mine);
             } else if inline {
                 let seq = self.inline(i, k).0;
-                wait(c, || seq.load(Ordering::Acquire) >= k)?;
+                wait(c, || seq.load(Ordering::Acquire) >= k << INLINE_BITS)?;
                 // SAFETY: member i published k, with data of our length (the callers'
                 // operations give every member the same sizes).
                 b.copy_from_slice(&unsafe { self.inline_view::<u8>(i, k, data.len()) }[at..at + blk]);
@@ -613,7 +808,7 @@ impl Arena {
     /// Start of member `i`'s slot; `i == n` is the result region.
     fn slot_ptr(&self, i: usize) -> *mut u8 {
         assert!(i <= self.n);
-        let off = Self::data_off(self.n) + i * self.slot;
+        let off = Self::data_off(self.n, self.slot) + i * self.slot;
         debug_assert!(off + self.slot <= self.len);
         // SAFETY: in bounds by the layout arithmetic (total() = data_off + (n + 1) * slot).
         unsafe { self.base.as_ptr().add(off) }
@@ -689,12 +884,18 @@ impl Arena {
     /// the part is rewritten. Every member calls this for the same operations with the same
     /// lengths, so all agree on the offsets.
     fn next_part(&self, len: usize, k: u64) -> (usize, u64) {
+        let at = self.part_at(len);
         let len = len.next_multiple_of(PAGE);
-        let room = if len <= SMALL_PART { self.slot.min(SLOT) } else { self.slot };
-        let at = Some(self.cursor.get()).filter(|&a| a + len <= room).unwrap_or(0);
         self.cursor.set(at + len);
         let last = self.page_used[at / PAGE..(at + len) / PAGE].iter().map(|p| p.replace(k)).max().unwrap_or(0);
         (at, last)
+    }
+
+    /// Where [`Arena::next_part`] would put a part of `len` bytes, taking no turn.
+    fn part_at(&self, len: usize) -> usize {
+        let len = len.next_multiple_of(PAGE);
+        let room = if len <= SMALL_PART { self.slot.min(SLOT) } else { self.slot };
+        Some(self.cursor.get()).filter(|&a| a + len <= room).unwrap_or(0)
     }
 
     /// Lets `fill` write `len` bytes of this member's slot for operation `k`, in the next
@@ -744,25 +945,47 @@ impl Arena {
         Ok(())
     }
 
-    /// Copies `buf` of member `from` to every member, half a slot at a time, each half in
-    /// pieces the readers take as soon as they are in, through the next part of the slot.
-    fn bcast(&self, c: &Comm, buf: &mut [u8], from: usize) -> Result<(), Error> {
+    /// Copies `buf` of member `from` (comm rank `root`) to every member: through its inline
+    /// line, its LL lines, or half a slot at a time, each half in pieces the readers take as
+    /// soon as they are in, through the next part of the slot. A member whose buffer holds
+    /// another number of bytes than the root's (an erroneous program) gets
+    /// [`Error::Mismatch`], in step with the others ([`Arena::follow`]); `Ok(Some(bytes))`
+    /// if the root sends point to point instead, `bytes` of them ([`join`] it).
+    fn bcast(&self, c: &Comm, buf: &mut [u8], from: usize, root: usize) -> Result<Option<usize>, Error> {
         if Self::fits_inline::<u8>(buf.len()) {
-            return self.bcast_inline(c, buf, from);
+            return self.bcast_inline(c, buf, from, root);
         }
         if buf.len() <= LL_MAX {
-            return self.bcast_ll(c, buf, from);
+            return self.bcast_ll(c, buf, from, root);
         }
-        for chunk in buf.chunks_mut(self.slot / 2) {
+        let total = buf.len();
+        for start in (0..total).step_by(self.slot / 2) {
             let k = self.begin();
-            let (at, last) = self.next_part(chunk.len(), k);
+            let len = (self.slot / 2).min(total - start);
+            let piece = (len / 4).clamp(4 << 10, 16 << 10);
+            let prog = self.ctl(from, PROG);
             self.publish(INPUT, k);
+            // The root's first piece in, and the part's header saying the root sends as many
+            // bytes as this member expects: the part is where this member's turns put it.
+            if self.me != from && start == 0 {
+                let first = k << 32 | piece.min(len) as u64;
+                let came = self.wait_from(c, from, k, || prog.load(Ordering::Acquire) >= first)?;
+                let (at, bytes) = self.part_header(from, self.part_at(len) / PAGE);
+                if !came || at.load(Ordering::Acquire) != k || bytes.load(Ordering::Relaxed) != total as u64 {
+                    return self.follow(c, from, root, k, buf);
+                }
+            }
+            let (at, last) = self.next_part(len, k);
             // SAFETY: the part lies inside member `from`'s slot.
             let base = unsafe { self.slot_ptr(from).add(at) };
-            let piece = (chunk.len() / 4).clamp(4 << 10, 16 << 10);
-            let prog = self.ctl(from, PROG);
+            let chunk = &mut buf[start..start + len];
             if self.me == from {
                 self.all_done(c, last)?;
+                if start == 0 {
+                    let (k_at, bytes) = self.part_header(from, at / PAGE);
+                    bytes.store(total as u64, Ordering::Relaxed);
+                    k_at.store(k, Ordering::Release);
+                }
                 for (i, p) in chunk.chunks(piece).enumerate() {
                     // SAFETY: every member is done with the last operation that used this
                     // half, and none reads these bytes before `prog` says they are in.
@@ -780,7 +1003,7 @@ impl Arena {
             }
             self.publish(DONE, k);
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Reduces elements `r` of every member's slot, in member order, into `dst`.
@@ -927,20 +1150,72 @@ pub(super) fn barrier(c: &Comm, tag: i32, plan: &Plan) -> Result<(), Error> {
     Ok(())
 }
 
+/// A broadcast: through the root's host's segment, between the hosts' leaders, then through
+/// each other host's segment. A rank whose count differs from what reaches it gets
+/// [`Error::Mismatch`]; a leader that got one passes on a length its host's members cannot
+/// expect ([`algo::marker`]), so they report it too.
 pub(super) fn bcast(c: &Comm, tag: i32, plan: &Plan, buf: &mut [u8], root: usize) -> Result<(), Error> {
     let arena = plan.arena(c, tag)?;
     let root_host = plan.host_of[root];
     let here = plan.my_host() == root_host;
+    let mut failed = None;
+    let mut marker: Vec<u8>;
     if let (true, Some(a)) = (here, arena) {
-        a.bcast(c, buf, plan.local.iter().position(|&r| r == root).expect("root is local"))?;
+        let from = plan.local.iter().position(|&r| r == root).expect("root is local");
+        let r = match a.bcast(c, buf, from, root) {
+            // The root went point to point (one host, a large count).
+            Ok(Some(bytes)) => join(c, tag, buf, bytes, root),
+            r => r.map(drop),
+        };
+        failed = algo::mismatch_of(r)?;
     }
     if plan.leader() && !plan.single_host() {
-        algo::bcast(&plan.leader_team(c), tag, buf, root_host)?;
+        let out = if failed.is_some() {
+            marker = algo::marker(buf).to_vec();
+            &mut marker[..]
+        } else {
+            &mut *buf
+        };
+        let r = algo::bcast(&plan.leader_team(c), tag, out, root_host);
+        failed = failed.or(algo::mismatch_of(r)?);
     }
     if let (false, Some(a)) = (here, arena) {
-        a.bcast(c, buf, 0)?;
+        let out = if failed.is_some() {
+            marker = algo::marker(buf).to_vec();
+            &mut marker[..]
+        } else {
+            &mut *buf
+        };
+        // A leader sends no broadcast point to point.
+        let r = a.bcast(c, out, 0, plan.local[0]).map(drop);
+        failed = failed.or(algo::mismatch_of(r)?);
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
+}
+
+/// A broadcast on one host that goes point to point (large, single-copy reads): the root
+/// first says its length through the segment ([`Arena::announce`]), so a rank whose count
+/// differs takes part with the root's ([`join`]) and reports the mismatch, and no rank
+/// waits for a message that will not come.
+pub(super) fn bcast_apart(c: &Comm, tag: i32, plan: &Plan, buf: &mut [u8], root: usize) -> Result<(), Error> {
+    debug_assert!(plan.single_host());
+    let a = plan.arena(c, tag)?.expect("a single-host plan has company");
+    let from = plan.local.iter().position(|&r| r == root).expect("one host");
+    match a.announce(c, buf, from, root)? {
+        None => algo::bcast(c, tag, buf, root),
+        Some(bytes) => join(c, tag, buf, bytes, root),
+    }
+}
+
+/// Takes part in a point-to-point broadcast of `bytes` from `root` that this rank expected
+/// another count of: receives and passes on all of them, keeps what fits in `buf`, and
+/// returns the mismatch.
+fn join(c: &Comm, tag: i32, buf: &mut [u8], bytes: usize, root: usize) -> Result<(), Error> {
+    let mut all = vec![0u8; bytes];
+    algo::bcast(c, tag, &mut all, root)?;
+    let n = bytes.min(buf.len());
+    buf[..n].copy_from_slice(&all[..n]);
+    Err(Error::Mismatch { from: root, buffer: buf.len(), message: Some(bytes) })
 }
 
 /// Reduce to `root`: commutative operations on any plan, others on one host only.
@@ -965,7 +1240,7 @@ pub(super) fn reduce<T: Pod, O: Op<T>>(
     }
     if let (Some(a), true) = (arena, local_root.is_some_and(|i| i != 0)) {
         // The result is at this host's leader; hand it to the root.
-        a.bcast(c, bytemuck::cast_slice_mut(acc), 0)?;
+        a.bcast(c, bytemuck::cast_slice_mut(acc), 0, plan.local[0])?; // never point to point
     }
     Ok(())
 }
@@ -991,7 +1266,7 @@ pub(super) fn allreduce<T: Pod, O: Op<T>>(
         algo::allreduce(&plan.leader_team(c), tag, Input::InPlace, buf, op)?;
     }
     if let Some(a) = arena {
-        a.bcast(c, bytemuck::cast_slice_mut(buf), 0)?;
+        a.bcast(c, bytemuck::cast_slice_mut(buf), 0, plan.local[0])?; // never point to point
     }
     Ok(())
 }

@@ -46,6 +46,18 @@ impl std::fmt::Debug for Step {
     }
 }
 
+/// What a schedule sends in place of `buf` once one of its receives did not fit: one byte
+/// less (one byte if `buf` is empty), which the ranks it goes to cannot expect, so they
+/// report the mismatch too (as `algo::marker` for the blocking collectives).
+fn marker(buf: RawBuf) -> RawBuf {
+    static ONE: [u8; 1] = [0];
+    match buf.len() {
+        // SAFETY: a static, never written.
+        0 => unsafe { RawBuf::new(&ONE) },
+        n => buf.slice(0, n - 1),
+    }
+}
+
 /// A collective in flight.
 #[derive(Debug)]
 pub(crate) struct Sched {
@@ -53,6 +65,8 @@ pub(crate) struct Sched {
     tag: i32,
     rounds: VecDeque<Vec<Step>>,
     pending: Vec<ReqId>,
+    /// The receives among `pending`, with the bytes each is due and its sender (comm rank).
+    due: Vec<(ReqId, usize, u32)>,
     /// Scratch memory the steps point into (freed with the schedule).
     scratch: Vec<Vec<u64>>,
     /// The first operation of the schedule that failed.
@@ -64,7 +78,16 @@ impl Sched {
     /// A schedule as communicator rank `me` (its rank in its own group, on an
     /// inter-communicator), with `tag`; each message names its context.
     pub(crate) fn new(me: u32, tag: i32, rounds: Vec<Vec<Step>>, scratch: Vec<Vec<u64>>) -> Sched {
-        Sched { me, tag, rounds: rounds.into(), pending: Vec::new(), scratch, failed: None, result: None }
+        Sched {
+            me,
+            tag,
+            rounds: rounds.into(),
+            pending: Vec::new(),
+            due: Vec::new(),
+            scratch,
+            failed: None,
+            result: None,
+        }
     }
 
     /// Moves the schedule on as far as completed operations allow; returns whether it did
@@ -76,15 +99,24 @@ impl Sched {
             if !self.pending.iter().all(|&id| engine.is_done(id)) {
                 return moved;
             }
-            // A message that did not fit (truncated) does not stop the schedule: the ranks
-            // that wait for what this one sends next (a tree's children, a group waiting for
-            // its leader) would wait for ever. It runs on, and reports the first error when
-            // it ends. A broken path stops it at once: what follows would wait for peers
-            // that may never send.
+            // A message that did not fit (truncated), or that was shorter than its buffer
+            // (every receive of a collective is due a whole buffer: the ranks' counts
+            // differ), does not stop the schedule: the ranks that wait for what this one
+            // sends next (a tree's children, a group waiting for its leader) would wait for
+            // ever. It runs on, and reports the first error when it ends. A broken path stops
+            // it at once: what follows would wait for peers that may never send.
             for id in self.pending.drain(..) {
                 match engine.take(id) {
-                    Some(Err(e @ Error::Truncate { .. })) => {
-                        self.failed.get_or_insert(e);
+                    Some(Ok(st)) => {
+                        if let Some(&(_, buffer, from)) = self.due.iter().find(|d| d.0 == id) {
+                            if st.bytes != buffer {
+                                let message = Some(st.bytes);
+                                self.failed.get_or_insert(Error::Mismatch { from: from as usize, buffer, message });
+                            }
+                        }
+                    }
+                    Some(Err(Error::Truncate { message, buffer, source, .. })) => {
+                        self.failed.get_or_insert(Error::Mismatch { from: source, buffer, message: Some(message) });
                     }
                     Some(Err(e)) => {
                         self.result = Some(Err(e));
@@ -92,6 +124,7 @@ impl Sched {
                     _ => {}
                 }
             }
+            self.due.clear();
             if self.result.is_some() {
                 break;
             }
@@ -114,9 +147,15 @@ impl Sched {
                             self.result = Some(Err(e));
                         }
                     },
-                    Step::Send { ctx, peer, buf } => self.pending.push(engine.isend(ctx, self.me, self.tag, peer, buf)),
+                    Step::Send { ctx, peer, buf } => {
+                        let buf = if self.failed.is_some() { marker(buf) } else { buf };
+                        self.pending.push(engine.isend(ctx, self.me, self.tag, peer, buf))
+                    }
                     Step::Recv { ctx, peer, src, buf } => {
-                        self.pending.push(engine.irecv(ctx, Some(src), Some(self.tag), Some(peer), buf))
+                        let len = buf.len();
+                        let id = engine.irecv(ctx, Some(src), Some(self.tag), Some(peer), buf);
+                        self.pending.push(id);
+                        self.due.push((id, len, src));
                     }
                 }
             }
@@ -142,6 +181,7 @@ impl Sched {
     pub(crate) fn fail(&mut self, engine: &mut Engine, err: Error) -> Vec<ReqId> {
         self.rounds.clear();
         self.result = Some(Err(err));
+        self.due.clear();
         let mut live = std::mem::take(&mut self.pending);
         live.retain(|&id| engine.take(id).is_none() && !engine.is_collected(id));
         live

@@ -23,6 +23,7 @@ fn main() -> mpr::Result<()> {
     w.barrier()?;
     check_barrier(&w)?;
     check_bcast(&w)?;
+    check_bcast_mismatch(&w)?;
     check_reduce_allreduce(&w)?;
     check_page_offsets(&w)?;
     check_gather_scatter(&w)?;
@@ -103,6 +104,50 @@ fn check_bcast(w: &Comm) -> mpr::Result<()> {
                 (0..p).flat_map(|r| (0..m).map(move |j| (r * 100_000 + i * 100 + me * m + j) as u64)).collect();
             assert!(got == want, "alltoall #{i} of {m} elements per block between broadcasts on rank {me}");
         }
+    }
+    Ok(())
+}
+
+/// Broadcasts whose ranks' counts differ (an erroneous program, which MPI lets an
+/// implementation report): every rank whose count differs from the root's gets
+/// `Error::Mismatch` (never a hang, never silence), for every pair of the paths a broadcast
+/// takes (inline line, LL lines, slot parts, in several turns, point to point), blocking and
+/// nonblocking; and every rank stays in step, so the collectives after it work.
+fn check_bcast_mismatch(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    if p == 1 {
+        return Ok(());
+    }
+    let lens = [4usize, 40, 400, 3000, 100_000];
+    let mut pairs: Vec<(usize, usize)> =
+        lens.iter().flat_map(|&a| lens.iter().filter(move |&&b| b != a).map(move |&b| (a, b))).collect();
+    pairs.extend([(300_000, 100_000), (100_000, 300_000), (0, 8), (8, 0)]);
+    for (i, &(theirs, ours)) in pairs.iter().enumerate() {
+        let root = [0, p - 1][i % 2];
+        // Every other rank wrong, or (odd pairs) only the rank after the root.
+        let wrong = |r: usize| r != root && (i % 4 < 2 || r == (root + 1) % p);
+        let n = if me == root || !wrong(me) { theirs } else { ours };
+        let mut buf: Vec<u8> = (0..n).map(|j| if me == root { (j % 251) as u8 } else { 0 }).collect();
+        let r = if i % 3 == 2 { mpr::scope(|s| w.ibcast(s, &mut buf, root)?.wait()) } else { w.bcast(&mut buf, root) };
+        let ok = r.is_ok();
+        match r {
+            Err(mpr::Error::Mismatch { from, buffer, message }) => {
+                assert_eq!(buffer, n, "rank {me}, pair {i}: the mismatch's buffer");
+                assert!(from < p && message != Some(n), "rank {me}, pair {i}: {from} {message:?}");
+            }
+            Err(e) => panic!("rank {me}, pair {i} ({theirs} B from {root}, {n} B here): {e}"),
+            Ok(()) => assert!(!wrong(me), "rank {me}, pair {i}: {n} B here, {theirs} B from {root}: no error"),
+        }
+        if ok && me != root {
+            assert!(buf.iter().enumerate().all(|(j, &b)| b == (j % 251) as u8), "rank {me}, pair {i}: the bytes");
+        }
+        // In step: a broadcast and an all-reduce after it.
+        let mut v: Vec<u8> = if me == root { vec![i as u8; 100] } else { vec![0; 100] };
+        w.bcast(&mut v, root)?;
+        assert!(v.iter().all(|&b| b == i as u8), "rank {me}: the broadcast after pair {i}");
+        let mut sum = [me as u64];
+        w.allreduce_in_place(&mut sum, mpr::Sum)?;
+        assert_eq!(sum[0], (p * (p - 1) / 2) as u64, "rank {me}: the all-reduce after pair {i}");
     }
     Ok(())
 }
@@ -1003,8 +1048,10 @@ fn inter_nonblocking(ic: &Comm, low: bool, mine: &[usize], theirs: &[usize]) -> 
     }
     // A leader whose receive from the other group fails (a buffer too small for the root's
     // message) reports it, and its group still gets what the leader holds: none waits for
-    // ever. The high group's first rank sends two numbers; the low group's leader has room
-    // for one, the others for two.
+    // ever, and each of them reports that what came is not what it was due (the leader sends
+    // one byte less than it holds, which no rank expects). The high
+    // group's first rank sends two numbers; the low group's leader has room for one, the
+    // others for two.
     let mut small = match (low, ic.rank()) {
         (true, 0) => vec![5u64],
         (true, _) => vec![6, 6],
@@ -1021,7 +1068,10 @@ fn inter_nonblocking(ic: &Comm, low: bool, mine: &[usize], theirs: &[usize]) -> 
     match (low, ic.rank()) {
         (true, 0) => assert_eq!(got.unwrap_err().class(), mpr::ErrorClass::Truncate, "rank {me}: the leader"),
         (true, _) => {
-            got?;
+            match got {
+                Err(mpr::Error::Mismatch { from: 0, buffer: 16, message: Some(7) }) => {}
+                other => panic!("rank {me}: the leader's one number for two: {other:?}"),
+            }
             // The leader's one number: its own, or the part of the root's it kept.
             assert!(matches!(small[..], [5 | 101, 6]), "rank {me}: the leader's number, then its own: {small:?}");
         }
