@@ -323,6 +323,51 @@ static void aliases(void)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 
+/* Broadcasts whose counts differ between the root and the others (an erroneous program that
+ * MPI lets an implementation report): each other rank gets an error, blocking and nonblocking,
+ * over every path (a few ints to a few hundred thousand, the root's count the larger or the
+ * smaller), and the communicator stays in step: a broadcast and a sum after each are right.
+ * The class of a blocking one is printed for ranks 1 and 2 only, whose count meets the root's
+ * own (truncate when the root sends more, other when less); a rank the root's bytes reach
+ * through another rank gets the class of what that rank passes on, which the implementations
+ * choose, and so do they for the nonblocking one (MPICH: other; mpr: as the blocking one). */
+static void lengths(void)
+{
+    static int buf[100000];
+    const int pairs[][2] = {{1, 10},   {10, 1},     {100, 1000}, {1000, 100},    {10, 1000},     {1000, 10},
+                            {300, 3000}, {3000, 300}, {100000, 30000}, {30000, 100000}};
+    const int np = (int)(sizeof pairs / sizeof pairs[0]);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    for (int i = 0; i < 2 * np; i++) {
+        int nb = i >= np, n = rank == 0 ? pairs[i % np][0] : pairs[i % np][1];
+        for (int j = 0; j < n; j++)
+            buf[j] = rank == 0 ? j : -1;
+        int e;
+        if (nb) {
+            MPI_Request r;
+            e = MPI_Ibcast(buf, n, MPI_INT, 0, MPI_COMM_WORLD, &r);
+            if (e == MPI_SUCCESS)
+                e = MPI_Wait(&r, MPI_STATUS_IGNORE);
+        } else {
+            e = MPI_Bcast(buf, n, MPI_INT, 0, MPI_COMM_WORLD);
+        }
+        int v[3] = {e != MPI_SUCCESS, !nb && (rank == 1 || rank == 2) ? class_of(e) : -1, 0};
+        /* In step: a broadcast of 7 ints and a sum. */
+        for (int j = 0; j < 7; j++)
+            buf[j] = rank == 0 ? 3 * j + i : 0;
+        int ok = MPI_Bcast(buf, 7, MPI_INT, 0, MPI_COMM_WORLD) == MPI_SUCCESS, sum = 0;
+        for (int j = 0; j < 7; j++)
+            ok &= buf[j] == 3 * j + i;
+        ok &= MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS;
+        v[2] = ok && sum == size * (size - 1) / 2;
+        char what[96];
+        snprintf(what, sizeof what, "%s of %d ints from 0 (%d here): error, class, in step after",
+                 nb ? "ibcast" : "bcast", pairs[i % np][0], n);
+        say(what, v, 3);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -654,6 +699,7 @@ int main(int argc, char **argv)
     idups();
     attributes();
     aliases();
+    lengths();
     MPI_Finalize();
     return 0;
 }

@@ -58,6 +58,14 @@ const RED: usize = 1;
 const DONE: usize = 2;
 /// A broadcast root's progress through its slot: `k << 32 | bytes copied in`.
 const PROG: usize = 3;
+/// The rest of a member's `RED` line says the lengths of its last `TOLD` broadcasts through
+/// the slots ([`Arena::told_word`]).
+const TOLD: u64 = 7;
+/// Bytes at the start of a broadcast's part of a slot, before its data: the operation, the
+/// broadcast's bytes, and a check of both, so its readers find the root's count in the line
+/// they fetch anyway.
+const HEAD: usize = 24;
+const HEAD_CHECK: u64 = 0x6d70_725f_6263_6173; // "mpr_bcas"
 /// Lines per member: the four counters, then two lines (by operation parity) that carry a
 /// small contribution next to its sequence number, so a reader fetches both at once.
 const LINES: usize = 6;
@@ -277,28 +285,8 @@ fn os_err(what: &str, name: &str, e: nix::Error) -> Error {
 }
 
 impl Arena {
-    fn data_off(n: usize, slot: usize) -> usize {
-        (Self::hdr_off(n) + n * (slot / PAGE) * LINE).div_ceil(PAGE) * PAGE
-    }
-
-    /// Start of the part headers (a line for each page of each member's slot), after the
-    /// LL lines.
-    fn hdr_off(n: usize) -> usize {
-        Self::ll_off(n) + n * LL_WAYS * LL_LINES * LINE
-    }
-
-    /// The header of the part of member `i`'s slot that starts at page `page`: the last
-    /// operation that began a broadcast there (`k`), and that broadcast's bytes. It is
-    /// rewritten with the part's pages, so only once every member is done with `k`.
-    fn part_header(&self, i: usize, page: usize) -> (&AtomicU64, &AtomicU64) {
-        assert!(i < self.n && page < self.slot / PAGE);
-        let off = Self::hdr_off(self.n) + (i * (self.slot / PAGE) + page) * LINE;
-        // SAFETY: inside the header area (before data_off), 64-byte aligned; its two words
-        // are only accessed atomically.
-        unsafe {
-            let p = self.base.as_ptr().add(off) as *const AtomicU64;
-            (&*p, &*p.add(1))
-        }
+    fn data_off(n: usize) -> usize {
+        (Self::ll_off(n) + n * LL_WAYS * LL_LINES * LINE).div_ceil(PAGE) * PAGE
     }
 
     /// Start of the LL lines, after the counter lines.
@@ -354,7 +342,7 @@ impl Arena {
     }
 
     /// A broadcast of at most `LL_MAX` bytes through LL lines.
-    fn bcast_ll(&self, c: &Comm, buf: &mut [u8], from: usize, root: usize) -> Result<Option<usize>, Error> {
+    fn bcast_ll(&self, c: &Comm, tag: i32, buf: &mut [u8], from: usize, root: usize) -> Result<(), Error> {
         let k = self.begin();
         self.publish(INPUT, k);
         if self.me == from {
@@ -368,12 +356,12 @@ impl Arena {
                 s >= k << LL_BITS
             })?;
             if !came || s != k << LL_BITS | buf.len() as u64 {
-                return self.follow(c, from, root, k, buf);
+                return self.follow(c, tag, from, root, k, buf);
             }
             self.ll_get(c, from, k, 0, buf)?;
         }
         self.publish(DONE, k);
-        Ok(None)
+        Ok(())
     }
 
     /// Waits for `cond`, on what member `from` broadcasts in operation `k`: true once it
@@ -386,10 +374,12 @@ impl Arena {
             if cond() {
                 return true;
             }
-            // Looked at only once the wait is long: the root's bytes are in before its
-            // `done = k` (release, acquire), so `cond` is checked once more after it.
+            // Looked at only once the wait is long (past `wait`'s spins), and then now and
+            // then, so a reader that waits as usual does not pull the root's counter line
+            // away from it. The root's bytes are in before its `done = k` (release,
+            // acquire), so `cond` is checked once more after it.
             tries += 1;
-            if tries > 16 && done.load(Ordering::Acquire) >= k && !cond() {
+            if tries > 64 && tries % 8 == 0 && done.load(Ordering::Acquire) >= k && !cond() {
                 came = false;
                 return true;
             }
@@ -399,7 +389,7 @@ impl Arena {
     }
 
     /// What member `from` broadcast in operation `k`: from its inline line, its first LL
-    /// line or a header of its slot's parts, whichever holds `k` (each is rewritten only
+    /// line or the words of its `RED` line, whichever holds `k` (each is rewritten only
     /// after every member is done with `k`, and the caller is not). `None` if none does.
     fn root_sent(&self, from: usize, k: u64) -> Option<Sent> {
         let s = self.inline(from, k).0.load(Ordering::Acquire);
@@ -416,24 +406,24 @@ impl Arena {
         if s >> LL_BITS == k {
             return Some(Sent::Here((s & ((1 << LL_BITS) - 1)) as usize));
         }
-        (0..self.slot / PAGE).find_map(|page| {
-            let (at, bytes) = self.part_header(from, page);
-            (at.load(Ordering::Acquire) == k).then(|| Sent::Here(bytes.load(Ordering::Relaxed) as usize))
-        })
+        let told = self.told_word(from, k).load(Ordering::Acquire);
+        (told >> 40 == k & 0xff_ffff).then_some(Sent::Here((told & ((1 << 40) - 1)) as usize))
     }
 
     /// For a member whose broadcast (begun as operation `k`, entered) turned out to hold
     /// another number of bytes than the root's (an erroneous program): takes the root's
     /// operations to their end as the root made them, so that this member's count of
     /// operations and its slots' turns stay those of every other member; copies what fits of
-    /// the root's bytes; and returns the mismatch (`root`: the root's comm rank). If the
-    /// root sends point to point instead, `Ok(Some(bytes))`: its length, to [`join`].
-    fn follow(&self, c: &Comm, from: usize, root: usize, k: u64, buf: &mut [u8]) -> Result<Option<usize>, Error> {
+    /// the root's bytes; and returns the mismatch (`root`: the root's comm rank), after
+    /// taking part in the root's point-to-point broadcast ([`join`]) if it sent that instead.
+    #[cold]
+    #[inline(never)]
+    fn follow(&self, c: &Comm, tag: i32, from: usize, root: usize, k: u64, buf: &mut [u8]) -> Result<(), Error> {
         let sent = self.root_sent(from, k);
         let message = match sent {
             Some(Sent::Apart(bytes)) => {
                 self.publish(DONE, k);
-                return Ok(Some(bytes));
+                return join(c, tag, buf, bytes, root);
             }
             Some(Sent::Here(bytes)) => Some(bytes),
             None => None,
@@ -452,15 +442,15 @@ impl Arena {
                 self.ll_get(c, from, k, 0, &mut buf[..n])?;
             }
             Some(total) => {
-                let half = self.slot / 2;
-                for start in (0..total).step_by(half) {
+                let cap = self.slot / 2 - HEAD;
+                for start in (0..total).step_by(cap) {
                     if start > 0 {
                         self.publish(DONE, last);
                         last = self.begin();
                         self.publish(INPUT, last);
                     }
-                    let len = half.min(total - start);
-                    let (at, _) = self.next_part(len, last);
+                    let len = cap.min(total - start);
+                    let (at, _) = self.next_part(HEAD + len, last);
                     let prog = self.ctl(from, PROG);
                     // Either the whole chunk is in, or the root is done with it.
                     self.wait_from(c, from, last, || prog.load(Ordering::Acquire) >= last << 32 | len as u64)?;
@@ -469,7 +459,7 @@ impl Arena {
                         // SAFETY: the root copied its chunk into this part (`prog`, or its
                         // `done`) and rewrites it only after every member says `done` for
                         // it; `n` bytes fit both the part and `buf`.
-                        unsafe { copy::copy_raw(self.slot_ptr(from).add(at), buf[start..].as_mut_ptr(), n) };
+                        unsafe { copy::copy_raw(self.slot_ptr(from).add(at + HEAD), buf[start..].as_mut_ptr(), n) };
                     }
                 }
             }
@@ -479,7 +469,7 @@ impl Arena {
     }
 
     fn total(n: usize, slot: usize) -> usize {
-        Self::data_off(n, slot) + (n + 1) * slot
+        Self::data_off(n) + (n + 1) * slot
     }
 
     fn create(name: &str, n: usize, slot: usize) -> Result<Arena, Error> {
@@ -545,6 +535,38 @@ impl Arena {
         unsafe { &*(self.base.as_ptr().add(PAGE + (i * LINES + which) * LINE) as *const AtomicU64) }
     }
 
+    /// Where member `i` also says the length of a broadcast through the slots that it
+    /// begins as operation `k`, for a reader whose part is elsewhere (its count differs):
+    /// word `1 + k % TOLD` of its `RED` line, rewritten at operation `k + TOLD`, which waits
+    /// until every member is done with `k`.
+    fn told_word(&self, i: usize, k: u64) -> &AtomicU64 {
+        let red = self.ctl(i, RED);
+        // SAFETY: the counter lines are 64 bytes each, words 1 to TOLD of this one are only
+        // accessed atomically, as these words.
+        unsafe { &*(red as *const AtomicU64).add(1 + (k % TOLD) as usize) }
+    }
+
+    /// The head of the part at `at` of member `i`'s slot ([`HEAD`]).
+    fn head(&self, i: usize, at: usize) -> &[AtomicU64; 3] {
+        assert!(at + HEAD <= self.slot && at % 8 == 0);
+        // SAFETY: inside the slot (asserted), 8-byte aligned (slots are page-aligned); a
+        // part's head is only accessed atomically, as these words.
+        unsafe { &*(self.slot_ptr(i).add(at) as *const [AtomicU64; 3]) }
+    }
+
+    /// Whether the part at `at` of member `i`'s slot holds the head of a broadcast of `total`
+    /// bytes begun as operation `k`.
+    fn head_says(&self, i: usize, at: usize, k: u64, total: usize) -> bool {
+        let [hk, bytes, check] = self.head(i, at).each_ref().map(|w| w.load(Ordering::Relaxed));
+        hk == k && bytes == total as u64 && check == k ^ bytes ^ HEAD_CHECK
+    }
+
+    /// What that word holds for `bytes` begun as operation `k`: `(k mod 2^24) << 40 |
+    /// bytes` (counts of 2^40 bytes or more all read as 2^40 - 1).
+    fn told(k: u64, bytes: usize) -> u64 {
+        (k & 0xff_ffff) << 40 | (bytes as u64).min((1 << 40) - 1)
+    }
+
     /// The inline line of member `i` for operation `k`: its sequence number and its data.
     fn inline(&self, i: usize, k: u64) -> (&AtomicU64, *mut u8) {
         let seq = self.ctl(i, INLINE + (k % 2) as usize);
@@ -591,11 +613,11 @@ impl Arena {
 
     /// Before a broadcast that goes point to point: the root (member `from`, comm rank
     /// `root`) says its length in its inline line, so a member whose count differs learns
-    /// the root's before any message, and the segment's operations stay in step. `Ok(None)`
-    /// if the counts agree (the broadcast goes on); `Ok(Some(bytes))` if the root sends
-    /// `bytes`, another number ([`join`] it); [`Error::Mismatch`] if the root broadcast
-    /// through the segment instead (its count is small), which this member followed.
-    fn announce(&self, c: &Comm, buf: &mut [u8], from: usize, root: usize) -> Result<Option<usize>, Error> {
+    /// the root's before any message, and the segment's operations stay in step. `Ok` if
+    /// the counts agree (the broadcast goes on); else [`Error::Mismatch`], once this member
+    /// took part in the root's broadcast with the root's count ([`join`]), or followed it
+    /// through the segment (its count is small).
+    fn announce(&self, c: &Comm, tag: i32, buf: &mut [u8], from: usize, root: usize) -> Result<(), Error> {
         let k = self.begin();
         if self.me == from {
             self.put_stamped(c, k, &(buf.len() as u64).to_le_bytes(), APART | 8)?;
@@ -608,17 +630,17 @@ impl Arena {
                 s >= k << INLINE_BITS
             })?;
             if !came || s != k << INLINE_BITS | APART | 8 {
-                return self.follow(c, from, root, k, buf);
+                return self.follow(c, tag, from, root, k, buf);
             }
             // SAFETY: `from` published k with 8 bytes.
             let theirs = u64::from_le_bytes(unsafe { self.inline_view::<u8>(from, k, 8) }.try_into().expect("8 bytes"));
             if theirs != buf.len() as u64 {
                 self.publish(DONE, k);
-                return Ok(Some(theirs as usize));
+                return join(c, tag, buf, theirs as usize, root);
             }
         }
         self.publish(DONE, k);
-        Ok(None)
+        Ok(())
     }
 
     /// Member `i`'s inline contribution to operation `k` (published: its sequence is `k`).
@@ -677,7 +699,7 @@ impl Arena {
         Ok(())
     }
 
-    fn bcast_inline(&self, c: &Comm, buf: &mut [u8], from: usize, root: usize) -> Result<Option<usize>, Error> {
+    fn bcast_inline(&self, c: &Comm, tag: i32, buf: &mut [u8], from: usize, root: usize) -> Result<(), Error> {
         let k = self.begin();
         if self.me == from {
             self.put_inline(c, k, buf)?;
@@ -690,13 +712,13 @@ impl Arena {
                 s >= k << INLINE_BITS
             })?;
             if !came || s != k << INLINE_BITS | buf.len() as u64 {
-                return self.follow(c, from, root, k, buf);
+                return self.follow(c, tag, from, root, k, buf);
             }
             // SAFETY: `from` published k with our length, which fits.
             buf.copy_from_slice(unsafe { self.inline_view::<u8>(from, k, buf.len()) });
         }
         self.publish(DONE, k);
-        Ok(None)
+        Ok(())
     }
 
     /// Allgather of `own` from every member into `buf`, in member order: through the inline
@@ -808,7 +830,7 @@ impl Arena {
     /// Start of member `i`'s slot; `i == n` is the result region.
     fn slot_ptr(&self, i: usize) -> *mut u8 {
         assert!(i <= self.n);
-        let off = Self::data_off(self.n, self.slot) + i * self.slot;
+        let off = Self::data_off(self.n) + i * self.slot;
         debug_assert!(off + self.slot <= self.len);
         // SAFETY: in bounds by the layout arithmetic (total() = data_off + (n + 1) * slot).
         unsafe { self.base.as_ptr().add(off) }
@@ -951,40 +973,43 @@ impl Arena {
     /// another number of bytes than the root's (an erroneous program) gets
     /// [`Error::Mismatch`], in step with the others ([`Arena::follow`]); `Ok(Some(bytes))`
     /// if the root sends point to point instead, `bytes` of them ([`join`] it).
-    fn bcast(&self, c: &Comm, buf: &mut [u8], from: usize, root: usize) -> Result<Option<usize>, Error> {
+    fn bcast(&self, c: &Comm, tag: i32, buf: &mut [u8], from: usize, root: usize) -> Result<(), Error> {
         if Self::fits_inline::<u8>(buf.len()) {
-            return self.bcast_inline(c, buf, from, root);
+            return self.bcast_inline(c, tag, buf, from, root);
         }
         if buf.len() <= LL_MAX {
-            return self.bcast_ll(c, buf, from, root);
+            return self.bcast_ll(c, tag, buf, from, root);
         }
         let total = buf.len();
-        for start in (0..total).step_by(self.slot / 2) {
+        for start in (0..total).step_by(self.slot / 2 - HEAD) {
             let k = self.begin();
-            let len = (self.slot / 2).min(total - start);
+            let len = (self.slot / 2 - HEAD).min(total - start);
             let piece = (len / 4).clamp(4 << 10, 16 << 10);
             let prog = self.ctl(from, PROG);
             self.publish(INPUT, k);
-            // The root's first piece in, and the part's header saying the root sends as many
-            // bytes as this member expects: the part is where this member's turns put it.
+            // The root's first piece in, and the head of the part (where this member's turns
+            // put it) saying the root sends as many bytes as this member expects.
             if self.me != from && start == 0 {
                 let first = k << 32 | piece.min(len) as u64;
                 let came = self.wait_from(c, from, k, || prog.load(Ordering::Acquire) >= first)?;
-                let (at, bytes) = self.part_header(from, self.part_at(len) / PAGE);
-                if !came || at.load(Ordering::Acquire) != k || bytes.load(Ordering::Relaxed) != total as u64 {
-                    return self.follow(c, from, root, k, buf);
+                if !came || !self.head_says(from, self.part_at(HEAD + len), k, total) {
+                    return self.follow(c, tag, from, root, k, buf);
                 }
             }
-            let (at, last) = self.next_part(len, k);
-            // SAFETY: the part lies inside member `from`'s slot.
-            let base = unsafe { self.slot_ptr(from).add(at) };
+            let (at, last) = self.next_part(HEAD + len, k);
+            // SAFETY: the part (`HEAD + len` bytes) lies inside member `from`'s slot.
+            let base = unsafe { self.slot_ptr(from).add(at + HEAD) };
             let chunk = &mut buf[start..start + len];
             if self.me == from {
                 self.all_done(c, last)?;
+                // Read after `prog` below says the first piece is in (release).
+                let (k_total, told) = (k ^ total as u64 ^ HEAD_CHECK, Self::told(k, total));
+                for (w, v) in self.head(from, at).iter().zip([k, total as u64, k_total]) {
+                    w.store(v, Ordering::Relaxed);
+                }
                 if start == 0 {
-                    let (k_at, bytes) = self.part_header(from, at / PAGE);
-                    bytes.store(total as u64, Ordering::Relaxed);
-                    k_at.store(k, Ordering::Release);
+                    self.all_done(c, k.saturating_sub(TOLD))?;
+                    self.told_word(from, k).store(told, Ordering::Relaxed);
                 }
                 for (i, p) in chunk.chunks(piece).enumerate() {
                     // SAFETY: every member is done with the last operation that used this
@@ -1003,7 +1028,7 @@ impl Arena {
             }
             self.publish(DONE, k);
         }
-        Ok(None)
+        Ok(())
     }
 
     /// Reduces elements `r` of every member's slot, in member order, into `dst`.
@@ -1150,26 +1175,38 @@ pub(super) fn barrier(c: &Comm, tag: i32, plan: &Plan) -> Result<(), Error> {
     Ok(())
 }
 
-/// A broadcast: through the root's host's segment, between the hosts' leaders, then through
-/// each other host's segment. A rank whose count differs from what reaches it gets
-/// [`Error::Mismatch`]; a leader that got one passes on a length its host's members cannot
-/// expect ([`algo::marker`]), so they report it too.
+/// A broadcast: through the segment on one host; else through the root's host's segment,
+/// between the hosts' leaders, then through each other host's segment ([`bcast_hosts`]).
 pub(super) fn bcast(c: &Comm, tag: i32, plan: &Plan, buf: &mut [u8], root: usize) -> Result<(), Error> {
     let arena = plan.arena(c, tag)?;
+    if plan.single_host() {
+        // On one host a member's index is its rank.
+        debug_assert_eq!(plan.local[root], root);
+        return arena.expect("a single-host plan has company").bcast(c, tag, buf, root, root);
+    }
+    bcast_hosts(c, tag, plan, arena, buf, root)
+}
+
+/// A broadcast over several hosts. A rank whose count differs from what reaches it gets
+/// [`Error::Mismatch`]; a leader that got one passes on a length its host's members cannot
+/// expect ([`algo::marker`]), so they report it too.
+fn bcast_hosts(
+    c: &Comm,
+    tag: i32,
+    plan: &Plan,
+    arena: Option<&Arena>,
+    buf: &mut [u8],
+    root: usize,
+) -> Result<(), Error> {
     let root_host = plan.host_of[root];
     let here = plan.my_host() == root_host;
     let mut failed = None;
     let mut marker: Vec<u8>;
     if let (true, Some(a)) = (here, arena) {
         let from = plan.local.iter().position(|&r| r == root).expect("root is local");
-        let r = match a.bcast(c, buf, from, root) {
-            // The root went point to point (one host, a large count).
-            Ok(Some(bytes)) => join(c, tag, buf, bytes, root),
-            r => r.map(drop),
-        };
-        failed = algo::mismatch_of(r)?;
+        failed = algo::mismatch_of(a.bcast(c, tag, buf, from, root))?;
     }
-    if plan.leader() && !plan.single_host() {
+    if plan.leader() {
         let out = if failed.is_some() {
             marker = algo::marker(buf).to_vec();
             &mut marker[..]
@@ -1186,8 +1223,7 @@ pub(super) fn bcast(c: &Comm, tag: i32, plan: &Plan, buf: &mut [u8], root: usize
         } else {
             &mut *buf
         };
-        // A leader sends no broadcast point to point.
-        let r = a.bcast(c, out, 0, plan.local[0]).map(drop);
+        let r = a.bcast(c, tag, out, 0, plan.local[0]);
         failed = failed.or(algo::mismatch_of(r)?);
     }
     failed.map_or(Ok(()), Err)
@@ -1198,18 +1234,17 @@ pub(super) fn bcast(c: &Comm, tag: i32, plan: &Plan, buf: &mut [u8], root: usize
 /// differs takes part with the root's ([`join`]) and reports the mismatch, and no rank
 /// waits for a message that will not come.
 pub(super) fn bcast_apart(c: &Comm, tag: i32, plan: &Plan, buf: &mut [u8], root: usize) -> Result<(), Error> {
-    debug_assert!(plan.single_host());
+    debug_assert!(plan.single_host() && plan.local[root] == root);
     let a = plan.arena(c, tag)?.expect("a single-host plan has company");
-    let from = plan.local.iter().position(|&r| r == root).expect("one host");
-    match a.announce(c, buf, from, root)? {
-        None => algo::bcast(c, tag, buf, root),
-        Some(bytes) => join(c, tag, buf, bytes, root),
-    }
+    a.announce(c, tag, buf, root, root)?;
+    algo::bcast(c, tag, buf, root)
 }
 
 /// Takes part in a point-to-point broadcast of `bytes` from `root` that this rank expected
 /// another count of: receives and passes on all of them, keeps what fits in `buf`, and
 /// returns the mismatch.
+#[cold]
+#[inline(never)]
 fn join(c: &Comm, tag: i32, buf: &mut [u8], bytes: usize, root: usize) -> Result<(), Error> {
     let mut all = vec![0u8; bytes];
     algo::bcast(c, tag, &mut all, root)?;
@@ -1240,7 +1275,7 @@ pub(super) fn reduce<T: Pod, O: Op<T>>(
     }
     if let (Some(a), true) = (arena, local_root.is_some_and(|i| i != 0)) {
         // The result is at this host's leader; hand it to the root.
-        a.bcast(c, bytemuck::cast_slice_mut(acc), 0, plan.local[0])?; // never point to point
+        a.bcast(c, tag, bytemuck::cast_slice_mut(acc), 0, plan.local[0])?;
     }
     Ok(())
 }
@@ -1266,7 +1301,7 @@ pub(super) fn allreduce<T: Pod, O: Op<T>>(
         algo::allreduce(&plan.leader_team(c), tag, Input::InPlace, buf, op)?;
     }
     if let Some(a) = arena {
-        a.bcast(c, bytemuck::cast_slice_mut(buf), 0, plan.local[0])?; // never point to point
+        a.bcast(c, tag, bytemuck::cast_slice_mut(buf), 0, plan.local[0])?;
     }
     Ok(())
 }
