@@ -61,9 +61,9 @@ const PROG: usize = 3;
 /// The rest of a member's `RED` line says the lengths of its last `TOLD` broadcasts through
 /// the slots ([`Arena::told_word`]).
 const TOLD: u64 = 7;
-/// Bytes at the start of a broadcast's part of a slot, before its data: the operation, the
-/// broadcast's bytes, and a check of both, so its readers find the root's count in the line
-/// they fetch anyway.
+/// Bytes after the data of a broadcast's part of a slot (from the next multiple of 8): the
+/// operation, the broadcast's bytes, and a check of both, so its readers find the root's
+/// count in a line they fetch anyway, and the data stays aligned as the slot.
 const HEAD: usize = 24;
 const HEAD_CHECK: u64 = 0x6d70_725f_6263_6173; // "mpr_bcas"
 /// Lines per member: the four counters, then two lines (by operation parity) that carry a
@@ -450,7 +450,7 @@ impl Arena {
                         self.publish(INPUT, last);
                     }
                     let len = cap.min(total - start);
-                    let (at, _) = self.next_part(HEAD + len, last);
+                    let (at, _) = self.next_part(Self::with_head(len), last);
                     let prog = self.ctl(from, PROG);
                     // Either the whole chunk is in, or the root is done with it.
                     self.wait_from(c, from, last, || prog.load(Ordering::Acquire) >= last << 32 | len as u64)?;
@@ -459,7 +459,7 @@ impl Arena {
                         // SAFETY: the root copied its chunk into this part (`prog`, or its
                         // `done`) and rewrites it only after every member says `done` for
                         // it; `n` bytes fit both the part and `buf`.
-                        unsafe { copy::copy_raw(self.slot_ptr(from).add(at + HEAD), buf[start..].as_mut_ptr(), n) };
+                        unsafe { copy::copy_raw(self.slot_ptr(from).add(at), buf[start..].as_mut_ptr(), n) };
                     }
                 }
             }
@@ -546,18 +546,25 @@ impl Arena {
         unsafe { &*(red as *const AtomicU64).add(1 + (k % TOLD) as usize) }
     }
 
-    /// The head of the part at `at` of member `i`'s slot ([`HEAD`]).
-    fn head(&self, i: usize, at: usize) -> &[AtomicU64; 3] {
-        assert!(at + HEAD <= self.slot && at % 8 == 0);
+    /// The bytes of a broadcast's part of a slot for `len` bytes of data and its head.
+    fn with_head(len: usize) -> usize {
+        len.next_multiple_of(8) + HEAD
+    }
+
+    /// The head of the part at `at` of member `i`'s slot, for `len` bytes of data
+    /// ([`HEAD`]).
+    fn head(&self, i: usize, at: usize, len: usize) -> &[AtomicU64; 3] {
+        let at = at + len.next_multiple_of(8);
+        assert!(at + HEAD <= self.slot && at.is_multiple_of(8));
         // SAFETY: inside the slot (asserted), 8-byte aligned (slots are page-aligned); a
         // part's head is only accessed atomically, as these words.
         unsafe { &*(self.slot_ptr(i).add(at) as *const [AtomicU64; 3]) }
     }
 
-    /// Whether the part at `at` of member `i`'s slot holds the head of a broadcast of `total`
-    /// bytes begun as operation `k`.
-    fn head_says(&self, i: usize, at: usize, k: u64, total: usize) -> bool {
-        let [hk, bytes, check] = self.head(i, at).each_ref().map(|w| w.load(Ordering::Relaxed));
+    /// Whether the part at `at` of member `i`'s slot, for `len` bytes of data, holds the head
+    /// of a broadcast of `total` bytes begun as operation `k`.
+    fn head_says(&self, i: usize, at: usize, len: usize, k: u64, total: usize) -> bool {
+        let [hk, bytes, check] = self.head(i, at, len).each_ref().map(|w| w.load(Ordering::Relaxed));
         hk == k && bytes == total as u64 && check == k ^ bytes ^ HEAD_CHECK
     }
 
@@ -992,24 +999,26 @@ impl Arena {
             if self.me != from && start == 0 {
                 let first = k << 32 | piece.min(len) as u64;
                 let came = self.wait_from(c, from, k, || prog.load(Ordering::Acquire) >= first)?;
-                if !came || !self.head_says(from, self.part_at(HEAD + len), k, total) {
+                if !came || !self.head_says(from, self.part_at(Self::with_head(len)), len, k, total) {
                     return self.follow(c, tag, from, root, k, buf);
                 }
             }
-            let (at, last) = self.next_part(HEAD + len, k);
-            // SAFETY: the part (`HEAD + len` bytes) lies inside member `from`'s slot.
-            let base = unsafe { self.slot_ptr(from).add(at + HEAD) };
+            let (at, last) = self.next_part(Self::with_head(len), k);
+            // SAFETY: the part (`with_head(len)` bytes) lies inside member `from`'s slot.
+            let base = unsafe { self.slot_ptr(from).add(at) };
             let chunk = &mut buf[start..start + len];
             if self.me == from {
-                self.all_done(c, last)?;
-                // Read after `prog` below says the first piece is in (release).
-                let (k_total, told) = (k ^ total as u64 ^ HEAD_CHECK, Self::told(k, total));
-                for (w, v) in self.head(from, at).iter().zip([k, total as u64, k_total]) {
-                    w.store(v, Ordering::Relaxed);
-                }
                 if start == 0 {
-                    self.all_done(c, k.saturating_sub(TOLD))?;
-                    self.told_word(from, k).store(told, Ordering::Relaxed);
+                    // The words below are rewritten at k + TOLD; read after `prog` says the
+                    // first piece is in (release).
+                    self.all_done(c, last.max(k.saturating_sub(TOLD)))?;
+                    let [hk, bytes, check] = self.head(from, at, len);
+                    hk.store(k, Ordering::Relaxed);
+                    bytes.store(total as u64, Ordering::Relaxed);
+                    check.store(k ^ total as u64 ^ HEAD_CHECK, Ordering::Relaxed);
+                    self.told_word(from, k).store(Self::told(k, total), Ordering::Relaxed);
+                } else {
+                    self.all_done(c, last)?;
                 }
                 for (i, p) in chunk.chunks(piece).enumerate() {
                     // SAFETY: every member is done with the last operation that used this
