@@ -350,12 +350,7 @@ impl Arena {
         } else {
             // The first line says how many bytes the root sends.
             let seq = self.ll_line(from, (k % LL_WAYS as u64) as usize, 0).0;
-            let mut s = 0;
-            let came = self.wait_from(c, from, k, || {
-                s = seq.load(Ordering::Acquire);
-                s >= k << LL_BITS
-            })?;
-            if !came || s != k << LL_BITS | buf.len() as u64 {
+            if self.stamp_from(c, from, k, seq, LL_BITS)? != Some(buf.len() as u64) {
                 return self.follow(c, tag, from, root, k, buf);
             }
             self.ll_get(c, from, k, 0, buf)?;
@@ -386,6 +381,17 @@ impl Arena {
             false
         })?;
         Ok(came)
+    }
+
+    /// The byte count of line sequence number `seq` (`k << bits | count`) once member `from`
+    /// stamps it for operation `k`; `None` if `from` finished `k` without (see `wait_from`).
+    fn stamp_from(&self, c: &Comm, from: usize, k: u64, seq: &AtomicU64, bits: u32) -> Result<Option<u64>, Error> {
+        let mut s = 0;
+        let came = self.wait_from(c, from, k, || {
+            s = seq.load(Ordering::Acquire);
+            s >= k << bits
+        })?;
+        Ok(came.then_some(s & ((1 << bits) - 1)))
     }
 
     /// What member `from` broadcast in operation `k`: from its inline line, its first LL
@@ -630,13 +636,7 @@ impl Arena {
             self.put_stamped(c, k, &(buf.len() as u64).to_le_bytes(), APART | 8)?;
         } else {
             self.publish(INPUT, k);
-            let (seq, _) = self.inline(from, k);
-            let mut s = 0;
-            let came = self.wait_from(c, from, k, || {
-                s = seq.load(Ordering::Acquire);
-                s >= k << INLINE_BITS
-            })?;
-            if !came || s != k << INLINE_BITS | APART | 8 {
+            if self.stamp_from(c, from, k, self.inline(from, k).0, INLINE_BITS)? != Some(APART | 8) {
                 return self.follow(c, tag, from, root, k, buf);
             }
             // SAFETY: `from` published k with 8 bytes.
@@ -712,13 +712,7 @@ impl Arena {
             self.put_inline(c, k, buf)?;
         } else {
             self.publish(INPUT, k);
-            let (seq, _) = self.inline(from, k);
-            let mut s = 0;
-            let came = self.wait_from(c, from, k, || {
-                s = seq.load(Ordering::Acquire);
-                s >= k << INLINE_BITS
-            })?;
-            if !came || s != k << INLINE_BITS | buf.len() as u64 {
+            if self.stamp_from(c, from, k, self.inline(from, k).0, INLINE_BITS)? != Some(buf.len() as u64) {
                 return self.follow(c, tag, from, root, k, buf);
             }
             // SAFETY: `from` published k with our length, which fits.
