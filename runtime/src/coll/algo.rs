@@ -273,8 +273,15 @@ fn bcast_recv(
     from: usize,
 ) -> Result<Option<Error>, Error> {
     let buffer = buf.len();
-    let mismatch = |message| Some(Error::Mismatch { from: c.comm_rank(from), buffer, message: Some(message) });
-    match c.coll_xchg(tag, send, Some((buf, from))) {
+    received(c.coll_xchg(tag, send, Some((buf, from))), buffer, c.comm_rank(from))
+}
+
+/// A collective's receive of `buffer` bytes from comm rank `from` that ended with `r` (the
+/// bytes that came): `Ok(None)` if exactly `buffer` came, `Ok(Some(mismatch))` if more
+/// (truncated) or fewer did, the error else.
+pub(super) fn received(r: Result<usize, Error>, buffer: usize, from: usize) -> Result<Option<Error>, Error> {
+    let mismatch = |message| Some(Error::Mismatch { from, buffer, message: Some(message) });
+    match r {
         Ok(got) if got == buffer => Ok(None),
         Ok(got) => Ok(mismatch(got)),
         Err(Error::Truncate { message, .. }) => Ok(mismatch(message)),

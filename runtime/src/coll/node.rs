@@ -391,26 +391,34 @@ impl Arena {
             s = seq.load(Ordering::Acquire);
             s >= k << bits
         })?;
-        Ok(came.then_some(s & ((1 << bits) - 1)))
+        Ok(came.then(|| s & ((1 << bits) - 1)))
+    }
+
+    /// The byte count in sequence number `s` (`k << bits | count`) if it is operation `k`'s.
+    fn count_of(s: u64, k: u64, bits: u32) -> Option<u64> {
+        (s >> bits == k).then(|| s & ((1 << bits) - 1))
+    }
+
+    /// The length member `from` announced in its inline line for operation `k`
+    /// ([`Arena::announce`]; it published `k` with 8 bytes).
+    fn announced(&self, from: usize, k: u64) -> usize {
+        // SAFETY: `from` published k with 8 bytes (the caller saw its count).
+        let bytes = unsafe { self.inline_view::<u8>(from, k, 8) };
+        u64::from_le_bytes(bytes.try_into().expect("8 bytes")) as usize
     }
 
     /// What member `from` broadcast in operation `k`: from its inline line, its first LL
     /// line or the words of its `RED` line, whichever holds `k` (each is rewritten only
     /// after every member is done with `k`, and the caller is not). `None` if none does.
     fn root_sent(&self, from: usize, k: u64) -> Option<Sent> {
-        let s = self.inline(from, k).0.load(Ordering::Acquire);
-        if s >> INLINE_BITS == k {
-            let count = s & ((1 << INLINE_BITS) - 1);
-            if count == APART | 8 {
-                // SAFETY: `from` published k with 8 bytes.
-                let bytes = unsafe { self.inline_view::<u8>(from, k, 8) };
-                return Some(Sent::Apart(u64::from_le_bytes(bytes.try_into().expect("8 bytes")) as usize));
-            }
-            return Some(Sent::Here(count as usize));
+        match Self::count_of(self.inline(from, k).0.load(Ordering::Acquire), k, INLINE_BITS) {
+            Some(count) if count == APART | 8 => return Some(Sent::Apart(self.announced(from, k))),
+            Some(count) => return Some(Sent::Here(count as usize)),
+            None => {}
         }
         let s = self.ll_line(from, (k % LL_WAYS as u64) as usize, 0).0.load(Ordering::Acquire);
-        if s >> LL_BITS == k {
-            return Some(Sent::Here((s & ((1 << LL_BITS) - 1)) as usize));
+        if let Some(count) = Self::count_of(s, k, LL_BITS) {
+            return Some(Sent::Here(count as usize));
         }
         let told = self.told_word(from, k).load(Ordering::Acquire);
         (told >> 40 == k & 0xff_ffff).then_some(Sent::Here((told & ((1 << 40) - 1)) as usize))
@@ -639,11 +647,10 @@ impl Arena {
             if self.stamp_from(c, from, k, self.inline(from, k).0, INLINE_BITS)? != Some(APART | 8) {
                 return self.follow(c, tag, from, root, k, buf);
             }
-            // SAFETY: `from` published k with 8 bytes.
-            let theirs = u64::from_le_bytes(unsafe { self.inline_view::<u8>(from, k, 8) }.try_into().expect("8 bytes"));
-            if theirs != buf.len() as u64 {
+            let theirs = self.announced(from, k);
+            if theirs != buf.len() {
                 self.publish(DONE, k);
-                return join(c, tag, buf, theirs as usize, root);
+                return join(c, tag, buf, theirs, root);
             }
         }
         self.publish(DONE, k);
@@ -972,8 +979,7 @@ impl Arena {
     /// line, its LL lines, or half a slot at a time, each half in pieces the readers take as
     /// soon as they are in, through the next part of the slot. A member whose buffer holds
     /// another number of bytes than the root's (an erroneous program) gets
-    /// [`Error::Mismatch`], in step with the others ([`Arena::follow`]); `Ok(Some(bytes))`
-    /// if the root sends point to point instead, `bytes` of them ([`join`] it).
+    /// [`Error::Mismatch`], in step with the others ([`Arena::follow`]).
     fn bcast(&self, c: &Comm, tag: i32, buf: &mut [u8], from: usize, root: usize) -> Result<(), Error> {
         if Self::fits_inline::<u8>(buf.len()) {
             return self.bcast_inline(c, tag, buf, from, root);
@@ -1204,28 +1210,23 @@ fn bcast_hosts(
     let root_host = plan.host_of[root];
     let here = plan.my_host() == root_host;
     let mut failed = None;
-    let mut marker: Vec<u8>;
     if let (true, Some(a)) = (here, arena) {
         let from = plan.local.iter().position(|&r| r == root).expect("root is local");
         failed = algo::mismatch_of(a.bcast(c, tag, buf, from, root))?;
     }
+    // What this rank passes on: its buffer, or after a mismatch a marker (read only: this
+    // rank is the root of the steps below).
+    let mut marker = failed.is_some().then(|| algo::marker(buf).to_vec());
     if plan.leader() {
-        let out = if failed.is_some() {
-            marker = algo::marker(buf).to_vec();
-            &mut marker[..]
-        } else {
-            &mut *buf
-        };
+        let out = marker.as_deref_mut().unwrap_or(&mut *buf);
         let r = algo::bcast(&plan.leader_team(c), tag, out, root_host);
         failed = failed.or(algo::mismatch_of(r)?);
     }
     if let (false, Some(a)) = (here, arena) {
-        let out = if failed.is_some() {
-            marker = algo::marker(buf).to_vec();
-            &mut marker[..]
-        } else {
-            &mut *buf
-        };
+        if failed.is_some() && marker.is_none() {
+            marker = Some(algo::marker(buf).to_vec());
+        }
+        let out = marker.as_deref_mut().unwrap_or(&mut *buf);
         let r = a.bcast(c, tag, out, 0, plan.local[0]);
         failed = failed.or(algo::mismatch_of(r)?);
     }

@@ -105,26 +105,25 @@ impl Sched {
             // sends next (a tree's children, a group waiting for its leader) would wait for
             // ever. It runs on, and reports the first error when it ends. A broken path stops
             // it at once: what follows would wait for peers that may never send.
+            // `due` lists the receives in the order of `pending`.
+            let mut due = std::mem::take(&mut self.due).into_iter().peekable();
             for id in self.pending.drain(..) {
-                match engine.take(id) {
-                    Some(Ok(st)) => {
-                        if let Some(&(_, buffer, from)) = self.due.iter().find(|d| d.0 == id) {
-                            if st.bytes != buffer {
-                                let message = Some(st.bytes);
-                                self.failed.get_or_insert(Error::Mismatch { from: from as usize, buffer, message });
-                            }
-                        }
+                let recv = due.next_if(|d| d.0 == id);
+                let Some(r) = engine.take(id) else { continue };
+                let r = match recv {
+                    Some((_, buffer, from)) => super::algo::received(r.map(|st| st.bytes), buffer, from as usize),
+                    None => r.map(|_| None),
+                };
+                match r {
+                    Ok(None) => {}
+                    Ok(Some(e)) => {
+                        self.failed.get_or_insert(e);
                     }
-                    Some(Err(Error::Truncate { message, buffer, source, .. })) => {
-                        self.failed.get_or_insert(Error::Mismatch { from: source, buffer, message: Some(message) });
-                    }
-                    Some(Err(e)) => {
+                    Err(e) => {
                         self.result = Some(Err(e));
                     }
-                    _ => {}
                 }
             }
-            self.due.clear();
             if self.result.is_some() {
                 break;
             }
