@@ -58,14 +58,9 @@ const RED: usize = 1;
 const DONE: usize = 2;
 /// A broadcast root's progress through its slot: `k << 32 | bytes copied in`.
 const PROG: usize = 3;
-/// The rest of a member's `RED` line says the lengths of its last `TOLD` broadcasts through
-/// the slots ([`Arena::told_word`]).
+/// The rest of a member's `PROG` line says the lengths of its last `TOLD` broadcasts through
+/// the slots ([`Arena::told_word`]): a reader finds the root's count in the line it waits on.
 const TOLD: u64 = 7;
-/// Bytes after the data of a broadcast's part of a slot (from the next multiple of 8): the
-/// operation, the broadcast's bytes, and a check of both, so its readers find the root's
-/// count in a line they fetch anyway, and the data stays aligned as the slot.
-const HEAD: usize = 24;
-const HEAD_CHECK: u64 = 0x6d70_725f_6263_6173; // "mpr_bcas"
 /// Lines per member: the four counters, then two lines (by operation parity) that carry a
 /// small contribution next to its sequence number, so a reader fetches both at once.
 const LINES: usize = 6;
@@ -408,7 +403,7 @@ impl Arena {
     }
 
     /// What member `from` broadcast in operation `k`: from its inline line, its first LL
-    /// line or the words of its `RED` line, whichever holds `k` (each is rewritten only
+    /// line or the words of its `PROG` line, whichever holds `k` (each is rewritten only
     /// after every member is done with `k`, and the caller is not). `None` if none does.
     fn root_sent(&self, from: usize, k: u64) -> Option<Sent> {
         match Self::count_of(self.inline(from, k).0.load(Ordering::Acquire), k, INLINE_BITS) {
@@ -456,7 +451,7 @@ impl Arena {
                 self.ll_get(c, from, k, 0, &mut buf[..n])?;
             }
             Some(total) => {
-                let cap = self.slot / 2 - HEAD;
+                let cap = self.slot / 2;
                 for start in (0..total).step_by(cap) {
                     if start > 0 {
                         self.publish(DONE, last);
@@ -464,7 +459,7 @@ impl Arena {
                         self.publish(INPUT, last);
                     }
                     let len = cap.min(total - start);
-                    let (at, _) = self.next_part(Self::with_head(len), last);
+                    let (at, _) = self.next_part(len, last);
                     let prog = self.ctl(from, PROG);
                     // Either the whole chunk is in, or the root is done with it.
                     self.wait_from(c, from, last, || prog.load(Ordering::Acquire) >= last << 32 | len as u64)?;
@@ -550,36 +545,14 @@ impl Arena {
     }
 
     /// Where member `i` also says the length of a broadcast through the slots that it
-    /// begins as operation `k`, for a reader whose part is elsewhere (its count differs):
-    /// word `1 + k % TOLD` of its `RED` line, rewritten at operation `k + TOLD`, which waits
-    /// until every member is done with `k`.
+    /// begins as operation `k`: word `1 + k % TOLD` of its `PROG` line, written before the
+    /// first `prog` of `k` (release), rewritten at operation `k + TOLD`, which waits until
+    /// every member is done with `k`.
     fn told_word(&self, i: usize, k: u64) -> &AtomicU64 {
-        let red = self.ctl(i, RED);
+        let prog = self.ctl(i, PROG);
         // SAFETY: the counter lines are 64 bytes each, words 1 to TOLD of this one are only
         // accessed atomically, as these words.
-        unsafe { &*(red as *const AtomicU64).add(1 + (k % TOLD) as usize) }
-    }
-
-    /// The bytes of a broadcast's part of a slot for `len` bytes of data and its head.
-    fn with_head(len: usize) -> usize {
-        len.next_multiple_of(8) + HEAD
-    }
-
-    /// The head of the part at `at` of member `i`'s slot, for `len` bytes of data
-    /// ([`HEAD`]).
-    fn head(&self, i: usize, at: usize, len: usize) -> &[AtomicU64; 3] {
-        let at = at + len.next_multiple_of(8);
-        assert!(at + HEAD <= self.slot && at.is_multiple_of(8));
-        // SAFETY: inside the slot (asserted), 8-byte aligned (slots are page-aligned); a
-        // part's head is only accessed atomically, as these words.
-        unsafe { &*(self.slot_ptr(i).add(at) as *const [AtomicU64; 3]) }
-    }
-
-    /// Whether the part at `at` of member `i`'s slot, for `len` bytes of data, holds the head
-    /// of a broadcast of `total` bytes begun as operation `k`.
-    fn head_says(&self, i: usize, at: usize, len: usize, k: u64, total: usize) -> bool {
-        let [hk, bytes, check] = self.head(i, at, len).each_ref().map(|w| w.load(Ordering::Relaxed));
-        hk == k && bytes == total as u64 && check == k ^ bytes ^ HEAD_CHECK
+        unsafe { &*(prog as *const AtomicU64).add(1 + (k % TOLD) as usize) }
     }
 
     /// What that word holds for `bytes` begun as operation `k`: `(k mod 2^24) << 40 |
@@ -988,34 +961,30 @@ impl Arena {
             return self.bcast_ll(c, tag, buf, from, root);
         }
         let total = buf.len();
-        for start in (0..total).step_by(self.slot / 2 - HEAD) {
+        for start in (0..total).step_by(self.slot / 2) {
             let k = self.begin();
-            let len = (self.slot / 2 - HEAD).min(total - start);
+            let len = (self.slot / 2).min(total - start);
             let piece = (len / 4).clamp(4 << 10, 16 << 10);
             let prog = self.ctl(from, PROG);
             self.publish(INPUT, k);
-            // The root's first piece in, and the head of the part (where this member's turns
-            // put it) saying the root sends as many bytes as this member expects.
+            // The root's first piece in, and its told word saying it sends as many bytes as
+            // this member expects (written before that piece's `prog`).
             if self.me != from && start == 0 {
                 let first = k << 32 | piece.min(len) as u64;
                 let came = self.wait_from(c, from, k, || prog.load(Ordering::Acquire) >= first)?;
-                if !came || !self.head_says(from, self.part_at(Self::with_head(len)), len, k, total) {
+                if !came || self.told_word(from, k).load(Ordering::Relaxed) != Self::told(k, total) {
                     return self.follow(c, tag, from, root, k, buf);
                 }
             }
-            let (at, last) = self.next_part(Self::with_head(len), k);
-            // SAFETY: the part (`with_head(len)` bytes) lies inside member `from`'s slot.
+            let (at, last) = self.next_part(len, k);
+            // SAFETY: the part (`len` bytes) lies inside member `from`'s slot.
             let base = unsafe { self.slot_ptr(from).add(at) };
             let chunk = &mut buf[start..start + len];
             if self.me == from {
                 if start == 0 {
-                    // The words below are rewritten at k + TOLD; read after `prog` says the
+                    // The told word is rewritten at k + TOLD; read after `prog` says the
                     // first piece is in (release).
                     self.all_done(c, last.max(k.saturating_sub(TOLD)))?;
-                    let [hk, bytes, check] = self.head(from, at, len);
-                    hk.store(k, Ordering::Relaxed);
-                    bytes.store(total as u64, Ordering::Relaxed);
-                    check.store(k ^ total as u64 ^ HEAD_CHECK, Ordering::Relaxed);
                     self.told_word(from, k).store(Self::told(k, total), Ordering::Relaxed);
                 } else {
                     self.all_done(c, last)?;
