@@ -42,9 +42,14 @@ static void fence(void)
     if (rank == 0)
         SAY("accumulated sums: %d %d %d %d", mem[0], mem[1], mem[2], mem[3]);
     MPI_Accumulate(&rank, 1, MPI_INT, 0, 4, 1, MPI_INT, MPI_MAX, win);
+    /* Chars, which MPI leaves out of reductions and MPICH sums as C would (wrapping). */
+    char c[4] = {(char)(rank + 1), (char)(100 + rank), (char)(-rank), 'A'};
+    MPI_Accumulate(c, 4, MPI_CHAR, 0, 5, 4, MPI_CHAR, MPI_SUM, win);
     MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
-    if (rank == 0)
-        SAY("accumulated max: %d", mem[4]);
+    if (rank == 0) {
+        char *sum = (char *)&mem[5];
+        SAY("accumulated max: %d, chars %d %d %d %d", mem[4], sum[0], sum[1], sum[2], sum[3]);
+    }
     MPI_Group g;
     int gs;
     MPI_Win_get_group(win, &g);

@@ -4,7 +4,7 @@
 //! buffers between elements.
 
 use std::cell::{Cell, RefCell};
-use std::ffi::{c_int, c_long, c_void};
+use std::ffi::{c_char, c_int, c_long, c_void};
 use std::rc::Rc;
 
 use bytemuck::Pod;
@@ -71,6 +71,10 @@ const fn unsigned(bytes: usize) -> ElemType {
 }
 
 const LONG: usize = size_of::<c_long>();
+/// C's `char`, signed or not as the platform says (signed on x86-64 and Apple's arm64,
+/// unsigned on Linux's arm64). MPI defines no reduction on `MPI_CHAR`; MPICH computes them
+/// as C would (its "C integer extra" group), and programs tested on it rely on that.
+const CHAR: ElemType = if c_char::MIN == 0 { ElemType::U8 } else { ElemType::I8 };
 const WCHAR: usize = 4;
 const AINT: usize = size_of::<isize>();
 /// C's `long double`.
@@ -81,7 +85,7 @@ const LONG_DOUBLE: usize = crate::datatype::LONG_DOUBLE_BYTES;
 /// Fortran's basic types follow, then its types with a layout (50 to 54), then C++'s bool.
 const PREDEFINED: [Option<(&str, usize, Option<ElemType>)>; 56] = [
     None,
-    Some(("MPI_CHAR", 1, None)),
+    Some(("MPI_CHAR", 1, Some(CHAR))),
     Some(("MPI_SIGNED_CHAR", 1, Some(ElemType::I8))),
     Some(("MPI_UNSIGNED_CHAR", 1, Some(ElemType::U8))),
     Some(("MPI_BYTE", 1, Some(ElemType::U8))),
