@@ -981,18 +981,17 @@ impl Arena {
             let base = unsafe { self.slot_ptr(from).add(at) };
             let chunk = &mut buf[start..start + len];
             if self.me == from {
-                if start == 0 {
-                    // The told word is rewritten at k + TOLD; read after `prog` says the
-                    // first piece is in (release).
-                    self.all_done(c, last.max(k.saturating_sub(TOLD)))?;
-                    self.told_word(from, k).store(Self::told(k, total), Ordering::Relaxed);
-                } else {
-                    self.all_done(c, last)?;
-                }
+                // The told word is rewritten at k + TOLD.
+                self.all_done(c, if start == 0 { last.max(k.saturating_sub(TOLD)) } else { last })?;
                 for (i, p) in chunk.chunks(piece).enumerate() {
                     // SAFETY: every member is done with the last operation that used this
                     // half, and none reads these bytes before `prog` says they are in.
                     unsafe { copy::copy_raw(p.as_ptr(), base.add(i * piece), p.len()) };
+                    if start == 0 && i == 0 {
+                        // Read after `prog` says the first piece is in (release); stored
+                        // right before it, so that both take the line from its readers once.
+                        self.told_word(from, k).store(Self::told(k, total), Ordering::Relaxed);
+                    }
                     prog.store(k << 32 | (i * piece + p.len()) as u64, Ordering::Release);
                 }
             } else {
