@@ -329,7 +329,7 @@ impl Comm {
         let q = self.peers().len();
         let b = blocks("iallgatherv", counts, displs, q, recv.len())?;
         let sends = (0..q).map(|j| (j, 0..send.len())).collect();
-        Ok(self.exchange_round(scope, tag, send, sends, recv, b.into_iter().enumerate().collect()))
+        Ok(self.exchange_round(scope, tag, send, sends, recv, b.into_iter().enumerate().collect(), None))
     }
 
     /// `MPI_Ialltoall` on an inter-communicator: `MPI_Ialltoallv` of even blocks.
@@ -367,7 +367,7 @@ impl Comm {
         let sb = blocks("ialltoallv (send)", scounts, sdispls, q, send.len())?;
         let rb = blocks("ialltoallv (receive)", rcounts, rdispls, q, recv.len())?;
         let (sends, recvs) = (sb.into_iter().enumerate().collect(), rb.into_iter().enumerate().collect());
-        Ok(self.exchange_round(scope, tag, send, sends, recv, recvs))
+        Ok(self.exchange_round(scope, tag, send, sends, recv, recvs, None))
     }
 }
 

@@ -130,6 +130,16 @@ fn check_root(comm: &Comm, root: usize) -> Result<(), Error> {
     }
 }
 
+/// Copies a rank's own block `from` into `to`, as much as fits; the mismatch if their
+/// lengths differ (the rank's send and receive counts differ: an erroneous program), which
+/// the caller reports once the other ranks' blocks went, so that none waits for ever.
+pub(super) fn own_block<T: Pod>(from: &[T], to: &mut [T], me: usize) -> Option<Error> {
+    let n = from.len().min(to.len());
+    to[..n].copy_from_slice(&from[..n]);
+    let (buffer, message) = (std::mem::size_of_val(to), std::mem::size_of_val(from));
+    (buffer != message).then_some(Error::Mismatch { from: me, buffer, message: Some(message) })
+}
+
 fn check_len(what: &str, got: usize, want: usize) -> Result<(), Error> {
     if got == want {
         Ok(())
@@ -288,6 +298,9 @@ impl Comm {
     }
 
     /// Gathers `send` of every rank, in rank order, into `recv` at `root` (`MPI_Gather`).
+    /// The root's blocks are its `recv` divided by the ranks; a rank that sends another
+    /// number of bytes (an erroneous program) is reported at the root as
+    /// [`Error::Mismatch`], once every rank's block came.
     pub fn gather<T: Pod>(&self, send: &[T], recv: Option<&mut [T]>, root: usize) -> Result<(), Error> {
         check_root(self, root)?;
         let tag = self.coll_tag()?;
@@ -295,43 +308,46 @@ impl Comm {
             return self.coll_xchg(tag, Some((bytes(send), root)), None).map(|_| ());
         }
         let recv = recv.ok_or_else(|| Error::Other("gather: the root must pass a receive buffer".into()))?;
-        check_len("gather", recv.len(), send.len() * self.size())?;
-        let n = send.len();
-        for (r, chunk) in recv.chunks_mut(n.max(1)).enumerate().take(self.size()) {
-            if r == root {
-                chunk.copy_from_slice(send);
-            } else if n > 0 {
-                self.coll_xchg(tag, None, Some((bytes_mut(chunk), r)))?;
-            }
+        let p = self.size();
+        let n = recv.len() / p;
+        let mut failed = None;
+        for r in 0..p {
+            let chunk = &mut recv[r * n..(r + 1) * n];
+            failed = failed.or(if r == root {
+                own_block(send, chunk, root)
+            } else {
+                let buffer = std::mem::size_of_val(chunk);
+                algo::received(self.coll_xchg(tag, None, Some((bytes_mut(chunk), r))), buffer, r)?
+            });
         }
-        if n == 0 {
-            for r in (0..self.size()).filter(|&r| r != root) {
-                self.coll_xchg(tag, None, Some((&mut [], r)))?;
-            }
-        }
-        Ok(())
+        failed.map_or_else(|| check_len("gather", recv.len(), n * p), Err)
     }
 
     /// Scatters consecutive blocks of `send` at `root`, one per rank in rank order, into
-    /// `recv` (`MPI_Scatter`); `send` is used at the root only.
+    /// `recv` (`MPI_Scatter`); `send` is used at the root only, and its blocks are it
+    /// divided by the ranks. A rank whose `recv` holds another number of bytes than its
+    /// block (an erroneous program) gets [`Error::Mismatch`].
     pub fn scatter<T: Pod>(&self, send: Option<&[T]>, recv: &mut [T], root: usize) -> Result<(), Error> {
         check_root(self, root)?;
         let tag = self.coll_tag()?;
         if self.rank() != root {
-            return self.coll_xchg(tag, None, Some((bytes_mut(recv), root))).map(|_| ());
+            let buffer = std::mem::size_of_val(recv);
+            let r = algo::received(self.coll_xchg(tag, None, Some((bytes_mut(recv), root))), buffer, root)?;
+            return r.map_or(Ok(()), Err);
         }
         let send = send.ok_or_else(|| Error::Other("scatter: the root must pass a send buffer".into()))?;
-        let n = recv.len();
-        check_len("scatter", send.len(), n * self.size())?;
-        for r in 0..self.size() {
+        let p = self.size();
+        let n = send.len() / p;
+        let mut failed = None;
+        for r in 0..p {
             let block = &send[r * n..(r + 1) * n];
             if r == root {
-                recv.copy_from_slice(block);
+                failed = own_block(block, recv, root);
             } else {
                 self.coll_xchg(tag, Some((bytes(block), r)), None)?;
             }
         }
-        Ok(())
+        failed.map_or_else(|| check_len("scatter", send.len(), n * p), Err)
     }
 
     /// Gathers `send` of every rank, in rank order, into `recv` on every rank

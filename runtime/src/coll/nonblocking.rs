@@ -344,13 +344,14 @@ impl Comm {
             return self.launch(scope, vec![vec![self.send_step(root, raw(send))]], Vec::new());
         }
         let recv = recv.ok_or_else(|| Error::Other("igather: the root must pass a receive buffer".into()))?;
-        super::check_len("igather", recv.len(), send.len() * p)?;
-        let n = send.len();
-        recv[me * n..(me + 1) * n].copy_from_slice(send);
-        let blk = std::mem::size_of_val(send);
+        // As `gather`: the root's blocks are its `recv` divided by the ranks.
+        let n = recv.len() / p;
+        let own = super::own_block(send, &mut recv[me * n..(me + 1) * n], me);
+        let end = own.or_else(|| super::check_len("igather", recv.len(), n * p).err());
+        let blk = n * std::mem::size_of::<T>();
         let all = raw_mut(recv);
         let steps = (0..p).filter(|&r| r != me).map(|r| self.recv_step(r, all.window(r * blk, blk))).collect();
-        self.launch(scope, vec![steps], Vec::new())
+        self.launch(scope, ending(vec![steps], end), Vec::new())
     }
 
     /// Nonblocking scatter from `root` (`MPI_Iscatter`); `send` is used at the root only.
@@ -367,14 +368,25 @@ impl Comm {
             return self.launch(scope, vec![vec![self.recv_step(root, raw_mut(recv))]], Vec::new());
         }
         let send = send.ok_or_else(|| Error::Other("iscatter: the root must pass a send buffer".into()))?;
-        let n = recv.len();
-        super::check_len("iscatter", send.len(), n * p)?;
-        recv.copy_from_slice(&send[me * n..(me + 1) * n]);
-        let blk = std::mem::size_of_val(recv);
+        // As `scatter`: the root's blocks are its `send` divided by the ranks.
+        let n = send.len() / p;
+        let own = super::own_block(&send[me * n..(me + 1) * n], recv, me);
+        let end = own.or_else(|| super::check_len("iscatter", send.len(), n * p).err());
+        let blk = n * std::mem::size_of::<T>();
         let all = raw(send);
         let steps = (0..p).filter(|&r| r != me).map(|r| self.send_step(r, all.slice(r * blk, blk))).collect();
-        self.launch(scope, vec![steps], Vec::new())
+        self.launch(scope, ending(vec![steps], end), Vec::new())
     }
+}
+
+/// `rounds`, then, with error `end`, a last round that ends the schedule with it once their
+/// messages went (a rank's own blocks that did not match, [`super::own_block`]), so that no
+/// other rank waits for them.
+fn ending(mut rounds: Vec<Vec<Step>>, end: Option<Error>) -> Vec<Vec<Step>> {
+    if let Some(e) = end {
+        rounds.push(vec![Step::Then(Box::new(move |_| Err(e)))]);
+    }
+    rounds
 }
 
 /// Who a schedule's messages go to: the ranks `peers` (world ranks, by communicator rank) on
@@ -557,17 +569,15 @@ impl Comm {
         recvs: Vec<(usize, std::ops::Range<usize>)>,
         own: Option<(std::ops::Range<usize>, std::ops::Range<usize>)>,
     ) -> Result<CollRequest<'a>, Error> {
-        if let Some((s, r)) = own {
-            super::check_len("own block", r.len(), s.len())?;
-            recv[r].copy_from_slice(&send[s]);
-        }
+        let own = own.and_then(|(s, r)| super::own_block(&send[s], &mut recv[r], self.rank()));
         let tag = self.coll_tag()?;
-        Ok(self.exchange_round(scope, tag, send, sends, recv, recvs))
+        Ok(self.exchange_round(scope, tag, send, sends, recv, recvs, own))
     }
 
     /// One round of transfers with `tag`: range `s` of `send` to each rank of `sends`, range
     /// `r` of `recv` from each of `recvs` (in elements; ranks of an inter-communicator's
-    /// other group on one).
+    /// other group on one); then the end of the schedule with error `end`, if any.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn exchange_round<'a, T: Pod>(
         &self,
         scope: &Scope<'a>,
@@ -576,6 +586,7 @@ impl Comm {
         sends: Vec<(usize, std::ops::Range<usize>)>,
         recv: &'a mut [T],
         recvs: Vec<(usize, std::ops::Range<usize>)>,
+        end: Option<Error>,
     ) -> CollRequest<'a> {
         let (s, r) = (raw(send), raw_mut(recv));
         let mut steps: Vec<Step> = recvs
@@ -589,7 +600,7 @@ impl Comm {
             let (off, len) = elems::<T>(&b);
             self.send_step(to, s.slice(off, len))
         }));
-        self.launch_tagged(scope, tag, vec![steps], Vec::new())
+        self.launch_tagged(scope, tag, ending(vec![steps], end), Vec::new())
     }
 
     /// Nonblocking gather of blocks of varying size (`MPI_Igatherv`; see [`Comm::gatherv`]).

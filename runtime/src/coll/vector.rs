@@ -3,8 +3,8 @@
 
 use bytemuck::Pod;
 
-use super::algo::{split_blocks, two_mut};
-use super::{bytes, bytes_mut, check_root};
+use super::algo::{received, split_blocks, two_mut};
+use super::{bytes, bytes_mut, check_root, own_block};
 use crate::comm::Comm;
 use crate::error::Error;
 
@@ -62,17 +62,19 @@ impl Comm {
         let (recv, counts, displs) =
             recv.ok_or_else(|| Error::Other("gatherv: the root must pass a receive buffer".into()))?;
         layout("gatherv", counts, displs, self.size(), recv.len())?;
+        // A rank that sends another number of bytes than its count (an erroneous program)
+        // is reported once every block came.
+        let mut failed = None;
         for r in 0..self.size() {
             let block = &mut recv[displs[r]..displs[r] + counts[r]];
-            if r == root {
-                super::check_len("gatherv (root's own block)", send.len(), counts[r])?;
-                block.copy_from_slice(send);
+            failed = failed.or(if r == root {
+                own_block(send, block, root)
             } else {
-                let got = self.coll_xchg(tag, None, Some((bytes_mut(block), r)))?;
-                super::check_len("gatherv", got / std::mem::size_of::<T>().max(1), counts[r])?;
-            }
+                let buffer = std::mem::size_of_val(block);
+                received(self.coll_xchg(tag, None, Some((bytes_mut(block), r))), buffer, r)?
+            });
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// Scatters blocks of varying size from `root` (`MPI_Scatterv`).
@@ -85,21 +87,23 @@ impl Comm {
         check_root(self, root)?;
         let tag = self.coll_tag()?;
         if self.rank() != root {
-            return self.coll_xchg(tag, None, Some((bytes_mut(recv), root))).map(|_| ());
+            let buffer = std::mem::size_of_val(recv);
+            return received(self.coll_xchg(tag, None, Some((bytes_mut(recv), root))), buffer, root)?
+                .map_or(Ok(()), Err);
         }
         let (send, counts, displs) =
             send.ok_or_else(|| Error::Other("scatterv: the root must pass a send buffer".into()))?;
         layout("scatterv", counts, displs, self.size(), send.len())?;
+        let mut failed = None;
         for r in 0..self.size() {
             let block = &send[displs[r]..displs[r] + counts[r]];
             if r == root {
-                super::check_len("scatterv (root's own block)", recv.len(), counts[r])?;
-                recv.copy_from_slice(block);
+                failed = own_block(block, recv, root);
             } else {
                 self.coll_xchg(tag, Some((bytes(block), r)), None)?;
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// Gathers blocks of varying size on every rank (`MPI_Allgatherv`; ring).

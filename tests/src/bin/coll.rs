@@ -24,6 +24,7 @@ fn main() -> mpr::Result<()> {
     check_barrier(&w)?;
     check_bcast(&w)?;
     check_bcast_mismatch(&w)?;
+    check_rooted_mismatch(&w)?;
     check_reduce_allreduce(&w)?;
     check_page_offsets(&w)?;
     check_gather_scatter(&w)?;
@@ -148,6 +149,90 @@ fn check_bcast_mismatch(w: &Comm) -> mpr::Result<()> {
         let mut sum = [me as u64];
         w.allreduce_in_place(&mut sum, mpr::Sum)?;
         assert_eq!(sum[0], (p * (p - 1) / 2) as u64, "rank {me}: the all-reduce after pair {i}");
+    }
+    Ok(())
+}
+
+/// Gathers and scatters (blocking, nonblocking, v-forms) whose ranks' counts differ: the
+/// ranks that can see it (a gather's root, a scatter's receivers, a root whose own two
+/// counts differ) get `Mismatch`, every other rank its blocks, and none waits for ever.
+fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    if p == 1 {
+        return Ok(());
+    }
+    let byte = |r: usize, j: usize| (r * 7 + j % 251) as u8;
+    let pairs = [(4usize, 40usize), (40, 4), (100_000, 4000), (4000, 100_000), (0, 8), (8, 0)];
+    for (i, &(theirs, ours)) in pairs.iter().enumerate() {
+        let root = [0, p - 1][i % 2];
+        for kind in 0..8 {
+            // Kinds 0-5: every other rank but the root is wrong (gather, igather, gatherv,
+            // scatter, iscatter, scatterv); 6-7: only the root's own counts differ (gather,
+            // scatter).
+            let own = kind >= 6;
+            let wrong = |r: usize| if own { r == root } else { r != root && r % 2 == 1 };
+            let n = if wrong(me) { ours } else { theirs };
+            let counts = vec![theirs; p];
+            let displs: Vec<usize> = (0..p).map(|r| r * theirs).collect();
+            let r = if matches!(kind, 0..=2 | 6) {
+                let send: Vec<u8> = (0..n).map(|j| byte(me, j)).collect();
+                let mut recv = vec![0u8; if me == root { theirs * p } else { 0 }];
+                let out = (me == root).then_some(&mut recv[..]);
+                let r = match kind {
+                    1 => mpr::scope(|s| w.igather(s, &send, out, root)?.wait()),
+                    2 => w.gatherv(&send, out.map(|o| (o, &counts[..], &displs[..])), root),
+                    _ => w.gather(&send, out, root),
+                };
+                if me == root {
+                    for q in (0..p).filter(|&q| !wrong(q)) {
+                        let block = &recv[q * theirs..(q + 1) * theirs];
+                        assert!(
+                            block.iter().enumerate().all(|(j, &b)| b == byte(q, j)),
+                            "rank {me}, pair {i}, kind {kind}: block {q}"
+                        );
+                    }
+                }
+                r
+            } else {
+                let send: Vec<u8> = (0..theirs * p).map(|j| byte(j / theirs.max(1), j % theirs.max(1))).collect();
+                let mut recv = vec![0u8; n];
+                let input = (me == root).then_some(&send[..]);
+                let r = match kind {
+                    4 => mpr::scope(|s| w.iscatter(s, input, &mut recv, root)?.wait()),
+                    5 => w.scatterv(input.map(|s| (s, &counts[..], &displs[..])), &mut recv, root),
+                    _ => w.scatter(input, &mut recv, root),
+                };
+                if !wrong(me) {
+                    assert!(
+                        recv.iter().enumerate().all(|(j, &b)| b == byte(me, j)),
+                        "rank {me}, pair {i}, kind {kind}: the block"
+                    );
+                }
+                r
+            };
+            // Who sees the mismatch: the root of a gather (of another rank's count, or its
+            // own), the wrong ranks of a scatter (the root, of its own counts).
+            let gather = matches!(kind, 0..=2 | 6);
+            let sees = if gather { me == root && (0..p).any(wrong) } else { wrong(me) };
+            match r {
+                Err(mpr::Error::Mismatch { from, buffer, message }) => {
+                    assert!(sees, "rank {me}, pair {i}, kind {kind}: a mismatch it cannot see");
+                    assert!(
+                        from < p && message.is_some() && message != Some(buffer),
+                        "rank {me}, pair {i}, kind {kind}: {from} {buffer} {message:?}"
+                    );
+                }
+                Err(e) => panic!("rank {me}, pair {i}, kind {kind}: {e}"),
+                Ok(()) => assert!(!sees, "rank {me}, pair {i}, kind {kind}: no error"),
+            }
+            // In step: a broadcast and an all-reduce after it.
+            let mut v: Vec<u8> = if me == root { vec![kind as u8; 100] } else { vec![0; 100] };
+            w.bcast(&mut v, root)?;
+            assert!(v.iter().all(|&b| b == kind as u8), "rank {me}: the broadcast after pair {i}, kind {kind}");
+            let mut sum = [me as u64];
+            w.allreduce_in_place(&mut sum, mpr::Sum)?;
+            assert_eq!(sum[0], (p * (p - 1) / 2) as u64, "rank {me}: the all-reduce after pair {i}, kind {kind}");
+        }
     }
     Ok(())
 }
