@@ -142,14 +142,21 @@ fn check_bcast_mismatch(w: &Comm) -> mpr::Result<()> {
         if ok && me != root {
             assert!(buf.iter().enumerate().all(|(j, &b)| b == (j % 251) as u8), "rank {me}, pair {i}: the bytes");
         }
-        // In step: a broadcast and an all-reduce after it.
-        let mut v: Vec<u8> = if me == root { vec![i as u8; 100] } else { vec![0; 100] };
-        w.bcast(&mut v, root)?;
-        assert!(v.iter().all(|&b| b == i as u8), "rank {me}: the broadcast after pair {i}");
-        let mut sum = [me as u64];
-        w.allreduce_in_place(&mut sum, mpr::Sum)?;
-        assert_eq!(sum[0], (p * (p - 1) / 2) as u64, "rank {me}: the all-reduce after pair {i}");
+        in_step(w, root, i as u8, &format!("pair {i}"))?;
     }
+    Ok(())
+}
+
+/// That the ranks are still in step after a collective that failed (`after`): a broadcast
+/// of `mark` from `root` and an all-reduce are right on every rank.
+fn in_step(w: &Comm, root: usize, mark: u8, after: &str) -> mpr::Result<()> {
+    let (me, p) = (w.rank(), w.size());
+    let mut v: Vec<u8> = if me == root { vec![mark; 100] } else { vec![0; 100] };
+    w.bcast(&mut v, root)?;
+    assert!(v.iter().all(|&b| b == mark), "rank {me}: the broadcast after {after}");
+    let mut sum = [me as u64];
+    w.allreduce_in_place(&mut sum, mpr::Sum)?;
+    assert_eq!(sum[0], (p * (p - 1) / 2) as u64, "rank {me}: the all-reduce after {after}");
     Ok(())
 }
 
@@ -225,13 +232,7 @@ fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
                 Err(e) => panic!("rank {me}, pair {i}, kind {kind}: {e}"),
                 Ok(()) => assert!(!sees, "rank {me}, pair {i}, kind {kind}: no error"),
             }
-            // In step: a broadcast and an all-reduce after it.
-            let mut v: Vec<u8> = if me == root { vec![kind as u8; 100] } else { vec![0; 100] };
-            w.bcast(&mut v, root)?;
-            assert!(v.iter().all(|&b| b == kind as u8), "rank {me}: the broadcast after pair {i}, kind {kind}");
-            let mut sum = [me as u64];
-            w.allreduce_in_place(&mut sum, mpr::Sum)?;
-            assert_eq!(sum[0], (p * (p - 1) / 2) as u64, "rank {me}: the all-reduce after pair {i}, kind {kind}");
+            in_step(w, root, kind as u8, &format!("pair {i}, kind {kind}"))?;
         }
     }
     Ok(())
