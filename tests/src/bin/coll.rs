@@ -172,22 +172,36 @@ fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
     let pairs = [(4usize, 40usize), (40, 4), (100_000, 4000), (4000, 100_000), (0, 8), (8, 0)];
     for (i, &(theirs, ours)) in pairs.iter().enumerate() {
         let root = [0, p - 1][i % 2];
-        for kind in 0..8 {
+        for kind in 0..11 {
             // Kinds 0-5: every other rank but the root is wrong (gather, igather, gatherv,
-            // scatter, iscatter, scatterv); 6-7: only the root's own counts differ (gather,
-            // scatter).
+            // scatter, iscatter, scatterv); 6-10: only the root's own counts differ (gather,
+            // scatter, igatherv, iscatterv, and an iallgatherv whose every rank sees it).
             let own = kind >= 6;
             let wrong = |r: usize| if own { r == root } else { r != root && r % 2 == 1 };
             let n = if wrong(me) { ours } else { theirs };
             let counts = vec![theirs; p];
             let displs: Vec<usize> = (0..p).map(|r| r * theirs).collect();
-            let r = if matches!(kind, 0..=2 | 6) {
+            let gather = matches!(kind, 0..=2 | 6 | 8);
+            let r = if kind == 10 {
+                let send: Vec<u8> = (0..n).map(|j| byte(me, j)).collect();
+                let mut recv = vec![0u8; theirs * p];
+                let r = mpr::scope(|s| w.iallgatherv(s, &send, &mut recv, &counts, &displs)?.wait());
+                for q in (0..p).filter(|&q| !wrong(q)) {
+                    let block = &recv[q * theirs..(q + 1) * theirs];
+                    assert!(
+                        block.iter().enumerate().all(|(j, &b)| b == byte(q, j)),
+                        "rank {me}, pair {i}, kind {kind}: block {q}"
+                    );
+                }
+                r
+            } else if gather {
                 let send: Vec<u8> = (0..n).map(|j| byte(me, j)).collect();
                 let mut recv = vec![0u8; if me == root { theirs * p } else { 0 }];
                 let out = (me == root).then_some(&mut recv[..]);
                 let r = match kind {
                     1 => mpr::scope(|s| w.igather(s, &send, out, root)?.wait()),
                     2 => w.gatherv(&send, out.map(|o| (o, &counts[..], &displs[..])), root),
+                    8 => mpr::scope(|s| w.igatherv(s, &send, out.map(|o| (o, &counts[..], &displs[..])), root)?.wait()),
                     _ => w.gather(&send, out, root),
                 };
                 if me == root {
@@ -207,6 +221,9 @@ fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
                 let r = match kind {
                     4 => mpr::scope(|s| w.iscatter(s, input, &mut recv, root)?.wait()),
                     5 => w.scatterv(input.map(|s| (s, &counts[..], &displs[..])), &mut recv, root),
+                    9 => mpr::scope(|s| {
+                        w.iscatterv(s, input.map(|s| (s, &counts[..], &displs[..])), &mut recv, root)?.wait()
+                    }),
                     _ => w.scatter(input, &mut recv, root),
                 };
                 if !wrong(me) {
@@ -218,9 +235,15 @@ fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
                 r
             };
             // Who sees the mismatch: the root of a gather (of another rank's count, or its
-            // own), the wrong ranks of a scatter (the root, of its own counts).
-            let gather = matches!(kind, 0..=2 | 6);
-            let sees = if gather { me == root && (0..p).any(wrong) } else { wrong(me) };
+            // own), the wrong ranks of a scatter (the root, of its own counts), every rank of
+            // the iallgatherv (the root of its own counts, the others of its block).
+            let sees = if kind == 10 {
+                true
+            } else if gather {
+                me == root && (0..p).any(wrong)
+            } else {
+                wrong(me)
+            };
             match r {
                 Err(mpr::Error::Mismatch { from, buffer, message }) => {
                     assert!(sees, "rank {me}, pair {i}, kind {kind}: a mismatch it cannot see");
