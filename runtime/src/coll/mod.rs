@@ -356,6 +356,16 @@ impl Comm {
         if let Some(local) = self.local() {
             return self.allgather_inter(local, send, recv);
         }
+        let blk = recv.len() / self.size();
+        if send.len() != blk && recv.len() == blk * self.size() {
+            // This rank's send and receive counts differ (an erroneous program): it takes
+            // part with a block of its receive count, so that no rank waits for ever, and
+            // reports it.
+            let mut own = bytemuck::zeroed_vec(blk);
+            let mismatch = own_block(send, &mut own, self.rank());
+            self.allgather(&own, recv)?;
+            return mismatch.map_or(Ok(()), Err);
+        }
         check_len("allgather", recv.len(), send.len() * self.size())?;
         let tag = self.coll_tag()?;
         match self.node_plan().filter(|_| settings().allgather_algo.is_none()) {
@@ -374,6 +384,19 @@ impl Comm {
             return self.alltoall_inter(send, recv);
         }
         let p = self.size();
+        if send.len() != recv.len() && send.len().is_multiple_of(p) && recv.len().is_multiple_of(p) {
+            // As in `allgather`: blocks of this rank's receive count, what fits of each of
+            // its send blocks.
+            let (sb, rb) = (send.len() / p, recv.len() / p);
+            let mut own: Vec<T> = bytemuck::zeroed_vec(recv.len());
+            let k = sb.min(rb);
+            for (o, s) in own.chunks_exact_mut(rb.max(1)).zip(send.chunks_exact(sb.max(1))) {
+                o[..k].copy_from_slice(&s[..k]);
+            }
+            self.alltoall(&own, recv)?;
+            let (buffer, message) = (rb * size_of::<T>(), sb * size_of::<T>());
+            return Err(Error::Mismatch { from: self.rank(), buffer, message: Some(message) });
+        }
         check_len("alltoall", send.len(), recv.len())?;
         if !send.len().is_multiple_of(p) {
             return Err(Error::Other(format!("alltoall: {} elements do not split into {p} blocks", send.len())));

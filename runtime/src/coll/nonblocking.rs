@@ -258,23 +258,26 @@ impl Comm {
             return self.iallgather_inter(scope, local, send, recv);
         }
         let (p, me) = (self.size(), self.rank());
-        super::check_len("iallgather", recv.len(), send.len() * p)?;
-        let n = send.len();
-        recv[me * n..(me + 1) * n].copy_from_slice(send);
-        let blk = std::mem::size_of_val(send);
+        // Blocks of this rank's receive count. If its send count differs (an erroneous
+        // program), it sends its own block as it is, which the next rank cannot take, so
+        // the ring reports it on every rank (`sched::marker`), and so does this rank.
+        let n = recv.len() / p;
+        super::check_len("iallgather", recv.len(), n * p)?;
+        let own = &mut recv[me * n..(me + 1) * n];
+        own.fill(T::zeroed());
+        let end = super::own_block(send, own, me);
+        let blk = n * std::mem::size_of::<T>();
         let all = raw_mut(recv);
         let (next, prev) = ((me + 1) % p, (me + p - 1) % p);
         let rounds = (0..p.saturating_sub(1))
             .map(|step| {
                 let sb = (me + p - step) % p;
                 let rb = (me + p - step - 1) % p;
-                vec![
-                    self.send_step(next, all.as_read().slice(sb * blk, blk)),
-                    self.recv_step(prev, all.window(rb * blk, blk)),
-                ]
+                let out = if step == 0 && end.is_some() { raw(send) } else { all.as_read().slice(sb * blk, blk) };
+                vec![self.send_step(next, out), self.recv_step(prev, all.window(rb * blk, blk))]
             })
             .collect();
-        self.launch(scope, rounds, Vec::new())
+        self.launch(scope, ending(rounds, end), Vec::new())
     }
 
     /// Nonblocking all-to-all (`MPI_Ialltoall`; all exchanges at once).
@@ -288,22 +291,27 @@ impl Comm {
             return self.ialltoall_inter(scope, send, recv);
         }
         let (p, me) = (self.size(), self.rank());
-        super::check_len("ialltoall", send.len(), recv.len())?;
-        if !send.len().is_multiple_of(p) {
-            return Err(Error::Other(format!("ialltoall: {} elements do not split into {p} blocks", send.len())));
+        for (what, len) in [("send", send.len()), ("receive", recv.len())] {
+            if !len.is_multiple_of(p) {
+                return Err(Error::Other(format!("ialltoall: {len} {what} elements do not split into {p} blocks")));
+            }
         }
-        let n = send.len() / p;
-        recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
-        let blk = n * std::mem::size_of::<T>();
+        // Blocks sent as they are and received as this rank's receive count says: if the two
+        // counts differ (an erroneous program), every rank reports it.
+        let (n, m) = (send.len() / p, recv.len() / p);
+        let own = &mut recv[me * m..(me + 1) * m];
+        own.fill(T::zeroed());
+        let end = super::own_block(&send[me * n..(me + 1) * n], own, me);
+        let (sblk, rblk) = (n * std::mem::size_of::<T>(), m * std::mem::size_of::<T>());
         let (s, r) = (raw(send), raw_mut(recv));
         let mut steps = Vec::new();
         for k in 1..p {
             let to = (me + k) % p;
             let from = (me + p - k) % p;
-            steps.push(self.recv_step(from, r.window(from * blk, blk)));
-            steps.push(self.send_step(to, s.slice(to * blk, blk)));
+            steps.push(self.recv_step(from, r.window(from * rblk, rblk)));
+            steps.push(self.send_step(to, s.slice(to * sblk, sblk)));
         }
-        self.launch(scope, vec![steps], Vec::new())
+        self.launch(scope, ending(vec![steps], end), Vec::new())
     }
 
     /// Nonblocking reduction to `root` (`MPI_Ireduce`; binomial tree, rank order for

@@ -160,9 +160,10 @@ fn in_step(w: &Comm, root: usize, mark: u8, after: &str) -> mpr::Result<()> {
     Ok(())
 }
 
-/// Gathers and scatters (blocking, nonblocking, v-forms) whose ranks' counts differ: the
-/// ranks that can see it (a gather's root, a scatter's receivers, a root whose own two
-/// counts differ) get `Mismatch`, every other rank its blocks, and none waits for ever.
+/// Gathers and scatters (blocking, nonblocking, v-forms), allgathers and all-to-alls whose
+/// ranks' counts differ: the ranks that can see it (a gather's root, a scatter's receivers,
+/// a rank whose own two counts differ) get `Mismatch`, every other rank its blocks, and none
+/// waits for ever.
 fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
     let (me, p) = (w.rank(), w.size());
     if p == 1 {
@@ -172,10 +173,12 @@ fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
     let pairs = [(4usize, 40usize), (40, 4), (100_000, 4000), (4000, 100_000), (0, 8), (8, 0)];
     for (i, &(theirs, ours)) in pairs.iter().enumerate() {
         let root = [0, p - 1][i % 2];
-        for kind in 0..11 {
+        for kind in 0..15 {
             // Kinds 0-5: every other rank but the root is wrong (gather, igather, gatherv,
-            // scatter, iscatter, scatterv); 6-10: only the root's own counts differ (gather,
-            // scatter, igatherv, iscatterv, and an iallgatherv whose every rank sees it).
+            // scatter, iscatter, scatterv); 6-12: only the root's own counts differ (gather,
+            // scatter, igatherv, iscatterv, an iallgatherv whose every rank sees it, an
+            // allgather and an all-to-all where only the root does, an iallgather and an
+            // ialltoall where every rank does).
             let own = kind >= 6;
             let wrong = |r: usize| if own { r == root } else { r != root && r % 2 == 1 };
             let n = if wrong(me) { ours } else { theirs };
@@ -190,6 +193,27 @@ fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
                     let block = &recv[q * theirs..(q + 1) * theirs];
                     assert!(
                         block.iter().enumerate().all(|(j, &b)| b == byte(q, j)),
+                        "rank {me}, pair {i}, kind {kind}: block {q}"
+                    );
+                }
+                r
+            } else if kind >= 11 {
+                // All-to-all: block j of rank q holds byte(q, ..) ^ j.
+                let mut recv = vec![0u8; theirs * p];
+                let gathered: Vec<u8> = (0..n).map(|j| byte(me, j)).collect();
+                let spread: Vec<u8> = (0..n * p).map(|x| byte(me, x % n.max(1)) ^ (x / n.max(1)) as u8).collect();
+                let r = match kind {
+                    11 => w.allgather(&gathered, &mut recv),
+                    12 => w.alltoall(&spread, &mut recv),
+                    13 => mpr::scope(|s| w.iallgather(s, &gathered, &mut recv)?.wait()),
+                    _ => mpr::scope(|s| w.ialltoall(s, &spread, &mut recv)?.wait()),
+                };
+                let to = if kind % 2 == 1 { 0 } else { me as u8 };
+                // The iallgather's ring passes the mismatch on instead of the blocks.
+                for q in (0..p).filter(|&q| !wrong(q) && kind != 13) {
+                    let block = &recv[q * theirs..(q + 1) * theirs];
+                    assert!(
+                        block.iter().enumerate().all(|(j, &b)| b == byte(q, j) ^ to),
                         "rank {me}, pair {i}, kind {kind}: block {q}"
                     );
                 }
@@ -236,8 +260,10 @@ fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
             };
             // Who sees the mismatch: the root of a gather (of another rank's count, or its
             // own), the wrong ranks of a scatter (the root, of its own counts), every rank of
-            // the iallgatherv (the root of its own counts, the others of its block).
-            let sees = if kind == 10 {
+            // the iallgatherv (the root of its own counts, the others of its block), the root
+            // of the allgather and the all-to-all (the others get its block padded or cut),
+            // every rank of the iallgather and the ialltoall (its blocks as they are).
+            let sees = if kind == 10 || kind >= 13 {
                 true
             } else if gather {
                 me == root && (0..p).any(wrong)
