@@ -130,12 +130,14 @@ fn check_root(comm: &Comm, root: usize) -> Result<(), Error> {
     }
 }
 
-/// Copies a rank's own block `from` into `to`, as much as fits; the mismatch if their
-/// lengths differ (the rank's send and receive counts differ: an erroneous program), which
-/// the caller reports once the other ranks' blocks went, so that none waits for ever.
+/// Copies a rank's own block `from` into `to`, as much as fits, zeros after; the mismatch
+/// if their lengths differ (the rank's send and receive counts differ: an erroneous
+/// program), which the caller reports once the other ranks' blocks went, so that none waits
+/// for ever.
 pub(super) fn own_block<T: Pod>(from: &[T], to: &mut [T], me: usize) -> Option<Error> {
     let n = from.len().min(to.len());
     to[..n].copy_from_slice(&from[..n]);
+    to[n..].fill(T::zeroed());
     let (buffer, message) = (std::mem::size_of_val(to), std::mem::size_of_val(from));
     (buffer != message).then_some(Error::Mismatch { from: me, buffer, message: Some(message) })
 }
@@ -389,9 +391,8 @@ impl Comm {
             // its send blocks.
             let (sb, rb) = (send.len() / p, recv.len() / p);
             let mut own: Vec<T> = bytemuck::zeroed_vec(recv.len());
-            let k = sb.min(rb);
             for (o, s) in own.chunks_exact_mut(rb.max(1)).zip(send.chunks_exact(sb.max(1))) {
-                o[..k].copy_from_slice(&s[..k]);
+                own_block(s, o, self.rank());
             }
             self.alltoall(&own, recv)?;
             let (buffer, message) = (rb * size_of::<T>(), sb * size_of::<T>());

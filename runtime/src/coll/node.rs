@@ -887,18 +887,12 @@ impl Arena {
     /// the part is rewritten. Every member calls this for the same operations with the same
     /// lengths, so all agree on the offsets.
     fn next_part(&self, len: usize, k: u64) -> (usize, u64) {
-        let at = self.part_at(len);
         let len = len.next_multiple_of(PAGE);
+        let room = if len <= SMALL_PART { self.slot.min(SLOT) } else { self.slot };
+        let at = Some(self.cursor.get()).filter(|&a| a + len <= room).unwrap_or(0);
         self.cursor.set(at + len);
         let last = self.page_used[at / PAGE..(at + len) / PAGE].iter().map(|p| p.replace(k)).max().unwrap_or(0);
         (at, last)
-    }
-
-    /// Where [`Arena::next_part`] would put a part of `len` bytes, taking no turn.
-    fn part_at(&self, len: usize) -> usize {
-        let len = len.next_multiple_of(PAGE);
-        let room = if len <= SMALL_PART { self.slot.min(SLOT) } else { self.slot };
-        Some(self.cursor.get()).filter(|&a| a + len <= room).unwrap_or(0)
     }
 
     /// Lets `fill` write `len` bytes of this member's slot for operation `k`, in the next

@@ -264,7 +264,6 @@ impl Comm {
         let n = recv.len() / p;
         super::check_len("iallgather", recv.len(), n * p)?;
         let own = &mut recv[me * n..(me + 1) * n];
-        own.fill(T::zeroed());
         let end = super::own_block(send, own, me);
         let blk = n * std::mem::size_of::<T>();
         let all = raw_mut(recv);
@@ -300,7 +299,6 @@ impl Comm {
         // counts differ (an erroneous program), every rank reports it.
         let (n, m) = (send.len() / p, recv.len() / p);
         let own = &mut recv[me * m..(me + 1) * m];
-        own.fill(T::zeroed());
         let end = super::own_block(&send[me * n..(me + 1) * n], own, me);
         let (sblk, rblk) = (n * std::mem::size_of::<T>(), m * std::mem::size_of::<T>());
         let (s, r) = (raw(send), raw_mut(recv));
