@@ -358,17 +358,18 @@ impl Comm {
         if let Some(local) = self.local() {
             return self.allgather_inter(local, send, recv);
         }
-        let blk = recv.len() / self.size();
-        if send.len() != blk && recv.len() == blk * self.size() {
+        let p = self.size();
+        // Compared by a product first: a correct call pays no division for this check.
+        if send.len() * p != recv.len() && recv.len().is_multiple_of(p) {
             // This rank's send and receive counts differ (an erroneous program): it takes
             // part with a block of its receive count, so that no rank waits for ever, and
             // reports it.
-            let mut own = bytemuck::zeroed_vec(blk);
+            let mut own = bytemuck::zeroed_vec(recv.len() / p);
             let mismatch = own_block(send, &mut own, self.rank());
             self.allgather(&own, recv)?;
             return mismatch.map_or(Ok(()), Err);
         }
-        check_len("allgather", recv.len(), send.len() * self.size())?;
+        check_len("allgather", recv.len(), send.len() * p)?;
         let tag = self.coll_tag()?;
         match self.node_plan().filter(|_| settings().allgather_algo.is_none()) {
             Some(plan) if self.through_segment(plan, size_of_val(send), usize::MAX, tag)? => {

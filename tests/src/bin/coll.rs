@@ -175,7 +175,7 @@ fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
         let root = [0, p - 1][i % 2];
         for kind in 0..15 {
             // Kinds 0-5: every other rank but the root is wrong (gather, igather, gatherv,
-            // scatter, iscatter, scatterv); 6-12: only the root's own counts differ (gather,
+            // scatter, iscatter, scatterv); 6-14: only the root's own counts differ (gather,
             // scatter, igatherv, iscatterv, an iallgatherv whose every rank sees it, an
             // allgather and an all-to-all where only the root does, an iallgather and an
             // ialltoall where every rank does).
@@ -198,7 +198,8 @@ fn check_rooted_mismatch(w: &Comm) -> mpr::Result<()> {
                 }
                 r
             } else if kind >= 11 {
-                // All-to-all: block j of rank q holds byte(q, ..) ^ j.
+                // Allgather: rank q's block holds byte(q, ..); all-to-all: its block j holds
+                // byte(q, ..) ^ j.
                 let mut recv = vec![0u8; theirs * p];
                 let gathered: Vec<u8> = (0..n).map(|j| byte(me, j)).collect();
                 let spread: Vec<u8> = (0..n * p).map(|x| byte(me, x % n.max(1)) ^ (x / n.max(1)) as u8).collect();
