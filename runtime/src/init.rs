@@ -59,7 +59,7 @@ pub(crate) fn start() -> Result<Runtime, Error> {
         // Under mprun the rank's exit ends the job; a foreign launcher (srun without -K, a
         // PMIx server) may leave the others waiting for it in a fence: end the job.
         if boot.foreign() && boot.size > 1 {
-            eprintln!("mpr: rank {}: start-up failed: {e}; asking the launcher to end the job", boot.rank);
+            crate::say::say!("mpr: rank {}: start-up failed: {e}; asking the launcher to end the job", boot.rank);
             // The launcher forwards output apart from its PMI service (srun's I/O and its
             // step daemons): an abort sent at once can end the step before this line reached
             // the user. Give the forwarding a head start.
@@ -283,16 +283,19 @@ fn start_with(slot: &mut Option<Bootstrap>) -> Result<Runtime, Error> {
                 0 => String::new(),
                 n => format!(", the first {n} B with the request"),
             };
-            eprintln!(
+            crate::say::say!(
                 "mpr: rank {me} -> rank {peer}: {name} (eager up to {} B, large messages by {bulk}{head}{why}){}",
-                l.eager, via[peer]
+                l.eager,
+                via[peer]
             );
         }
         let cpus = crate::bootstrap::cpus::encode(&my_cpus);
         let waits = if outnumbered { "outnumbered: waits yield at once" } else { "waits spin, then yield" };
         let here = same_host.iter().filter(|&&h| h).count();
         let machine = cards.iter().filter(|c| c.machine_key() == card.machine_key()).count();
-        eprintln!("mpr: rank {me}: CPUs {cpus}, {here} rank(s) on this host, {machine} on this machine, {waits}");
+        crate::say::say!(
+            "mpr: rank {me}: CPUs {cpus}, {here} rank(s) on this host, {machine} on this machine, {waits}"
+        );
     }
     let engine = Engine::new(me, limits);
     let boot = slot.take().expect("the bootstrap is still here");
@@ -371,7 +374,7 @@ fn fabric_ring(host_of: &[u32], direct: impl Fn(usize, usize) -> bool, say: bool
                 "ring collectives go in rank order (along the cables, or no ring of cables reaches every host)".into()
             }
         };
-        eprintln!("mpr: {what}");
+        crate::say::say!("mpr: {what}");
     }
     match plan {
         Ring::Follows(order) => ring::positions(&order, &host_of),

@@ -39,6 +39,7 @@ mod layout;
 mod progress;
 mod request;
 pub mod rma;
+mod say;
 mod shmfile;
 mod status;
 pub mod topo;

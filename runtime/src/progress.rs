@@ -582,7 +582,7 @@ impl Runtime {
                 // A peer that died is reported as such by the wait; this is for the living.
                 if first && self.peer_state(peer) == PeerState::Alive {
                     let what = if read { "read from" } else { "write to" };
-                    eprintln!(
+                    crate::say::say!(
                         "mpr: rank {}: single-copy {what} rank {peer} failed ({e}); large messages with it are \
                          streamed from now on (two copies instead of one)",
                         self.boot.rank
@@ -684,7 +684,7 @@ impl Runtime {
             Some(Exposure::Address(p)) if self.peer_state(p) != PeerState::Dead => {
                 let me = self.boot.rank;
                 let msg = format!("rank {me}: {err}; rank {p} may still access the buffer, so the job is aborted");
-                eprintln!("mpr: {msg}");
+                crate::say::say!("mpr: {msg}");
                 self.boot.abort(1, &msg);
                 std::process::exit(1);
             }
@@ -880,26 +880,35 @@ impl Runtime {
         });
         if crate::env::verbose() && self.route.len() > 1 {
             let c = self.copies;
-            eprintln!(
+            crate::say::say!(
                 "mpr: rank {}: single copy: {} reads ({} B), {} writes ({} B), {} refused",
-                self.boot.rank, c.reads, c.read_bytes, c.writes, c.write_bytes, c.failed
+                self.boot.rank,
+                c.reads,
+                c.read_bytes,
+                c.writes,
+                c.write_bytes,
+                c.failed
             );
             let [sn, rn, sr, rr] = self.p2p;
-            eprintln!(
+            crate::say::say!(
                 "mpr: rank {}: point-to-point: {sn} sends and {rn} receives done as they started, {sr} sends and {rr} \
                  receives by request",
                 self.boot.rank
             );
             if self.rma_ops != [0; 5] {
                 let [direct, copy, sent, read, write] = self.rma_ops;
-                eprintln!(
+                crate::say::say!(
                     "mpr: rank {}: one-sided: {direct} direct in shared memory, {copy} by single copy, {sent} by \
                      message, {read} by RDMA READ, {write} by RDMA WRITE",
                     self.boot.rank
                 );
             }
             if self.aside_rounds > 0 {
-                eprintln!("mpr: rank {}: progress thread: {} rounds with work", self.boot.rank, self.aside_rounds);
+                crate::say::say!(
+                    "mpr: rank {}: progress thread: {} rounds with work",
+                    self.boot.rank,
+                    self.aside_rounds
+                );
             }
         }
         for t in self.transports.iter_mut() {

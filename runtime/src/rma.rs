@@ -425,7 +425,7 @@ impl<'a, T: Pod> Window<'a, T> {
                     Err(e) => {
                         // The OS refused (it allowed it at start-up): messages from now on.
                         if crate::env::verbose() {
-                            eprintln!(
+                            crate::say::say!(
                                 "mpr: one-sided single copy to rank {target} refused ({e}); messages from now on"
                             );
                         }

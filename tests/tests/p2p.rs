@@ -481,3 +481,45 @@ fn unknown_transport_is_a_clear_error() {
     let err = text(&out.stderr);
     assert!(err.contains("unknown transport \"carrier-pigeon\""), "{err}");
 }
+
+/// Busy loops that load the machine until dropped.
+struct Load(Vec<std::process::Child>);
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Every line the runtime prints is written whole (formatted first, one write): 12 ranks on
+/// the machine's cores, loaded by two busy loops, print their routes at once, three times
+/// over; no line holds the start of another, and each route line of each rank is there once.
+#[test]
+fn runtime_lines_never_merge_under_load() {
+    let load = Load(
+        (0..2)
+            .map(|_| std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("sh"))
+            .collect(),
+    );
+    let np = 12;
+    for round in 0..3 {
+        let se = run(np, "ring", &[VERBOSE]);
+        for l in se.lines().filter(|l| l.contains("mpr: ")) {
+            assert!(
+                l.starts_with("mpr: ") && l.matches("mpr: ").count() == 1,
+                "round {round}: a merged line: {l:?}\n{se}"
+            );
+        }
+        for r in 0..np {
+            for p in (0..np).filter(|&p| p != r) {
+                let start = format!("mpr: rank {r} -> rank {p}: ");
+                let n = se.lines().filter(|l| l.starts_with(&start)).count();
+                assert_eq!(n, 1, "round {round}: rank {r}'s route to {p}:\n{se}");
+            }
+        }
+    }
+    drop(load);
+}

@@ -247,7 +247,11 @@ impl Bootstrap {
                 Some(Placement { local, .. }) => format!(", {} rank(s) on this node", local.len()),
                 None => String::new(),
             };
-            eprintln!("mpr: rank 0: started through the launcher's {} service, job {}{mapping}", p.name(), p.kvsname());
+            crate::say::say!(
+                "mpr: rank 0: started through the launcher's {} service, job {}{mapping}",
+                p.name(),
+                p.kvsname()
+            );
         }
         Ok(Bootstrap { rank, size, jobid, host, secret: secret.into_bytes(), one_host, placement, foreign, pmi })
     }
@@ -278,7 +282,7 @@ impl Bootstrap {
             if draw_secret {
                 job += &format!(":{}", hex(&bytes[4..]));
                 if crate::env::verbose() {
-                    eprintln!(
+                    crate::say::say!(
                         "mpr: no MPR_SECRET from the launcher: rank 0 drew a 128-bit job secret and shared it \
                          through the launcher's key-value service (see docs/launchers.md)"
                     );
@@ -323,7 +327,7 @@ impl Bootstrap {
                 .filter(|&r| placement.local.contains(&r) != (cards[r].host == card.host))
                 .collect::<Vec<_>>();
             if !differ.is_empty() && crate::env::verbose() {
-                eprintln!(
+                crate::say::say!(
                     "mpr: rank {}: the launcher's process mapping and the host names disagree about ranks {differ:?}; \
                      the host names decide which ranks share memory (MPR_HOST names a host)",
                     self.rank

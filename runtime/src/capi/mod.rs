@@ -583,7 +583,7 @@ fn failed(name: &str, comm: c_int, win: Option<(c_int, c_int)>, fail: Fail) -> c
         Some((_, _, comm, rank, None)) => fatal(name, &comm, rank, &fail),
         None => {
             // No MPI state (before MPI_Init, after MPI_Finalize, another thread): fatal.
-            eprintln!("mpr: fatal error in {name}: {}", fail.message);
+            crate::say::say!("mpr: fatal error in {name}: {}", fail.message);
             std::process::exit(fail.class)
         }
     }
@@ -591,7 +591,7 @@ fn failed(name: &str, comm: c_int, win: Option<(c_int, c_int)>, fail: Fail) -> c
 
 /// Ends the job for error `fail` in `name`, naming this rank.
 fn fatal(name: &str, comm: &Comm, rank: usize, fail: &Fail) -> ! {
-    eprintln!("mpr: rank {rank}: fatal error in {name}: {} ({})", fail.message, class_text(fail.class));
+    crate::say::say!("mpr: rank {rank}: fatal error in {name}: {} ({})", fail.message, class_text(fail.class));
     // The launcher's line names the call; the message is in the line above (PMI carries
     // no spaces).
     // An exit status keeps 8 bits: a class of the program's (above them) ends the job with 1.

@@ -133,7 +133,9 @@ impl Shared {
         match spawned {
             Ok(handle) => h.1 = Some(Helper { stop, handle }),
             // Without it, operations are served at the target's next mpr call, as with `off`.
-            Err(e) => eprintln!("mpr: no progress thread ({e}); passive-target operations wait for the target's calls"),
+            Err(e) => {
+                crate::say::say!("mpr: no progress thread ({e}); passive-target operations wait for the target's calls")
+            }
         }
     }
 

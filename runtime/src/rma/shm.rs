@@ -113,7 +113,7 @@ fn agree<T>(comm: &Comm, r: &Result<T, String>) -> Result<bool, Error> {
     let mut ok = [u8::from(r.is_ok())];
     comm.allreduce_in_place(&mut ok, crate::Min)?;
     if let Err(why) = r {
-        eprintln!(
+        crate::say::say!(
             "mpr: rank {}: no shared memory for a window ({why}); its ranks on one host use messages instead",
             comm.rank()
         );

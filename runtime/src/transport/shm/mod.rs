@@ -264,7 +264,7 @@ impl Transport for ShmTransport {
         self.seg.slot(self.me).1.store(SLOT_FINALIZED, Ordering::Release);
         if crate::env::verbose() {
             let (n, bytes) = self.realigned;
-            eprintln!(
+            crate::say::say!(
                 "mpr: rank {}: shm: {n} single copies ({bytes} B) realigned through the bounce buffer",
                 self.world_of[self.me]
             );

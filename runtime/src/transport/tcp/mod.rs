@@ -144,13 +144,13 @@ impl TcpListening {
                         if shaking.len() >= MAX_HANDSHAKES {
                             // The oldest goes: a real peer proves itself within a round trip.
                             let (_, old, _) = shaking.remove(0);
-                            eprintln!(
+                            crate::say::say!(
                                 "mpr: rank {me}: rejected a TCP connection from {old}: too many handshakes at once"
                             );
                         }
                         match handshake::Accepting::new(s) {
                             Ok(h) => shaking.push((h, from, Instant::now())),
-                            Err(e) => eprintln!("mpr: rank {me}: rejected a TCP connection from {from}: {e}"),
+                            Err(e) => crate::say::say!("mpr: rank {me}: rejected a TCP connection from {from}: {e}"),
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -179,12 +179,14 @@ impl TcpListening {
                             waiting.retain(|&p| p != peer);
                             conns[peer] = Some(setup(h.into_stream())?);
                         } else {
-                            eprintln!("mpr: rank {me}: rejected a TCP connection: rank {peer} is connected already");
+                            crate::say::say!(
+                                "mpr: rank {me}: rejected a TCP connection: rank {peer} is connected already"
+                            );
                         }
                     }
                     Err(why) => {
                         moved = true;
-                        eprintln!("mpr: rank {me}: rejected a TCP connection from {from}: {why}");
+                        crate::say::say!("mpr: rank {me}: rejected a TCP connection from {from}: {why}");
                         shaking.remove(i);
                     }
                 }
@@ -204,7 +206,7 @@ impl TcpListening {
         }
         // Handshakes still running are strays (every peer is in): closed as they are dropped.
         for (_, from, _) in &shaking {
-            eprintln!("mpr: rank {me}: closed a TCP connection from {from} that had not proved itself");
+            crate::say::say!("mpr: rank {me}: closed a TCP connection from {from} that had not proved itself");
         }
         let caps = Caps {
             name: "tcp",
@@ -276,7 +278,7 @@ impl TcpTransport {
     /// Accepts and closes connections that arrive after start-up (with a log line).
     fn turn_away_strays(&mut self) {
         while let Ok((_, from)) = self.listener.accept() {
-            eprintln!("mpr: rank {}: closed an unexpected TCP connection from {from}", self.me);
+            crate::say::say!("mpr: rank {}: closed an unexpected TCP connection from {from}", self.me);
         }
     }
 }

@@ -5,6 +5,7 @@
 pub(crate) mod fabric;
 pub(crate) mod ffi;
 pub(crate) mod ibv;
+pub(crate) mod link;
 pub(crate) mod provider;
 pub(crate) mod select;
 pub(crate) mod soft;

@@ -8,8 +8,13 @@
 //! one or more engine frames, each after its length:
 //!
 //! ```text
-//! kind u8 | 0 u8 | 0 u16 | seq u32 | ack u32 | len u32 | (flen u32 | frame)+  (len bytes)
+//! kind u8 | 0 u8 | 0 u16 | seq u32 | ack u32 | sack u32 | len u32 | (flen u32 | frame)+  (len bytes)
 //! ```
+//!
+//! - Frames of the wire: on UC (Thunderbolt) a SEND must span as many 4 KiB frames as the
+//!   receive it lands in (TN3205), and every receive here is `chunk` bytes, so every SEND is
+//!   sent at the length that spans the same frames (`wire_len`: nothing to add at the
+//!   default `chunk` of one frame; beyond it, short messages are padded).
 //!
 //! - Packing: frames handed over in one burst (a window of small sends, a collective's
 //!   steps) share a send buffer, which goes out when the next frame does not fit, at the
@@ -21,17 +26,14 @@
 //! - Credits: a peer's receive buffers are always posted (each is posted again as soon as
 //!   its message is handed to the engine), and a sender has at most `window` unacknowledged
 //!   messages, fewer than the receiver's buffers, so a send finds a posted receive.
-//! - Reliability (UC gives none): messages are numbered; `ack` says the next number wanted
-//!   (cumulative), piggybacked on every message and sent alone when nothing else goes out.
-//!   Messages out of order are dropped (go-back-N), and only the first few of a run are
-//!   acknowledged again; a sender retransmits everything unacknowledged after its timeout
-//!   or after two repeated acks, once per loss (repeats below the point a retransmission
-//!   reached start no other), and keeps each message's buffer until it is acknowledged. The
-//!   timeout follows the link's round trips (RFC 6298, Karn's rule), never below `rto`,
-//!   doubling on each expiry up to 64 x. No acknowledgement for `dead_after`
-//!   while messages wait: the peer is declared dead (a dead peer gives no error completion).
-//!   On RC queue pairs the device retransmits; only the credits remain, and a failed
-//!   completion means the peer is gone.
+//! - Reliability (UC gives none): the sans-I/O protocol of `super::link` numbers the
+//!   messages, acknowledges them cumulatively and selectively (`ack`, `sack`, piggybacked on
+//!   every message and sent alone when nothing else goes out), keeps what arrives ahead of a
+//!   gap, and says which messages to send again (RACK and a timeout from the round trips);
+//!   a sender keeps each message's buffer until it is acknowledged. Nothing at all heard
+//!   from the peer for `dead_after` while messages wait: the peer is declared dead (a dead
+//!   peer gives no error completion). On RC queue pairs the device retransmits; only the
+//!   credits remain, and a failed completion means the peer is gone.
 //! - Liveness: a side channel (the TCP connection of the pair) tells a crashed process from
 //!   a busy one at once, as the kernel closes its sockets; the acknowledgement bound covers
 //!   a cut link.
@@ -58,25 +60,29 @@
 //!   every message of ours is acknowledged and every peer's FIN has arrived (or the peer
 //!   left), so no message is lost to an early exit.
 //!
-//! Tunables: `MPR_RDMA_CHUNK` (bytes per message, default 64 KiB), `MPR_RDMA_WINDOW`
-//! (messages in flight per peer, default 16, at most the device's work requests minus
-//! acknowledgement slots), `MPR_RDMA_RTO_MS` (first retransmission timeout, default 5),
+//! Tunables: `MPR_RDMA_CHUNK` (bytes per message, whole 4 KiB frames: default one frame on UC,
+//! where a message that loses one frame is lost whole and macOS before 26.3 takes no more,
+//! 64 KiB on RC), `MPR_RDMA_WINDOW` (messages in flight per peer, default 24 on UC and 16 on
+//! RC, at most 32 and the device's work requests minus acknowledgement slots), `MPR_RDMA_RTO_MS` (first retransmission timeout, default 5),
 //! `MPR_RDMA_TIMEOUT` (seconds without acknowledgement before a peer is declared dead,
 //! default 10), `MPR_RDMA_READ_MIN` (smallest message pulled with RDMA READ where the device
 //! can, default 512 KiB; `MPR_RDMA_READ=0` turns READ off).
 
 use std::alloc::Layout;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 mod one_sided;
 
+use super::link::{self as proto, Arrival};
 use super::provider::{Completion, DeviceCaps, Mr, Opcode, Provider, QpAddr, QpId, QpType, Remote, Sge, WcStatus};
 use crate::error::Error;
 use crate::transport::{Caps, FrameSink, PeerState, RemoteOp, Sink, Transport};
 
-const THDR: usize = 16;
+const THDR: usize = 20;
+/// The wire's frame (TN3205): a SEND and its receive span the same number of them.
+const FRAME: usize = 4096;
 /// Bytes before each frame in a message: its length.
 const FHDR: usize = 4;
 const DATA: u8 = 1;
@@ -92,8 +98,6 @@ const POLL_MAX: usize = 64;
 const READ_PIECE: usize = 1 << 20;
 /// Marks the `buf` half of a READ's work-request id (the rest: the read's generation).
 const READ_TAG: usize = 0x8000_0000;
-/// Messages out of order acknowledged in a row (the sender retransmits after two repeats).
-const UNEXPECTED_ACKS: u32 = 3;
 /// Regions kept for the transport itself: the two bounce regions and one receive buffer.
 const OWN_REGIONS: usize = 3;
 
@@ -110,11 +114,13 @@ pub(crate) struct Tuning {
 
 impl Tuning {
     pub(crate) fn from_env(caps: &DeviceCaps) -> Tuning {
-        let page = caps.align.max(4096);
-        let chunk = crate::env::parsed::<usize>("MPR_RDMA_CHUNK").unwrap_or(64 << 10).clamp(page, caps.max_msg);
-        let chunk = chunk.div_ceil(page) * page;
-        let most = caps.max_wr.saturating_sub(ACK_BUFS + RECV_SPARE).max(1);
-        let window = crate::env::parsed::<usize>("MPR_RDMA_WINDOW").unwrap_or(16).clamp(1, most);
+        let default = if caps.rc { 64 << 10 } else { FRAME };
+        let most_msg = (caps.max_msg / FRAME * FRAME).max(FRAME);
+        let chunk = crate::env::parsed::<usize>("MPR_RDMA_CHUNK").unwrap_or(default).clamp(FRAME, most_msg);
+        let chunk = chunk.div_ceil(FRAME) * FRAME;
+        let most = caps.max_wr.saturating_sub(ACK_BUFS + RECV_SPARE).clamp(1, proto::MAX_WINDOW);
+        let window =
+            crate::env::parsed::<usize>("MPR_RDMA_WINDOW").unwrap_or(if caps.rc { 16 } else { 24 }).clamp(1, most);
         let rto = Duration::from_millis(crate::env::parsed("MPR_RDMA_RTO_MS").unwrap_or(5u64).max(1));
         let dead_after =
             crate::env::seconds("MPR_RDMA_TIMEOUT").unwrap_or(Duration::from_secs(10)).max(Duration::from_millis(100));
@@ -153,48 +159,6 @@ impl Drop for Pinned {
     }
 }
 
-/// A message waiting for its acknowledgement.
-#[derive(Debug)]
-struct Out {
-    seq: u32,
-    buf: usize,
-    len: usize,
-    sent: Instant,
-    /// Sent more than once: its acknowledgement times no round trip (Karn).
-    again: bool,
-}
-
-/// The retransmission timeout of one link, from its round trips (RFC 6298): smoothed round
-/// trip and its variation, never below the configured timeout. A receiver that does not get
-/// the CPU for a while (more ranks than cores) makes round trips long, and the timeout
-/// follows, rather than sending a window again that was never lost.
-#[derive(Clone, Copy, Debug)]
-struct RttEstimate {
-    srtt: Option<Duration>,
-    rttvar: Duration,
-}
-
-impl RttEstimate {
-    fn sample(&mut self, rtt: Duration) {
-        match self.srtt {
-            None => {
-                self.srtt = Some(rtt);
-                self.rttvar = rtt / 2;
-            }
-            Some(s) => {
-                let diff = s.abs_diff(rtt);
-                self.rttvar = (self.rttvar * 3 + diff) / 4;
-                self.srtt = Some((s * 7 + rtt) / 8);
-            }
-        }
-    }
-
-    /// The timeout before the first retransmission: at least `floor`, at most 64 times it.
-    fn rto(&self, floor: Duration) -> Duration {
-        self.srtt.map_or(floor, |s| (s + self.rttvar * 4).clamp(floor, floor * 64))
-    }
-}
-
 /// State towards one peer.
 #[derive(Debug)]
 struct Link {
@@ -202,8 +166,8 @@ struct Link {
     /// The device (index in `devs`) whose queue pair reaches the peer.
     dev: usize,
     qp: QpId,
-    next_seq: u32,
-    unacked: VecDeque<Out>,
+    /// Sequence numbers, acknowledgements, retransmission and liveness (UC).
+    rel: proto::Link,
     /// The send buffer being filled with frames, not yet posted, and the bytes in it after
     /// the header.
     open: Option<(usize, usize)>,
@@ -216,34 +180,9 @@ struct Link {
     in_flight: Vec<u32>,
     /// Acknowledged buffers waiting for their posts to complete.
     retired: Vec<bool>,
-    /// Next sequence number wanted from the peer.
-    expect: u32,
-    ack_due: bool,
-    /// Polls that ended with an acknowledgement owed (one is sent alone from the second on,
-    /// so a reply can carry it instead).
-    ack_polls: u32,
-    /// Messages taken since our last acknowledgement went out.
-    owed: usize,
-    last_ack: u32,
-    dup_acks: u32,
-    /// After a retransmission of the window: the sequence number that ends it. Repeated
-    /// acknowledgements below it come from the messages the receiver dropped as out of order
-    /// (go-back-N) and start no second retransmission; one at or past it ends the episode.
-    recover: Option<u32>,
-    /// Messages received out of order since the last one in order.
-    unexpected: u32,
-    rto: Duration,
-    rtt: RttEstimate,
-    /// Last time an acknowledgement moved (or the queue was empty).
-    progress: Instant,
     fin_sent: bool,
     fin_got: bool,
     dead: Option<String>,
-}
-
-/// Sequence number `a` comes before `b` (wrapping).
-fn before(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
 }
 
 /// The RDMA transport of one rank.
@@ -280,10 +219,6 @@ pub(crate) struct VerbsTransport {
     read_gen: u32,
     /// Messages and bytes pulled with READ (reported by `finalize` under `MPR_VERBOSE`).
     reads: (u64, u64),
-    /// UC: messages this rank sent again (go-back-N), and messages it received out of order
-    /// and dropped (reported by `finalize` under `MPR_VERBOSE`).
-    resent: u64,
-    out_of_order: u64,
     /// Sequenced messages each device sent (not counting retransmissions), reported by
     /// `finalize` under `MPR_VERBOSE`: how the cables shared the traffic.
     carried: Vec<u64>,
@@ -359,10 +294,11 @@ impl VerbsTransport {
         let per = tune.window + ACK_BUFS;
         let recv_per = tune.window + ACK_BUFS + RECV_SPARE;
         let n = prepared.len().max(1);
-        let align = caps.align.max(4096);
+        let align = caps.align.max(FRAME);
         let send_mem = Pinned::new(n * per * tune.chunk, align);
         let recv_mem = Pinned::new(n * recv_per * tune.chunk, align);
         let now = Instant::now();
+        let set = proto::Settings { window: tune.window, rto: tune.rto, dead_after: tune.dead_after };
         let mut lanes = vec![Vec::new(); size];
         let links = prepared
             .iter()
@@ -373,25 +309,13 @@ impl VerbsTransport {
                     rank: p.peer,
                     dev: p.dev,
                     qp: p.qp,
-                    next_seq: 0,
-                    unacked: VecDeque::new(),
+                    rel: proto::Link::new(set, now),
                     open: None,
                     free: (0..tune.window).rev().collect(),
                     in_flight: vec![0; per],
                     retired: vec![false; per],
                     free_ack: (tune.window..per).collect(),
                     send_wr: 0,
-                    expect: 0,
-                    ack_due: false,
-                    ack_polls: 0,
-                    owed: 0,
-                    last_ack: 0,
-                    dup_acks: 0,
-                    recover: None,
-                    unexpected: 0,
-                    rto: tune.rto,
-                    rtt: RttEstimate { srtt: None, rttvar: Duration::ZERO },
-                    progress: now,
                     fin_sent: false,
                     fin_got: false,
                     dead: None,
@@ -430,8 +354,6 @@ impl VerbsTransport {
             exposed: HashMap::new(),
             read_gen: 0,
             reads: (0, 0),
-            resent: 0,
-            out_of_order: 0,
             carried: vec![0; n_devs],
             frames: 0,
             os: Default::default(),
@@ -496,31 +418,48 @@ impl VerbsTransport {
         let mut h = [0u8; THDR];
         h[0] = kind;
         h[4..8].copy_from_slice(&seq.to_le_bytes());
-        h[8..12].copy_from_slice(&self.links[link].expect.to_le_bytes());
-        h[12..16].copy_from_slice(&(len as u32).to_le_bytes());
+        h[16..20].copy_from_slice(&(len as u32).to_le_bytes());
+        h[8..16].copy_from_slice(&self.ack_bytes(link));
         // SAFETY: every send buffer holds `chunk >= THDR` bytes; the device reads it only
         // after the post that follows.
         unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), self.send_ptr(link, buf), THDR) };
     }
 
+    /// The acknowledgement every message carries (header bytes 8..16): `ack`, `sack`.
+    fn ack_bytes(&self, link: usize) -> [u8; 8] {
+        let (ack, sack) = self.links[link].rel.ack();
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&ack.to_le_bytes());
+        b[4..].copy_from_slice(&sack.to_le_bytes());
+        b
+    }
+
+    /// The length a message of `len` bytes goes out at: on UC, at least as many frames as the
+    /// receives (`chunk`) span, the padding never read.
+    fn wire_len(&self, len: usize) -> usize {
+        if self.caps.rc {
+            len
+        } else {
+            len.max(self.tune.chunk - FRAME + 1)
+        }
+    }
+
     fn post_send(&mut self, link: usize, buf: usize, len: usize) -> Result<(), Error> {
-        let sge = self.send_sge(link, buf, THDR + len);
+        let sge = self.send_sge(link, buf, self.wire_len(THDR + len));
         let l = &mut self.links[link];
         self.devs[l.dev]
             .post_send(l.qp, Self::wr_id(link, buf), sge)
             .map_err(|e| Error::Transport(format!("RDMA send: {e}")))?;
         l.send_wr += 1;
         l.in_flight[buf] += 1;
-        l.ack_due = false;
-        l.ack_polls = 0;
-        l.owed = 0;
+        l.rel.ack_sent();
         Ok(())
     }
 
     /// Whether `link` can take another sequenced message now (a free buffer, a work request).
     fn room(&self, link: usize) -> bool {
         let l = &self.links[link];
-        !l.free.is_empty() && l.send_wr < self.caps.max_wr
+        !l.free.is_empty() && l.rel.can_send() && l.send_wr < self.caps.max_wr
     }
 
     /// Queues a sequenced message (a FIN: no frame) after the frames packed so far; false if
@@ -576,15 +515,11 @@ impl VerbsTransport {
     /// Posts send buffer `buf` of `link`, holding `len` bytes after the header, as the next
     /// sequenced message, kept until acknowledged.
     fn post_seq(&mut self, link: usize, buf: usize, kind: u8, len: usize) -> Result<(), Error> {
-        let seq = self.links[link].next_seq;
+        let seq = self.links[link].rel.next_seq();
         self.header(link, buf, kind, seq, len);
         self.post_send(link, buf, len)?;
         let l = &mut self.links[link];
-        if l.unacked.is_empty() {
-            l.progress = Instant::now();
-        }
-        l.unacked.push_back(Out { seq, buf, len, sent: Instant::now(), again: false });
-        l.next_seq = seq.wrapping_add(1);
+        l.rel.sent(buf, len, Instant::now());
         self.carried[l.dev] += 1;
         Ok(())
     }
@@ -609,42 +544,19 @@ impl VerbsTransport {
         self.post_send(link, buf, 0)
     }
 
-    /// Takes the acknowledgement `ack` (next number the peer wants) from `link`'s peer.
-    fn acked(&mut self, link: usize, ack: u32, alone: bool) {
+    /// Takes the acknowledgement `ack` and `sack` from `link`'s peer; the send buffers it
+    /// frees go back to `free` (or wait for their posts to complete).
+    fn acked(&mut self, link: usize, ack: u32, sack: u32) {
         let l = &mut self.links[link];
-        let mut moved = false;
-        let now = Instant::now();
-        while l.unacked.front().is_some_and(|o| before(o.seq, ack)) {
-            let o = l.unacked.pop_front().expect("front");
-            if !o.again && l.unacked.front().is_none_or(|n| !before(n.seq, ack)) {
-                // The newest message this acknowledgement covers times the round trip.
-                l.rtt.sample(now.duration_since(o.sent));
-            }
-            if l.in_flight[o.buf] == 0 {
-                l.free.push(o.buf);
+        l.rel.on_ack(ack, sack, Instant::now());
+        let Link { rel, free, in_flight, retired, .. } = l;
+        for b in rel.released() {
+            if in_flight[b] == 0 {
+                free.push(b);
             } else {
-                l.retired[o.buf] = true;
-            }
-            moved = true;
-        }
-        if moved {
-            l.progress = now;
-            l.rto = l.rtt.rto(self.tune.rto);
-            l.dup_acks = 0;
-            if l.recover.is_some_and(|r| !before(ack, r)) {
-                l.recover = None;
-            }
-        } else if alone && ack == l.last_ack && !l.unacked.is_empty() && l.recover.is_none() {
-            l.dup_acks += 1;
-            if l.dup_acks == 2 {
-                // The peer saw a gap: retransmit now (and time no round trip by these).
-                for o in l.unacked.iter_mut() {
-                    o.sent = o.sent.checked_sub(l.rto).unwrap_or(o.sent);
-                    o.again = true;
-                }
+                retired[b] = true;
             }
         }
-        l.last_ack = ack;
     }
 
     fn on_recv(&mut self, link: usize, buf: usize, c: &Completion, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
@@ -663,52 +575,39 @@ impl VerbsTransport {
         if got < THDR {
             return Err(Error::Transport(format!("RDMA: a {got}-byte message from rank {peer} has no header")));
         }
-        let kind = msg[0];
-        let seq = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
-        let ack = u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes"));
-        let len = u32::from_le_bytes(msg[12..16].try_into().expect("4 bytes")) as usize;
+        let word = |at: usize| u32::from_le_bytes(msg[at..at + 4].try_into().expect("4 bytes"));
+        let (kind, seq, ack, sack, len) = (msg[0], word(4), word(8), word(12), word(16) as usize);
         if THDR + len > got || !(DATA..=FIN).contains(&kind) {
             return Err(Error::Transport(format!(
                 "RDMA: malformed message from rank {peer} (kind {kind}, {len} bytes in {got}, byte_len {})",
                 c.byte_len
             )));
         }
-        self.acked(link, ack, kind == ACK);
+        self.acked(link, ack, sack);
         let mut n = 0;
-        let mut gap_ack = false;
         if kind != ACK {
-            let l = &mut self.links[link];
-            if seq == l.expect {
-                l.ack_due = true;
-                l.owed += 1;
-                l.unexpected = 0;
-                l.expect = seq.wrapping_add(1);
-                if kind == FIN {
-                    l.fin_got = true;
-                } else {
-                    n = unpack(peer, &msg[THDR..THDR + len], sink)?;
+            let body = &msg[THDR..THDR + len];
+            match self.links[link].rel.arrive(seq, kind, body) {
+                Arrival::InOrder => {
+                    n += self.take(link, kind, body, sink)?;
+                    while let Some(h) = self.links[link].rel.take_ready() {
+                        n += self.take(link, h.kind, &h.body, sink)?;
+                    }
                 }
-            } else if before(seq, l.expect) {
-                // A copy of a message we have: our acknowledgement was lost, so it is always
-                // sent again (the sender's timeout paces these copies).
-                l.ack_due = true;
-                l.owed += 1;
-                self.out_of_order += 1;
-            } else {
-                // A gap: the first few messages after it say so at once with repeated
-                // acknowledgements (two start the sender's fast retransmission; delayed,
-                // they would merge into one), which is all the sender needs; acknowledging
-                // every one of a window would flood its receive queue.
-                l.unexpected += 1;
-                gap_ack = l.unexpected <= UNEXPECTED_ACKS;
-                self.out_of_order += 1;
+                Arrival::Held | Arrival::Duplicate => {}
             }
         }
         self.post_recv(link, buf)?;
-        if gap_ack {
-            self.send_ack(link)?;
-        }
         Ok(n)
+    }
+
+    /// A sequenced message of `link`'s peer, in order: its frames to `sink`, or its FIN.
+    fn take(&mut self, link: usize, kind: u8, body: &[u8], sink: &mut FrameSink<'_>) -> Result<usize, Error> {
+        if kind == FIN {
+            self.links[link].fin_got = true;
+            return Ok(0);
+        }
+        unpack(self.links[link].rank, body, sink)
     }
 
     fn on_send(&mut self, link: usize, buf: usize, c: &Completion) {
@@ -763,12 +662,13 @@ impl VerbsTransport {
     /// Retransmissions, standalone acknowledgements, the dead-peer bound, and the goodbye.
     fn timers(&mut self) -> Result<(), Error> {
         let now = Instant::now();
+        let mut again = Vec::new();
         for link in 0..self.links.len() {
             let l = &mut self.links[link];
             if l.dead.is_some() {
                 continue;
             }
-            if !l.unacked.is_empty() && now.duration_since(l.progress) > self.tune.dead_after {
+            if l.rel.dead(now) {
                 let why = format!(
                     "no RDMA acknowledgement through device {} for {:.1} s",
                     self.device_of(link),
@@ -777,42 +677,23 @@ impl VerbsTransport {
                 self.links[link].dead = Some(why);
                 continue;
             }
-            if !self.caps.rc && l.unacked.front().is_some_and(|o| now.duration_since(o.sent) >= l.rto) {
-                // Go back N: everything unacknowledged, in order, as far as the queue allows.
-                // Doubling, but leaving room for several tries within the dead-peer bound.
-                l.rto = (l.rto * 2).min(l.rtt.rto(self.tune.rto) * 64).min(self.tune.dead_after / 4);
-                l.dup_acks = 0;
-                l.recover = Some(l.next_seq);
-                let resend: Vec<(usize, usize)> = l.unacked.iter().map(|o| (o.buf, o.len)).collect();
-                for (i, (buf, len)) in resend.into_iter().enumerate() {
-                    if self.links[link].send_wr >= self.caps.max_wr {
-                        break;
-                    }
-                    self.links[link].unacked[i].sent = now;
-                    self.links[link].unacked[i].again = true;
+            if !self.caps.rc {
+                let room = self.caps.max_wr.saturating_sub(l.send_wr);
+                again.clear();
+                l.rel.retransmit(now, room, &mut again);
+                for &(buf, len) in &again {
                     if self.links[link].in_flight[buf] == 0 {
                         // Refresh the piggybacked acknowledgement.
-                        let expect = self.links[link].expect;
+                        let ack = self.ack_bytes(link);
                         // SAFETY: the buffer is ours until acknowledged and no post of it is
-                        // in flight (the device reads it no more); bytes 8..12 are `ack`.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                expect.to_le_bytes().as_ptr(),
-                                self.send_ptr(link, buf).add(8),
-                                4,
-                            )
-                        };
+                        // in flight (the device reads it no more); bytes 8..16 are `ack`, `sack`.
+                        unsafe { std::ptr::copy_nonoverlapping(ack.as_ptr(), self.send_ptr(link, buf).add(8), 8) };
                     }
                     self.post_send(link, buf, len)?;
-                    self.resent += 1;
                 }
             }
-            let l = &mut self.links[link];
-            if l.ack_due {
-                l.ack_polls += 1;
-                if l.ack_polls >= 2 || l.owed * 2 >= self.tune.window {
-                    self.send_ack(link)?;
-                }
+            if self.links[link].rel.ack_alone() {
+                self.send_ack(link)?;
             }
         }
         if self.finalizing && !self.said_goodbye && self.quiet() {
@@ -931,8 +812,7 @@ impl VerbsTransport {
     /// one of its cables died, which ends the pair).
     fn quiet(&self) -> bool {
         self.links.iter().all(|l| {
-            self.peer_state(l.rank) != PeerState::Alive
-                || (l.fin_sent && l.open.is_none() && l.unacked.is_empty() && l.fin_got)
+            self.peer_state(l.rank) != PeerState::Alive || (l.fin_sent && l.open.is_none() && l.rel.idle() && l.fin_got)
         })
     }
 }
@@ -1127,13 +1007,13 @@ impl Transport for VerbsTransport {
                     format!("; device {}: {n} messages sent{more}", d.name())
                 })
                 .collect();
-            eprintln!(
+            crate::say::say!(
                 "mpr: rank {}: {}: {n} messages ({bytes} B) pulled with RDMA READ, {} sent again, {} received out of order, \
                  {} frames packed in {} messages{device}",
                 self.me,
                 self.name,
-                self.resent,
-                self.out_of_order,
+                self.links.iter().map(|l| l.rel.stats.resent).sum::<u64>(),
+                self.links.iter().map(|l| l.rel.stats.out_of_order + l.rel.stats.duplicates).sum::<u64>(),
                 self.frames,
                 self.carried.iter().sum::<u64>()
             );
@@ -1207,28 +1087,5 @@ impl Sink for Frames {
     }
     fn remote_done(&mut self, peer: usize, token: u64, result: Result<Option<&[u8]>, Error>) {
         self.1.push((peer, token, result.map(|b| b.map(<[u8]>::to_vec))));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_timeout_follows_the_round_trips_within_its_bounds() {
-        let floor = Duration::from_millis(5);
-        let mut e = RttEstimate { srtt: None, rttvar: Duration::ZERO };
-        assert_eq!(e.rto(floor), floor, "no sample yet");
-        e.sample(Duration::from_millis(1));
-        assert_eq!(e.rto(floor), floor, "fast round trips keep the floor");
-        for _ in 0..20 {
-            e.sample(Duration::from_millis(20));
-        }
-        let rto = e.rto(floor);
-        assert!(rto > Duration::from_millis(20) && rto < Duration::from_millis(40), "{rto:?}");
-        for _ in 0..50 {
-            e.sample(Duration::from_secs(10));
-        }
-        assert_eq!(e.rto(floor), floor * 64, "at most 64 times the floor");
     }
 }

@@ -21,7 +21,9 @@
 //! (a request holds its slot until its completion is polled), messages of at most
 //! 16,773,120 bytes. A message whose first frame finds no posted receive
 //! is dropped (there is no receiver-not-ready retry: the runtime must hand out credits); a
-//! message too long for the receive completes it with [`WcStatus::LocalLength`]; a message
+//! message too long for the receive, or spanning another number of 4 KiB frames than the
+//! receive (TN3205: a SEND and its RECV span the same frames), completes it with
+//! [`WcStatus::LocalLength`]; a message
 //! that lost a frame is dropped whole and the receive stays posted. A send completes when
 //! its frames went to the socket, also when the peer is dead. Flow control between the two
 //! sockets (a window of frames, credited by the receiver) imitates the lossless link: without
@@ -164,6 +166,9 @@ pub(crate) struct SoftStats {
     pub(crate) rnr_refused: u64,
     /// RC: receiver-not-ready NAKs received.
     pub(crate) rnr_naks: u64,
+    /// Receives completed with an error: a message too long for them, or (UC) spanning
+    /// another number of frames.
+    pub(crate) failed_recvs: u64,
     /// Frames dropped by loss injection.
     pub(crate) injected_losses: u64,
     /// RC: frames sent again.
@@ -243,7 +248,7 @@ impl Ctx {
 
     fn log(&self, msg: impl FnOnce() -> String) {
         if self.debug {
-            eprintln!("mpr: {}: {}", self.name, msg());
+            crate::say::say!("mpr: {}: {}", self.name, msg());
         }
     }
 }
@@ -393,11 +398,12 @@ impl Provider for SoftDevice {
     fn report(&self) -> Option<String> {
         let s = self.stats();
         Some(format!(
-            "{} frames lost (injected), {} frames sent again after {} timeouts, {} messages dropped for want of a receive or a frame",
+            "{} frames lost (injected), {} frames sent again after {} timeouts, {} messages dropped for want of a receive or a frame, {} receives failed",
             s.injected_losses,
             s.retransmits,
             s.timeouts,
-            s.no_recv_drops + s.incomplete_drops
+            s.no_recv_drops + s.incomplete_drops,
+            s.failed_recvs
         ))
     }
 

@@ -23,7 +23,7 @@ pub(super) fn run(mut poll: mio::Poll, core: &Mutex<Core>, stop: &AtomicBool) {
     loop {
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
-                eprintln!("mpr: soft verbs device: waiting for datagrams failed: {e}");
+                crate::say::say!("mpr: soft verbs device: waiting for datagrams failed: {e}");
                 return;
             }
         }

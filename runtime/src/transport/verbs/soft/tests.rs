@@ -131,7 +131,9 @@ fn assert_status(c: &Completion, op: Opcode, status: WcStatus) {
 fn send_and_check(p: &mut Pair, len: usize, seed: u64) {
     let data = pattern(seed, len);
     p.buf_a.bytes_mut()[..len].copy_from_slice(&data);
-    p.b.post_recv(p.qb, 7, sge(&p.mb, 0, p.buf_b.len)).unwrap();
+    // A receive of the message's frames (UC needs them to match, TN3205).
+    let room = (len.div_ceil(4096).max(1) * 4096).min(p.buf_b.len);
+    p.b.post_recv(p.qb, 7, sge(&p.mb, 0, room)).unwrap();
     p.a.post_send(p.qa, 9, sge(&p.ma, 0, len)).unwrap();
     let sent = wait(&mut p.a, 1, 10.0);
     assert_status(&sent[0], Opcode::Send, WcStatus::Success);
@@ -283,12 +285,40 @@ fn uc_a_receive_too_small_completes_with_local_length() {
     send_and_check(&mut p, 8192, 3);
 }
 
+/// TN3205: a SEND must span as many 4 KiB frames as the receive it lands in. On UC a
+/// shorter one fails that receive (and only it); RC, a Linux NIC's, takes it.
+#[test]
+fn uc_a_send_of_fewer_frames_than_its_receive_fails_it() {
+    let mut p = uc_pair(1 << 16);
+    p.b.post_recv(p.qb, 1, sge(&p.mb, 0, 8192)).unwrap();
+    p.a.post_send(p.qa, 1, sge(&p.ma, 0, 100)).unwrap();
+    let got = wait(&mut p.b, 1, 5.0);
+    assert_eq!((got[0].wr_id, got[0].status), (1, WcStatus::LocalLength));
+    assert_eq!(p.b.stats().failed_recvs, 1);
+    // The sender's request succeeds: UC tells the sender nothing.
+    assert_status(&wait(&mut p.a, 1, 5.0)[0], Opcode::Send, WcStatus::Success);
+    // The same frames (4097..=8192 bytes into 8192) pass.
+    send_and_check(&mut p, 8192, 3);
+    p.b.post_recv(p.qb, 2, sge(&p.mb, 0, 8192)).unwrap();
+    p.a.post_send(p.qa, 2, sge(&p.ma, 0, 4097)).unwrap();
+    let got = wait(&mut p.b, 1, 5.0);
+    assert_eq!((got[0].wr_id, got[0].status, got[0].byte_len), (2, WcStatus::Success, 4097));
+    assert_eq!(p.b.stats().failed_recvs, 1);
+
+    let mut p = rc_pair(1 << 16);
+    p.b.post_recv(p.qb, 1, sge(&p.mb, 0, 8192)).unwrap();
+    p.a.post_send(p.qa, 1, sge(&p.ma, 0, 100)).unwrap();
+    let got = wait(&mut p.b, 1, 5.0);
+    assert_eq!((got[0].wr_id, got[0].status, got[0].byte_len), (1, WcStatus::Success, 100));
+}
+
 #[test]
 fn uc_loss_drops_whole_messages_and_never_corrupts_one() {
     const N: usize = 300;
     const SLOT: usize = 5 * 4096;
     const SLOTS: usize = 16;
-    let len_of = |i: usize| 1 + (i * 7919) % SLOT;
+    // Every message spans the receives' five frames (TN3205), its length within the last.
+    let len_of = |i: usize| SLOT - 4095 + (i * 7919) % 4096;
     let mut ca = SoftConfig::new(LO);
     (ca.loss, ca.seed) = (0.05, 42);
     let mut p = pair(ca, SoftConfig::new(LO), QpType::Uc, SLOTS * SLOT);

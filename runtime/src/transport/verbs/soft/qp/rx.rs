@@ -2,7 +2,8 @@
 //!
 //! UC takes frames as they come: a message goes into the receive at the head of the queue
 //! when its first frame arrives, or is dropped whole if none is posted (no receiver-not-ready
-//! retry), if it is longer than that receive (which completes with a length error), or if
+//! retry), if it is longer than that receive or spans another number of 4 KiB frames (which
+//! completes the receive with a length error, TN3205), or if
 //! one of its frames is missing (the receive stays posted for the next message). RC takes
 //! frames strictly in psn order and NAKs the rest; a SEND finding no receive is refused with
 //! a receiver-not-ready NAK and comes again; WRITE and READ requests are checked against the
@@ -127,7 +128,22 @@ impl Qp {
             self.incoming = (!last).then_some(discard);
             return false;
         };
-        if h.len > head.sge.len {
+        // UC is Thunderbolt's (TN3205): a SEND must span as many 4 KiB frames as the receive
+        // it lands in, or the receive fails.
+        let mismatch = !self.rc() && frames(h.len) != frames(head.sge.len);
+        if h.len > head.sge.len || mismatch {
+            ctx.stats.failed_recvs += 1;
+            let n = ctx.stats.failed_recvs;
+            ctx.log(|| {
+                format!(
+                    "queue pair {}: a SEND of {} B failed the receive of {} B ({} frames to {}; {n} so far)",
+                    self.id.0,
+                    h.len,
+                    head.sge.len,
+                    frames(h.len),
+                    frames(head.sge.len)
+                )
+            });
             let r = self.rq.pop_front().unwrap();
             ctx.complete(self.id, r.wr_id, Opcode::Recv, WcStatus::LocalLength, 0);
             self.incoming = (!last).then_some(discard);
