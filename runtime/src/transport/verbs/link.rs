@@ -22,9 +22,13 @@
 //! - Loss detection, as RACK (RFC 8985) does it: a message is lost when one sent after it
 //!   (later than a reordering allowance, a quarter of the least round trip) is known to have
 //!   arrived; and on the retransmission timeout (RFC 6298 from the round trips, Karn's rule,
-//!   at least `rto`), which doubles on each expiry up to [`Link::rto_cap`] and resets on
-//!   progress. On a timeout every message whose timer ran out goes again (a lossy link loses
-//!   acknowledgements too, and a message's whole window may be gone).
+//!   at least `rto`), which grows by half on each expiry up to [`Link::rto_cap`] and resets
+//!   on progress. Not TCP's doubling: a timeout here is mostly a random loss, not
+//!   congestion, and where a try fails with probability `p` (its message or the answer
+//!   lost: 51% at 30% loss) a factor `f` makes the expected wait finite only while
+//!   `p * f < 1`; doubling made 30% loss take 4 to 10 times as long as 20%. On a timeout
+//!   every message whose timer ran out goes again (a lossy link loses acknowledgements too,
+//!   and a message's whole window may be gone).
 //! - Acknowledgements ride on every message; one goes alone at once when a message arrives
 //!   out of order or twice (the sender needs to know), or after two polls with messages
 //!   unacknowledged, or when half a window is owed.
@@ -38,6 +42,8 @@ use std::time::{Duration, Instant};
 
 /// Most messages unacknowledged: the width of the selective acknowledgement.
 pub(crate) const MAX_WINDOW: usize = 32;
+/// The timeout's growth per expiry in a row.
+const BACKOFF: f64 = 1.5;
 
 /// Protocol settings.
 #[derive(Clone, Copy, Debug)]
@@ -138,7 +144,7 @@ pub(crate) struct Link {
     next_seq: u32,
     unacked: VecDeque<Out>,
     rtt: RttEstimate,
-    /// Timeouts in a row without progress (the timeout doubles with each).
+    /// Timeouts in a row without progress (the timeout grows with each).
     backoff: u32,
     /// The latest send time of a message known to have arrived (RACK).
     rack: Option<Instant>,
@@ -269,10 +275,12 @@ impl Link {
         self.released.drain(..)
     }
 
-    /// The timeout now: the round trips' (at least `rto`), doubled per expiry, capped.
+    /// The timeout now: the round trips' (at least `rto`), half as long again per expiry in
+    /// a row, capped.
     pub(crate) fn current_rto(&self) -> Duration {
         let base = self.rtt.rto(self.set.rto);
-        (base * (1u32 << self.backoff.min(16))).min(self.rto_cap()).max(base.min(self.rto_cap()))
+        let cap = self.rto_cap();
+        base.mul_f64(BACKOFF.powi(self.backoff.min(64) as i32)).min(cap).max(base.min(cap))
     }
 
     /// The longest timeout: a sixteenth of the dead-peer bound (at least that many tries
