@@ -62,7 +62,8 @@ pub(crate) fn from_env() -> Result<Option<Allocation>, String> {
         }
     }
     if let Some(file) = var("PBS_NODEFILE") {
-        let text = std::fs::read_to_string(&file).map_err(|e| format!("PBS_NODEFILE={file}: cannot read it: {e}"))?;
+        let text =
+            crate::hosts::read_bounded(std::path::Path::new(&file)).map_err(|e| format!("PBS_NODEFILE={file}: {e}"))?;
         // One host per line and slot: the hostfile parser adds up a host named again.
         let hosts = crate::hosts::parse_hostfile(&format!("PBS_NODEFILE {file}"), &text)?;
         if hosts.is_empty() {

@@ -152,6 +152,10 @@ struct Args {
     #[arg(long)]
     report_bindings: bool,
 
+    /// Start more than 64 ranks per CPU of this machine (refused otherwise)
+    #[arg(long)]
+    oversubscribe: bool,
+
     /// The program each rank runs, found through PATH like a shell does
     #[arg(value_name = "PROGRAM")]
     program: Option<OsString>,
@@ -197,6 +201,8 @@ pub(crate) struct Options {
     pub(crate) rdma_device: Option<String>,
     /// `--bind-to`, `--map-by`, `--report-bindings`.
     pub(crate) binding: bind::Policy,
+    /// `--oversubscribe`: no bound on the ranks per CPU of this machine.
+    pub(crate) oversubscribe: bool,
 }
 
 /// Parsing gave either a job to run or an exit code (help or version was printed).
@@ -397,6 +403,7 @@ fn check(args: Args, kill_grace: Duration, allocation: Option<Allocation>) -> Re
         map: args.map_by.as_deref().map(MapBy::parse).transpose().map_err(UsageError::usage)?.unwrap_or_default(),
         report: args.report_bindings,
     };
+    let oversubscribe = args.oversubscribe;
     for var in &args.export {
         env.extend(export(var)?);
     }
@@ -423,6 +430,7 @@ fn check(args: Args, kill_grace: Duration, allocation: Option<Allocation>) -> Re
         transports: args.transports,
         rdma_device,
         binding,
+        oversubscribe,
     })
 }
 

@@ -70,6 +70,23 @@ pub(crate) fn parse_host_list(text: &str) -> Result<Vec<HostSpec>, String> {
         .collect()
 }
 
+/// Largest file of hosts mprun reads (tens of thousands of lines).
+pub(crate) const MAX_FILE: u64 = 1 << 20;
+
+/// The text of a file of hosts, read up to [`MAX_FILE`] bytes: a larger one (a device, a
+/// wrong file) is refused rather than read for ever.
+pub(crate) fn read_bounded(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE + 1).read_to_string(&mut text))
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(format!("larger than {} KiB: not a file of hosts", MAX_FILE >> 10));
+    }
+    Ok(text)
+}
+
 /// What a hostfile gives: its hosts, and (MLX's) environment variables for every rank.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Hostfile {
@@ -79,8 +96,7 @@ pub(crate) struct Hostfile {
 
 /// Reads and parses a hostfile, in mpr's text form or MLX's JSON; errors name `FILE:LINE`.
 pub(crate) fn read_hostfile(path: &Path) -> Result<Hostfile, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("--hostfile {}: cannot read it: {e}", path.display()))?;
+    let text = read_bounded(path).map_err(|e| format!("--hostfile {}: {e}", path.display()))?;
     let file = path.display().to_string();
     let parsed = if text.trim_start().starts_with(['{', '[']) {
         crate::mlx_hostfile::parse(&file, &text)?

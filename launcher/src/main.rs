@@ -48,6 +48,9 @@ use crate::ids::JobIds;
 use crate::job::Setup;
 use crate::stdio::say;
 
+/// Most ranks per CPU of this machine without `--oversubscribe`.
+const MAX_PER_CPU: usize = 64;
+
 fn main() -> ExitCode {
     let code = run();
     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
@@ -67,6 +70,17 @@ fn run() -> i32 {
         }
     };
     let plan = hosts::plan(&opts.hosts, opts.np, addr::is_local, &addr::hostname());
+    // Before any fork: a count no machine can run is a typo, not a job.
+    let here: usize = plan.iter().filter(|h| h.local).map(|h| h.ranks.len()).sum();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if here > MAX_PER_CPU * cpus && !opts.oversubscribe {
+        say(&format!(
+            "-np {}: {here} ranks on this machine's {cpus} CPU(s) is more than {MAX_PER_CPU} per CPU; \
+             add --oversubscribe to start them anyway",
+            opts.np
+        ));
+        return 2;
+    }
     // The program is looked up here only if this machine runs ranks; proxies look it up on
     // their hosts.
     let mut program = None;

@@ -4,7 +4,7 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 
-use common::{assert_one_line, code, mprun, run, run_with, stdout, TempDir};
+use common::{assert_one_line, code, mprun, run, run_with, stderr, stdout, TempDir};
 
 #[test]
 fn an_unknown_option_is_a_usage_error() {
@@ -98,6 +98,34 @@ fn other_bad_values_are_usage_errors() {
     let out = run_with(cmd, None);
     assert_eq!(code(&out), 2);
     assert_one_line(&out, "mprun: MPR_KILL_GRACE_MS: expected a number of milliseconds, got 'later'");
+}
+
+/// A rank count no machine runs (more than 64 per CPU here) is refused before any fork, in
+/// one line naming the way round it; `--oversubscribe` lets a small excess through.
+#[test]
+fn too_many_ranks_for_this_machine_are_refused_before_any_fork() {
+    let dir = TempDir::new("toomany");
+    let marker = dir.path().join("started");
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let start = std::time::Instant::now();
+    let out = run(&["-np", "1000000", "touch", marker.to_str().unwrap()]);
+    assert_eq!(code(&out), 2);
+    assert_one_line(&out, &format!("mprun: -np 1000000: 1000000 ranks on this machine's {cpus} CPU(s) is more than 64 per CPU; add --oversubscribe"));
+    assert!(start.elapsed() < std::time::Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(!marker.exists(), "no rank started");
+    let np = (64 * cpus + 1).to_string();
+    assert_eq!(code(&run(&["-np", &np, "true"])), 2);
+    let out = run(&["--oversubscribe", "-np", &np, "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+/// A hostfile larger than any list of hosts (a device, a wrong file) is refused at once, not
+/// read for ever.
+#[test]
+fn an_endless_hostfile_is_refused() {
+    let out = run(&["--hostfile", "/dev/zero", "-np", "1", "true"]);
+    assert_eq!(code(&out), 2);
+    assert_one_line(&out, "mprun: --hostfile /dev/zero: larger than 1024 KiB: not a file of hosts");
 }
 
 #[test]

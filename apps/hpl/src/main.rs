@@ -201,6 +201,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A size no rank can hold is refused by every rank alike, the first that finds it
+    // saying why (the machines of a job may differ).
+    let fault = tests.iter().find_map(|t| fits(t, machine_memory().map(|m| m.0)).err());
+    let mut first = [if fault.is_some() { me as u64 } else { u64::MAX }];
+    if let Err(e) = world.allreduce_in_place(&mut first, mpr::Min) {
+        eprintln!("mpr-hpl: rank {me}: {e}");
+        return ExitCode::from(1);
+    }
+    if first[0] != u64::MAX {
+        if let Some(e) = fault.filter(|_| first[0] == me as u64) {
+            eprintln!("mpr-hpl: {e}");
+        }
+        let _ = world.barrier();
+        return ExitCode::from(2);
+    }
     let mut out = (me == 0).then(|| {
         let file = out.0.and_then(|name| match std::fs::File::create(&name) {
             Ok(f) => Some(f),
@@ -429,6 +444,42 @@ fn machine_memory() -> Option<(u64, u64)> {
     Some((kb * 1024, hash))
 }
 
+/// The text of HPL.dat, at most 1 MiB of it (HPL's own is a page; a device or a wrong file
+/// is refused rather than read for ever).
+fn read_dat(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    const MAX: u64 = 1 << 20;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX + 1).read_to_string(&mut text))
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if text.len() as u64 > MAX {
+        return Err(format!("{}: larger than {} KiB: not an HPL.dat", path.display(), MAX >> 10));
+    }
+    Ok(text)
+}
+
+/// Whether a rank of test `t` can hold its part of the matrix: the products of N, NB, P and
+/// Q checked (they come from the user), and the largest part (the grid's first row and
+/// column hold the most) within `memory` bytes, this machine's, where it is known.
+fn fits(t: &Test, memory: Option<u64>) -> Result<(), String> {
+    let what = format!("N = {}, NB = {}, a {}x{} grid", t.n, t.nb, t.p, t.q);
+    let part = (|| {
+        let rows = dist::count(t.n, t.nb, 0, t.p).max(1) as u64;
+        let cols = dist::count(t.n.checked_add(1)?, t.nb, 0, t.q) as u64;
+        rows.checked_mul(cols)?.checked_mul(8)
+    })()
+    .ok_or_else(|| format!("{what}: a rank's part of the matrix has more bytes than a 64-bit count holds"))?;
+    match memory {
+        Some(m) if part > m => Err(format!(
+            "{what}: a rank's part of the matrix takes {:.1} GiB, more than this machine's {:.1} GiB",
+            part as f64 / (1u64 << 30) as f64,
+            m as f64 / (1u64 << 30) as f64
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The largest N, a multiple of NB, whose N x N doubles fill `fraction` of the memory of
 /// the job's machines (each counted once).
 fn memory_n(world: &mpr::Comm, fraction: f64, nb: usize) -> Result<usize, String> {
@@ -507,7 +558,7 @@ fn plan(args: &Args, ranks: usize) -> Result<Plan, String> {
         return Ok(Plan { tests: vec![t], threshold: args.threshold, out: (None, false), forms: None });
     }
     let path = args.dat.clone().unwrap_or_else(|| PathBuf::from("HPL.dat"));
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = read_dat(&path)?;
     let d = dat::parse(&path.display().to_string(), &text)?;
     let mut tests = Vec::new();
     // HPL's order: grids, then N, NB, DEPTH, BCAST, RFACT, NDIV, NBMIN, PFACT innermost.

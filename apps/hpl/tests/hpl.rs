@@ -335,6 +335,10 @@ Innovative Computing Laboratory, University of Tennessee
     assert!(residuals(&text(&out.stdout)).is_empty());
     let out = mprun(&["-np", "1", &hpl(), dir.join("missing.dat").to_str().unwrap()], &[]);
     assert!(out.status.code() == Some(2) && text(&out.stderr).contains("cannot read"), "{}", text(&out.stderr));
+    // A file without end is refused, not read for ever.
+    let out = mprun(&["-np", "1", &hpl(), "/dev/zero"], &[]);
+    let err = text(&out.stderr);
+    assert!(out.status.code() == Some(2) && err.contains("/dev/zero: larger than 1024 KiB: not an HPL.dat"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -350,6 +354,28 @@ fn hpl_runs_over_tcp_and_soft_rdma() {
         assert!(out.status.success(), "{env:?}: {so}{}", text(&out.stderr));
         let r = residuals(&so);
         assert!(r.len() == 1 && r[0].1 == "PASSED" && r[0].0 < 1.0, "{env:?}: {so}");
+    }
+}
+
+/// An N no rank can hold is one clear line and exit 2 on every rank, before anything is
+/// allocated: more than the machine's memory (10^6, 10^9), or more bytes than a 64-bit count
+/// holds (a product that would wrap). HPL.dat's sizes take the same check.
+#[test]
+fn a_matrix_too_large_is_refused_with_one_line() {
+    let cases: [(&[&str], &str); 3] = [
+        (&["-n", "1000000"], "more than this machine's"),
+        (&["-n", "1000000000", "--nb", "1000"], "more than this machine's"),
+        (&["-n", "10000000000", "--nb", "1"], "more bytes than a 64-bit count holds"),
+    ];
+    for (args, why) in cases {
+        let mut a = vec!["-np", "2", hpl().leak()];
+        a.extend_from_slice(args);
+        let out = mprun(&a, &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("mpr-hpl: ")).collect();
+        assert!(lines.len() == 1 && lines[0].contains(why), "{args:?}: one line saying why: {err}");
+        assert!(!err.contains("panicked") && !err.contains("memory allocation"), "{args:?}: {err}");
     }
 }
 
