@@ -391,6 +391,13 @@ fn check(args: Args, kill_grace: Duration, allocation: Option<Allocation>) -> Re
         if list.trim().is_empty() {
             return Err(UsageError::usage("--transports: expected a list such as tcp or shm,tcp, got ''".into()));
         }
+        // The names the ranks take (`MPR_TRANSPORTS`), checked here so that a typo is one line.
+        let known = ["shm", "tcp", "rdma"];
+        if let Some(bad) = list.split(',').map(str::trim).find(|t| !t.is_empty() && !known.contains(t)) {
+            return Err(UsageError::usage(format!(
+                "--transports: unknown transport '{bad}' (expected shm, tcp or rdma)"
+            )));
+        }
     }
     let rdma_device = args
         .rdma_device
@@ -621,6 +628,8 @@ mod tests {
             &["-H", "a", "--hostfile", "/dev/null"],
             &["-ppn", "0"],
             &["--transports", ""],
+            &["--transports", "foo"],
+            &["--transports", "shm,infiniband"],
         ] {
             let mut argv = vec!["mprun"];
             argv.extend(bad);

@@ -24,17 +24,14 @@ use serde::Deserialize;
 
 use crate::hosts::{check_device, Hostfile};
 
+/// The whole file, in its object form (`{"hosts": [...]}`); the list alone is its other form.
 #[derive(Deserialize)]
-#[serde(untagged)]
-enum File {
-    Full {
-        #[serde(default)]
-        envs: Vec<String>,
-        hosts: Vec<Host>,
-        #[serde(default, rename = "backend")]
-        _backend: Option<String>,
-    },
-    Hosts(Vec<Host>),
+struct File {
+    #[serde(default)]
+    envs: Vec<String>,
+    hosts: Vec<Host>,
+    #[serde(default, rename = "backend")]
+    _backend: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -43,28 +40,42 @@ struct Host {
     ssh: String,
     #[serde(default)]
     ips: Vec<String>,
+    /// Per host of the file: `null`, a device, or a list of devices (read by [`devices`]).
     #[serde(default)]
-    rdma: Vec<Option<Devices>>,
+    rdma: Vec<serde_json::Value>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Devices {
-    One(String),
-    Many(Vec<String>),
+/// The devices one `rdma` entry names: none (`null`, `[]`), one (`"rdma_en3"`) or several.
+fn devices(v: serde_json::Value) -> Result<Vec<String>, String> {
+    use serde_json::Value;
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::String(d) => Ok(vec![d]),
+        Value::Array(list) => list
+            .into_iter()
+            .map(|d| match d {
+                Value::String(d) => Ok(d),
+                other => Err(format!("expected a device name, got {other}")),
+            })
+            .collect(),
+        other => Err(format!("expected null, a device name or a list of them, got {other}")),
+    }
 }
 
 /// Parses MLX's hostfile text; `file` names it in errors.
 pub(crate) fn parse(file: &str, text: &str) -> Result<Hostfile, String> {
     let bad = |what: String| format!("{file}: {what}");
-    let parsed: File = serde_json::from_str(text).map_err(|e| {
+    let shape = |e: String| {
         bad(format!(
             "not an MLX hostfile ({e}); expected {{\"hosts\": [{{\"ssh\": HOST, \"ips\": [...], \"rdma\": [...]}}]}}"
         ))
-    })?;
-    let (envs, list) = match parsed {
-        File::Full { envs, hosts, .. } => (envs, hosts),
-        File::Hosts(hosts) => (Vec::new(), hosts),
+    };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| shape(e.to_string()))?;
+    let (envs, list) = if value.is_array() {
+        (Vec::new(), serde_json::from_value::<Vec<Host>>(value).map_err(|e| shape(e.to_string()))?)
+    } else {
+        let f: File = serde_json::from_value(value).map_err(|e| shape(e.to_string()))?;
+        (f.envs, f.hosts)
     };
     let mut env = Vec::new();
     for e in envs {
@@ -96,12 +107,10 @@ pub(crate) fn parse(file: &str, text: &str) -> Result<Hostfile, String> {
             )));
         }
         for (j, devs) in h.rdma.into_iter().enumerate() {
-            let devs = match devs {
-                None => continue,
-                Some(Devices::One(d)) => vec![d],
-                Some(Devices::Many(d)) if !d.is_empty() => d,
-                Some(Devices::Many(_)) => continue,
-            };
+            let devs = devices(devs).map_err(|e| bad(format!("hosts[{i}] ({}): rdma[{j}]: {e}", h.ssh)))?;
+            if devs.is_empty() {
+                continue;
+            }
             if j == i {
                 return Err(bad(format!("hosts[{i}] ({}): rdma names devices towards itself", h.ssh)));
             }
@@ -181,7 +190,22 @@ mod tests {
             assert_eq!(parse("h.json", text).err().as_deref(), Some(want), "{text}");
         }
         let e = parse("h.json", r#"{"hosts": [{"name": "a"}]}"#).unwrap_err();
-        assert!(e.starts_with("h.json: not an MLX hostfile ("), "{e}");
+        assert!(e.starts_with("h.json: not an MLX hostfile (unknown field `name`, expected one of `ssh`"), "{e}");
+        // What is wrong is named in the file's terms, never serde's.
+        for (text, want) in [
+            (r#"{"host": []}"#, "missing field `hosts`"),
+            (r#"[{"ips": []}]"#, "missing field `ssh`"),
+            (r#"{"hosts": [{"ssh": 7}]}"#, "invalid type: integer `7`, expected a string"),
+            (r#"{"hosts": 3}"#, "invalid type: integer `3`, expected a sequence"),
+            ("{\"hosts\": [", "EOF while parsing"),
+        ] {
+            let e = parse("h.json", text).unwrap_err();
+            assert!(e.contains(want) && !e.contains("untagged") && !e.contains("variant"), "{text}: {e}");
+        }
+        assert_eq!(
+            parse("h.json", r#"[{"ssh": "a", "rdma": [null, 5]}, {"ssh": "b"}]"#).unwrap_err(),
+            "h.json: hosts[0] (a): rdma[1]: expected null, a device name or a list of them, got 5"
+        );
         // A cable named at one end only.
         let f = parse("h.json", r#"[{"ssh": "a", "rdma": [null, "x"]}, {"ssh": "b"}]"#).unwrap();
         let e = crate::hosts::check_cables(&f.hosts).unwrap_err();

@@ -128,6 +128,14 @@ fn an_endless_hostfile_is_refused() {
     assert_one_line(&out, "mprun: --hostfile /dev/zero: larger than 1024 KiB: not a file of hosts");
 }
 
+/// A transport name the ranks would not know is mprun's usage error, not a rank's failure.
+#[test]
+fn an_unknown_transport_is_a_usage_error() {
+    let out = run(&["--transports", "shm,foo", "-np", "2", "true"]);
+    assert_eq!(code(&out), 2);
+    assert_one_line(&out, "mprun: --transports: unknown transport 'foo' (expected shm, tcp or rdma)");
+}
+
 #[test]
 fn no_rank_starts_on_bad_input() {
     let dir = TempDir::new("nostart");
