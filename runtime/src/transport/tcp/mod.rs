@@ -20,6 +20,7 @@
 pub(crate) mod addr;
 mod conn;
 mod handshake;
+mod rejects;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -52,13 +53,14 @@ const CROWDED_EAGER: usize = 256 << 10;
 /// The TCP transport of one rank.
 #[derive(Debug)]
 pub(crate) struct TcpTransport {
-    me: usize,
     conns: Vec<Option<Conn>>,
     /// Kept open to turn away late strays with a log line rather than a silent refusal.
     listener: mio::net::TcpListener,
     caps: Caps,
     polls: u32,
     next: usize,
+    /// Rejected connections, one line per address per interval.
+    rejects: rejects::Rejects,
 }
 
 /// A bound listener waiting for the card exchange.
@@ -72,6 +74,9 @@ impl TcpListening {
     /// Listens on `ip` (any free port).
     pub(crate) fn bind(ip: std::net::IpAddr) -> Result<TcpListening, Error> {
         let listener = TcpListener::bind((ip, 0)).map_err(|e| io_err(&format!("listen on {ip}"), e))?;
+        // A deeper queue than std's 128 (the system's most, `somaxconn`): a flood of
+        // connections while the rank computes leaves room for the real peers.
+        let _ = nix::sys::socket::listen(&listener, nix::sys::socket::Backlog::MAXCONN);
         let addr = listener.local_addr().map_err(|e| io_err("listener address", e))?;
         Ok(TcpListening { listener, addr })
     }
@@ -134,6 +139,7 @@ impl TcpListening {
         // too little) is dropped after HANDSHAKE_BOUND and holds up no real peer meanwhile.
         let mut waiting: Vec<usize> = peers.iter().map(|p| p.0).filter(|&p| p < me).collect();
         let mut shaking: Vec<(handshake::Accepting, SocketAddr, Instant)> = Vec::new();
+        let mut rejects = rejects::Rejects::new(me);
         self.listener.set_nonblocking(true).map_err(|e| io_err("listener", e))?;
         while !waiting.is_empty() {
             let mut moved = false;
@@ -144,13 +150,15 @@ impl TcpListening {
                         if shaking.len() >= MAX_HANDSHAKES {
                             // The oldest goes: a real peer proves itself within a round trip.
                             let (_, old, _) = shaking.remove(0);
-                            crate::say::say!(
-                                "mpr: rank {me}: rejected a TCP connection from {old}: too many handshakes at once"
-                            );
+                            let what = format!("rejected a TCP connection from {old}: too many handshakes at once");
+                            rejects.note(old.ip(), &what, Instant::now());
                         }
                         match handshake::Accepting::new(s) {
                             Ok(h) => shaking.push((h, from, Instant::now())),
-                            Err(e) => crate::say::say!("mpr: rank {me}: rejected a TCP connection from {from}: {e}"),
+                            Err(e) => {
+                                let what = format!("rejected a TCP connection from {from}: {e}");
+                                rejects.note(from.ip(), &what, Instant::now());
+                            }
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -173,20 +181,21 @@ impl TcpListening {
                     Ok(handshake::Step::Waiting) => i += 1,
                     Ok(handshake::Step::Proved(peer)) => {
                         moved = true;
-                        let (h, ..) = shaking.remove(i);
+                        let (h, from, _) = shaking.remove(i);
                         let peer = peer as usize;
                         if waiting.contains(&peer) {
                             waiting.retain(|&p| p != peer);
                             conns[peer] = Some(setup(h.into_stream())?);
                         } else {
-                            crate::say::say!(
-                                "mpr: rank {me}: rejected a TCP connection: rank {peer} is connected already"
-                            );
+                            let what =
+                                format!("rejected a TCP connection from {from}: rank {peer} is connected already");
+                            rejects.note(from.ip(), &what, now);
                         }
                     }
                     Err(why) => {
                         moved = true;
-                        crate::say::say!("mpr: rank {me}: rejected a TCP connection from {from}: {why}");
+                        let what = format!("rejected a TCP connection from {from}: {why}");
+                        rejects.note(from.ip(), &what, now);
                         shaking.remove(i);
                     }
                 }
@@ -206,8 +215,10 @@ impl TcpListening {
         }
         // Handshakes still running are strays (every peer is in): closed as they are dropped.
         for (_, from, _) in &shaking {
-            crate::say::say!("mpr: rank {me}: closed a TCP connection from {from} that had not proved itself");
+            let what = format!("closed a TCP connection from {from} that had not proved itself");
+            rejects.note(from.ip(), &what, Instant::now());
         }
+        rejects.flush();
         let caps = Caps {
             name: "tcp",
             max_frame,
@@ -219,7 +230,7 @@ impl TcpListening {
             remote_read: false,
         };
         let listener = mio::net::TcpListener::from_std(self.listener);
-        Ok(TcpTransport { me, conns, listener, caps, polls: 0, next: 0 })
+        Ok(TcpTransport { conns, listener, caps, polls: 0, next: 0, rejects })
     }
 }
 
@@ -278,7 +289,8 @@ impl TcpTransport {
     /// Accepts and closes connections that arrive after start-up (with a log line).
     fn turn_away_strays(&mut self) {
         while let Ok((_, from)) = self.listener.accept() {
-            crate::say::say!("mpr: rank {}: closed an unexpected TCP connection from {from}", self.me);
+            let what = format!("closed an unexpected TCP connection from {from}");
+            self.rejects.note(from.ip(), &what, Instant::now());
         }
     }
 }
@@ -332,6 +344,7 @@ impl Transport for TcpTransport {
     }
 
     fn finalize(&mut self) {
+        self.rejects.flush();
         for c in self.conns.iter_mut().flatten() {
             c.goodbye();
         }
