@@ -376,15 +376,7 @@ mod over_tcp {
     #[test]
     fn stray_connections_are_turned_away() {
         use std::io::Write;
-        let ptp = super::bin_dir().join("ptp");
-        let child = std::process::Command::new(super::mprun_path())
-            .args(["-np", "2", "--timeout", "60", ptp.to_str().unwrap(), "idle"])
-            .env("MPR_TRANSPORTS", "tcp")
-            .env("PTP_IDLE_MS", "3000")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = idle_over_tcp();
         // Find the ranks' listeners and talk nonsense to them.
         let mut hit = 0;
         let t0 = std::time::Instant::now();
@@ -461,15 +453,7 @@ mod over_tcp {
     #[test]
     fn a_flood_of_strays_is_summarised_and_refuses_no_one() {
         use std::io::Write;
-        let ptp = super::bin_dir().join("ptp");
-        let child = std::process::Command::new(super::mprun_path())
-            .args(["-np", "2", "--timeout", "60", ptp.to_str().unwrap(), "idle"])
-            .env("MPR_TRANSPORTS", "tcp")
-            .env("PTP_IDLE_MS", "3000")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = idle_over_tcp();
         let t0 = std::time::Instant::now();
         let mut listeners = Vec::new();
         while listeners.len() < 2 && t0.elapsed() < std::time::Duration::from_secs(2) {
@@ -500,6 +484,20 @@ mod over_tcp {
         assert!(about.len() <= 4, "at most two lines per rank about the flood: {se}");
         assert!(about.iter().any(|l| l.contains("more TCP connection(s) from 127.0.0.1")), "{se}");
         drop(strays);
+    }
+
+    /// Two ranks over TCP, rank 1 busy in its own code for 3 s (`ptp idle`), their output
+    /// piped.
+    fn idle_over_tcp() -> std::process::Child {
+        let ptp = super::bin_dir().join("ptp");
+        std::process::Command::new(super::mprun_path())
+            .args(["-np", "2", "--timeout", "60", ptp.to_str().unwrap(), "idle"])
+            .env("MPR_TRANSPORTS", "tcp")
+            .env("PTP_IDLE_MS", "3000")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
     }
 
     /// The TCP listeners of the ranks of the job `mprun` started (`ss` names the owning
