@@ -231,7 +231,8 @@ impl Link {
             self.released.push(o.buf);
             moved = true;
         }
-        for i in 0..self.unacked.len() {
+        // Nothing held ahead of a gap (every message but under loss): no bit to look at.
+        for i in 0..if sack == 0 { 0 } else { self.unacked.len() } {
             let o = &self.unacked[i];
             let d = o.seq.wrapping_sub(ack).wrapping_sub(1);
             if o.sacked || d >= 32 || sack & (1 << d) == 0 {
@@ -319,20 +320,9 @@ impl Link {
         }
     }
 
-    /// When the next retransmission timeout expires, if a message waits.
-    pub(crate) fn deadline(&self) -> Option<Instant> {
-        let rto = self.current_rto();
-        self.unacked.iter().filter(|o| !o.sacked).map(|o| o.sent + rto).min()
-    }
-
     /// Nothing of ours waits for an acknowledgement.
     pub(crate) fn idle(&self) -> bool {
         self.unacked.is_empty()
-    }
-
-    /// Messages of ours unacknowledged.
-    pub(crate) fn in_flight(&self) -> usize {
-        self.unacked.len()
     }
 
     /// Messages of ours wait and nothing came from the peer for `dead_after`.
