@@ -47,11 +47,28 @@ pub(crate) struct HostSpec {
     pub(crate) rdma_device: Option<String>,
     /// The RDMA devices towards each peer host, if the hostfile names them.
     pub(crate) rdma_peers: Vec<(String, Vec<String>)>,
+    /// The user to log in as (`user@host`), if named: passed to ssh, never used as the name.
+    pub(crate) login: Option<String>,
 }
 
 impl HostSpec {
     pub(crate) fn new(name: &str, slots: usize) -> HostSpec {
-        HostSpec { name: name.into(), slots, rdma_device: None, rdma_peers: Vec::new() }
+        HostSpec { name: name.into(), slots, rdma_device: None, rdma_peers: Vec::new(), login: None }
+    }
+}
+
+/// `user@host` split into the user to log in as and the host; a word without `@` is a host.
+/// The user takes the characters of a host name (it is passed to ssh, which must not take it
+/// for an option).
+pub(crate) fn split_login(word: &str) -> Result<(Option<String>, &str), String> {
+    match word.split_once('@') {
+        None => Ok((None, word)),
+        Some((user, host)) => {
+            if user.is_empty() || user.starts_with('-') || !plain(user) {
+                return Err(format!("'{word}': '{user}' is not a user name (expected USER@HOST)"));
+            }
+            Ok((Some(user.to_string()), host))
+        }
     }
 }
 
@@ -64,8 +81,9 @@ pub(crate) fn parse_host_list(text: &str) -> Result<Vec<HostSpec>, String> {
                 Some((name, n)) => (name, Some(parse_slots(n).map_err(|e| format!("--host '{item}': {e}"))?)),
                 None => (item, None),
             };
+            let (login, name) = split_login(name).map_err(|e| format!("--host {e}"))?;
             check_name(name).map_err(|e| format!("--host '{item}': {e}"))?;
-            Ok(HostSpec::new(name, slots.unwrap_or(1)))
+            Ok(HostSpec { login, ..HostSpec::new(name, slots.unwrap_or(1)) })
         })
         .collect()
 }
@@ -162,6 +180,7 @@ fn parse_line(line: &str) -> Result<HostSpec, String> {
         Some((name, n)) => (name, Some(parse_slots(n)?)),
         None => (first, None),
     };
+    let (login, name) = split_login(name)?;
     check_name(name)?;
     for word in words {
         match word.split_once('=') {
@@ -191,7 +210,7 @@ fn parse_line(line: &str) -> Result<HostSpec, String> {
             }
         }
     }
-    Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1), rdma_device, rdma_peers })
+    Ok(HostSpec { name: name.to_string(), slots: slots.unwrap_or(1), rdma_device, rdma_peers, login })
 }
 
 /// `PEER:DEV[+DEV...],...`: the devices towards each peer host.
@@ -267,6 +286,13 @@ pub(crate) fn merge(hosts: Vec<HostSpec>, same: impl Fn(&str, &str) -> bool) -> 
                     (None, b) => m.rdma_device = b,
                     _ => {}
                 }
+                match (&m.login, host.login) {
+                    (Some(a), Some(b)) if *a != b => {
+                        return Err(format!("host '{}' is given two users to log in as, '{a}' and '{b}'", m.name));
+                    }
+                    (None, b) => m.login = b,
+                    _ => {}
+                }
                 if m.rdma_peers.is_empty() {
                     m.rdma_peers = host.rdma_peers;
                 } else if !host.rdma_peers.is_empty() && m.rdma_peers != host.rdma_peers {
@@ -311,6 +337,18 @@ pub(crate) struct Planned {
     pub(crate) rdma_device: Option<String>,
     /// The RDMA devices the hostfile names towards each peer host.
     pub(crate) rdma_peers: Vec<(String, Vec<String>)>,
+    /// The user to log in as, if the host was named `user@host`.
+    pub(crate) login: Option<String>,
+}
+
+impl Planned {
+    /// Where the launcher command logs in: `user@host`, or the host.
+    pub(crate) fn destination(&self) -> String {
+        match &self.login {
+            Some(user) => format!("{user}@{}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// Places `np` ranks on `hosts` (this machine, named `here`, if there are none); hosts that
@@ -318,7 +356,14 @@ pub(crate) struct Planned {
 pub(crate) fn plan(hosts: &[HostSpec], np: usize, is_local: impl Fn(&str) -> bool, here: &str) -> Vec<Planned> {
     if hosts.is_empty() {
         let ranks = (0..np).collect();
-        return vec![Planned { name: here.into(), local: true, ranks, rdma_device: None, rdma_peers: Vec::new() }];
+        return vec![Planned {
+            name: here.into(),
+            local: true,
+            ranks,
+            rdma_device: None,
+            rdma_peers: Vec::new(),
+            login: None,
+        }];
     }
     let slots: Vec<usize> = hosts.iter().map(|h| h.slots).collect();
     let mut ranks = vec![Vec::new(); hosts.len()];
@@ -335,6 +380,7 @@ pub(crate) fn plan(hosts: &[HostSpec], np: usize, is_local: impl Fn(&str) -> boo
             ranks,
             rdma_device: h.rdma_device.clone(),
             rdma_peers: h.rdma_peers.clone(),
+            login: h.login.clone(),
         })
         .collect()
 }
@@ -359,6 +405,25 @@ mod tests {
             assert!(parse_host_list(bad).is_err(), "{bad:?}");
         }
         assert_eq!(parse_host_list("a:0").unwrap_err(), "--host 'a:0': expected a slot count from 1 to 65536, got '0'");
+    }
+
+    #[test]
+    fn hosts_named_user_at_host_log_in_as_that_user() {
+        let login = |name: &str, slots: usize, user: &str| HostSpec { login: Some(user.into()), ..h(name, slots) };
+        assert_eq!(parse_host_list("bob@a:2,b").unwrap(), [login("a", 2, "bob"), h("b", 1)]);
+        assert_eq!(parse_hostfile("f", "alice@node1 slots=4\n").unwrap(), [login("node1", 4, "alice")]);
+        for bad in ["@a", "-oProxyCommand=x@a", "a b@c", "bob@", "bob@-x", "a@b@c"] {
+            assert!(parse_host_list(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_host_list("@a").unwrap_err(), "--host '@a': '' is not a user name (expected USER@HOST)");
+        // One host, two users: which one would ssh log in as?
+        let two = merge(vec![login("a", 1, "x"), login("a", 1, "y")], |a, b| a == b).unwrap_err();
+        assert_eq!(two, "host 'a' is given two users to log in as, 'x' and 'y'");
+        let one = merge(vec![h("a", 1), login("a", 1, "x")], |a, b| a == b).unwrap();
+        assert_eq!(one, [login("a", 2, "x")]);
+        let planned = plan(&one, 1, |_| false, "me");
+        assert_eq!(planned[0].destination(), "x@a");
+        assert_eq!(plan(&[h("a", 1)], 1, |_| false, "me")[0].destination(), "a");
     }
 
     #[test]
@@ -504,9 +569,17 @@ mac4
                     local: false,
                     ranks: vec![0, 1],
                     rdma_device: None,
-                    rdma_peers: Vec::new()
+                    rdma_peers: Vec::new(),
+                    login: None,
                 },
-                Planned { name: "me".into(), local: true, ranks: vec![2], rdma_device: None, rdma_peers: Vec::new() },
+                Planned {
+                    name: "me".into(),
+                    local: true,
+                    ranks: vec![2],
+                    rdma_device: None,
+                    rdma_peers: Vec::new(),
+                    login: None,
+                },
             ]
         );
         let p = plan(&[], 2, local, "here");
@@ -517,7 +590,8 @@ mac4
                 local: true,
                 ranks: vec![0, 1],
                 rdma_device: None,
-                rdma_peers: Vec::new()
+                rdma_peers: Vec::new(),
+                login: None,
             }]
         );
         let p = plan(&[h("a", 1), h("b", 1)], 5, local, "me");

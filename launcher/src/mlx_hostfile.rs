@@ -18,7 +18,9 @@
 //! reaches host `j`, `null` where there is no cable (and for itself): it becomes the host's
 //! per-peer devices, as `rdma=PEER:DEV+DEV` in mpr's hostfile. `envs` are set for every
 //! rank (before `-x` and `--env`). `ips` are checked but not needed: mprun finds the address
-//! each host reaches it at; `backend` is ignored (mpr picks the transport per pair).
+//! each host reaches it at; `backend` is ignored (mpr picks the transport per pair). `ssh` may
+//! be `user@host`, as MLX passes it to ssh: mprun logs in as that user, and the host part
+//! names the host everywhere else.
 
 use serde::Deserialize;
 
@@ -84,16 +86,25 @@ pub(crate) fn parse(file: &str, text: &str) -> Result<Hostfile, String> {
             _ => return Err(bad(format!("envs: expected NAME=VALUE, got '{e}'"))),
         }
     }
-    let names: Vec<String> = list.iter().map(|h| h.ssh.clone()).collect();
+    // `ssh` is what MLX passes to ssh: a host, or `user@host`.
+    let mut names: Vec<String> = Vec::new();
+    let mut logins = Vec::new();
+    for (i, h) in list.iter().enumerate() {
+        let (login, name) = crate::hosts::split_login(&h.ssh).map_err(|e| bad(format!("hosts[{i}]: ssh {e}")))?;
+        names.push(name.to_string());
+        logins.push(login);
+    }
     let mut hosts = Vec::new();
     for (i, h) in list.into_iter().enumerate() {
-        let mut spec = crate::hosts::parse_host_list(&h.ssh)
+        let name = &names[i];
+        let mut spec = crate::hosts::parse_host_list(name)
             .ok()
-            .filter(|v| v.len() == 1 && v[0].slots == 1 && v[0].name == h.ssh)
+            .filter(|v| v.len() == 1 && v[0].slots == 1 && v[0].name == *name)
             .map(|mut v| v.remove(0))
             .ok_or_else(|| bad(format!("hosts[{i}]: '{}' is not a host name or IPv4 address", h.ssh)))?;
-        if names[..i].contains(&h.ssh) {
-            return Err(bad(format!("hosts[{i}]: host {} is listed twice", h.ssh)));
+        spec.login = logins[i].take();
+        if names[..i].contains(name) {
+            return Err(bad(format!("hosts[{i}]: host {name} is listed twice",)));
         }
         if let Some(ip) = h.ips.iter().find(|ip| ip.parse::<std::net::IpAddr>().is_err()) {
             return Err(bad(format!("hosts[{i}] ({}): '{ip}' in ips is not an IP address", h.ssh)));
@@ -152,6 +163,22 @@ mod tests {
         assert_eq!(peers(0), "m3-ultra-2:rdma_en3,m3-ultra-3:rdma_en4,m3-ultra-4:rdma_en5");
         assert_eq!(peers(3), "m3-ultra-1:rdma_en5,m3-ultra-2:rdma_en4,m3-ultra-3:rdma_en3");
         crate::hosts::check_cables(&f.hosts).unwrap();
+    }
+
+    #[test]
+    fn ssh_as_user_at_host_logs_in_as_that_user_and_names_the_host() {
+        let text = r#"{"hosts": [{"ssh": "me@mac1", "ips": [], "rdma": [null, "rdma_en3"]},
+                                 {"ssh": "mac2", "ips": [], "rdma": ["rdma_en4", null]}]}"#;
+        let f = parse("h.json", text).unwrap();
+        assert_eq!((f.hosts[0].name.as_str(), f.hosts[0].login.as_deref()), ("mac1", Some("me")));
+        assert_eq!((f.hosts[1].name.as_str(), f.hosts[1].login.as_deref()), ("mac2", None));
+        // Devices are named towards the host, not the login.
+        assert_eq!(crate::hosts::peers_env(&f.hosts[1].rdma_peers), "mac1:rdma_en4");
+        crate::hosts::check_cables(&f.hosts).unwrap();
+        let bad = parse("h.json", r#"[{"ssh": "-oX=y@mac1"}]"#).unwrap_err();
+        assert_eq!(bad, "h.json: hosts[0]: ssh '-oX=y@mac1': '-oX=y' is not a user name (expected USER@HOST)");
+        let twice = parse("h.json", r#"[{"ssh": "a@mac1"}, {"ssh": "b@mac1"}]"#).unwrap_err();
+        assert_eq!(twice, "h.json: hosts[1]: host mac1 is listed twice");
     }
 
     #[test]

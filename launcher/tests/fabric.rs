@@ -13,8 +13,9 @@ fn fabric(args: &[&str]) -> (i32, String, String) {
 }
 
 /// A Mac whose Thunderbolt port 1 (en2) is cabled to the Mac with port UUID `peer`, with
-/// RDMA enabled (rdma_en2), no address on en2 yet.
-fn mac(dir: &Path, uuid: &str, peer: &str, peer_name: &str) {
+/// RDMA enabled (rdma_en2), no address on en2 yet; `bridged`: as macOS leaves it, en2 in the
+/// Thunderbolt Bridge (up) and holding a 169.254 address.
+fn mac(dir: &Path, uuid: &str, peer: &str, peer_name: &str, bridged: bool) {
     std::fs::create_dir_all(dir).unwrap();
     let profile = format!(
         r#"{{"SPThunderboltDataType": [{{"_name": "thunderboltusb4_bus_0", "device_name_key": "Mac Studio",
@@ -26,8 +27,14 @@ fn mac(dir: &Path, uuid: &str, peer: &str, peer_name: &str) {
     let ns = "Hardware Port: Ethernet\nDevice: en0\n\nHardware Port: Thunderbolt 1\nDevice: en2\n\n\
               Hardware Port: Thunderbolt Bridge\nDevice: bridge0\n";
     std::fs::write(dir.join("networksetup.txt"), ns).unwrap();
-    let ifc = "en0: flags=8863<UP> mtu 1500\n\tinet 192.168.1.20 netmask 0xffffff00\n\tstatus: active\n\
-               en2: flags=8863<UP> mtu 1500\n\tstatus: active\n";
+    let mut ifc = "en0: flags=8863<UP> mtu 1500\n\tinet 192.168.1.20 netmask 0xffffff00\n\tstatus: active\n\
+                   en2: flags=8863<UP> mtu 1500\n\tstatus: active\n"
+        .to_string();
+    if bridged {
+        ifc += "\tinet 169.254.3.4 netmask 0xffff0000 broadcast 169.254.255.255\n\
+                bridge0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500\n\
+                \tmember: en2 flags=3<LEARNING,DISCOVER>\n\tstatus: active\n";
+    }
     std::fs::write(dir.join("ifconfig.txt"), ifc).unwrap();
     std::fs::write(dir.join("rdma_devices.txt"), "rdma_en2\n").unwrap();
     std::fs::write(dir.join("sw_vers.txt"), "26.2\n").unwrap();
@@ -38,8 +45,8 @@ fn two_macs_are_probed_checked_and_set_up() {
     let root = std::env::temp_dir().join(format!("mpr-fabric-test-{}", std::process::id()));
     let (reports, outputs) = (root.join("reports"), root.join("outputs"));
     std::fs::create_dir_all(&reports).unwrap();
-    mac(&outputs.join("mac1"), "UUID-A", "UUID-B", "mac2");
-    mac(&outputs.join("mac2"), "UUID-B", "UUID-A", "mac1");
+    mac(&outputs.join("mac1"), "UUID-A", "UUID-B", "mac2", true);
+    mac(&outputs.join("mac2"), "UUID-B", "UUID-A", "mac1", false);
     for h in ["mac1", "mac2"] {
         let dir = outputs.join(h);
         let (code, out, err) = fabric(&["probe", "--macos-outputs", dir.to_str().unwrap(), "--json"]);
@@ -49,12 +56,15 @@ fn two_macs_are_probed_checked_and_set_up() {
         let (code, out, _) = fabric(&["probe", "--macos-outputs", dir.to_str().unwrap()]);
         assert_eq!(code, 0);
         assert!(out.contains("en2: RDMA rdma_en2, no address, active, Up to 80 Gb/s"), "{out}");
+        let bridge = "bridge0: up, with Thunderbolt ports en2 (RDMA fails until it is down)";
+        assert_eq!(out.contains(bridge), h == "mac1", "{out}");
     }
     let r = reports.to_str().unwrap();
     let (code, out, err) = fabric(&["check", "--hosts", "mac1,mac2", "--reports", r]);
     assert_eq!(code, 1, "{out}\n{err}");
     assert!(out.contains("1 cable(s):\n  mac1 en2 (no address) <-> mac2 en2 (no address)"), "{out}");
     assert!(err.contains("mac1 en2 <-> mac2 en2: mac1 en2 has no IPv4 address (mpr-fabric setup --assign"), "{err}");
+    assert!(err.contains("mac1: bridge0 is up with Thunderbolt ports en2 as members"), "{err}");
     let hostfile = root.join("hostfile");
     let args =
         ["setup", "--hosts", "mac1,mac2", "--reports", r, "--assign", "--dry-run", "-o", hostfile.to_str().unwrap()];
@@ -62,7 +72,9 @@ fn two_macs_are_probed_checked_and_set_up() {
     assert_eq!(code, 0, "{out}\n{err}");
     assert_eq!(
         out,
-        "mac1: sudo ifconfig en2 inet 192.168.200.1 netmask 255.255.255.252\n\
+        "mac1: sudo ifconfig bridge0 deletem en2\n\
+         mac1: sudo ifconfig bridge0 down\n\
+         mac1: sudo ifconfig en2 inet 192.168.200.1 netmask 255.255.255.252\n\
          mac2: sudo ifconfig en2 inet 192.168.200.2 netmask 255.255.255.252\n"
     );
     assert!(err.contains("every cable is ready for RDMA"), "{err}");

@@ -514,6 +514,49 @@ fn three_namespace_hosts_run_ranks_2_2_1() {
 }
 
 #[test]
+fn an_mlx_hostfile_with_user_at_host_logs_in_as_that_user_on_each_host() {
+    let Some(hosts) = net_hosts(2) else { return };
+    let dir = TempDir::new("ns-login");
+    // What `mlx.distributed_config` writes for hosts reached as another user.
+    let json = format!(
+        r#"{{"backend": "jaccl", "envs": [], "hosts": [
+            {{"ssh": "alice@{}", "ips": [], "rdma": []}},
+            {{"ssh": "bob@{}", "ips": [], "rdma": []}}]}}"#,
+        hosts.names[0], hosts.names[1]
+    );
+    let file = dir.path().join("hosts.json");
+    std::fs::write(&file, json).unwrap();
+    // The launcher command sees `user@host`, as ssh would; it logs that and runs the proxy
+    // in the namespace of the host part.
+    let wrapper = dir.path().join("login");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$1\" >> {}/logins\nhost=${{1#*@}}; shift\nexec {} \"$host\" \"$@\"\n",
+            dir.str(),
+            hosts.launcher_exec()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(&[
+        "--launcher-exec",
+        wrapper.to_str().unwrap(),
+        "--hostfile",
+        file.to_str().unwrap(),
+        "sh",
+        "-c",
+        "echo $MPR_RANK $MPR_HOST",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(sorted_lines(&stdout(&out)), [format!("0 {}", hosts.names[0]), format!("1 {}", hosts.names[1])]);
+    let logins = std::fs::read_to_string(dir.path().join("logins")).unwrap();
+    assert_eq!(sorted_lines(&logins), sorted_lines(&format!("alice@{}\nbob@{}\n", hosts.names[0], hosts.names[1])));
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+    remove(hosts);
+}
+
+#[test]
 fn a_rank_failing_on_a_namespace_host_names_it_and_stops_every_host() {
     let Some(hosts) = net_hosts(3) else { return };
     let dir = TempDir::new("ns-fail");

@@ -18,12 +18,14 @@ enum Kind {
     Switch,
     /// A probability in [0, 1).
     Fraction,
+    /// One of the words listed.
+    OneOf(&'static [&'static str]),
 }
 
 /// The longest time a setting may give: about 31 years, far from where durations overflow.
 const MAX_SECONDS: f64 = 1e9;
 
-/// Every numeric setting of the runtime (the README's tuning table).
+/// Every numeric (or enumerated) setting of the runtime (the README's tuning table).
 const NUMERIC: &[(&str, Kind)] = &[
     ("MPR_SHM_FRAME", Kind::Count),
     ("MPR_SHM_RING", Kind::Count),
@@ -35,6 +37,8 @@ const NUMERIC: &[(&str, Kind)] = &[
     ("MPR_SPLIT_COPY_MIN", Kind::Count),
     ("MPR_RNDV_HEAD", Kind::Count),
     ("MPR_RDMA_GID_INDEX", Kind::Count),
+    ("MPR_RDMA_MTU", Kind::OneOf(&["256", "512", "1024", "2048", "4096"])),
+    ("MPR_RDMA_MR_ACCESS", Kind::OneOf(&["local", "remote"])),
     ("MPR_RDMA_CHUNK", Kind::Count),
     ("MPR_RDMA_WINDOW", Kind::Count),
     ("MPR_RDMA_RTO_MS", Kind::Count),
@@ -71,13 +75,16 @@ pub(crate) fn check() -> Result<(), Error> {
             continue;
         }
         let (ok, takes) = match kind {
-            Kind::Count => (v.parse::<u64>().is_ok(), "a whole number from 0"),
+            Kind::Count => (v.parse::<u64>().is_ok(), "a whole number from 0".to_string()),
             Kind::Seconds => (
                 v.parse::<f64>().is_ok_and(|s| (0.0..=MAX_SECONDS).contains(&s)),
-                "seconds, a finite number from 0 to 1000000000",
+                "seconds, a finite number from 0 to 1000000000".to_string(),
             ),
-            Kind::Switch => (v == "0" || v == "1", "0 (off) or 1 (on)"),
-            Kind::Fraction => (v.parse::<f64>().is_ok_and(|p| (0.0..1.0).contains(&p)), "a probability in [0, 1)"),
+            Kind::Switch => (v == "0" || v == "1", "0 (off) or 1 (on)".to_string()),
+            Kind::Fraction => {
+                (v.parse::<f64>().is_ok_and(|p| (0.0..1.0).contains(&p)), "a probability in [0, 1)".to_string())
+            }
+            Kind::OneOf(words) => (words.contains(&v), format!("one of {}", words.join(", "))),
         };
         if !ok {
             return Err(Error::Bootstrap(format!("{name}={value}: expected {takes}")));

@@ -102,6 +102,7 @@ fn start_with(slot: &mut Option<Bootstrap>) -> Result<Runtime, Error> {
         links: rdma.as_ref().map(|o| o.links.clone()).unwrap_or_default(),
         named: rdma.as_ref().map(|o| o.named.clone()).unwrap_or_default(),
         cpus: Some(my_cpus.clone()),
+        qps: rdma.as_ref().ok().and_then(|o| o.shared_qps),
     };
     let cards = boot.exchange(&card)?;
     let same_host: Vec<bool> = cards.iter().map(|c| c.host == card.host).collect();
@@ -194,8 +195,14 @@ fn start_with(slot: &mut Option<Bootstrap>) -> Result<Runtime, Error> {
     // RDMA between two ranks when both opened a device of the same kind and shared memory
     // does not serve them; every rank can tell from the cards whether any pair does.
     let shm_pair = |a: usize, b: usize| allowed.shm && cards[a].host == cards[b].host;
-    let rdma_pair =
-        |a: usize, b: usize| if shm_pair(a, b) { Vec::new() } else { verbs::fabric::lanes(&cards[a], &cards[b]) };
+    // Where a host's ranks share each device's queue pairs (Thunderbolt), they are shared out
+    // first; otherwise every pair takes the lanes it has.
+    let planned = cards.iter().any(|c| c.qps.is_some()).then(|| verbs::fabric::plan(&cards, |a, b| !shm_pair(a, b)));
+    let rdma_pair = |a: usize, b: usize| match &planned {
+        Some((plan, _)) => plan[a][b].clone(),
+        None if shm_pair(a, b) => Vec::new(),
+        None => verbs::fabric::lanes(&cards[a], &cards[b]),
+    };
     // Each RDMA peer with the index of this rank's device that reaches it, once per cable
     // (lane), in lane order.
     let rdma_peers: Vec<(usize, usize)> =
@@ -205,6 +212,13 @@ fn start_with(slot: &mut Option<Bootstrap>) -> Result<Runtime, Error> {
         let why = match &rdma {
             Err(e) => e.clone(),
             Ok(o) => match &cards[p].rdma {
+                Some(k) if *k == o.kind && !verbs::fabric::lanes(&card, &cards[p]).is_empty() => format!(
+                    "the queue pairs of the devices between host {} and host {} are all taken (each holds {} for \
+                     all the ranks of its host): run fewer ranks per host, or let TCP serve the other pairs",
+                    card.host,
+                    cards[p].host,
+                    card.qps.or(cards[p].qps).unwrap_or_default()
+                ),
                 Some(k) if *k == o.kind => format!(
                     "no device of this rank reaches rank {p} (this rank: {}; rank {p}: {})",
                     verbs::fabric::describe(&card),
@@ -252,7 +266,15 @@ fn start_with(slot: &mut Option<Bootstrap>) -> Result<Runtime, Error> {
                 let sep = if via[p].is_empty() { " via " } else { " + " };
                 via[p] += &format!("{sep}{}", devices[d]);
             }
-            tcp = connect_rdma(boot, &mut rdma, &rdma_peers, tcp)?;
+            // Queue pairs open on each device of this host, for the end line: shared out
+            // across the host's ranks, or this rank's own.
+            let host_qps: Vec<usize> = (0..devices.len())
+                .map(|d| match (&planned, card.qps) {
+                    (Some((_, used)), Some(_)) => used.get(&(card.host.clone(), d)).copied().unwrap_or(0),
+                    _ => rdma_peers.iter().filter(|p| p.1 == d).count(),
+                })
+                .collect();
+            tcp = connect_rdma(boot, &mut rdma, &rdma_peers, tcp, host_qps)?;
             let caps = tcp.caps();
             for &(p, _) in &rdma_peers {
                 names[p] = caps.name;
@@ -325,6 +347,7 @@ fn connect_rdma(
     rdma: &mut Result<verbs::select::Opened, String>,
     peers: &[(usize, usize)],
     side: Box<dyn Transport>,
+    host_qps: Vec<usize>,
 ) -> Result<Box<dyn Transport>, Error> {
     let me = boot.rank;
     let prepared = match rdma.as_mut() {
@@ -349,7 +372,9 @@ fn connect_rdma(
         addrs.push(QpAddr::decode(&v).ok_or_else(|| Error::Bootstrap(format!("bad queue-pair address {key}={v}")))?);
     }
     let opened = std::mem::replace(rdma, Err("in use".into())).map_err(Error::Bootstrap)?;
-    Ok(Box::new(VerbsTransport::connect(opened.devs, me, boot.size, prepared, &addrs, side)?))
+    let mut t = VerbsTransport::connect(opened.devs, me, boot.size, prepared, &addrs, side)?;
+    t.host_qps = host_qps;
+    Ok(Box::new(t))
 }
 
 /// The ring the ring collectives follow on a fabric of cables (see `coll::ring`): the

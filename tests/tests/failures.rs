@@ -165,7 +165,14 @@ fn every_numeric_setting_with_a_bad_value_is_a_clear_start_up_error() {
         assert!(!err.contains("panicked"), "{name}={value}: {err}");
     }
     // A good value of each kind starts the job.
-    let good = [("MPR_WAIT_TIMEOUT", "0.5e3"), ("MPR_SHM_CMA", "0"), ("MPR_WAIT_SPIN", " 20 "), ("MPR_SOFT_LOSS", "0")];
+    let good = [
+        ("MPR_WAIT_TIMEOUT", "0.5e3"),
+        ("MPR_SHM_CMA", "0"),
+        ("MPR_WAIT_SPIN", " 20 "),
+        ("MPR_SOFT_LOSS", "0"),
+        ("MPR_RDMA_MTU", "4096"),
+        ("MPR_RDMA_MR_ACCESS", "local"),
+    ];
     let out = mprun(&["-np", "2", "--timeout", "60", &ptp, "ring"], &good);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }

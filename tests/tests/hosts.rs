@@ -218,6 +218,61 @@ fn a_ring_and_a_mesh_of_cables_route_each_pair_through_its_own() {
     }
 }
 
+/// macOS gives every Thunderbolt interface a 169.254/16 address: every port then seems to
+/// share one subnet, and a cable not set up has no other address. Three hosts: cable 0-1 set
+/// up (a /30, and 169.254 addresses as on a Mac), cable 1-2 with 169.254 addresses only. The
+/// link-local subnet pairs nothing: 0-1 go over their cable, 1-2 and 0-2 over TCP; forced
+/// onto RDMA, hosts 1 and 2 are refused with an error naming host 2's interface and the
+/// command that gives it an address.
+#[test]
+fn link_local_addresses_name_no_cable_and_an_interface_without_one_is_named() {
+    let ptp = bin_dir().join("ptp");
+    let Some(mut hosts) = net_hosts(3) else { return };
+    hosts.cable(0, 1);
+    hosts.cable(1, 2);
+    let ip = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().unwrap();
+        assert!(out.status.success(), "ip {args:?}: {}", text(&out.stderr));
+    };
+    let cables = hosts.cables.clone();
+    for (k, (a, b, ia, ib)) in cables.iter().enumerate() {
+        for (end, (host, iface)) in [(*a, ia), (*b, ib)].into_iter().enumerate() {
+            let ns = &hosts.netns[host];
+            if k == 1 {
+                ip(&["-n", ns, "addr", "flush", "dev", iface]);
+            }
+            let apipa = format!("169.254.{}.{}/16", 10 + k, 1 + end);
+            ip(&["-n", ns, "addr", "add", &apipa, "dev", iface]);
+        }
+    }
+    let env = [("MPR_VERBS_PROVIDER", "soft"), ("MPR_SOFT_IFACES", "tb*")];
+    let out = run_on(&hosts, &[1; 3], &["--verbose", ptp.to_str().unwrap(), "ring"], &env);
+    check_ok(&out, "ring", 3);
+    let err = text(&out.stderr);
+    for (a, b, rdma) in [(0, 1, true), (1, 0, true), (1, 2, false), (2, 1, false), (0, 2, false), (2, 0, false)] {
+        let prefix = format!("mpr: rank {a} -> rank {b}: ");
+        let line = err.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("{prefix}\n{err}"));
+        let want = if rdma { "rdma (UC) (" } else { ": tcp (" };
+        assert!(line.contains(want), "{a} -> {b}: {line}");
+    }
+    // Two ranks on host 2, RDMA only: its one port has no address to pair by.
+    let forced = [env[0], env[1], ("MPR_TRANSPORTS", "rdma")];
+    let mut c = Command::new(mprun_path());
+    let on_2 = format!("{}:2", hosts.names[2]);
+    c.args(["--launcher-exec", hosts.launcher_exec(), "-H", &on_2, "--timeout", "300", ptp.to_str().unwrap(), "ring"]);
+    let out = c.envs(forced).output().expect("run mprun");
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "interface tb1 (device soft-uc:tb1) has no IPv4 address but link-local ones (169.254.11.2): give both \
+             ends of its cable an address on a subnet of their own (`sudo ifconfig tb1 inet 192.168.200.1/30` here"
+        ),
+        "{err}"
+    );
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+}
+
 /// Devices named per peer in the hostfile, in mpr's form and in MLX's JSON: three hosts
 /// cabled as a triangle, where the file names only the cables of host 0, so the pair 1-2
 /// goes over TCP although a cable joins it (the file beats discovery). MLX's `envs` reach
@@ -356,6 +411,64 @@ fn seven_peers_over_seven_cables_stay_inside_each_devices_limits() {
     let err = text(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("RDMA: 7 peers need 7 queue pairs, the device soft-uc:"), "{err}");
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+}
+
+/// Apple's driver counts queue pairs per device, whichever process opens them (about 10 per
+/// `rdma_enN`), and so does the software device on an interface. Two hosts with 4 ranks each
+/// and one cable have 16 pairs across it: start-up shares the 10 queue pairs of each end out
+/// (the hosts' first ranks first) and the other pairs take TCP; the point-to-point,
+/// collective and one-sided suites pass, every end line says 10 queue pairs on its host and
+/// no receive failed. Two cables serve all 16 pairs (one cable each, 8 per device, then the
+/// room left gives 4 pairs a second cable: 10 per device). Forced onto RDMA alone, the pairs
+/// left over on one cable are refused with the reason.
+#[test]
+fn four_ranks_per_host_share_each_devices_queue_pairs() {
+    let Some(mut hosts) = net_hosts(2) else { return };
+    hosts.cable(0, 1);
+    let (ptp, coll, rma) = (bin_dir().join("ptp"), bin_dir().join("coll"), bin_dir().join("rma"));
+    let env =
+        [("MPR_VERBS_PROVIDER", "soft"), ("MPR_SOFT_IFACES", "tb*"), ("PTP_MAX", "300000"), ("COLL_MAX", "70000")];
+    let out = run_on(&hosts, &[4, 4], &["--verbose", ptp.to_str().unwrap(), "pairs"], &env);
+    check_ok(&out, "pairs", 8);
+    let err = text(&out.stderr);
+    let rdma_pairs = (0..4)
+        .flat_map(|a| (4..8).map(move |b| (a, b)))
+        .filter(|(a, b)| {
+            let prefix = format!("mpr: rank {a} -> rank {b}: ");
+            err.lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("{prefix}\n{err}"))
+                .contains("rdma (UC)")
+        })
+        .count();
+    assert_eq!(rdma_pairs, 10, "{err}");
+    assert!(err.contains("mpr: rank 0 -> rank 4: rdma (UC) ("), "the leaders' pair: {err}");
+    for line in err.lines().filter(|l| l.contains(": rdma (UC): ")) {
+        assert!(line.contains(" messages sent, 10 queue pairs on this host, "), "{line}");
+        assert!(line.contains(", 0 receives failed"), "{line}");
+    }
+    let out = run_on(&hosts, &[4, 4], &[coll.to_str().unwrap()], &env);
+    check_ok(&out, "coll", 8);
+    for scenario in ["model-lock", "large"] {
+        let out = run_on(&hosts, &[4, 4], &[rma.to_str().unwrap(), scenario], &[env[0], env[1], ("RMA_ITERS", "30")]);
+        check_ok(&out, scenario, 8);
+    }
+    let forced = [env[0], env[1], ("MPR_TRANSPORTS", "rdma,shm")];
+    let out = run_on(&hosts, &[4, 4], &[ptp.to_str().unwrap(), "ring"], &forced);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("are all taken (each holds 10 for all the ranks of its host)"), "{err}");
+    // A second cable: every pair over RDMA (forced), 10 queue pairs per device.
+    hosts.cable(0, 1);
+    let out = run_on(&hosts, &[4, 4], &["--verbose", ptp.to_str().unwrap(), "pairs"], &forced);
+    check_ok(&out, "pairs", 8);
+    let err = text(&out.stderr);
+    let ends: Vec<&str> = err.lines().filter(|l| l.contains(": rdma (UC): ")).collect();
+    assert_eq!(ends.len(), 8, "{err}");
+    for line in ends {
+        assert_eq!(line.matches(" messages sent, 10 queue pairs on this host, ").count(), 2, "{line}");
+    }
     assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
 }
 

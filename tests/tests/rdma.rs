@@ -49,7 +49,36 @@ fn point_to_point_over_soft_uc() {
             "rank {r} packed {frames} frames in {messages} messages:\n{se}"
         );
         assert_eq!(d[4], 0, "rank {r}: receives failed:\n{se}");
+        // The device imitates macOS 26.2 by default: no SEND above one frame.
+        assert!(d[5] > 0 && d[5] <= 4096, "rank {r}: largest message {} B:\n{se}", d[5]);
+        // Over loopback each rank's device stands for a Mac of its own: one queue pair.
+        assert_eq!(d[6], 1, "rank {r}: queue pairs:\n{se}");
     }
+}
+
+/// macOS decides how large a Thunderbolt message may be: one 4 KiB frame before 26.3. The
+/// transport sizes its messages by the device, so a job runs on both, with a larger
+/// `MPR_RDMA_CHUNK` too (on 26.2 it cannot go above the frame; on 26.3 it pads short
+/// messages to their receives' frames); the counters show the largest SEND, and no receive
+/// failed. A version that is not one is a clear error.
+#[test]
+fn message_sizes_follow_the_macos_version_of_the_device() {
+    for (macos, chunk, largest) in [("26.2", "65536", 4096), ("26.3", "65536", 65536), ("26.3", "4096", 4096)] {
+        let mut e = soft("soft");
+        e.extend([("MPR_SOFT_MACOS", macos), ("MPR_RDMA_CHUNK", chunk), ("PTP_MAX", "300000"), ("MPR_VERBOSE", "1")]);
+        let se = ok(2, "ptp", "pairs", &e);
+        for (r, (_, d)) in rdma_counts(&se, 2).iter().enumerate() {
+            assert_eq!(d[4], 0, "macOS {macos}, chunk {chunk}: rank {r}: receives failed:\n{se}");
+            // Whole messages of the chunk, but for the few bytes a full one leaves unused.
+            assert!(d[5] <= largest && d[5] > largest - 64, "macOS {macos}, chunk {chunk}: rank {r}: largest:\n{se}");
+        }
+    }
+    let mut e = soft("soft");
+    e.push(("MPR_SOFT_MACOS", "Tahoe"));
+    let out = run(2, "ptp", &["ring"], &e);
+    let se = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{se}");
+    assert!(se.contains("MPR_SOFT_MACOS=Tahoe: expected a macOS version such as 26.2 or 26.3"), "{se}");
 }
 
 #[test]
@@ -73,10 +102,11 @@ fn collectives_over_soft_uc_and_rc() {
 
 /// Each rank's RDMA counters from the transport's verbose end line ("mpr: rank K: rdma (UC):
 /// N messages (B B) pulled with RDMA READ, R sent again, O received out of order, F frames
-/// packed in P messages; device NAME: M messages sent, L frames lost (injected), S frames sent
-/// again after T timeouts, D messages dropped ..., X receives failed"), by rank: [N, B, R, O,
-/// F, P] of the transport, [L, S, T, D, X] of the device.
-fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 6], [u64; 5])> {
+/// packed in P messages; device NAME: M messages sent, Q queue pairs on this host, L frames
+/// lost (injected), S frames sent again after T timeouts, D messages dropped ..., X receives
+/// failed, largest message M B"), by rank: [N, B, R, O, F, P] of the transport,
+/// [L, S, T, D, X, M, Q] of the device.
+fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 6], [u64; 7])> {
     let numbers = |s: &str| -> Vec<u64> {
         s.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect()
     };
@@ -89,8 +119,8 @@ fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 6], [u64; 5])> {
         by_rank[rank] = Some({
             let (ours, device) = l.split_once("; device ").unwrap_or_else(|| panic!("no device counts: {l}"));
             let (t, d) = (numbers(ours), numbers(device.split_once(": ").expect("device name").1));
-            assert!(t.len() == 6 && d.len() == 6, "{l}");
-            ([t[0], t[1], t[2], t[3], t[4], t[5]], [d[1], d[2], d[3], d[4], d[5]])
+            assert!(t.len() == 6 && d.len() == 8, "{l}");
+            ([t[0], t[1], t[2], t[3], t[4], t[5]], [d[2], d[3], d[4], d[5], d[6], d[7], d[1]])
         });
     }
     by_rank
@@ -145,7 +175,7 @@ fn heavy_loss_still_delivers_every_byte() {
         let t = std::time::Instant::now();
         let se = ok(np, "ptp", "pairs", &e);
         let c = rdma_counts(&se, np);
-        let sum = |f: fn(&([u64; 6], [u64; 5])) -> u64| c.iter().map(f).sum::<u64>();
+        let sum = |f: fn(&([u64; 6], [u64; 7])) -> u64| c.iter().map(f).sum::<u64>();
         let (lost, by_mpr, by_device, failed) = (sum(|c| c.1[0]), sum(|c| c.0[2]), sum(|c| c.1[1]), sum(|c| c.1[4]));
         let what = format!("{kind}, loss {loss} on {np} ranks");
         assert!(lost > 0, "{what}: frames were lost: {c:?}");

@@ -67,6 +67,8 @@ enum State {
 pub(super) struct Remote {
     /// Its name as the user gave it.
     pub(super) name: String,
+    /// Where its launcher command logs in (`user@host` or the name).
+    destination: String,
     /// Its ranks.
     pub(super) ranks: Vec<usize>,
     /// Its launcher command, until reaped.
@@ -84,6 +86,7 @@ impl Remote {
     pub(super) fn new(host: &Planned, spec: LaunchSpec) -> Self {
         Remote {
             name: host.name.clone(),
+            destination: host.destination(),
             ranks: host.ranks.clone(),
             launcher: None,
             state: State::Idle,
@@ -181,7 +184,12 @@ impl Job<'_> {
             }
             let name = self.remotes[r].name.clone();
             let args = ProxyArgs { connect, host_index: r as u32, host: name.clone(), timeout };
-            let argv = start::command_line(&self.opts.launcher, &name, args.command(&exe));
+            let dest = match self.opts.launcher {
+                // srun places by node name; ssh and the commands standing for it log in.
+                start::Launcher::Srun => &name,
+                _ => &self.remotes[r].destination,
+            };
+            let argv = start::command_line(&self.opts.launcher, dest, args.command(&exe));
             self.verbose(|| {
                 let words: Vec<_> = argv.iter().map(|w| w.to_string_lossy()).collect();
                 format!("host {name}: starting its proxy: {}", words.join(" "))

@@ -136,6 +136,7 @@ mod tests {
             links: Vec::new(),
             named: Vec::new(),
             cpus: Some(cpus.to_vec()),
+            qps: None,
         };
         // Host a: two ranks bound to CPU 0 and one to CPU 1; host b: one rank.
         let cards = [card("a", &[0]), card("a", &[1]), card("a", &[0]), card("b", &[0])];
@@ -153,6 +154,7 @@ mod tests {
             links: Vec::new(),
             named: Vec::new(),
             cpus: Some(cpus.to_vec()),
+            qps: None,
         };
         let m = Some("5f0e1a3c1b2d4c3e9f000123456789ab");
         // Two namespace hosts of one machine, each binding its first rank to CPU 0.

@@ -51,6 +51,9 @@ pub(crate) struct Card {
     pub(crate) named: Vec<(String, Vec<usize>)>,
     /// The CPUs the rank may run on, if its OS says (see `cpus`).
     pub(crate) cpus: Option<Vec<usize>>,
+    /// Queue pairs each of its RDMA devices holds for all the ranks of its host together
+    /// (Thunderbolt); `None`: each rank's devices are its own (see `verbs::fabric::plan`).
+    pub(crate) qps: Option<usize>,
 }
 
 impl Card {
@@ -84,6 +87,9 @@ impl Card {
         if let Some(c) = &self.cpus {
             s += &format!(";c={}", cpus::encode(c));
         }
+        if let Some(q) = self.qps {
+            s += &format!(";q={q}");
+        }
         s
     }
 
@@ -96,6 +102,7 @@ impl Card {
         let mut links = Vec::new();
         let mut named = Vec::new();
         let mut cpu_list = None;
+        let mut qps = None;
         for part in s.split(';') {
             match part.split_once('=') {
                 Some(("h", v)) => host = Some(v.to_string()),
@@ -126,6 +133,9 @@ impl Card {
                         .ok_or_else(|| Error::Bootstrap(format!("bad RDMA device list in card {s:?}")))?;
                 }
                 Some(("c", v)) => cpu_list = cpus::decode(v),
+                Some(("q", v)) => {
+                    qps = Some(v.parse().map_err(|_| Error::Bootstrap(format!("bad queue pair count in card {s:?}")))?)
+                }
                 Some(("t", v)) => {
                     tcp = Some(v.parse().map_err(|_| Error::Bootstrap(format!("bad TCP address in card {s:?}")))?)
                 }
@@ -133,7 +143,7 @@ impl Card {
             }
         }
         match (host, pid) {
-            (Some(host), Some(pid)) => Ok(Card { host, machine, pid, tcp, rdma, links, named, cpus: cpu_list }),
+            (Some(host), Some(pid)) => Ok(Card { host, machine, pid, tcp, rdma, links, named, cpus: cpu_list, qps }),
             _ => Err(Error::Bootstrap(format!("malformed business card {s:?}"))),
         }
     }
@@ -394,6 +404,7 @@ mod tests {
             links: Vec::new(),
             named: Vec::new(),
             cpus: None,
+            qps: None,
         };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
         let c = Card {
@@ -405,6 +416,7 @@ mod tests {
             links: vec![("10.9.1.1".parse().unwrap(), 30), ("10.9.2.5".parse().unwrap(), 30)],
             named: vec![("mac2".into(), vec![0, 1]), ("10.0.0.3".into(), vec![2])],
             cpus: Some(vec![0, 1, 2, 6]),
+            qps: Some(10),
         };
         assert_eq!(Card::decode(&c.encode()).unwrap(), c);
         assert!(c.encode().contains(";r=10.9.1.1/30,10.9.2.5/30"), "{}", c.encode());
@@ -414,6 +426,7 @@ mod tests {
         assert!(Card::decode("h=x;p=1;r=10.9.1.1/33").is_err());
         assert!(Card::decode("h=x;p=1;r=10.9.1.1").is_err());
         assert!(Card::decode("h=x;p=1;t=nonsense").is_err());
+        assert!(Card::decode("h=x;p=1;q=ten").is_err());
         assert!(Card::decode("h=x").is_err());
         assert!(Card::decode("garbage").is_err());
     }

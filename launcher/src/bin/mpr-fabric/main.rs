@@ -8,8 +8,10 @@
 //!   `--reports DIR` of `HOST.json` files), finds the cables between them (a port's peer UUID
 //!   is the other end's own), and says in plain words what is not ready: RDMA not enabled,
 //!   a port not active, an end without an address, two ends on different subnets, different
-//!   macOS versions. Exits 1 if anything is not ready.
-//! - `mpr-fabric setup --hosts a,b,c [--assign] [--output FILE]`: the same, then (with
+//!   macOS versions, a Thunderbolt Bridge up over the ports (connections fail while it is).
+//!   Exits 1 if anything is not ready.
+//! - `mpr-fabric setup --hosts a,b,c [--assign] [--output FILE]`: the same, then takes down a
+//!   Thunderbolt Bridge that holds the ports (its members out, the bridge down), (with
 //!   `--assign`) gives each cable a /30 of `--subnet` (`sudo ifconfig` on each end, over ssh;
 //!   `--dry-run` prints the commands), and writes the hostfile mprun reads (`rdma=PEER:DEV`
 //!   per host). Addresses set with `ifconfig` last until the Mac restarts.
@@ -127,6 +129,18 @@ fn run(args: Args) -> Result<bool, String> {
             if cables.is_empty() {
                 return Err("no cable joins any two of the hosts".into());
             }
+            // A Thunderbolt Bridge up over the ports comes down first (as MLX's set-up does).
+            for r in &mut hosts {
+                for b in std::mem::take(&mut r.bridges) {
+                    for cmd in b.down_commands() {
+                        if dry_run {
+                            println!("{}: {cmd}", r.host);
+                        } else {
+                            remote(&g.ssh, &r.host, &cmd)?;
+                        }
+                    }
+                }
+            }
             if assign {
                 for (host, iface, addr) in plan::assign(&hosts, &cables, subnet)? {
                     let r = hosts.iter_mut().find(|r| r.host == host).expect("assigned to a host");
@@ -225,6 +239,13 @@ fn describe_host(r: &Report) -> String {
     }
     if r.links.is_empty() {
         s += "  no Thunderbolt port or RDMA NIC found\n";
+    }
+    for b in &r.bridges {
+        s += &format!(
+            "  {}: up, with Thunderbolt ports {} (RDMA fails until it is down)\n",
+            b.name,
+            b.members.join(", ")
+        );
     }
     for n in &r.notes {
         s += &format!("  note: {n}\n");

@@ -98,13 +98,19 @@ pub(crate) fn networksetup(text: &str) -> BTreeMap<String, String> {
 /// One interface as `ifconfig` shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Iface {
+    /// Its first routable IPv4 address: a 169.254/16 one (which macOS gives every Thunderbolt
+    /// interface) names no cable and is not taken.
     pub(crate) addr: Option<(Ipv4Addr, u8)>,
     /// `status: active` (a cable with a live machine at its end).
     pub(crate) active: bool,
+    /// `UP` among its flags.
+    pub(crate) up: bool,
+    /// A bridge's members (`member: en2 flags=...`).
+    pub(crate) members: Vec<String>,
 }
 
-/// Parses macOS `ifconfig` output: each interface's first IPv4 address (the netmask in hex,
-/// as macOS prints it) and its status.
+/// Parses macOS `ifconfig` output: each interface's first routable IPv4 address (the netmask
+/// in hex, as macOS prints it), its status, whether it is up, and a bridge's members.
 pub(crate) fn ifconfig(text: &str) -> BTreeMap<String, Iface> {
     let mut out: BTreeMap<String, Iface> = BTreeMap::new();
     let mut cur: Option<String> = None;
@@ -112,7 +118,11 @@ pub(crate) fn ifconfig(text: &str) -> BTreeMap<String, Iface> {
         if !line.starts_with([' ', '\t']) && !line.is_empty() {
             cur = line.split(':').next().map(str::to_string);
             if let Some(c) = &cur {
-                out.entry(c.clone()).or_default();
+                let up = line
+                    .split_once('<')
+                    .and_then(|(_, f)| f.split_once('>'))
+                    .is_some_and(|(flags, _)| flags.split(',').any(|f| f == "UP"));
+                out.entry(c.clone()).or_default().up = up;
             }
             continue;
         }
@@ -121,11 +131,14 @@ pub(crate) fn ifconfig(text: &str) -> BTreeMap<String, Iface> {
         match words.as_slice() {
             ["inet", ip, "netmask", mask, ..] if iface.addr.is_none() => {
                 let bits = u32::from_str_radix(mask.trim_start_matches("0x"), 16).ok().map(|m| m.count_ones() as u8);
-                if let (Ok(ip), Some(bits)) = (ip.parse(), bits) {
-                    iface.addr = Some((ip, bits));
+                if let (Ok(ip), Some(bits)) = (ip.parse::<Ipv4Addr>(), bits) {
+                    if !ip.is_link_local() {
+                        iface.addr = Some((ip, bits));
+                    }
                 }
             }
             ["status:", s] => iface.active = *s == "active",
+            ["member:", m, ..] => iface.members.push(m.to_string()),
             _ => {}
         }
     }
@@ -204,6 +217,25 @@ en6: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
 \tstatus: inactive
 ";
 
+    /// The same Mac as macOS leaves it before set-up: the Thunderbolt Bridge up with en2 and
+    /// en3 as members, and 169.254 addresses on the ports.
+    pub(crate) const IFCONFIG_BRIDGED: &str = "en2: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
+\tinet6 fe80::1%en2 prefixlen 64 scopeid 0x8
+\tinet 169.254.10.20 netmask 0xffff0000 broadcast 169.254.255.255
+\tstatus: active
+en3: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
+\tstatus: active
+bridge0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
+\toptions=63<RXCSUM,TXCSUM,TSO4,TSO6>
+\tConfiguration:
+\t\tid 0:0:0:0:0:0 priority 0 hellotime 0 fwddelay 0
+\tmember: en2 flags=3<LEARNING,DISCOVER>
+\t        ifmaxaddr 0 port 8 priority 0 path cost 0
+\tmember: en3 flags=3<LEARNING,DISCOVER>
+\t        ifmaxaddr 0 port 9 priority 0 path cost 0
+\tstatus: active
+";
+
     #[test]
     fn the_ports_and_their_peers_are_read() {
         let json = profile(&[
@@ -231,9 +263,15 @@ en6: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
         assert_eq!(map.get("5").map(String::as_str), Some("en6"));
         assert_eq!(map.len(), 3, "the bridge is not a port: {map:?}");
         let ifs = ifconfig(IFCONFIG);
-        assert_eq!(ifs["en2"], Iface { addr: Some((Ipv4Addr::new(192, 168, 200, 1), 30)), active: true });
-        assert_eq!(ifs["en3"], Iface { addr: None, active: true });
-        assert_eq!(ifs["en6"], Iface { addr: None, active: false });
+        let iface = |addr, active| Iface { addr, active, up: true, members: Vec::new() };
+        assert_eq!(ifs["en2"], iface(Some((Ipv4Addr::new(192, 168, 200, 1), 30)), true));
+        assert_eq!(ifs["en3"], iface(None, true));
+        assert_eq!(ifs["en6"], iface(None, false));
         assert_eq!(ifs["lo0"].addr, Some((Ipv4Addr::LOCALHOST, 8)));
+        // Before set-up: a 169.254 address is no address, and the bridge holds the ports.
+        let ifs = ifconfig(IFCONFIG_BRIDGED);
+        assert_eq!(ifs["en2"], iface(None, true));
+        assert_eq!(ifs["bridge0"].members, ["en2", "en3"]);
+        assert!(ifs["bridge0"].up && ifs["bridge0"].active);
     }
 }

@@ -18,6 +18,30 @@ pub(crate) struct Report {
     /// What the probe could not find out, in plain words.
     #[serde(default)]
     pub(crate) notes: Vec<String>,
+    /// Bridges up with Thunderbolt ports as members (macOS's Thunderbolt Bridge, `bridge0`).
+    #[serde(default)]
+    pub(crate) bridges: Vec<Bridge>,
+}
+
+/// A bridge that is up and holds Thunderbolt ports: while it does, connecting their queue
+/// pairs fails (RTR; mlx issue 3207), so it must come down.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Bridge {
+    /// `bridge0`.
+    pub(crate) name: String,
+    /// Its Thunderbolt members (`en2`).
+    pub(crate) members: Vec<String>,
+}
+
+impl Bridge {
+    /// The commands that take it down: its Thunderbolt members out, then the bridge down (as
+    /// MLX's set-up does; until the Mac restarts or the Thunderbolt Bridge service is used).
+    pub(crate) fn down_commands(&self) -> Vec<String> {
+        let mut cmds: Vec<String> =
+            self.members.iter().map(|m| format!("sudo ifconfig {} deletem {m}", self.name)).collect();
+        cmds.push(format!("sudo ifconfig {} down", self.name));
+        cmds
+    }
 }
 
 /// One port (Thunderbolt) or RDMA NIC of a host.
@@ -90,6 +114,18 @@ pub(crate) fn check(hosts: &[Report], cables: &[Cable]) -> Vec<String> {
             "the hosts run different systems ({}): RDMA over Thunderbolt needs the same macOS on both ends",
             each.join(", ")
         ));
+    }
+    for h in hosts {
+        for b in &h.bridges {
+            out.push(format!(
+                "{}: {} is up with Thunderbolt ports {} as members: their RDMA connections fail while it is \
+                 (`mpr-fabric setup` takes it down: {})",
+                h.host,
+                b.name,
+                b.members.join(", "),
+                b.down_commands().join("; ")
+            ));
+        }
     }
     for c in cables {
         let ((ra, la), (rb, lb)) = (end(hosts, c.a), end(hosts, c.b));
@@ -194,7 +230,7 @@ mod tests {
     }
 
     fn host(name: &str, links: Vec<Link>) -> Report {
-        Report { host: name.into(), os: "macOS 26.2".into(), links, notes: Vec::new() }
+        Report { host: name.into(), os: "macOS 26.2".into(), links, ..Report::default() }
     }
 
     /// Two Macs, two cables between them (synthetic): both are found, each once, and the
@@ -295,5 +331,20 @@ mod tests {
         );
         assert!(p.contains(&"mac1 en2 <-> mac2 en4: RDMA is not enabled on mac2 (no rdma_en4): run `rdma_ctl enable` in recoveryOS, then restart".to_string()), "{p:?}");
         assert!(p.iter().any(|x| x.contains("not on one subnet (192.168.200.1/30 and 192.168.201.2/30)")), "{p:?}");
+    }
+
+    #[test]
+    fn a_thunderbolt_bridge_that_is_up_is_a_problem_with_its_fix() {
+        let mut a = host("mac1", vec![link("en2", "A1", Some("B1"), Some("192.168.200.1"))]);
+        let b = host("mac2", vec![link("en4", "B1", Some("A1"), Some("192.168.200.2"))]);
+        a.bridges.push(Bridge { name: "bridge0".into(), members: vec!["en2".into(), "en3".into()] });
+        let hosts = [a, b];
+        let (c, _) = cables(&hosts);
+        assert_eq!(
+            check(&hosts, &c),
+            ["mac1: bridge0 is up with Thunderbolt ports en2, en3 as members: their RDMA connections fail while it \
+              is (`mpr-fabric setup` takes it down: sudo ifconfig bridge0 deletem en2; sudo ifconfig bridge0 \
+              deletem en3; sudo ifconfig bridge0 down)"]
+        );
     }
 }

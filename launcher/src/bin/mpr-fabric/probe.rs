@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use crate::parse;
-use crate::plan::{Link, Report};
+use crate::plan::{Bridge, Link, Report};
 
 /// A report from the three macOS outputs and the RDMA devices the system lists.
 pub(crate) fn from_outputs(profiler: &str, netsetup: &str, ifcfg: &str, rdma: &[&str]) -> Result<Report, String> {
@@ -29,6 +29,13 @@ pub(crate) fn from_outputs(profiler: &str, netsetup: &str, ifcfg: &str, rdma: &[
             peer: p.peer,
             speed: p.speed,
         });
+    }
+    // A bridge up with Thunderbolt ports in it (the Thunderbolt Bridge macOS sets up).
+    for (name, i) in &ifs {
+        let members: Vec<String> = i.members.iter().filter(|m| map.values().any(|v| v == *m)).cloned().collect();
+        if i.up && !members.is_empty() {
+            report.bridges.push(Bridge { name: name.clone(), members });
+        }
     }
     Ok(report)
 }

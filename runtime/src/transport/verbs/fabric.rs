@@ -63,6 +63,79 @@ pub(crate) fn lanes(a: &Card, b: &Card) -> Vec<usize> {
     }
 }
 
+/// The lanes of every pair of ranks once each device's queue pairs are shared out: `[a][b]`
+/// are the lanes of `a` towards `b` (indices of `a`'s devices, in lane order, as
+/// [`lanes`]), empty where the pair does not use RDMA. `apart(a, b)`: the pair may use RDMA
+/// (shared memory does not serve it).
+///
+/// A card whose `qps` is set says its host's devices hold that many queue pairs each, for
+/// all the host's ranks together (Thunderbolt: about 10 per `rdma_enN`, whichever process
+/// opens them): each lane takes one queue pair on a device at each end, and a lane whose
+/// device is full at either end is left out, so a pair may keep fewer cables or none (it
+/// then goes over TCP). Each pair gets one lane before any gets a second. Pairs are served
+/// in an order every rank computes alike: first the
+/// pairs of the hosts' first ranks (the leaders, which carry the hierarchical collectives),
+/// then by the higher of the two local ranks, then the lower, then rank order. Cards without
+/// `qps` (a device per process, or a NIC's thousands) keep every lane.
+pub(crate) fn plan(cards: &[Card], apart: impl Fn(usize, usize) -> bool) -> (Vec<Vec<Vec<usize>>>, HostQps) {
+    let n = cards.len();
+    let local: Vec<usize> = (0..n).map(|r| cards[..r].iter().filter(|c| c.host == cards[r].host).count()).collect();
+    let mut pairs: Vec<(usize, usize)> = (0..n).flat_map(|a| (a + 1..n).map(move |b| (a, b))).collect();
+    pairs.sort_by_key(|&(a, b)| (local[a].max(local[b]), local[a].min(local[b]), a, b));
+    let all: Vec<(usize, usize, Vec<usize>, Vec<usize>)> = pairs
+        .into_iter()
+        .filter(|&(a, b)| apart(a, b))
+        .map(|(a, b)| (a, b, lanes(&cards[a], &cards[b]), lanes(&cards[b], &cards[a])))
+        .filter(|p| !p.2.is_empty())
+        .collect();
+    let mut used = HostQps::new();
+    // Per pair, the lane numbers kept.
+    let mut kept: Vec<Vec<usize>> = vec![Vec::new(); all.len()];
+    // One lane per pair first, on the first cable with room at both ends, so that a second
+    // cable serves more pairs before any pair gets two; then the other lanes where room is left.
+    for one in [true, false] {
+        for (i, (a, b, la, lb)) in all.iter().enumerate() {
+            let ends = |k: usize| ((cards[*a].host.clone(), la[k]), (cards[*b].host.clone(), lb[k]));
+            let load = |used: &HostQps, e: &(String, usize)| used.get(e).copied().unwrap_or(0);
+            let room = |used: &HostQps, c: &Card, e: &(String, usize)| c.qps.is_none_or(|cap| load(used, e) < cap);
+            // The lanes with room at both ends, the least loaded first (so a pair's first
+            // lane spreads the pairs over the cables).
+            let mut open: Vec<usize> = (0..la.len().min(lb.len()))
+                .filter(|k| !kept[i].contains(k))
+                .filter(|&k| {
+                    let (ea, eb) = ends(k);
+                    room(&used, &cards[*a], &ea) && room(&used, &cards[*b], &eb)
+                })
+                .collect();
+            open.sort_by_key(|&k| {
+                let (ea, eb) = ends(k);
+                (load(&used, &ea).max(load(&used, &eb)), k)
+            });
+            if one {
+                open.truncate(usize::from(kept[i].is_empty()));
+            }
+            for k in open {
+                let (ea, eb) = ends(k);
+                if room(&used, &cards[*a], &ea) && room(&used, &cards[*b], &eb) {
+                    *used.entry(ea).or_default() += 1;
+                    *used.entry(eb).or_default() += 1;
+                    kept[i].push(k);
+                }
+            }
+        }
+    }
+    let mut out = vec![vec![Vec::new(); n]; n];
+    for ((a, b, la, lb), mut ks) in all.into_iter().zip(kept) {
+        ks.sort_unstable();
+        out[a][b] = ks.iter().map(|&k| la[k]).collect();
+        out[b][a] = ks.iter().map(|&k| lb[k]).collect();
+    }
+    (out, used)
+}
+
+/// Queue pairs per device of a host, `(host, device index)`: what [`plan`] gave out.
+pub(crate) type HostQps = std::collections::HashMap<(String, usize), usize>;
+
 /// A card's RDMA devices, for messages.
 pub(crate) fn describe(c: &Card) -> String {
     if !c.named.is_empty() {
@@ -117,6 +190,23 @@ pub(crate) fn gid_ipv4(gid: &[u8; 16]) -> Option<Ipv4Addr> {
         .then(|| Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]))
 }
 
+/// Whether a GID holds a link-local address: fe80::/10, or IPv4 169.254/16 (which macOS
+/// gives every Thunderbolt interface: every port shares that subnet, so it names no cable).
+pub(crate) fn link_local_gid(gid: &[u8; 16]) -> bool {
+    (gid[0] == 0xfe && gid[1] & 0xc0 == 0x80) || gid_ipv4(gid).is_some_and(|ip| ip.is_link_local())
+}
+
+/// The error of a Thunderbolt interface without a routable IPv4 address (`have`: the
+/// addresses it has), with the command that gives it one.
+pub(crate) fn no_address(iface: &str, device: &str, have: &[String]) -> String {
+    format!(
+        "interface {iface} (device {device}) has no IPv4 address but link-local ones ({}): give both ends of \
+         its cable an address on a subnet of their own (`sudo ifconfig {iface} inet 192.168.200.1/30` here, \
+         .2 at the other end), or run `mpr-fabric setup --assign`",
+        if have.is_empty() { "none".to_string() } else { have.join(", ") }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +221,7 @@ mod tests {
             links: links.iter().map(|&(ip, b)| (ip.parse().unwrap(), b)).collect(),
             named: Vec::new(),
             cpus: None,
+            qps: None,
         }
     }
 
@@ -215,5 +306,48 @@ mod tests {
         gid[0] = 0xfe;
         gid[1] = 0x80;
         assert_eq!(gid_ipv4(&gid), None, "link-local IPv6");
+    }
+
+    /// Two Macs with 4 ranks each and 10 queue pairs per device for the whole host: 10 of the
+    /// 16 pairs get RDMA, the leaders' first; no device holds more than 10. With two cables
+    /// every pair gets one, 8 pairs per cable, and the room left (2 per device) gives the first
+    /// pairs (4, the leaders among them) their second cable.
+    #[test]
+    fn queue_pairs_are_shared_out_per_device_across_the_ranks_of_a_host() {
+        let mac = |host: &str, links: &[(&str, u8)]| Card { qps: Some(10), ..card(host, links) };
+        let mut cards: Vec<Card> = (0..4).map(|_| mac("a", &[("10.9.1.1", 30)])).collect();
+        cards.extend((0..4).map(|_| mac("b", &[("10.9.1.2", 30)])));
+        let apart = |a: usize, b: usize| (a < 4) != (b < 4);
+        let (p, used) = plan(&cards, apart);
+        let rdma: Vec<(usize, usize)> =
+            (0..4).flat_map(|a| (4..8).map(move |b| (a, b))).filter(|&(a, b)| !p[a][b].is_empty()).collect();
+        assert_eq!(rdma.len(), 10, "{rdma:?}");
+        assert!(rdma.contains(&(0, 4)), "the leaders' pair: {rdma:?}");
+        assert!(!rdma.contains(&(3, 7)), "the last pair: {rdma:?}");
+        assert_eq!(used[&("a".to_string(), 0)], 10);
+        assert_eq!(used[&("b".to_string(), 0)], 10);
+        for a in 0..8 {
+            for b in 0..8 {
+                assert_eq!(p[a][b].is_empty(), p[b][a].is_empty(), "{a} {b}");
+                if !apart(a, b) {
+                    assert!(p[a][b].is_empty());
+                }
+            }
+        }
+        // Two cables: every pair, one lane each, 8 queue pairs per device.
+        let two = |host: &str, x: &str, y: &str| mac(host, &[(x, 30), (y, 30)]);
+        let mut cards: Vec<Card> = (0..4).map(|_| two("a", "10.9.1.1", "10.9.2.1")).collect();
+        cards.extend((0..4).map(|_| two("b", "10.9.1.2", "10.9.2.2")));
+        let (p, used) = plan(&cards, apart);
+        assert!((0..4).all(|a| (4..8).all(|b| !p[a][b].is_empty() && p[a][b].len() == p[b][a].len())), "{p:?}");
+        assert_eq!(used.values().copied().collect::<Vec<_>>(), [10; 4]);
+        assert_eq!(p[0][4], [0, 1], "the leaders stripe over both cables");
+        let two_lanes = (0..4).flat_map(|a| (4..8).map(move |b| (a, b))).filter(|&(a, b)| p[a][b].len() == 2).count();
+        assert_eq!(two_lanes, 4, "{p:?}");
+        // Without a host-wide count (a device per process), every lane stays.
+        let mut cards: Vec<Card> = (0..4).map(|_| card("a", &[("10.9.1.1", 30), ("10.9.2.1", 30)])).collect();
+        cards.extend((0..4).map(|_| card("b", &[("10.9.1.2", 30), ("10.9.2.2", 30)])));
+        let (p, _) = plan(&cards, apart);
+        assert!((0..4).all(|a| (4..8).all(|b| p[a][b].len() == 2)));
     }
 }

@@ -69,14 +69,21 @@ pub(crate) struct IbvConfig {
     pub(crate) device: Option<String>,
     /// GID table index; `None`: chosen by [`choose_gid`].
     pub(crate) gid_index: Option<u8>,
+    /// Path MTU in bytes; `None`: the flavor's ([`Flavor::path_mtu`]).
+    pub(crate) mtu: Option<usize>,
+    /// `local` or `remote` access to registered memory; `None`: the flavor's.
+    pub(crate) mr_access: Option<String>,
 }
 
 impl IbvConfig {
-    /// From `MPR_RDMA_DEVICE` and `MPR_RDMA_GID_INDEX`.
+    /// From `MPR_RDMA_DEVICE`, `MPR_RDMA_GID_INDEX`, `MPR_RDMA_MTU` and `MPR_RDMA_MR_ACCESS`
+    /// (the last two validated at start-up, `env::check`).
     pub(crate) fn from_env() -> IbvConfig {
         IbvConfig {
             device: crate::env::parsed::<String>("MPR_RDMA_DEVICE").filter(|s| !s.is_empty()),
             gid_index: crate::env::parsed("MPR_RDMA_GID_INDEX"),
+            mtu: crate::env::parsed("MPR_RDMA_MTU"),
+            mr_access: crate::env::parsed::<String>("MPR_RDMA_MR_ACCESS").filter(|s| !s.is_empty()),
         }
     }
 }
@@ -121,6 +128,9 @@ pub(crate) struct Ibv {
     gid_index: u8,
     gid: [u8; 16],
     caps: DeviceCaps,
+    /// Path MTU of every connection (`IBV_MTU_*`) and access flags of every region.
+    path_mtu: u32,
+    mr_access: c_int,
     max_rd_atomic: u8,
     max_dest_rd_atomic: u8,
     pending: HashMap<u64, Pending>,
@@ -145,6 +155,20 @@ impl fmt::Debug for Ibv {
             .field("pending", &self.pending.len())
             .finish()
     }
+}
+
+/// Why a Thunderbolt device cannot be used: its interface has no routable IPv4 address, and
+/// the command that gives it one.
+fn no_ipv4(device: &str, table: &[GidEntry]) -> String {
+    let iface = device.strip_prefix("rdma_").unwrap_or(device);
+    let have: Vec<String> = table
+        .iter()
+        .map(|e| match super::fabric::gid_ipv4(&e.gid) {
+            Some(ip) => ip.to_string(),
+            None => std::net::Ipv6Addr::from(e.gid).to_string(),
+        })
+        .collect();
+    super::fabric::no_address(iface, device, &have)
 }
 
 impl Ibv {
@@ -180,12 +204,13 @@ impl Ibv {
                             .collect()
                     };
                 choose_gid(flavor, port.link_layer, &table)
+                    .ok_or_else(|| VerbsError::Unavailable(no_ipv4(&device, &table)))?
             }
         };
         let gid = dev.gid(PORT, gid_index).map_err(|e| VerbsError::Invalid(format!("GID index {gid_index}: {e}")))?;
         // SAFETY: `sysconf` reads a constant of the system; it takes no pointers.
         let page_size = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let (caps, cq_entries) = flavor.caps(&limits, &port, page_size);
+        let (caps, cq_entries) = flavor.caps(&limits, &port, page_size, flavor::macos_version());
 
         // SAFETY: the context is live; the PD is owned by the guard.
         let pd = unsafe { Owned::new(api, (api.alloc_pd)(ctx.as_ptr()), "ibv_alloc_pd")? };
@@ -208,6 +233,8 @@ impl Ibv {
             gid_index,
             gid,
             caps,
+            path_mtu: flavor.path_mtu(port.active_mtu, config.mtu),
+            mr_access: flavor.mr_access(config.mr_access.as_deref()),
             max_rd_atomic: rd(limits.max_qp_init_rd_atom),
             max_dest_rd_atomic: rd(limits.max_qp_rd_atom),
             pending: HashMap::new(),
@@ -420,7 +447,7 @@ impl Provider for Ibv {
         let api = self.ctx.api;
         // SAFETY: the PD is live; the caller guarantees `len` bytes at `addr` stay valid until
         // the region is deregistered or the provider dropped (which deregisters it first).
-        let p = unsafe { (api.reg_mr)(self.pd.as_ptr(), addr.cast(), len, self.flavor.mr_access()) };
+        let p = unsafe { (api.reg_mr)(self.pd.as_ptr(), addr.cast(), len, self.mr_access) };
         // SAFETY: `p` was just returned by `ibv_reg_mr` through `api`.
         let mr = unsafe { Owned::new(api, p, "ibv_reg_mr")? };
         // SAFETY: the region is live; its keys are plain fields written by the library.
@@ -494,7 +521,7 @@ impl Provider for Ibv {
         }
         let (flavor, gid_index, rd, dest_rd) =
             (self.flavor, self.gid_index, self.max_rd_atomic, self.max_dest_rd_atomic);
-        let path_mtu = if mtu_bytes(self.port.active_mtu).is_some() { self.port.active_mtu } else { ffi::IBV_MTU_1024 };
+        let path_mtu = self.path_mtu;
         let q = self.qps.get(&qp).ok_or_else(|| VerbsError::Invalid(format!("no queue pair {}", qp.0)))?;
         if q.connected {
             return Err(VerbsError::Invalid(format!("queue pair {} is already connected", qp.0)));

@@ -36,6 +36,33 @@ pub(crate) struct DeviceCaps {
     pub(crate) align: usize,
 }
 
+/// A macOS version, (major, minor), as `kern.osproductversion` gives it.
+pub(crate) type MacosVersion = (u32, u32);
+
+/// The first macOS whose librdma takes messages of more than one 4 KiB frame: JACCL posts
+/// nothing larger before it (MLX PR 3094).
+pub(crate) const MACOS_MULTI_FRAME: MacosVersion = (26, 3);
+
+/// The largest message a Thunderbolt device carries on macOS `version`: one frame before
+/// [`MACOS_MULTI_FRAME`] (and when the version is not known), 4095 frames from it.
+pub(crate) fn thunderbolt_max_msg(version: Option<MacosVersion>) -> usize {
+    match version {
+        Some(v) if v >= MACOS_MULTI_FRAME => 4095 * 4096,
+        _ => 4096,
+    }
+}
+
+/// `26.2`, `26.3.1`: the major and minor numbers of a macOS version.
+pub(crate) fn parse_macos_version(text: &str) -> Option<MacosVersion> {
+    let mut parts = text.trim().trim_end_matches('\0').split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = match parts.next() {
+        Some(m) => m.parse().ok()?,
+        None => 0,
+    };
+    parts.all(|p| p.parse::<u32>().is_ok()).then_some((major, minor))
+}
+
 /// A registered memory region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Mr {
@@ -232,6 +259,27 @@ mod tests {
         assert_eq!(QpAddr::decode(&a.encode()), Some(a));
         for bad in ["", "1.2.3", "1.2.3.00", "x.2.3.00000000000000000000000000000000", "1.2.3.4.5"] {
             assert_eq!(QpAddr::decode(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn macos_versions_gate_the_message_size() {
+        assert_eq!(parse_macos_version("26.2"), Some((26, 2)));
+        assert_eq!(parse_macos_version("26.3.1\0"), Some((26, 3)));
+        assert_eq!(parse_macos_version("27"), Some((27, 0)));
+        for bad in ["", "x", "26.x", "26.2.y", "-1.0"] {
+            assert_eq!(parse_macos_version(bad), None, "{bad}");
+        }
+        // Before 26.3, and when unknown: one frame (JACCL, MLX PR 3094); from 26.3: 4095.
+        for (v, max) in [
+            (Some((26, 2)), 4096),
+            (Some((26, 2)), 4096),
+            (None, 4096),
+            (Some((15, 7)), 4096),
+            (Some((26, 3)), 16_773_120),
+            (Some((27, 0)), 16_773_120),
+        ] {
+            assert_eq!(thunderbolt_max_msg(v), max, "{v:?}");
         }
     }
 }

@@ -8,7 +8,9 @@
 //! `qp=N,mr=N,wr=N,msg=N`, each optional, the rest from the mode) and `MPR_SOFT_IFACES`
 //! (a fabric of point-to-point links, as Thunderbolt cables are: one device per network
 //! interface named in the list, `NAME` or `PREFIX*`, on the interface's IPv4 address; it
-//! reaches only the peers whose devices sit on the same subnet).
+//! reaches only the peers whose devices sit on the same subnet) and `MPR_SOFT_MACOS` (the
+//! macOS version a UC device imitates, default 26.2: one 4 KiB frame per message before
+//! 26.3).
 //!
 //! Without `MPR_SOFT_IFACES` a rank opens one device that reaches every peer of its kind.
 
@@ -32,14 +34,18 @@ pub(crate) struct Opened {
     pub(crate) links: Vec<(Ipv4Addr, u8)>,
     /// Devices named per peer host (`MPR_RDMA_PEERS`; see [`super::fabric`]): beats `links`.
     pub(crate) named: fabric::Named,
+    /// Queue pairs each device holds for all the ranks of the host together (Thunderbolt,
+    /// and the software provider's model of it on interfaces); `None`: each rank's own.
+    pub(crate) shared_qps: Option<usize>,
 }
 
 /// Opened devices and, per device, its link.
 type DevicesOnLinks = (Vec<Box<dyn Provider>>, Vec<(Ipv4Addr, u8)>);
 
 impl Opened {
-    fn one(kind: &str, dev: Box<dyn Provider>) -> Opened {
-        Opened { kind: kind.into(), devs: vec![dev], links: Vec::new(), named: Vec::new() }
+    /// One device that reaches every peer of its kind; `shared_qps` as the field says.
+    fn one(kind: &str, dev: Box<dyn Provider>, shared_qps: Option<usize>) -> Opened {
+        Opened { kind: kind.into(), devs: vec![dev], links: Vec::new(), named: Vec::new(), shared_qps }
     }
 }
 
@@ -64,6 +70,11 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
             cfg.loss = crate::env::parsed("MPR_SOFT_LOSS").unwrap_or(cfg.loss);
             cfg.seed = crate::env::parsed::<u64>("MPR_SOFT_SEED").unwrap_or(cfg.seed)
                 ^ (rank as u64).wrapping_mul(0x9e37_79b9);
+            if let Ok(v) = std::env::var("MPR_SOFT_MACOS") {
+                cfg.macos = super::provider::parse_macos_version(&v).ok_or_else(|| {
+                    Error::Bootstrap(format!("MPR_SOFT_MACOS={v}: expected a macOS version such as 26.2 or 26.3"))
+                })?;
+            }
             if let Ok(v) = std::env::var("MPR_SOFT_LIMITS") {
                 cfg.limits =
                     Some(parse_limits(&v, &cfg).map_err(|e| Error::Bootstrap(format!("MPR_SOFT_LIMITS={v}: {e}")))?);
@@ -73,17 +84,32 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
                 (Some((devices, named)), _) => (devices.join(","), named),
                 (None, Ok(list)) => (list, Vec::new()),
                 (None, Err(_)) => {
-                    return Ok(SoftDevice::open(cfg).map(|d| Opened::one(kind, Box::new(d))).map_err(|e| e.to_string()))
+                    // Without interfaces each rank's device stands for a Mac of its own.
+                    return Ok(SoftDevice::open(cfg)
+                        .map(|d| Opened::one(kind, Box::new(d), None))
+                        .map_err(|e| e.to_string()));
                 }
             };
-            let ifaces = interfaces(&wanted)?;
+            let (ifaces, local_only) = interfaces(&wanted)?;
+            // An interface with link-local addresses only, as macOS leaves a Thunderbolt port
+            // that was not set up: the same error as the real provider's.
+            let unset = |name: &str| {
+                let have: Vec<String> = local_only.iter().filter(|i| i.0 == name).map(|i| i.1.to_string()).collect();
+                fabric::no_address(name, &format!("soft-uc:{name}"), &have)
+            };
             if ifaces.is_empty() {
-                return Ok(Err(format!("interfaces {wanted}: none has an IPv4 address")));
+                return Ok(Err(match local_only.first() {
+                    Some((name, _)) => unset(name),
+                    None => format!("interfaces {wanted}: none has an IPv4 address"),
+                }));
             }
             if !named.is_empty() {
                 // Each named device must be there, in the order named.
                 let order: Vec<&str> = wanted.split(',').collect();
                 if let Some(missing) = order.iter().find(|n| !ifaces.iter().any(|i| i.0 == **n)) {
+                    if local_only.iter().any(|i| i.0 == *missing) {
+                        return Ok(Err(unset(missing)));
+                    }
                     return Ok(Err(format!("no interface {missing} with an IPv4 address (named by MPR_RDMA_PEERS)")));
                 }
             }
@@ -102,8 +128,8 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
             let (mut devs, mut links): DevicesOnLinks = (Vec::new(), Vec::new());
             for name in &order {
                 let (_, addr, bits) = ifaces.iter().find(|i| &i.0 == name).cloned().expect("checked above");
-                match SoftDevice::open(SoftConfig { addr, ..cfg }) {
-                    Ok(d) => devs.push(Box::new(d.on_iface(name))),
+                match SoftDevice::open(SoftConfig { addr, ..cfg }).and_then(|d| d.on_iface(name)) {
+                    Ok(d) => devs.push(Box::new(d)),
                     Err(e) => return Ok(Err(e.to_string())),
                 }
                 links.push((addr, bits));
@@ -111,7 +137,9 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
             if !named.is_empty() {
                 links.clear();
             }
-            Ok(Ok(Opened { kind: kind.into(), devs, links, named }))
+            // A UC device on an interface is a Thunderbolt port: its queue pairs are the host's.
+            let shared_qps = (kind == "soft").then(|| cfg.caps().max_qp);
+            Ok(Ok(Opened { kind: kind.into(), devs, links, named, shared_qps }))
         }
         other => Err(Error::Bootstrap(format!(
             "MPR_VERBS_PROVIDER={other}: unknown provider (this build has verbs, soft, soft-rc)"
@@ -120,8 +148,9 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
 }
 
 /// The real provider's devices: those named per peer; the one `MPR_RDMA_DEVICE` names; on
-/// Thunderbolt, every active one, each on the link its GID's address sits on (each reaches
-/// one Mac; a Mac whose devices show no IPv4 address falls back to its first device);
+/// Thunderbolt, every active one whose interface has a routable IPv4 address, each on the
+/// link that address sits on (each reaches one Mac; none: no RDMA, saying which interface
+/// lacks an address and how to give it one);
 /// elsewhere the first active device, which reaches every peer (a NIC on a switch; several
 /// NICs per host are named per peer in the hostfile).
 fn open_verbs(named: Option<(Vec<String>, fabric::Named)>) -> Result<Opened, String> {
@@ -142,39 +171,71 @@ fn open_verbs(named: Option<(Vec<String>, fabric::Named)>) -> Result<Opened, Str
         for d in &devices {
             devs.push(Box::new(open(d).map_err(|e| why(e, Some(d), "MPR_RDMA_PEERS"))?));
         }
-        return Ok(Opened { kind: "verbs".into(), devs, links: Vec::new(), named });
+        let shared_qps = devs.first().and_then(|d| verbs_shared_qps(d.as_ref()));
+        return Ok(Opened { kind: "verbs".into(), devs, links: Vec::new(), named, shared_qps });
     }
     if let Some(name) = &config.device {
         return Ibv::open(&config)
-            .map(|d| Opened::one("verbs", Box::new(d)))
+            .map(|d| {
+                let q = verbs_shared_qps(&d);
+                Opened::one("verbs", Box::new(d), q)
+            })
             .map_err(|e| why(e, Some(name), "MPR_RDMA_DEVICE"));
     }
-    let first = || Ibv::open(&config).map(|d| Opened::one("verbs", Box::new(d))).map_err(|e| why(e, None, ""));
+    let first = || {
+        Ibv::open(&config)
+            .map(|d| {
+                let q = verbs_shared_qps(&d);
+                Opened::one("verbs", Box::new(d), q)
+            })
+            .map_err(|e| why(e, None, ""))
+    };
     if super::ibv::Flavor::HOST != super::ibv::Flavor::AppleRdma {
         return first();
     }
     let (active, _) = Ibv::active_devices().map_err(|e| why(e, None, ""))?;
-    let ifaces = interfaces("*").map_err(|e| e.to_string())?;
+    let (ifaces, _) = interfaces("*").map_err(|e| e.to_string())?;
     let (mut devs, mut links): DevicesOnLinks = (Vec::new(), Vec::new());
+    let mut unusable = Vec::new();
     for name in &active {
-        let d = open(name).map_err(|e| why(e, Some(name), "the device list"))?;
-        // A device whose GID holds no IPv4 address names no link: no peer is paired with it
-        // (the hostfile can still name it per peer).
+        // A port whose interface has no routable IPv4 address (a cable to no Mac of the job,
+        // or one not set up) names no link and is left out; if every port is so, that is why
+        // there is no RDMA.
+        let d = match open(name) {
+            Ok(d) => d,
+            Err(e) => {
+                unusable.push(why(e, Some(name), "the device list"));
+                continue;
+            }
+        };
         if let Some(&(_, ip, bits)) = d.ipv4().and_then(|ip| ifaces.iter().find(|i| i.1 == ip)) {
             links.push((ip, bits));
             devs.push(Box::new(d));
         }
     }
     if devs.is_empty() {
-        // No GID names its link (link-local GIDs only): one device, as on a single cable.
-        return first();
+        return Err(if unusable.is_empty() {
+            format!("no active RDMA device has its interface's IPv4 address (devices: {})", active.join(", "))
+        } else {
+            unusable.join("; ")
+        });
     }
-    Ok(Opened { kind: "verbs".into(), devs, links, named: Vec::new() })
+    let shared_qps = devs.first().and_then(|d| verbs_shared_qps(d.as_ref()));
+    Ok(Opened { kind: "verbs".into(), devs, links, named: Vec::new(), shared_qps })
+}
+
+/// The queue pairs a real device holds for every process of its host: Apple's librdma
+/// counts them per device, not per process (TN3205); an rdma-core NIC holds far more than
+/// a job uses, and is left to its per-process budget.
+fn verbs_shared_qps(dev: &dyn Provider) -> Option<usize> {
+    (super::ibv::Flavor::HOST == super::ibv::Flavor::AppleRdma).then(|| dev.caps().max_qp)
 }
 
 /// The name, IPv4 address and prefix length of every interface `list` names (`NAME` or
-/// `PREFIX*`, comma-separated; `*` for all), in the order the system lists them.
-fn interfaces(list: &str) -> Result<Vec<(String, Ipv4Addr, u8)>, Error> {
+/// `PREFIX*`, comma-separated; `*` for all), in the order the system lists them; and apart,
+/// the link-local (169.254/16) addresses, which name no cable: macOS gives one to every
+/// Thunderbolt interface, so every port would seem to share a subnet with every other.
+fn interfaces(list: &str) -> Result<(Vec<Iface>, Vec<(String, Ipv4Addr)>), Error> {
     let want: Vec<&str> = list.split(',').map(str::trim).filter(|w| !w.is_empty()).collect();
     let named = |name: &str| {
         want.iter().any(|w| match w.strip_suffix('*') {
@@ -183,16 +244,23 @@ fn interfaces(list: &str) -> Result<Vec<(String, Ipv4Addr, u8)>, Error> {
         })
     };
     let addrs = nix::ifaddrs::getifaddrs().map_err(|e| Error::Bootstrap(format!("listing interfaces: {e}")))?;
-    let mut out = Vec::new();
+    let (mut out, mut local_only) = (Vec::new(), Vec::new());
     for a in addrs.filter(|a| named(&a.interface_name)) {
         let ip = a.address.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| s.ip());
         let mask = a.netmask.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| s.ip());
-        if let (Some(ip), Some(mask)) = (ip, mask) {
-            out.push((a.interface_name.clone(), ip, u32::from(mask).count_ones() as u8));
+        match (ip, mask) {
+            (Some(ip), _) if ip.is_link_local() => local_only.push((a.interface_name.clone(), ip)),
+            (Some(ip), Some(mask)) => out.push((a.interface_name.clone(), ip, u32::from(mask).count_ones() as u8)),
+            _ => {}
         }
     }
-    Ok(out)
+    // Kept apart only where the interface has no other address.
+    local_only.retain(|(n, _)| !out.iter().any(|o: &Iface| &o.0 == n));
+    Ok((out, local_only))
 }
+
+/// An interface's name, IPv4 address and prefix length.
+type Iface = (String, Ipv4Addr, u8);
 
 /// Whether two links are on one subnet (the two ends of one cable).
 pub(crate) fn same_link(a: (Ipv4Addr, u8), b: (Ipv4Addr, u8)) -> bool {
@@ -253,10 +321,11 @@ mod tests {
     #[test]
     fn interfaces_are_named_or_prefixed() {
         // Loopback has 127.0.0.1/8 everywhere this runs.
-        let lo = interfaces("lo").unwrap();
+        let (lo, _) = interfaces("lo").unwrap();
         assert!(lo.contains(&("lo".into(), Ipv4Addr::LOCALHOST, 8)), "{lo:?}");
-        assert_eq!(interfaces("l*").unwrap().iter().filter(|l| l.1 == Ipv4Addr::LOCALHOST).count(), 1);
-        assert!(interfaces("*").unwrap().iter().any(|l| l.1 == Ipv4Addr::LOCALHOST));
-        assert!(interfaces("no-such-iface0").unwrap().is_empty());
+        assert_eq!(interfaces("l*").unwrap().0.iter().filter(|l| l.1 == Ipv4Addr::LOCALHOST).count(), 1);
+        assert!(interfaces("*").unwrap().0.iter().any(|l| l.1 == Ipv4Addr::LOCALHOST));
+        let none = interfaces("no-such-iface0").unwrap();
+        assert!(none.0.is_empty() && none.1.is_empty());
     }
 }

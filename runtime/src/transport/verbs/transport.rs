@@ -224,6 +224,9 @@ pub(crate) struct VerbsTransport {
     carried: Vec<u64>,
     /// Engine frames sent, packed into the `carried` messages.
     frames: u64,
+    /// Per device: the queue pairs open on it across the host (set by start-up, which shares
+    /// them out), reported by `finalize` under `MPR_VERBOSE`.
+    pub(crate) host_qps: Vec<usize>,
     /// One-sided transfers of windows (RDMA WRITE and READ, `one_sided`).
     os: one_sided::OneSided,
     finalizing: bool,
@@ -355,6 +358,7 @@ impl VerbsTransport {
             read_gen: 0,
             reads: (0, 0),
             carried: vec![0; n_devs],
+            host_qps: Vec::new(),
             frames: 0,
             os: Default::default(),
             finalizing: false,
@@ -1002,9 +1006,11 @@ impl Transport for VerbsTransport {
                 .devs
                 .iter()
                 .zip(&self.carried)
-                .map(|(d, n)| {
+                .enumerate()
+                .map(|(i, (d, n))| {
                     let more = d.report().map_or(String::new(), |r| format!(", {r}"));
-                    format!("; device {}: {n} messages sent{more}", d.name())
+                    let qps = self.host_qps.get(i).copied().unwrap_or(0);
+                    format!("; device {}: {n} messages sent, {qps} queue pairs on this host{more}", d.name())
                 })
                 .collect();
             crate::say::say!(

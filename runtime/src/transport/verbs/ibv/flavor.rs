@@ -6,7 +6,7 @@ use std::ffi::c_int;
 
 use super::PORT;
 use crate::transport::verbs::ffi;
-use crate::transport::verbs::provider::{DeviceCaps, QpType, WcStatus};
+use crate::transport::verbs::provider::{thunderbolt_max_msg, DeviceCaps, MacosVersion, QpType, WcStatus};
 
 /// Which verbs library this is, and the habits that go with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,16 +43,6 @@ impl Flavor {
         }
     }
 
-    /// The GID index used when the table has no IPv4-mapped entry: 0 (the port's default
-    /// GID: an InfiniBand port's only one, a RoCE port's link-local one) for rdma-core, 1
-    /// (the `rdma_enN` port's own GID) for librdma.
-    pub(super) fn gid_fallback(self) -> u8 {
-        match self {
-            Flavor::RdmaCore => 0,
-            Flavor::AppleRdma => 1,
-        }
-    }
-
     /// The GRH hop limit: 1 on Thunderbolt (a cable, no routers; JACCL and TN3205); 64 on
     /// rdma-core so that RoCE v2 may cross IP routers (perftest uses 255, ibv_rc_pingpong 1).
     pub(super) fn hop_limit(self) -> u8 {
@@ -62,14 +52,30 @@ impl Flavor {
         }
     }
 
-    /// Access flags of registered memory: remote read/write where RC can use them; local write
-    /// only on Thunderbolt (DESIGN.md; JACCL asks for more, which the device does not use).
-    pub(super) fn mr_access(self) -> c_int {
+    /// Access flags of registered memory, unless `MPR_RDMA_MR_ACCESS` says (`local`: local
+    /// write only, the least TN3205 asks for; `remote`: local write, remote read and write).
+    /// Both flavors register `remote`: rdma-core because RC uses it, librdma because that is
+    /// what JACCL and every other public user of the hardware registers.
+    pub(super) fn mr_access(self, setting: Option<&str>) -> c_int {
+        let local = ffi::IBV_ACCESS_LOCAL_WRITE;
+        let remote = local | ffi::IBV_ACCESS_REMOTE_WRITE | ffi::IBV_ACCESS_REMOTE_READ;
+        match (self, setting) {
+            (_, Some("local")) => local,
+            (Flavor::RdmaCore | Flavor::AppleRdma, _) => remote,
+        }
+    }
+
+    /// The path MTU of a connection (an `IBV_MTU_*` code), unless `MPR_RDMA_MTU` gives one in
+    /// bytes: 1024 on Thunderbolt (what JACCL and every public user of librdma set; the
+    /// port's own figure is not known to work); the port's active MTU on rdma-core (1024 if
+    /// it reports none).
+    pub(super) fn path_mtu(self, active_mtu: u32, setting: Option<usize>) -> u32 {
+        if let Some(code) = setting.and_then(mtu_code) {
+            return code;
+        }
         match self {
-            Flavor::RdmaCore => {
-                ffi::IBV_ACCESS_LOCAL_WRITE | ffi::IBV_ACCESS_REMOTE_WRITE | ffi::IBV_ACCESS_REMOTE_READ
-            }
-            Flavor::AppleRdma => ffi::IBV_ACCESS_LOCAL_WRITE,
+            Flavor::RdmaCore if mtu_bytes(active_mtu).is_some() => active_mtu,
+            Flavor::RdmaCore | Flavor::AppleRdma => ffi::IBV_MTU_1024,
         }
     }
 
@@ -86,7 +92,15 @@ impl Flavor {
 
     /// The capabilities of a device of this flavor, and the completion queue depth that goes
     /// with them (room for every work request of every queue pair, send and receive).
-    pub(super) fn caps(self, dev: &DevLimits, port: &PortInfo, page_size: usize) -> (DeviceCaps, usize) {
+    /// `macos`: the system's version (it bounds librdma's messages; see
+    /// [`thunderbolt_max_msg`]).
+    pub(super) fn caps(
+        self,
+        dev: &DevLimits,
+        port: &PortInfo,
+        page_size: usize,
+        macos: Option<MacosVersion>,
+    ) -> (DeviceCaps, usize) {
         let (max_wr, qp_budget, mr_budget) = match self {
             Flavor::RdmaCore => {
                 (min_known(dev.max_qp_wr, 128), min_known(dev.max_qp, 256), min_known(dev.max_mr, 1 << 20))
@@ -116,14 +130,42 @@ impl Flavor {
                 max_qp,
                 max_mr: mr_budget,
                 max_wr,
-                // 4095 frames of 4 KiB (DESIGN.md).
-                max_msg: 16_773_120,
+                // One 4 KiB frame before macOS 26.3, 4095 from it (DESIGN.md).
+                max_msg: thunderbolt_max_msg(macos),
                 frame: 4096,
                 align: page_size.max(1),
             },
         };
         (caps, cq_entries)
     }
+}
+
+/// This Mac's macOS version (`kern.osproductversion`); `None` if it cannot be read.
+#[cfg(target_os = "macos")]
+pub(super) fn macos_version() -> Option<MacosVersion> {
+    let mut buf = [0u8; 32];
+    let mut len = buf.len();
+    // SAFETY: the name is a NUL-terminated string; `buf` and `len` describe a writable buffer
+    // of `len` bytes, which sysctl fills up to `len` (and updates `len`); no new value is set.
+    let rc = unsafe {
+        libc::sysctlbyname(
+            c"kern.osproductversion".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    crate::transport::verbs::provider::parse_macos_version(std::str::from_utf8(buf.get(..len)?).ok()?)
+}
+
+/// Elsewhere there is no macOS version (and no librdma).
+#[cfg(not(target_os = "macos"))]
+pub(super) fn macos_version() -> Option<MacosVersion> {
+    None
 }
 
 /// `device` if the device said (non-zero), capped at `cap`; `cap` otherwise.
@@ -189,6 +231,11 @@ pub(crate) fn mtu_bytes(mtu: u32) -> Option<usize> {
     (ffi::IBV_MTU_256..=ffi::IBV_MTU_4096).contains(&mtu).then(|| 128 << mtu)
 }
 
+/// The `IBV_MTU_*` code of an MTU in bytes (256 to 4096, a power of two).
+pub(crate) fn mtu_code(bytes: usize) -> Option<u32> {
+    (ffi::IBV_MTU_256..=ffi::IBV_MTU_4096).find(|&code| mtu_bytes(code) == Some(bytes))
+}
+
 /// `ibv_port_state_str`'s names.
 pub(crate) fn port_state_name(state: u32) -> &'static str {
     match state {
@@ -227,14 +274,28 @@ pub(super) struct GidEntry {
 }
 
 /// The GID index to use when none is configured: the first IPv4-mapped entry (a RoCE v2 one
-/// first, where sysfs tells the types apart), else the flavor's fallback. An InfiniBand port
-/// uses index 0 (its GIDs are subnet prefix + port GUID).
-pub(super) fn choose_gid(flavor: Flavor, link_layer: u8, table: &[GidEntry]) -> u8 {
+/// first, where sysfs tells the types apart), else index 0 (an InfiniBand port's only GID, a
+/// RoCE port's link-local one). An InfiniBand port uses index 0 (its GIDs are subnet prefix
+/// + port GUID).
+///
+/// On Thunderbolt the entry must hold a routable IPv4 address: macOS gives every Thunderbolt
+/// interface a 169.254/16 address and an fe80:: one, neither of which names the cable (every
+/// port shares the subnet), and a queue pair on one fails in RTR. `None` there: the
+/// interface needs an address (JACCL stops likewise; MLX PR 3468's fallback to index 1 is
+/// what failed later).
+pub(super) fn choose_gid(flavor: Flavor, link_layer: u8, table: &[GidEntry]) -> Option<u8> {
     if flavor == Flavor::RdmaCore && link_layer == ffi::IBV_LINK_LAYER_INFINIBAND {
-        return 0;
+        return Some(0);
     }
-    let mapped = || table.iter().filter(|e| is_ipv4_mapped(&e.gid));
-    mapped().find(|e| e.roce_v2 == Some(true)).or_else(|| mapped().next()).map_or(flavor.gid_fallback(), |e| e.index)
+    let routable = |e: &&GidEntry| {
+        is_ipv4_mapped(&e.gid) && (flavor == Flavor::RdmaCore || !super::super::fabric::link_local_gid(&e.gid))
+    };
+    let mapped = || table.iter().filter(routable);
+    match mapped().find(|e| e.roce_v2 == Some(true)).or_else(|| mapped().next()) {
+        Some(e) => Some(e.index),
+        None if flavor == Flavor::RdmaCore => Some(0),
+        None => None,
+    }
 }
 
 /// Whether GID `index` of a port of an rdma-core device is RoCE v2 (`None`: sysfs does not
@@ -282,7 +343,7 @@ mod tests {
         let ib = ffi::IBV_LINK_LAYER_INFINIBAND;
         let eth = ffi::IBV_LINK_LAYER_ETHERNET;
         // InfiniBand: index 0, whatever the table.
-        assert_eq!(choose_gid(Flavor::RdmaCore, ib, &[e(3, mapped(1), None)]), 0);
+        assert_eq!(choose_gid(Flavor::RdmaCore, ib, &[e(3, mapped(1), None)]), Some(0));
         // RoCE: the IPv4-mapped v2 entry over the v1 one and the link-local ones.
         let mlx5 = [
             e(0, link_local(), Some(false)),
@@ -290,15 +351,23 @@ mod tests {
             e(2, mapped(1), Some(false)),
             e(3, mapped(1), Some(true)),
         ];
-        assert_eq!(choose_gid(Flavor::RdmaCore, eth, &mlx5), 3);
+        assert_eq!(choose_gid(Flavor::RdmaCore, eth, &mlx5), Some(3));
         // Types unknown: the first IPv4-mapped entry; none at all: index 0.
-        assert_eq!(choose_gid(Flavor::RdmaCore, eth, &[e(0, link_local(), None), e(2, mapped(1), None)]), 2);
-        assert_eq!(choose_gid(Flavor::RdmaCore, eth, &[e(0, link_local(), None)]), 0);
-        // Thunderbolt: the IPv4-mapped entry wherever it is, else index 1 (JACCL, MLX PR 3468).
+        assert_eq!(choose_gid(Flavor::RdmaCore, eth, &[e(0, link_local(), None), e(2, mapped(1), None)]), Some(2));
+        assert_eq!(choose_gid(Flavor::RdmaCore, eth, &[e(0, link_local(), None)]), Some(0));
+        // Thunderbolt: the routable IPv4-mapped entry wherever it is (here after fe80:: and
+        // the 169.254 address macOS gives every Thunderbolt interface); none: no GID.
         let tb = ffi::IBV_LINK_LAYER_UNSPECIFIED;
-        assert_eq!(choose_gid(Flavor::AppleRdma, tb, &[e(0, link_local(), None), e(2, mapped(2), None)]), 2);
-        assert_eq!(choose_gid(Flavor::AppleRdma, tb, &[e(0, link_local(), None), e(1, link_local(), None)]), 1);
-        assert_eq!(choose_gid(Flavor::AppleRdma, tb, &[]), 1);
+        let apipa = |i: u8| {
+            let mut g = mapped(i);
+            (g[12], g[13]) = (169, 254);
+            g
+        };
+        let mac = [e(0, link_local(), None), e(1, apipa(7), None), e(2, mapped(2), None)];
+        assert_eq!(choose_gid(Flavor::AppleRdma, tb, &mac), Some(2));
+        assert_eq!(choose_gid(Flavor::AppleRdma, tb, &mac[..2]), None);
+        assert_eq!(choose_gid(Flavor::AppleRdma, tb, &[e(0, link_local(), None), e(1, link_local(), None)]), None);
+        assert_eq!(choose_gid(Flavor::AppleRdma, tb, &[]), None);
     }
 
     #[test]
@@ -311,24 +380,52 @@ mod tests {
             max_mr: 1 << 24,
             ..DevLimits::default()
         };
-        let (caps, cqe) = Flavor::RdmaCore.caps(&mlx, &port, 4096);
+        let (caps, cqe) = Flavor::RdmaCore.caps(&mlx, &port, 4096, None);
         assert!(caps.rc && caps.rdma_read && caps.rdma_write);
         assert_eq!((caps.frame, caps.align, caps.max_wr, caps.max_msg), (4096, 1, 128, 1 << 30));
         assert_eq!(caps.max_qp * 2 * caps.max_wr, cqe, "the CQ has room for every work request");
         // A small device: the CQ bounds the queue pairs.
         let small = DevLimits { max_qp: 64, max_qp_wr: 16, max_cqe: 100, max_mr: 8, ..DevLimits::default() };
-        let (caps, cqe) = Flavor::RdmaCore.caps(&small, &PortInfo { active_mtu: ffi::IBV_MTU_1024, ..port }, 4096);
+        let (caps, cqe) =
+            Flavor::RdmaCore.caps(&small, &PortInfo { active_mtu: ffi::IBV_MTU_1024, ..port }, 4096, None);
         assert_eq!((caps.max_wr, cqe, caps.max_qp, caps.max_mr, caps.frame), (16, 100, 3, 8, 1024));
 
         // Thunderbolt: DESIGN.md's limits, with or without ibv_query_device.
         for dev in
             [DevLimits::default(), DevLimits { max_qp: 64, max_mr: 1000, max_cqe: 1 << 16, ..DevLimits::default() }]
         {
-            let (caps, cqe) = Flavor::AppleRdma.caps(&dev, &PortInfo::default(), 16384);
+            let (caps, cqe) = Flavor::AppleRdma.caps(&dev, &PortInfo::default(), 16384, Some((26, 3)));
             assert!(!caps.rc && !caps.rdma_read && !caps.rdma_write);
             assert_eq!((caps.max_qp, caps.max_mr, caps.max_wr), (10, 100, 32));
             assert_eq!((caps.frame, caps.align, caps.max_msg), (4096, 16384, 16_773_120));
             assert_eq!(cqe, 640);
+            // macOS 26.2, or a version not read: one frame per message.
+            for os in [Some((26, 2)), None] {
+                assert_eq!(Flavor::AppleRdma.caps(&dev, &PortInfo::default(), 16384, os).0.max_msg, 4096);
+            }
+        }
+    }
+
+    #[test]
+    fn mtu_and_access_follow_jaccl_on_thunderbolt_unless_overridden() {
+        let (lw, rw, rr) = (ffi::IBV_ACCESS_LOCAL_WRITE, ffi::IBV_ACCESS_REMOTE_WRITE, ffi::IBV_ACCESS_REMOTE_READ);
+        // Thunderbolt: 1024 whatever the port says (JACCL), rdma-core: the port's.
+        assert_eq!(Flavor::AppleRdma.path_mtu(ffi::IBV_MTU_4096, None), ffi::IBV_MTU_1024);
+        assert_eq!(Flavor::AppleRdma.path_mtu(0, None), ffi::IBV_MTU_1024);
+        assert_eq!(Flavor::RdmaCore.path_mtu(ffi::IBV_MTU_4096, None), ffi::IBV_MTU_4096);
+        assert_eq!(Flavor::RdmaCore.path_mtu(0, None), ffi::IBV_MTU_1024);
+        // MPR_RDMA_MTU beats both.
+        assert_eq!(Flavor::AppleRdma.path_mtu(ffi::IBV_MTU_1024, Some(4096)), ffi::IBV_MTU_4096);
+        assert_eq!(Flavor::RdmaCore.path_mtu(ffi::IBV_MTU_4096, Some(256)), ffi::IBV_MTU_256);
+        assert_eq!(
+            [256, 512, 1024, 2048, 4096, 1000, 8192].map(mtu_code),
+            [Some(1), Some(2), Some(3), Some(4), Some(5), None, None]
+        );
+        // Registration: LW|RW|RR on both (JACCL's on Thunderbolt), LW alone when asked.
+        for f in [Flavor::AppleRdma, Flavor::RdmaCore] {
+            assert_eq!(f.mr_access(None), lw | rw | rr);
+            assert_eq!(f.mr_access(Some("remote")), lw | rw | rr);
+            assert_eq!(f.mr_access(Some("local")), lw);
         }
     }
 

@@ -18,8 +18,9 @@
 //! # Modes
 //! [`SoftMode::Uc`] is the Thunderbolt device: UC queue pairs, SEND/RECV only, page-aligned
 //! regions, 10 queue pairs, 100 regions, 32 work requests in flight per queue and direction
-//! (a request holds its slot until its completion is polled), messages of at most
-//! 16,773,120 bytes. A message whose first frame finds no posted receive
+//! (a request holds its slot until its completion is polled), messages (and receives) of at
+//! most one 4 KiB frame as on macOS 26.2, or 16,773,120 bytes when it imitates 26.3 or later
+//! ([`SoftConfig::macos`]). A message whose first frame finds no posted receive
 //! is dropped (there is no receiver-not-ready retry: the runtime must hand out credits); a
 //! message too long for the receive, or spanning another number of 4 KiB frames than the
 //! receive (TN3205: a SEND and its RECV span the same frames), completes it with
@@ -56,6 +57,7 @@
 //!
 //! With `MPR_VERBOSE=2` (or [`SoftConfig::debug`]) dropped messages and failures are logged.
 
+mod host;
 mod mem;
 mod qp;
 mod service;
@@ -73,7 +75,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::provider::{
-    Completion, DeviceCaps, Mr, Opcode, Provider, QpAddr, QpId, QpType, Remote, Sge, VerbsError, WcStatus,
+    thunderbolt_max_msg, Completion, DeviceCaps, MacosVersion, Mr, Opcode, Provider, QpAddr, QpId, QpType, Remote, Sge,
+    VerbsError, WcStatus,
 };
 use mem::Regions;
 use qp::{Qp, SendWr};
@@ -112,6 +115,10 @@ pub(crate) struct SoftConfig {
     pub(crate) retry_timeout: Duration,
     /// Log drops and failures to stderr (default: `MPR_VERBOSE` at least 2).
     pub(crate) debug: bool,
+    /// UC: the macOS version imitated; it bounds messages (one 4 KiB frame before 26.3, see
+    /// [`thunderbolt_max_msg`]). Default 26.2, the first with RDMA over Thunderbolt and the
+    /// strictest (`MPR_SOFT_MACOS`).
+    pub(crate) macos: MacosVersion,
 }
 
 impl SoftConfig {
@@ -125,6 +132,7 @@ impl SoftConfig {
             limits: None,
             retry_timeout: Duration::from_secs(2),
             debug: crate::env::parsed::<u32>("MPR_VERBOSE").is_some_and(|v| v >= 2),
+            macos: (26, 2),
         }
     }
 
@@ -139,7 +147,7 @@ impl SoftConfig {
         let l = self.limits.unwrap_or(if rc {
             SoftLimits { max_qp: 256, max_mr: 1024, max_wr: 128, max_msg: 1 << 30 }
         } else {
-            SoftLimits { max_qp: 10, max_mr: 100, max_wr: 32, max_msg: 16_773_120 }
+            SoftLimits { max_qp: 10, max_mr: 100, max_wr: 32, max_msg: thunderbolt_max_msg(Some(self.macos)) }
         });
         DeviceCaps {
             rc,
@@ -171,6 +179,8 @@ pub(crate) struct SoftStats {
     pub(crate) failed_recvs: u64,
     /// Frames dropped by loss injection.
     pub(crate) injected_losses: u64,
+    /// The longest SEND posted, in bytes (on macOS 26.2 at most one frame).
+    pub(crate) largest_send: u64,
     /// RC: frames sent again.
     pub(crate) retransmits: u64,
     /// RC: retransmission timeouts.
@@ -279,6 +289,9 @@ pub(crate) struct SoftDevice {
     stop: Arc<AtomicBool>,
     waker: mio::Waker,
     thread: Option<JoinHandle<()>>,
+    /// UC on an interface: its share of the host-wide count of queue pairs and regions
+    /// (`host.rs`); otherwise each process's device is a Mac of its own.
+    host: Option<host::HostShare>,
 }
 
 impl fmt::Debug for SoftDevice {
@@ -336,13 +349,52 @@ impl SoftDevice {
             .name("mpr-soft-verbs".into())
             .spawn(move || service::run(poll, &c, &s))
             .map_err(|e| VerbsError::Device(format!("soft device service thread: {e}")))?;
-        Ok(SoftDevice { config, iface: None, core, stop, waker, thread: Some(thread) })
+        Ok(SoftDevice { config, iface: None, core, stop, waker, thread: Some(thread), host: None })
     }
 
-    /// Names the device after the network interface it models a device of.
-    pub(crate) fn on_iface(mut self, name: &str) -> SoftDevice {
+    /// Names the device after the network interface it models a device of. A UC device (a
+    /// Thunderbolt port) then counts its queue pairs and regions with every other process's
+    /// device on that interface of the host, as Apple's driver does.
+    pub(crate) fn on_iface(mut self, name: &str) -> Result<SoftDevice, VerbsError> {
         self.iface = Some(name.to_string());
-        self
+        if self.config.mode == SoftMode::Uc {
+            let mut nonce = [0u8; 8];
+            let _ = getrandom::getrandom(&mut nonce);
+            self.host =
+                Some(host::HostShare::join(name, u64::from_le_bytes(nonce) ^ u64::from(self.config.addr.to_bits()))?);
+        }
+        Ok(self)
+    }
+
+    /// Takes (`+1`) or gives back (`-1`) queue pairs and regions of the host-wide count.
+    fn host_count(&mut self, qps: isize, mrs: isize) -> Result<(), VerbsError> {
+        let caps = self.config.caps();
+        match &mut self.host {
+            Some(h) => h.add(qps, mrs, caps.max_qp, caps.max_mr).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// A new queue pair's socket, registered with the service thread.
+    fn make_qp(&self, ty: QpType) -> Result<(QpId, QpAddr), VerbsError> {
+        let mut core = lock(&self.core);
+        let io = |what: &str, e: std::io::Error| VerbsError::Device(format!("queue pair socket: {what}: {e}"));
+        let sock = std::net::UdpSocket::bind((self.config.addr, 0)).map_err(|e| io("bind", e))?;
+        sock.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
+        // Room for a window of frames each way; the kernel caps it at its maximum.
+        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
+        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+        let port = sock.local_addr().map_err(|e| io("address", e))?.port();
+        let mut sock = mio::net::UdpSocket::from_std(sock);
+        let id = core.next_qp;
+        core.registry
+            .register(&mut sock, mio::Token(id as usize), mio::Interest::READABLE)
+            .map_err(|e| io("register", e))?;
+        core.next_qp += 1;
+        let psn = core.ids.next() as u32 & 0xff_ffff;
+        let local = QpAddr { lid: 0, qpn: port as u32, psn, gid: self.config.addr.to_ipv6_mapped().octets() };
+        core.qps.insert(id, Qp::new(QpId(id), ty, sock, local, Instant::now()));
+        Ok((QpId(id), local))
     }
 
     /// The device's counters.
@@ -398,12 +450,13 @@ impl Provider for SoftDevice {
     fn report(&self) -> Option<String> {
         let s = self.stats();
         Some(format!(
-            "{} frames lost (injected), {} frames sent again after {} timeouts, {} messages dropped for want of a receive or a frame, {} receives failed",
+            "{} frames lost (injected), {} frames sent again after {} timeouts, {} messages dropped for want of a receive or a frame, {} receives failed, largest message {} B",
             s.injected_losses,
             s.retransmits,
             s.timeouts,
             s.no_recv_drops + s.incomplete_drops,
-            s.failed_recvs
+            s.failed_recvs,
+            s.largest_send
         ))
     }
 
@@ -420,11 +473,17 @@ impl Provider for SoftDevice {
     }
 
     unsafe fn register(&mut self, addr: *mut u8, len: usize) -> Result<Mr, VerbsError> {
-        lock(&self.core).ctx.mem.register(addr, len)
+        self.host_count(0, 1)?;
+        let mr = lock(&self.core).ctx.mem.register(addr, len);
+        if mr.is_err() {
+            let _ = self.host_count(0, -1);
+        }
+        mr
     }
 
     fn deregister(&mut self, mr: Mr) -> Result<(), VerbsError> {
-        lock(&self.core).ctx.mem.deregister(mr)
+        lock(&self.core).ctx.mem.deregister(mr)?;
+        self.host_count(0, -1)
     }
 
     fn create_qp(&mut self, ty: QpType) -> Result<(QpId, QpAddr), VerbsError> {
@@ -432,27 +491,15 @@ impl Provider for SoftDevice {
         if ty == QpType::Rc && !caps.rc {
             return Err(VerbsError::Invalid("RC queue pairs are not supported: this device has UC only".into()));
         }
-        let mut core = lock(&self.core);
-        if core.qps.len() >= caps.max_qp {
+        if lock(&self.core).qps.len() >= caps.max_qp {
             return Err(VerbsError::Limit("queue pairs"));
         }
-        let io = |what: &str, e: std::io::Error| VerbsError::Device(format!("queue pair socket: {what}: {e}"));
-        let sock = std::net::UdpSocket::bind((self.config.addr, 0)).map_err(|e| io("bind", e))?;
-        sock.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
-        // Room for a window of frames each way; the kernel caps it at its maximum.
-        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
-        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
-        let port = sock.local_addr().map_err(|e| io("address", e))?.port();
-        let mut sock = mio::net::UdpSocket::from_std(sock);
-        let id = core.next_qp;
-        core.registry
-            .register(&mut sock, mio::Token(id as usize), mio::Interest::READABLE)
-            .map_err(|e| io("register", e))?;
-        core.next_qp += 1;
-        let psn = core.ids.next() as u32 & 0xff_ffff;
-        let local = QpAddr { lid: 0, qpn: port as u32, psn, gid: self.config.addr.to_ipv6_mapped().octets() };
-        core.qps.insert(id, Qp::new(QpId(id), ty, sock, local, Instant::now()));
-        Ok((QpId(id), local))
+        self.host_count(1, 0)?;
+        let made = self.make_qp(ty);
+        if made.is_err() {
+            let _ = self.host_count(-1, 0);
+        }
+        made
     }
 
     fn connect(&mut self, qp: QpId, peer: &QpAddr) -> Result<(), VerbsError> {
@@ -469,11 +516,13 @@ impl Provider for SoftDevice {
     }
 
     fn destroy_qp(&mut self, qp: QpId) -> Result<(), VerbsError> {
-        let mut core = lock(&self.core);
-        let mut q = core.qps.remove(&qp.0).ok_or_else(|| no_qp(qp))?;
-        let _ = core.registry.deregister(&mut q.sock);
-        core.ctx.cq.retain(|c| c.qp != qp);
-        Ok(())
+        {
+            let mut core = lock(&self.core);
+            let mut q = core.qps.remove(&qp.0).ok_or_else(|| no_qp(qp))?;
+            let _ = core.registry.deregister(&mut q.sock);
+            core.ctx.cq.retain(|c| c.qp != qp);
+        }
+        self.host_count(-1, 0)
     }
 
     fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<(), VerbsError> {
@@ -481,13 +530,23 @@ impl Provider for SoftDevice {
         let Core { ctx, qps, .. } = &mut *core;
         let q = qps.get_mut(&qp.0).ok_or_else(|| no_qp(qp))?;
         q.can_post_recv(ctx.caps.max_wr)?;
+        // A receive for a message the device cannot carry is refused as such a send is.
+        if sge.len as usize > ctx.caps.max_msg {
+            return Err(VerbsError::Invalid(format!(
+                "a {} B receive is over the device's {} B message limit",
+                sge.len, ctx.caps.max_msg
+            )));
+        }
         check_sge(ctx, sge)?;
         q.post_recv(ctx, wr_id, sge);
         Ok(())
     }
 
     fn post_send(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<(), VerbsError> {
-        self.post(qp, SendWr::new(wr_id, Opcode::Send, sge, Remote { addr: 0, rkey: 0 }), sge)
+        self.post(qp, SendWr::new(wr_id, Opcode::Send, sge, Remote { addr: 0, rkey: 0 }), sge)?;
+        let stats = &mut lock(&self.core).ctx.stats;
+        stats.largest_send = stats.largest_send.max(u64::from(sge.len));
+        Ok(())
     }
 
     fn post_read(&mut self, qp: QpId, wr_id: u64, local: Sge, remote: Remote) -> Result<(), VerbsError> {

@@ -115,8 +115,14 @@ fn pair(ca: SoftConfig, cb: SoftConfig, ty: QpType, len: usize) -> Pair {
     Pair { a, b, qa, qb, ma, mb, buf_a, buf_b }
 }
 
+/// A UC device as on macOS 26.3 and later (messages of many frames); most tests here send
+/// such messages.
+fn uc263(addr: Ipv4Addr) -> SoftConfig {
+    SoftConfig { macos: (26, 3), ..SoftConfig::new(addr) }
+}
+
 fn uc_pair(len: usize) -> Pair {
-    pair(SoftConfig::new(LO), SoftConfig::new(LO), QpType::Uc, len)
+    pair(uc263(LO), uc263(LO), QpType::Uc, len)
 }
 
 fn rc_pair(len: usize) -> Pair {
@@ -146,13 +152,26 @@ fn send_and_check(p: &mut Pair, len: usize, seed: u64) {
 
 #[test]
 fn uc_caps_are_the_thunderbolt_device() {
-    let dev = SoftDevice::open(SoftConfig::new(LO)).unwrap();
+    let dev = SoftDevice::open(uc263(LO)).unwrap();
     let c = dev.caps();
     assert!(!c.rc && !c.rdma_read && !c.rdma_write);
     assert_eq!((c.max_qp, c.max_mr, c.max_wr, c.max_msg, c.frame, c.align), (10, 100, 32, 16_773_120, 4096, 4096));
     assert_eq!(dev.name(), "soft-uc:127.0.0.1");
     let rc = SoftDevice::open(SoftConfig::rc(LO)).unwrap().caps();
     assert!(rc.rc && rc.rdma_read && rc.rdma_write && rc.align == 1);
+}
+
+#[test]
+fn uc_as_on_macos_26_2_by_default_carries_one_frame_per_message() {
+    let dev = SoftDevice::open(SoftConfig::new(LO)).unwrap();
+    assert_eq!(dev.caps().max_msg, 4096);
+    drop(dev);
+    let mut p = pair(SoftConfig::new(LO), SoftConfig::new(LO), QpType::Uc, 1 << 16);
+    send_and_check(&mut p, 4096, 1);
+    // A send or a receive of more than one frame is refused at once, as librdma on 26.2.
+    assert!(matches!(p.a.post_send(p.qa, 2, sge(&p.ma, 0, 4097)), Err(VerbsError::Invalid(_))));
+    assert!(matches!(p.b.post_recv(p.qb, 3, sge(&p.mb, 0, 8192)), Err(VerbsError::Invalid(_))));
+    send_and_check(&mut p, 100, 4);
 }
 
 #[test]
@@ -222,7 +241,7 @@ fn uc_the_33rd_outstanding_work_request_is_refused() {
 #[test]
 fn uc_device_limits_and_refusals() {
     let pages = PageBuf::new(102 * 4096);
-    let mut dev = SoftDevice::open(SoftConfig::new(LO)).unwrap();
+    let mut dev = SoftDevice::open(uc263(LO)).unwrap();
     let qps: Vec<_> = (0..10).map(|_| dev.create_qp(QpType::Uc).expect("10 queue pairs")).collect();
     assert_eq!(dev.create_qp(QpType::Uc), Err(VerbsError::Limit("queue pairs")));
     dev.destroy_qp(qps[0].0).unwrap();
@@ -319,9 +338,9 @@ fn uc_loss_drops_whole_messages_and_never_corrupts_one() {
     const SLOTS: usize = 16;
     // Every message spans the receives' five frames (TN3205), its length within the last.
     let len_of = |i: usize| SLOT - 4095 + (i * 7919) % 4096;
-    let mut ca = SoftConfig::new(LO);
+    let mut ca = uc263(LO);
     (ca.loss, ca.seed) = (0.05, 42);
-    let mut p = pair(ca, SoftConfig::new(LO), QpType::Uc, SLOTS * SLOT);
+    let mut p = pair(ca, uc263(LO), QpType::Uc, SLOTS * SLOT);
     for s in 0..SLOTS {
         p.buf_b.bytes_mut()[s * SLOT..(s + 1) * SLOT].fill(0xee);
         p.b.post_recv(p.qb, s as u64, sge(&p.mb, s * SLOT, SLOT)).unwrap();
@@ -528,14 +547,64 @@ fn dropping_the_device_releases_its_ports() {
 
 #[test]
 fn queue_pair_addresses_are_the_interface_and_port() {
-    let mut dev = SoftDevice::open(SoftConfig::new(LO)).unwrap();
+    let mut dev = SoftDevice::open(uc263(LO)).unwrap();
     let (_, addr) = dev.create_qp(QpType::Uc).unwrap();
     assert_eq!(addr.lid, 0);
     assert_eq!(addr.gid, LO.to_ipv6_mapped().octets());
     assert!(addr.qpn > 0 && addr.qpn <= u16::MAX as u32 && addr.psn < 1 << 24);
-    assert!(matches!(SoftDevice::open(SoftConfig { loss: 1.0, ..SoftConfig::new(LO) }), Err(VerbsError::Invalid(_))));
+    assert!(matches!(SoftDevice::open(SoftConfig { loss: 1.0, ..uc263(LO) }), Err(VerbsError::Invalid(_))));
     let mut unspecified = addr;
     unspecified.gid = [0; 16];
     let (q, _) = dev.create_qp(QpType::Uc).unwrap();
     assert!(matches!(dev.connect(q, &unspecified), Err(VerbsError::Invalid(_))));
+}
+
+/// On an interface a UC device is a Thunderbolt port: its queue pairs and regions count with
+/// every other device opened on that interface of the host (other processes' too), and a
+/// device that goes gives its share back.
+#[test]
+fn uc_on_an_interface_counts_queue_pairs_across_the_host() {
+    let iface = format!("mprtest{}", std::process::id());
+    let small = |qp, mr| SoftConfig {
+        limits: Some(super::SoftLimits { max_qp: qp, max_mr: mr, max_wr: 32, max_msg: 4096 }),
+        ..SoftConfig::new(LO)
+    };
+    let mut a = SoftDevice::open(small(3, 4)).unwrap().on_iface(&iface).unwrap();
+    let mut b = SoftDevice::open(small(3, 4)).unwrap().on_iface(&iface).unwrap();
+    let qa = a.create_qp(QpType::Uc).unwrap().0;
+    a.create_qp(QpType::Uc).unwrap();
+    b.create_qp(QpType::Uc).unwrap();
+    // Each device holds fewer than 3, the host 3: the fourth is refused.
+    assert_eq!(b.create_qp(QpType::Uc), Err(VerbsError::Limit("queue pairs (counted across the host's processes)")));
+    a.destroy_qp(qa).unwrap();
+    b.create_qp(QpType::Uc).unwrap();
+    // Regions likewise.
+    let bufs: Vec<PageBuf> = (0..5).map(|_| PageBuf::new(4096)).collect();
+    for buf in &bufs[..2] {
+        buf.register(&mut a);
+    }
+    for buf in &bufs[2..4] {
+        buf.register(&mut b);
+    }
+    // SAFETY: the buffer outlives the device's use of it (the call fails).
+    let fifth = unsafe { b.register(bufs[4].ptr, 4096) };
+    assert_eq!(fifth, Err(VerbsError::Limit("memory regions (counted across the host's processes)")));
+    // A device that goes frees its share; the last one removes the count.
+    drop(a);
+    b.create_qp(QpType::Uc).unwrap();
+    drop(b);
+    let files: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(&iface))
+        .collect();
+    assert!(files.is_empty(), "{files:?}");
+    // Without an interface each device counts alone (a Mac of its own).
+    let mut c = SoftDevice::open(small(3, 4)).unwrap();
+    let mut d = SoftDevice::open(small(3, 4)).unwrap();
+    for _ in 0..3 {
+        c.create_qp(QpType::Uc).unwrap();
+        d.create_qp(QpType::Uc).unwrap();
+    }
 }
