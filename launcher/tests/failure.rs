@@ -102,6 +102,51 @@ fn sigint_to_mprun_stops_the_job() {
     signal_to_mprun(Signal::SIGINT, "SIGINT");
 }
 
+/// A signal while mprun is still forking a large job stops it there: it does not first
+/// start the rest. 1,500 ranks take seconds to fork on this machine; SIGTERM after the first
+/// have started ends the job within a few seconds, with fewer ranks started than asked
+/// (counted from `--verbose`), and none left.
+#[test]
+fn sigterm_while_spawning_many_ranks_stops_the_spawning() {
+    let marker = format!("{}.{}", 30 + std::process::id() % 1000, std::process::id() % 997);
+    let dir = TempDir::new("spawn-signal");
+    let first = dir.path().join("started");
+    // Rank 0 says it runs; every rank then sleeps (the marker names this test's sleeps).
+    let script = format!("[ $MPR_RANK = 0 ] && touch {}; exec sleep {marker}", first.display());
+    let child = mprun(&["--oversubscribe", "--verbose", "-np", "1500", "sh", "-c", &script]).spawn().unwrap();
+    let start = Instant::now();
+    while !first.exists() {
+        assert!(start.elapsed() < Duration::from_secs(20), "rank 0 never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let signalled = Instant::now();
+    let out = wait(child);
+    let took = signalled.elapsed();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 128 + 15, "{err}");
+    assert!(err.contains("mprun: received SIGTERM; stopping the job\n"), "{err}");
+    let started = err.lines().filter(|l| l.starts_with("mprun: rank ") && l.contains(": pid ")).count();
+    assert!(started < 1500, "all 1500 ranks were started before the signal was obeyed ({took:?})");
+    assert!(took < Duration::from_secs(15), "mprun took {took:?} to stop after SIGTERM");
+    // None of its ranks is left.
+    let left = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&format!("sleep\0{marker}")))
+            })
+            .count()
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while left() > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(left(), 0, "ranks left running");
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn ranks_die_with_a_killed_mprun() {

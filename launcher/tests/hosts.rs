@@ -480,6 +480,77 @@ fn a_killed_mprun_leaves_no_rank_on_any_host() {
     }
 }
 
+/// A network namespace whose resolver never answers (its name server is a socket that reads
+/// nothing), removed with its resolver file when dropped.
+struct SilentResolver {
+    ns: String,
+    server: Child,
+}
+
+impl SilentResolver {
+    fn create() -> SilentResolver {
+        let ns = format!("mprt-dns-{}", std::process::id());
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().unwrap();
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        ip(&["netns", "add", &ns]);
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        // `ip netns exec` puts /etc/netns/NS/resolv.conf in place of /etc/resolv.conf.
+        let dir = format!("/etc/netns/{ns}");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(format!("{dir}/resolv.conf"), "nameserver 127.0.0.1\noptions timeout:5 attempts:2\n").unwrap();
+        let sink = "import socket, time\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                    s.bind(('127.0.0.1', 53))\nprint('ready', flush=True)\ntime.sleep(120)\n";
+        let mut server = Command::new("ip")
+            .args(["netns", "exec", &ns, "python3", "-c", sink])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs the silent name server");
+        let mut line = String::new();
+        BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "the silent name server did not start");
+        SilentResolver { ns, server }
+    }
+}
+
+impl Drop for SilentResolver {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+        let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.ns));
+    }
+}
+
+/// Host names that never resolve (the resolver times out on each) do not make mprun deaf:
+/// it looks them up many at once, and SIGTERM ends it within a second or two, exit 143,
+/// while the lookups would have taken minutes one after another.
+#[test]
+fn sigterm_while_host_names_resolve_ends_mprun_at_once() {
+    if let Some(why) = netns::unavailable() {
+        common::cannot_run(&format!("network namespaces unavailable: {why}"));
+        return;
+    }
+    let resolver = SilentResolver::create();
+    let names: Vec<String> = (0..200).map(|i| format!("node{i}.cluster.example")).collect();
+    let list = names.join(",");
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &resolver.ns, env!("CARGO_BIN_EXE_mprun"), "--launcher-exec", "false", "-H", &list]);
+    cmd.args(["true"]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    // `ip netns exec` execs mprun: the child is mprun itself.
+    std::thread::sleep(Duration::from_millis(1500));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let signalled = Instant::now();
+    let out = common::wait(child);
+    let took = signalled.elapsed();
+    assert_eq!(code(&out), 128 + 15, "{}", stderr(&out));
+    assert!(stderr(&out).contains("mprun: received SIGTERM; stopping the job"), "{}", stderr(&out));
+    assert!(took < Duration::from_secs(3), "mprun took {took:?} to obey SIGTERM while resolving");
+    drop(resolver);
+}
+
 // ---- hosts that are network namespaces ----
 
 #[test]

@@ -332,6 +332,10 @@ impl<'a> Job<'a> {
         let bindings = crate::bind::here(&self.opts.binding, share, plan.ranks.len());
         crate::bind::report(&self.opts.binding, &plan.name, &plan.ranks, &bindings);
         for ((local_rank, &rank), binding) in plan.ranks.iter().enumerate().zip(&bindings) {
+            // A signal to mprun stops the spawning at once, not after the last rank.
+            if let Some(signal) = self.stop_signal() {
+                self.on_signal(signal);
+            }
             if self.stopping.is_some() {
                 break;
             }
@@ -480,6 +484,21 @@ impl<'a> Job<'a> {
                 self.launcher_ended(r, exit);
             }
         }
+    }
+
+    /// Reads mprun's pending signals outside the event loop (while it resolves names or
+    /// spawns ranks): children that ended are reaped; the first SIGINT, SIGTERM or SIGHUP is
+    /// returned.
+    fn stop_signal(&mut self) -> Option<i32> {
+        let pending: Vec<i32> = self.signals.pending().collect();
+        let mut stop = None;
+        for signal in pending {
+            match signal {
+                SIGCHLD => self.reap(),
+                other => stop = stop.or(Some(other)),
+            }
+        }
+        stop
     }
 
     fn on_signal(&mut self, signal: i32) {

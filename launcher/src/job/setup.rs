@@ -22,6 +22,9 @@ use crate::control::start::Launcher;
 use crate::control::wire::LaunchSpec;
 use crate::hosts::Planned;
 
+/// Threads that look host names up at once.
+const RESOLVERS: usize = 32;
+
 /// Variables of mprun's own that are never passed on to remote ranks.
 const NOT_FORWARDED: &[&str] = &["MPR_KILL_GRACE_MS"];
 
@@ -31,8 +34,14 @@ impl Job<'_> {
     pub(super) fn prepare(&mut self) -> Result<(), String> {
         let setup = self.setup;
         let plan = &setup.plan;
-        let addrs: Vec<Option<IpAddr>> =
-            plan.iter().map(|h| if h.local { None } else { self.remote_addr(&h.name) }).collect();
+        let addrs = match self.resolve_remotes() {
+            Ok(addrs) => addrs,
+            Err(signal) => {
+                // Nothing started: the job ends as a signal to mprun ends it.
+                self.stop(crate::cause::Cause::Signal(signal));
+                return Ok(());
+            }
+        };
         let control_ip = if plan.iter().any(|h| !h.local) { Some(self.control_ip(&addrs)?) } else { None };
         if let Some(ip) = control_ip {
             let mut listener = TcpListener::bind(SocketAddr::new(ip, 0))
@@ -74,6 +83,69 @@ impl Job<'_> {
             self.remotes.push(Remote::new(host, spec));
         }
         Ok(())
+    }
+
+    /// The address of every remote host (`None` for this machine's and names that do not
+    /// resolve), looked up by up to [`RESOLVERS`] threads at once, since a name that does
+    /// not resolve can take the resolver's whole timeout. mprun keeps watching its signals
+    /// meanwhile: `Err(signal)` if SIGINT, SIGTERM or SIGHUP came first.
+    fn resolve_remotes(&mut self) -> Result<Vec<Option<IpAddr>>, i32> {
+        let plan = &self.setup.plan;
+        let mut addrs: Vec<Option<IpAddr>> = vec![None; plan.len()];
+        // Names whose address needs the resolver; the others are known at once.
+        let mut ask: Vec<(usize, String)> = Vec::new();
+        for (i, h) in plan.iter().enumerate().filter(|(_, h)| !h.local) {
+            match (&self.opts.launcher, h.name.parse::<IpAddr>()) {
+                (_, Ok(ip)) => addrs[i] = Some(ip),
+                (Launcher::Fork, Err(_)) => addrs[i] = Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                _ => ask.push((i, h.name.clone())),
+            }
+        }
+        if ask.is_empty() {
+            return Ok(addrs);
+        }
+        let srun = self.opts.launcher == Launcher::Srun;
+        let queue = std::sync::Arc::new(std::sync::Mutex::new(ask));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut left = queue.lock().map_or(0, |q| q.len());
+        for _ in 0..left.min(RESOLVERS) {
+            let (queue, tx) = (queue.clone(), tx.clone());
+            // Detached: a lookup stuck in the resolver must not hold mprun when it stops.
+            let spawned = std::thread::Builder::new().name("mprun-resolve".into()).spawn(move || loop {
+                let Some((i, name)) = queue.lock().ok().and_then(|mut q| q.pop()) else { return };
+                // Slurm's node names need not resolve: it knows each node's address.
+                let ip = addr::resolve(&name).or_else(|| srun.then(|| crate::alloc::slurm_node_addr(&name)).flatten());
+                if tx.send((i, ip)).is_err() {
+                    return;
+                }
+            });
+            if spawned.is_err() {
+                break;
+            }
+        }
+        drop(tx);
+        while left > 0 {
+            match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok((i, ip)) => {
+                    addrs[i] = ip;
+                    left -= 1;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                // No thread could start (or all ended): what is left, here, one by one.
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    let rest: Vec<(usize, String)> =
+                        queue.lock().map(|mut q| q.drain(..).collect()).unwrap_or_default();
+                    for (i, name) in rest {
+                        addrs[i] = self.remote_addr(&name);
+                    }
+                    break;
+                }
+            }
+            if let Some(signal) = self.stop_signal() {
+                return Err(signal);
+            }
+        }
+        Ok(addrs)
     }
 
     /// The address mprun reaches remote host `name` at, if known without asking it.

@@ -235,7 +235,7 @@ fn verbs_shared_qps(dev: &dyn Provider) -> Option<usize> {
 /// `PREFIX*`, comma-separated; `*` for all), in the order the system lists them; and apart,
 /// the link-local (169.254/16) addresses, which name no cable: macOS gives one to every
 /// Thunderbolt interface, so every port would seem to share a subnet with every other.
-fn interfaces(list: &str) -> Result<(Vec<Iface>, Vec<(String, Ipv4Addr)>), Error> {
+fn interfaces(list: &str) -> Result<(Vec<Iface>, Vec<LinkLocal>), Error> {
     let want: Vec<&str> = list.split(',').map(str::trim).filter(|w| !w.is_empty()).collect();
     let named = |name: &str| {
         want.iter().any(|w| match w.strip_suffix('*') {
@@ -261,6 +261,9 @@ fn interfaces(list: &str) -> Result<(Vec<Iface>, Vec<(String, Ipv4Addr)>), Error
 
 /// An interface's name, IPv4 address and prefix length.
 type Iface = (String, Ipv4Addr, u8);
+
+/// An interface's name and a link-local (169.254/16) address of it.
+type LinkLocal = (String, Ipv4Addr);
 
 /// Whether two links are on one subnet (the two ends of one cable).
 pub(crate) fn same_link(a: (Ipv4Addr, u8), b: (Ipv4Addr, u8)) -> bool {
