@@ -2,17 +2,21 @@
 # mpr over fabrics of cables built from network namespaces, with the software RDMA provider
 # (one soft device per cable interface, MPR_SOFT_IFACES): the ratios, not the absolute
 # figures, are the point (the soft provider is UDP on loopback-speed veths, on these cores).
-#   1. two hosts joined by one cable and by two: `mpr-bench bw` at 4 MiB (the 2-cable run
-#      stripes large messages over both);
-#   2. four hosts as a full mesh (6 cables) and as a ring (4 cables, the diagonals over
+#   1. two hosts joined by one cable and by two: `mpr-bench latency` at 8 B and `bw` at
+#      4 MiB (the 2-cable run stripes large messages over both);
+#   2. the same two hosts with 4 ranks each: `mpr-bench mbw_mr` at 4 MiB (four pairs across
+#      the hosts at once; each device's 10 queue pairs are the host's, so on one cable 6 of
+#      the 16 pairs take TCP, on two cables all fit);
+#   3. four hosts as a full mesh (6 cables) and as a ring (4 cables, the diagonals over
 #      TCP): `mpr-bench allreduce` at 8 B and 1 MiB.
 # Needs root and iproute2. Creates namespaces, a bridge (the IP network every host also has)
 # and veth "cables" with unique names on 10.215.0.0/16, and removes them on exit.
 #
 #   REPEATS=3 benches/fabric.sh            (medians of REPEATS runs)
+#   BIN=DIR benches/fabric.sh               (mprun and mpr-bench from DIR, e.g. another build)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-T=$ROOT/target/release
+T=${BIN:-$ROOT/target/release}
 REPEATS=${REPEATS:-3}
 id=$$
 br=mprf$id
@@ -76,11 +80,18 @@ run() {
 }
 two="${addr[0]}:1,${addr[1]}:1"
 four="${addr[0]}:1,${addr[1]}:1,${addr[2]}:1,${addr[3]}:1"
+one_lat=$(run "$two" "tb0,tb1" latency --min 8 --max 8)
 one_bw=$(run "$two" "tb0,tb1" bw --min 4194304 --max 4194304)
 two_bw=$(run "$two" "tb0,tb1,xb0,xb1" bw --min 4194304 --max 4194304)
-echo "== two hosts, bw at 4 MiB (MB/s, median of $REPEATS)"
-printf '%-12s %12s\n%-12s %12s\n%-12s %12.2f\n' "1 cable" "$one_bw" "2 cables" "$two_bw" "2/1" \
-    "$(echo "$two_bw $one_bw" | awk '{print $1 / $2}')"
+echo "== two hosts, 1 rank each (median of $REPEATS)"
+printf '%-26s %12s\n' "latency 8 B, 1 cable (us)" "$one_lat"
+printf '%-26s %12s\n%-26s %12s\n%-26s %12.2f\n' "bw 4 MiB, 1 cable (MB/s)" "$one_bw" "bw 4 MiB, 2 cables (MB/s)" \
+    "$two_bw" "2/1" "$(echo "$two_bw $one_bw" | awk '{print $1 / $2}')"
+eight="${addr[0]}:4,${addr[1]}:4"
+one_mr=$(run "$eight" "tb0,tb1" mbw_mr --min 4194304 --max 4194304)
+two_mr=$(run "$eight" "tb0,tb1,xb0,xb1" mbw_mr --min 4194304 --max 4194304)
+echo "== two hosts, 4 ranks each, mbw_mr at 4 MiB, 4 pairs (MB/s, median of $REPEATS)"
+printf '%-12s %12s\n%-12s %12s\n' "1 cable" "$one_mr" "2 cables" "$two_mr"
 echo "== four hosts, allreduce (us, median of $REPEATS)"
 printf '%-10s %12s %12s %12s\n' size mesh ring ring/mesh
 for size in 8 1048576; do

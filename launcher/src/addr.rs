@@ -47,6 +47,19 @@ pub(crate) fn route_source(dest: IpAddr) -> io::Result<IpAddr> {
     mpr::bootstrap::route_source(dest)
 }
 
+/// The interface a host's ranks were told to listen on (`MPR_IFACE` in their environment),
+/// checked on the host before any of them starts: `--iface` names an interface (or subnet)
+/// every host must have, and one that lacks it is an error naming it, not ranks that
+/// quietly listen elsewhere or fail one by one.
+pub(crate) fn check_rank_iface(env: &[(std::ffi::OsString, std::ffi::OsString)]) -> Result<(), String> {
+    let Some((_, iface)) = env.iter().find(|(k, _)| k == "MPR_IFACE") else { return Ok(()) };
+    let iface = iface.to_string_lossy();
+    if iface.is_empty() {
+        return Ok(());
+    }
+    iface_ipv4(&iface).map(drop).map_err(|e| format!("--iface {iface}: {e}"))
+}
+
 /// The IPv4 address of interface `name`, or this machine's address inside subnet `name`
 /// (`A.B.C.D/N`): the same lookup the ranks make.
 pub(crate) fn iface_ipv4(name: &str) -> io::Result<IpAddr> {

@@ -373,6 +373,11 @@ impl Proxy {
                 return;
             }
         };
+        if let Err(error) = crate::addr::check_rank_iface(&self.env) {
+            let rank = self.spec.ranks.first().copied().unwrap_or(0);
+            self.send(&Msg::SpawnFailed { rank, code: 1, error });
+            return;
+        }
         let ranks: Vec<usize> = self.spec.ranks.iter().map(|&r| r as usize).collect();
         let size = self.spec.size as usize;
         let bindings = crate::bind::here(&self.spec.binding, self.spec.share, ranks.len());

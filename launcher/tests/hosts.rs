@@ -225,6 +225,44 @@ fn iface_and_verbose_reach_every_host() {
     let out = run(&["--launcher", "fork", "--iface", "no-such-if0", "-H", "a", "true"]);
     assert_eq!(code(&out), 1);
     assert!(stderr(&out).starts_with("mprun: --iface no-such-if0: interface no-such-if0 has no IPv4 address"));
+    // A job on this host alone checks it too, before its ranks start.
+    let out = run(&["--iface", "no-such-if0", "-np", "2", "true"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(
+            "mprun: rank 0 could not be started: --iface no-such-if0: interface no-such-if0 has no IPv4 address"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `--iface` names an interface every host must have: a host without it fails the job
+/// before its ranks start, naming the host and the interface (its ranks used to listen
+/// elsewhere, or fail one by one).
+#[test]
+fn a_host_without_the_iface_is_named_before_its_ranks_start() {
+    let Some(mut hosts) = net_hosts(2) else { return };
+    // Host 0 has tb1 (its end of the cable), host 1 has tb0 only.
+    hosts.cable(0, 1);
+    let head = hosts.head.to_string();
+    let list = hosts.host_list(&[1, 1]);
+    let args = ["--launcher-exec", hosts.launcher_exec(), "--control-addr", &head, "--iface", "tb1", "-H", &list];
+    let out = run(&[&args[..], &["sh", "-c", "echo $MPR_RANK $MPR_IFACE"]].concat());
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let want = format!(
+        "mprun: rank 1 could not be started on host {}: --iface tb1: interface tb1 has no IPv4",
+        hosts.names[1]
+    );
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("1 tb1"), "rank 1 ran: {}", stdout(&out));
+    // Both hosts have eth0: the job runs.
+    let args = ["--launcher-exec", hosts.launcher_exec(), "--control-addr", &head, "--iface", "eth0", "-H", &list];
+    let out = run(&[&args[..], &["sh", "-c", "echo $MPR_RANK $MPR_IFACE"]].concat());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(sorted_lines(&stdout(&out)), ["0 eth0", "1 eth0"]);
+    assert_eq!(hosts.wait_empty(Duration::from_secs(5)), Vec::<u32>::new());
+    remove(hosts);
 }
 
 #[test]

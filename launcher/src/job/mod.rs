@@ -328,6 +328,11 @@ impl<'a> Job<'a> {
         let plan = &self.setup.plan[host];
         let path = self.setup.program.as_deref().expect("the program is resolved when this machine runs ranks");
         let env = self.local_env.clone();
+        if let Err(error) = crate::addr::check_rank_iface(&env) {
+            let rank = plan.ranks.first().copied().unwrap_or(0);
+            self.stop(Cause::SpawnFailed { rank, host: self.multi.then(|| plan.name.clone()), error, code: 1 });
+            return;
+        }
         let program = Program { path, argv0: &self.opts.program, args: &self.opts.args, env: &env, cwd: None };
         let bindings = crate::bind::here(&self.opts.binding, share, plan.ranks.len());
         crate::bind::report(&self.opts.binding, &plan.name, &plan.ranks, &bindings);
