@@ -21,6 +21,15 @@ pub(crate) enum Cause {
         /// How it ended.
         exit: Exit,
     },
+    /// A rank exited with code 0 after starting MPI and before finalizing it.
+    LeftUnfinalized {
+        /// The rank.
+        rank: usize,
+        /// Its pid.
+        pid: Pid,
+        /// Its host, in a job of several hosts.
+        host: Option<String>,
+    },
     /// A rank called PMI abort.
     Abort {
         /// The rank.
@@ -80,6 +89,9 @@ impl Cause {
     pub(crate) fn message(&self) -> String {
         let what = match self {
             Cause::RankFailed { rank, pid, host, exit } => format!("{} {exit}", who(*rank, *pid, host)),
+            Cause::LeftUnfinalized { rank, pid, host } => {
+                format!("{} exited with code 0 without finalizing MPI", who(*rank, *pid, host))
+            }
             Cause::Abort { rank, pid, host, code, msg } => {
                 let code = code.map_or_else(|| "?".to_string(), |c| c.to_string());
                 let msg = msg.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
@@ -110,7 +122,7 @@ impl Cause {
             Cause::Signal(s) => 128 + s,
             Cause::Timeout(_) => TIMEOUT_EXIT,
             Cause::SpawnFailed { code, .. } => *code,
-            Cause::HostStart { .. } | Cause::HostLost { .. } | Cause::Internal(_) => 1,
+            Cause::HostStart { .. } | Cause::HostLost { .. } | Cause::Internal(_) | Cause::LeftUnfinalized { .. } => 1,
         }
     }
 }

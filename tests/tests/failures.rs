@@ -176,3 +176,19 @@ fn every_numeric_setting_with_a_bad_value_is_a_clear_start_up_error() {
     let out = mprun(&["-np", "2", "--timeout", "60", &ptp, "ring"], &good);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// A rank that exits with code 0 without finalizing leaves its peers waiting for it: mprun
+/// names it as the cause (it reported a survivor's failure before), over shared memory and
+/// over TCP.
+#[test]
+fn a_rank_that_exits_0_without_finalizing_is_named() {
+    let ptp = ptp();
+    for env in [&[][..], &[("MPR_TRANSPORTS", "tcp")][..]] {
+        let out = mprun(&["-np", "2", "--timeout", "60", &ptp, "leave"], env);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{env:?}: {err}");
+        let first = err.lines().find(|l| l.starts_with("mprun: ")).unwrap_or_default();
+        assert!(first.starts_with("mprun: rank 1 (pid "), "{env:?}: {err}");
+        assert!(first.ends_with(") exited with code 0 without finalizing MPI; stopping the job"), "{env:?}: {err}");
+    }
+}

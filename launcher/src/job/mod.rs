@@ -481,9 +481,11 @@ impl<'a> Job<'a> {
             if let Some(local) = self.ranks.exited(pid, exit) {
                 let rank = self.ranks.rank(local);
                 self.verbose(|| format!("rank {rank} (pid {pid}) {exit}"));
+                let host = self.host_label(rank);
                 if !exit.success() {
-                    let host = self.host_label(rank);
                     self.stop(Cause::RankFailed { rank, pid, host, exit });
+                } else if self.server.left_unfinalized(rank) {
+                    self.stop(Cause::LeftUnfinalized { rank, pid, host });
                 }
             } else if let Some(r) = self.remotes.iter().position(|r| r.launcher == Some(pid)) {
                 self.launcher_ended(r, exit);

@@ -434,6 +434,8 @@ impl Job<'_> {
                 self.verbose(|| format!("rank {rank} (pid {pid} on host {name}) {exit}"));
                 if !exit.success() {
                     self.stop(Cause::RankFailed { rank, pid, host: Some(name), exit });
+                } else if self.server.left_unfinalized(rank) {
+                    self.stop(Cause::LeftUnfinalized { rank, pid, host: Some(name) });
                 }
             }
             Msg::StdinAck { bytes } => {

@@ -45,12 +45,29 @@ pub(crate) struct Server {
     /// Which ranks have entered the current barrier.
     entered: Vec<bool>,
     waiting: usize,
+    /// Per rank: it sent `init`, and then `finalize`.
+    inited: Vec<bool>,
+    finalized: Vec<bool>,
 }
 
 impl Server {
     /// A server for `size` ranks sharing the key-value space `kvsname`.
     pub(crate) fn new(size: usize, kvsname: String) -> Self {
-        Server { size, kvsname, kvs: HashMap::new(), entered: vec![false; size], waiting: 0 }
+        Server {
+            size,
+            kvsname,
+            kvs: HashMap::new(),
+            entered: vec![false; size],
+            waiting: 0,
+            inited: vec![false; size],
+            finalized: vec![false; size],
+        }
+    }
+
+    /// Whether `rank` started MPI (PMI `init`) and never finalized: a rank that exits so,
+    /// even with code 0, leaves its peers waiting for it.
+    pub(crate) fn left_unfinalized(&self, rank: usize) -> bool {
+        self.inited.get(rank).copied().unwrap_or(false) && !self.finalized.get(rank).copied().unwrap_or(true)
     }
 
     /// Handles one line from `rank`; appends what to do to `out`.
@@ -62,6 +79,9 @@ impl Server {
         let reply = |c: Command| Action::Reply(rank, c);
         match cmd.cmd.as_str() {
             "init" => {
+                if let Some(i) = self.inited.get_mut(rank) {
+                    *i = true;
+                }
                 let version_ok = !matches!(cmd.get("pmi_version"), Some(v) if v != "1");
                 let mut r = Command::new("response_to_init").with("pmi_version", 1).with("pmi_subversion", 1);
                 r = if version_ok { r.with("rc", 0) } else { r.with("rc", -1).with("msg", "unsupported_version") };
@@ -82,7 +102,12 @@ impl Server {
             "put" => out.push(reply(self.put(&cmd))),
             "get" => out.push(reply(self.get(&cmd))),
             "barrier_in" => self.barrier_in(rank, out),
-            "finalize" => out.push(reply(Command::new("finalize_ack"))),
+            "finalize" => {
+                if let Some(f) = self.finalized.get_mut(rank) {
+                    *f = true;
+                }
+                out.push(reply(Command::new("finalize_ack")))
+            }
             "abort" => out.push(Action::Abort {
                 rank,
                 code: cmd.get("exitcode").and_then(|c| c.parse().ok()),
@@ -185,7 +210,10 @@ mod tests {
         assert_eq!(talk(&mut s, 0, "cmd=get_appnum"), ["0:cmd=appnum appnum=0 rc=0"]);
         assert_eq!(talk(&mut s, 0, "cmd=get_my_kvsname"), ["0:cmd=my_kvsname kvsname=mpr-00 rc=0"]);
         assert_eq!(talk(&mut s, 0, "cmd=get_universe_size"), ["0:cmd=universe_size size=2 rc=0"]);
-        assert_eq!(talk(&mut s, 0, "cmd=finalize"), ["0:cmd=finalize_ack"]);
+        assert!(!s.left_unfinalized(0), "rank 0 never started MPI");
+        assert!(s.left_unfinalized(1), "rank 1 started and has not finalized");
+        assert_eq!(talk(&mut s, 1, "cmd=finalize"), ["1:cmd=finalize_ack"]);
+        assert!(!s.left_unfinalized(1));
         assert!(talk(&mut s, 0, "cmd=init pmi_version=2")[0].contains("rc=-1"));
     }
 

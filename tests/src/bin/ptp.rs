@@ -67,6 +67,7 @@ fn main() {
         "self-timeout" => self_timeout(&w),
         "idle" => idle(&w),
         "probe-gone" => probe_gone(&w),
+        "leave" => leave(&w),
         other => {
             eprintln!("unknown scenario {other:?}");
             std::process::exit(2)
@@ -577,4 +578,14 @@ fn exit_code(w: &mpr::Comm) -> R {
     }
     std::thread::sleep(std::time::Duration::from_secs(30));
     Ok(())
+}
+
+/// Rank 1 leaves with code 0 without finalizing (an `exit(0)` in the middle of the
+/// program); rank 0 waits for a message it will never send.
+fn leave(w: &mpr::Comm) -> Result<(), Error> {
+    if w.rank() == 1 {
+        std::process::exit(0);
+    }
+    let mut b = [0u8; 8];
+    w.recv(&mut b, 1, 0).map(|_| ())
 }
