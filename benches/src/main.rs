@@ -149,14 +149,55 @@ fn sizes(min: usize, max: usize, with_zero: bool) -> Vec<usize> {
     if with_zero && min == 0 {
         v.push(0);
     }
-    let mut s = 1;
+    let mut s = 1usize;
     while s <= max {
         if s >= min {
             v.push(s);
         }
-        s *= 2;
+        match s.checked_mul(2) {
+            Some(next) => s = next,
+            None => break,
+        }
     }
     v
+}
+
+/// The bytes of buffers one rank of benchmark `what` holds for messages of up to `max`
+/// bytes among `ranks`, if that does not overflow: a send and a receive buffer (a window of
+/// each with `--slots`; every rank's block for `alltoall` and `allgather`).
+fn buffer_bytes(o: &Opts, ranks: usize) -> Option<u64> {
+    let max = o.max as u64;
+    let per = match o.what {
+        Bench::Bw | Bench::Bibw | Bench::MbwMr if o.slots => max.checked_mul(o.window)?,
+        Bench::Alltoall | Bench::Allgather => max.checked_mul(ranks as u64)?,
+        _ => max,
+    };
+    per.checked_mul(2)?.checked_add(2 * 4096)
+}
+
+/// This machine's memory in bytes, if the system says.
+fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 =
+        info.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    kb.checked_mul(1024)
+}
+
+/// Refuses sizes whose buffers cannot fit (an overflow, or more than half this machine's
+/// memory for one rank), with one line, before a byte is allocated.
+fn check_sizes(o: &Opts, ranks: usize) -> Result<(), String> {
+    if o.min > o.max {
+        return Err(format!("--min {} is above --max {}", o.min, o.max));
+    }
+    let memory = machine_memory();
+    match (buffer_bytes(o, ranks), memory) {
+        (None, _) => Err(format!("--max {}: the buffers of one rank would overflow a 64-bit size", o.max)),
+        (Some(need), Some(mem)) if need > mem / 2 => Err(format!(
+            "--max {}: the buffers of one rank would take {need} bytes, more than half of this machine's {mem}",
+            o.max
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Timed and warm-up iterations per size class (up to 8 KiB, up to 64 KiB, beyond) of each
@@ -429,6 +470,10 @@ fn main() {
         std::process::exit(1)
     });
     let w = universe.world();
+    if let Err(e) = check_sizes(&opts, w.size()) {
+        eprintln!("mpr-bench {what}: {e}");
+        std::process::exit(2);
+    }
     if w.size() < 2
         && !matches!(opts.what, Bench::Allreduce | Bench::Bcast | Bench::Allgather | Bench::Alltoall | Bench::Barrier)
     {

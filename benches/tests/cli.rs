@@ -99,3 +99,21 @@ fn the_stream_benchmarks_print_a_row_per_size() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("mpr-bench mbw_mr: 2 pairs need 4 ranks, the job has 3"));
 }
+
+/// Sizes whose buffers cannot fit are one line and exit 2 before anything is allocated (a
+/// `--max` near 2^64 looped for ever doubling the size, or aborted on the allocation).
+#[test]
+fn sizes_that_cannot_fit_are_refused() {
+    for (args, says) in [
+        (&["allreduce", "--max", "18446744073709551615"][..], "the buffers of one rank would overflow a 64-bit size"),
+        (&["allreduce", "--max", "1125899906842624"][..], "more than half of this machine's"),
+        (&["alltoall", "--max", "9223372036854775807"][..], "would overflow"),
+        (&["barrier", "--min", "64", "--max", "8"][..], "--min 64 is above --max 8"),
+    ] {
+        let out = run(BENCH, args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+}

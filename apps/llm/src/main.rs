@@ -447,10 +447,10 @@ impl<'a, 'm> Turn<'a, 'm> {
         let prompt = tok.encode(text);
         let checked = if prompt.is_empty() {
             Err("the prompt has no tokens".to_string())
-        } else if self.cache.len + prompt.len() + a.tokens > m.cfg.ctx {
+        } else if self.cache.len.saturating_add(prompt.len()).saturating_add(a.tokens) > m.cfg.ctx {
             Err(format!(
                 "{} tokens so far + {} more exceed the model's context of {}",
-                self.cache.len + prompt.len(),
+                self.cache.len.saturating_add(prompt.len()),
                 a.tokens,
                 m.cfg.ctx
             ))

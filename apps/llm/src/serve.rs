@@ -55,7 +55,7 @@ fn parse(
     let text = chat.render(true, tok)?;
     let args = request_args(&v, a)?;
     let prompt = tok.encode(&text).len();
-    if prompt + args.tokens > ctx {
+    if prompt.saturating_add(args.tokens) > ctx {
         return Err(format!(
             "{prompt} prompt tokens + {} to generate exceed the model's context of {ctx}",
             args.tokens

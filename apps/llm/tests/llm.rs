@@ -579,3 +579,22 @@ fn serve_answers_plain_and_streaming_chat_completions() {
     assert!(before.contains("tensor parallel over 2 ranks in each of 1 pipeline stage(s)"), "{before}");
     assert!(mpr_tests::processes_with(&marker).is_empty(), "{:?}", mpr_tests::processes_with(&marker));
 }
+
+/// `--tokens` beyond the context, up to the largest number it takes, is the context error
+/// (the sum of prompt and tokens wrapped around and let it through).
+#[test]
+fn tokens_beyond_the_context_are_refused_whatever_their_number() {
+    let dir = scratch("huge-tokens");
+    let model = dir.join("model");
+    random_model(&model, 4, 1, 2, 64, "F32", true);
+    for tokens in ["5000", "18446744073709551615"] {
+        let out = mprun(
+            &["-np", "2", &llm(), "--model", model.to_str().unwrap(), "--prompt", "the", "--tokens", tokens],
+            &[],
+        );
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "--tokens {tokens}: {err}");
+        assert!(err.contains(&format!("+ {tokens} more exceed the model's context of")), "--tokens {tokens}: {err}");
+        assert!(!err.contains("panicked"), "--tokens {tokens}: {err}");
+    }
+}
