@@ -486,6 +486,40 @@ mod over_tcp {
         drop(strays);
     }
 
+    /// A stray connection to a rank busy in its own code (3 s without a call into mpr) is
+    /// closed within a second, not when the rank next calls in: a thread of the transport
+    /// turns strays away.
+    #[test]
+    fn a_stray_is_closed_at_once_while_its_rank_computes() {
+        use std::io::{Read, Write};
+        let child = idle_over_tcp();
+        let t0 = std::time::Instant::now();
+        let mut listeners = Vec::new();
+        while listeners.len() < 2 && t0.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            listeners = listeners_of(&child);
+        }
+        assert_eq!(listeners.len(), 2, "{listeners:?}");
+        for addr in &listeners {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            s.set_read_timeout(Some(std::time::Duration::from_secs(1))).unwrap();
+            let t = std::time::Instant::now();
+            let mut b = [0u8; 16];
+            match s.read(&mut b) {
+                Ok(0) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                other => panic!("{addr}: the stray stayed open ({other:?} after {:?})", t.elapsed()),
+            }
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_millis(2900), "the strays came while rank 1 slept");
+        let out = child.wait_with_output().unwrap();
+        let (so, se) = (super::text(&out.stdout), super::text(&out.stderr));
+        assert!(out.status.success(), "{so}\n{se}");
+        assert_eq!(so.lines().filter(|l| *l == "idle ok").count(), 2, "{so}");
+        assert!(se.contains("closed an unexpected TCP connection from 127.0.0.1"), "{se}");
+    }
+
     /// Two ranks over TCP, rank 1 busy in its own code for 3 s (`ptp idle`), their output
     /// piped.
     fn idle_over_tcp() -> std::process::Child {

@@ -21,6 +21,7 @@ pub(crate) mod addr;
 mod conn;
 mod handshake;
 mod rejects;
+mod strays;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -54,13 +55,11 @@ const CROWDED_EAGER: usize = 256 << 10;
 #[derive(Debug)]
 pub(crate) struct TcpTransport {
     conns: Vec<Option<Conn>>,
-    /// Kept open to turn away late strays with a log line rather than a silent refusal.
-    listener: mio::net::TcpListener,
+    /// The listener, kept open by a thread of its own that closes late strays at once (also
+    /// while the application computes) and counts them, rather than a silent refusal.
+    strays: strays::Strays,
     caps: Caps,
-    polls: u32,
     next: usize,
-    /// Rejected connections, one line per address per interval.
-    rejects: rejects::Rejects,
 }
 
 /// A bound listener waiting for the card exchange.
@@ -229,8 +228,8 @@ impl TcpListening {
             remote_write: false,
             remote_read: false,
         };
-        let listener = mio::net::TcpListener::from_std(self.listener);
-        Ok(TcpTransport { conns, listener, caps, polls: 0, next: 0, rejects })
+        let strays = strays::Strays::start(self.listener, rejects);
+        Ok(TcpTransport { conns, strays, caps, next: 0 })
     }
 }
 
@@ -285,14 +284,6 @@ impl TcpTransport {
             .and_then(|c| c.as_mut())
             .ok_or_else(|| Error::Transport(format!("no TCP connection to rank {peer}")))
     }
-
-    /// Accepts and closes connections that arrive after start-up (with a log line).
-    fn turn_away_strays(&mut self) {
-        while let Ok((_, from)) = self.listener.accept() {
-            let what = format!("closed an unexpected TCP connection from {from}");
-            self.rejects.note(from.ip(), &what, Instant::now());
-        }
-    }
 }
 
 impl Transport for TcpTransport {
@@ -305,10 +296,6 @@ impl Transport for TcpTransport {
     }
 
     fn poll(&mut self, sink: &mut FrameSink<'_>) -> Result<usize, Error> {
-        self.polls = self.polls.wrapping_add(1);
-        if self.polls.is_multiple_of(4096) {
-            self.turn_away_strays();
-        }
         let n = self.conns.len();
         let mut got = 0;
         for k in 0..n {
@@ -344,7 +331,7 @@ impl Transport for TcpTransport {
     }
 
     fn finalize(&mut self) {
-        self.rejects.flush();
+        self.strays.stop();
         for c in self.conns.iter_mut().flatten() {
             c.goodbye();
         }
