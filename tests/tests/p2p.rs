@@ -455,12 +455,7 @@ mod over_tcp {
         use std::io::Write;
         let child = idle_over_tcp();
         let t0 = std::time::Instant::now();
-        let mut listeners = Vec::new();
-        while listeners.len() < 2 && t0.elapsed() < std::time::Duration::from_secs(2) {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            listeners = listeners_of(&child);
-        }
-        assert_eq!(listeners.len(), 2, "{listeners:?}");
+        let listeners = both_listeners(&child);
         let (mut sent, mut refused, mut strays) = (0, 0, Vec::new());
         for _ in 0..150 {
             for addr in &listeners {
@@ -494,12 +489,7 @@ mod over_tcp {
         use std::io::{Read, Write};
         let child = idle_over_tcp();
         let t0 = std::time::Instant::now();
-        let mut listeners = Vec::new();
-        while listeners.len() < 2 && t0.elapsed() < std::time::Duration::from_secs(2) {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            listeners = listeners_of(&child);
-        }
-        assert_eq!(listeners.len(), 2, "{listeners:?}");
+        let listeners = both_listeners(&child);
         for addr in &listeners {
             let mut s = std::net::TcpStream::connect(addr).unwrap();
             let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
@@ -532,6 +522,18 @@ mod over_tcp {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap()
+    }
+
+    /// The two ranks' listeners of `idle_over_tcp`'s job, once both listen (within 2 s).
+    fn both_listeners(child: &std::process::Child) -> Vec<String> {
+        let t0 = std::time::Instant::now();
+        let mut listeners = Vec::new();
+        while listeners.len() < 2 && t0.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            listeners = listeners_of(child);
+        }
+        assert_eq!(listeners.len(), 2, "{listeners:?}");
+        listeners
     }
 
     /// The TCP listeners of the ranks of the job `mprun` started (`ss` names the owning
