@@ -50,6 +50,7 @@ impl HostShare {
             mrs: 0,
             peak_qps: 0,
         };
+        sweep(&share.path);
         share.change(0, 0, usize::MAX, usize::MAX)?;
         Ok(share)
     }
@@ -153,6 +154,31 @@ impl HostShare {
 impl Drop for HostShare {
     fn drop(&mut self) {
         let _ = self.leave();
+    }
+}
+
+/// Removes the count files of other devices whose every process is gone (killed before
+/// they could leave: each network namespace host makes names of its own, which no later
+/// device would prune). Each is locked first, so a device joining it meanwhile either wrote
+/// its line (and the file stays) or finds the file gone and makes it anew.
+fn sweep(mine: &std::path::Path) {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let ours = entry.file_name().to_string_lossy().starts_with("mpr-soft-device-");
+        if !ours || path == mine {
+            continue;
+        }
+        let Ok(f) = OpenOptions::new().read(true).write(true).open(&path) else { continue };
+        let Ok(mut file) = Flock::lock(f, FlockArg::LockExclusiveNonblock) else { continue };
+        let mut text = String::new();
+        if file.read_to_string(&mut text).is_err() {
+            continue;
+        }
+        let live = text.lines().any(|l| l.split_whitespace().next().and_then(|p| p.parse().ok()).is_some_and(alive));
+        if !live {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 
