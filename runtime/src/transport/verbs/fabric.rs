@@ -18,8 +18,13 @@
 
 use std::net::Ipv4Addr;
 
-use super::select::same_link;
 use crate::bootstrap::Card;
+
+/// Whether two links are on one subnet (the two ends of one cable).
+pub(crate) fn same_link(a: (Ipv4Addr, u8), b: (Ipv4Addr, u8)) -> bool {
+    let mask = |bits: u8| if bits == 0 { 0 } else { u32::MAX << (32 - u32::from(bits.min(32))) };
+    a.1 == b.1 && u32::from(a.0) & mask(a.1) == u32::from(b.0) & mask(b.1) && a.0 != b.0
+}
 
 /// The lanes of the pair (`a`, `b`), as indices of `a`'s devices, in lane order (the same
 /// order `b` computes for its own end); empty: the pair does not use RDMA.

@@ -265,12 +265,6 @@ type Iface = (String, Ipv4Addr, u8);
 /// An interface's name and a link-local (169.254/16) address of it.
 type LinkLocal = (String, Ipv4Addr);
 
-/// Whether two links are on one subnet (the two ends of one cable).
-pub(crate) fn same_link(a: (Ipv4Addr, u8), b: (Ipv4Addr, u8)) -> bool {
-    let mask = |bits: u8| if bits == 0 { 0 } else { u32::MAX << (32 - u32::from(bits.min(32))) };
-    a.1 == b.1 && u32::from(a.0) & mask(a.1) == u32::from(b.0) & mask(b.1) && a.0 != b.0
-}
-
 /// `qp=N,mr=N,wr=N,msg=N` (any subset) over the limits of `cfg`'s mode.
 fn parse_limits(text: &str, cfg: &SoftConfig) -> Result<SoftLimits, String> {
     let c = cfg.caps();
@@ -297,6 +291,7 @@ fn parse_limits(text: &str, cfg: &SoftConfig) -> Result<SoftLimits, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::verbs::fabric::same_link;
 
     #[test]
     fn soft_limits_parse_over_the_modes() {

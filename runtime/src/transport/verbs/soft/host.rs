@@ -87,17 +87,8 @@ impl HostShare {
         };
         let mut text = String::new();
         file.read_to_string(&mut text).map_err(|e| io("read", e))?;
-        let mut lines: Vec<(u32, u64, usize, usize)> = text
-            .lines()
-            .filter_map(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                match w.as_slice() {
-                    [p, n, q, m] => Some((p.parse().ok()?, n.parse().ok()?, q.parse().ok()?, m.parse().ok()?)),
-                    _ => None,
-                }
-            })
-            .filter(|&(pid, ..)| pid == self.pid || alive(pid))
-            .collect();
+        let mut lines: Vec<Line> =
+            parse(&text).into_iter().filter(|&(pid, ..)| pid == self.pid || alive(pid)).collect();
         let mine = match lines.iter().position(|l| l.0 == self.pid && l.1 == self.nonce) {
             Some(i) => i,
             None => {
@@ -106,7 +97,7 @@ impl HostShare {
             }
         };
         let (q, m) = (lines[mine].2.saturating_add_signed(dq), lines[mine].3.saturating_add_signed(dm));
-        let others = |f: fn(&(u32, u64, usize, usize)) -> usize| {
+        let others = |f: fn(&Line) -> usize| {
             lines.iter().enumerate().filter(|(i, _)| *i != mine).map(|(_, l)| f(l)).sum::<usize>()
         };
         let totals = (others(|l| l.2) + q, others(|l| l.3) + m);
@@ -130,15 +121,10 @@ impl HostShare {
         let mut file = Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| std::io::Error::from(e))?;
         let mut text = String::new();
         file.read_to_string(&mut text)?;
-        let rest: String = text
-            .lines()
-            .filter(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                let pid = w.first().and_then(|p| p.parse::<u32>().ok());
-                let me = pid == Some(self.pid) && w.get(1).and_then(|n| n.parse::<u64>().ok()) == Some(self.nonce);
-                !me && pid.is_some_and(alive)
-            })
-            .map(|l| format!("{l}\n"))
+        let rest: String = parse(&text)
+            .into_iter()
+            .filter(|&(pid, nonce, ..)| !(pid == self.pid && nonce == self.nonce) && alive(pid))
+            .map(|(p, n, q, m)| format!("{p} {n} {q} {m}\n"))
             .collect();
         if rest.is_empty() {
             std::fs::remove_file(&self.path)?;
@@ -175,11 +161,27 @@ fn sweep(mine: &std::path::Path) {
         if file.read_to_string(&mut text).is_err() {
             continue;
         }
-        let live = text.lines().any(|l| l.split_whitespace().next().and_then(|p| p.parse().ok()).is_some_and(alive));
+        let live = parse(&text).iter().any(|l| alive(l.0));
         if !live {
             let _ = std::fs::remove_file(&path);
         }
     }
+}
+
+/// One device's line of a count file: pid, nonce, queue pairs, regions.
+type Line = (u32, u64, usize, usize);
+
+/// The well-formed lines of a count file.
+fn parse(text: &str) -> Vec<Line> {
+    text.lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                [p, n, q, m] => Some((p.parse().ok()?, n.parse().ok()?, q.parse().ok()?, m.parse().ok()?)),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// Whether process `pid` exists (namespace hosts share the machine's process IDs).
