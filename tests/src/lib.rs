@@ -96,3 +96,19 @@ pub fn cannot_run(why: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{}: skipped: {why}", std::thread::current().name().unwrap_or("test"));
 }
+
+/// Files in /dev/shm that belong to the job `jobid` (none for an empty id: a job that never
+/// said its id).
+pub fn shm_files(jobid: &str) -> Vec<String> {
+    if jobid.is_empty() {
+        return Vec::new();
+    }
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("mpr-{jobid}")))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -2,22 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use mpr_tests::{bin_dir, mprun, processes_with, text};
+use mpr_tests::{bin_dir, mprun, processes_with, shm_files, text};
 
 fn ptp() -> String {
     bin_dir().join("ptp").to_str().unwrap().to_string()
-}
-
-/// Files in /dev/shm that belong to the job `jobid`.
-fn shm_files(jobid: &str) -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&format!("mpr-{jobid}")))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[test]

@@ -198,7 +198,7 @@ fn run(world: &mpr::Comm, a: &Args) -> Result<(), Failure> {
         (tp, pp) => {
             let pp = pp.unwrap_or(1) as usize;
             let tp = tp.map_or(world.size() / pp, |t| t as usize).max(1);
-            if tp * pp != world.size() {
+            if tp.checked_mul(pp) != Some(world.size()) {
                 Err(format!("--tp {tp} x --pp {pp} is not the job's {} ranks", world.size()))
             } else {
                 Ok((tp, pp))

@@ -90,6 +90,25 @@ impl Config {
         {
             return Err(format!("a model of this shape cannot run: {c:?}"));
         }
+        // Every buffer the forward pass sizes from the shape holds at most `ctx` tokens (longer
+        // prompts are refused first) of at most the widest of these, in f32: checked here, the
+        // products the code forms from them cannot wrap.
+        let wide = [
+            ("the query width (heads x head dimension)", c.heads.checked_mul(c.head_dim)),
+            ("the key/value width", c.kv_heads.checked_mul(c.head_dim)),
+            ("the width", Some(c.dim)),
+            ("the feed-forward width", Some(c.ffn)),
+            ("the vocabulary", Some(c.vocab)),
+        ];
+        for (what, n) in wide {
+            let bytes = n.and_then(|n| n.checked_mul(c.ctx.max(1))).and_then(|n| n.checked_mul(4));
+            if bytes.is_none_or(|b| b > isize::MAX as usize) {
+                return Err(format!(
+                    "a model of this shape cannot run: {what} over a context of {} tokens does not fit in memory",
+                    c.ctx
+                ));
+            }
+        }
         Ok(c)
     }
 }
@@ -420,5 +439,18 @@ mod tests {
         assert_eq!((b.heads, b.kv, b.ffn), (5..9, 1..3, 768..1536));
         assert!(Shard::new(&cfg, 0, 10, 0, 1).is_err());
         assert!(Shard::new(&cfg, 0, 1, 0, 2).is_err(), "2 stages of 1 layer");
+    }
+
+    /// Shapes from a model file whose products would wrap are refused, not run.
+    #[test]
+    fn shapes_whose_products_wrap_are_refused() {
+        assert!(Config::checked(smollm2_shape()).is_ok());
+        let huge = |c: Config| Config::checked(c).unwrap_err();
+        let e = huge(Config { heads: 1 << 33, kv_heads: 1, head_dim: 1 << 32, ..smollm2_shape() });
+        assert!(e.contains("the query width (heads x head dimension) over a context of 8 tokens"), "{e}");
+        let e = huge(Config { ctx: usize::MAX / 2, ..smollm2_shape() });
+        assert!(e.contains("over a context of"), "{e}");
+        let e = huge(Config { vocab: usize::MAX / 8, ..smollm2_shape() });
+        assert!(e.contains("the vocabulary over a context of 8 tokens does not fit in memory"), "{e}");
     }
 }

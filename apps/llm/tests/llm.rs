@@ -108,6 +108,15 @@ fn the_capital_of_france_is_paris_on_every_split() {
         "{}",
         text(&out.stderr)
     );
+    // A split whose product wraps past 2^64 to the job's 2 ranks is still not it.
+    let (tp, pp) = ((1u64 << 63).to_string(), "2");
+    let out = mprun(&["-np", "2", &llm(), "--model", &model, "--prompt", "Hi", "--tp", &tp, "--pp", pp], &[]);
+    assert!(
+        out.status.code() == Some(2)
+            && text(&out.stderr).contains(&format!("--tp {tp} x --pp 2 is not the job's 2 ranks")),
+        "{}",
+        text(&out.stderr)
+    );
     // Sampling: the same seed draws the same text; another seed, another text.
     let sampled = |seed: &str| {
         let args = ["-np", "2", &llm(), "--model", &model, "--prompt", "Once upon a time", "--tokens", "24"];
@@ -177,6 +186,15 @@ fn bad_model_files_get_clear_errors() {
     // Safetensors directories: cut short, a tensor of a type not read, no config.json.
     let hf = dir.join("hf");
     random_model(&hf, 4, 2, 1, 32, "F32", true);
+    // A shape whose buffers cannot exist (its products wrap past 2^64): refused before any
+    // is sized.
+    let config = std::fs::read_to_string(hf.join("config.json")).unwrap();
+    let mut huge: serde_json::Value = serde_json::from_str(&config).unwrap();
+    huge["head_dim"] = serde_json::json!(1u64 << 62);
+    std::fs::write(hf.join("config.json"), huge.to_string()).unwrap();
+    let err = run(&hf);
+    assert!(err.contains("a model of this shape cannot run: the query width (heads x head dimension) over"), "{err}");
+    std::fs::write(hf.join("config.json"), config).unwrap();
     let weights = std::fs::read(hf.join("model.safetensors")).unwrap();
     std::fs::write(hf.join("model.safetensors"), &weights[..weights.len() - 100]).unwrap();
     let err = run(&hf);
