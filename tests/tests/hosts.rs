@@ -447,6 +447,9 @@ fn four_ranks_per_host_share_each_devices_queue_pairs() {
     for line in err.lines().filter(|l| l.contains(": rdma (UC): ")) {
         assert!(line.contains(" messages sent, 10 queue pairs on this host, "), "{line}");
         assert!(line.contains(", 0 receives failed"), "{line}");
+        // Every SEND waited for a posted receive (TN3205's credits), none was dropped for want
+        // of one.
+        assert!(line.contains(", 0 SENDs found no receive"), "{line}");
     }
     let out = run_on(&hosts, &[4, 4], &[coll.to_str().unwrap()], &env);
     check_ok(&out, "coll", 8);

@@ -53,6 +53,8 @@ fn point_to_point_over_soft_uc() {
         assert!(d[5] > 0 && d[5] <= 4096, "rank {r}: largest message {} B:\n{se}", d[5]);
         // Over loopback each rank's device stands for a Mac of its own: one queue pair.
         assert_eq!(d[6], 1, "rank {r}: queue pairs:\n{se}");
+        // Every SEND waited for its receive (TN3205's credits): none was dropped for want of one.
+        assert_eq!(d[7], 0, "rank {r}: SENDs found no receive:\n{se}");
     }
 }
 
@@ -104,9 +106,9 @@ fn collectives_over_soft_uc_and_rc() {
 /// N messages (B B) pulled with RDMA READ, R sent again, O received out of order, F frames
 /// packed in P messages; device NAME: M messages sent, Q queue pairs on this host, L frames
 /// lost (injected), S frames sent again after T timeouts, D messages dropped ..., X receives
-/// failed, largest message M B"), by rank: [N, B, R, O, F, P] of the transport,
-/// [L, S, T, D, X, M, Q] of the device.
-fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 6], [u64; 7])> {
+/// failed, largest message M B, W SENDs found no receive"), by rank: [N, B, R, O, F, P] of
+/// the transport, [L, S, T, D, X, M, Q, W] of the device.
+fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 6], [u64; 8])> {
     let numbers = |s: &str| -> Vec<u64> {
         s.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect()
     };
@@ -119,8 +121,8 @@ fn rdma_counts(se: &str, np: usize) -> Vec<([u64; 6], [u64; 7])> {
         by_rank[rank] = Some({
             let (ours, device) = l.split_once("; device ").unwrap_or_else(|| panic!("no device counts: {l}"));
             let (t, d) = (numbers(ours), numbers(device.split_once(": ").expect("device name").1));
-            assert!(t.len() == 6 && d.len() == 8, "{l}");
-            ([t[0], t[1], t[2], t[3], t[4], t[5]], [d[2], d[3], d[4], d[5], d[6], d[7], d[1]])
+            assert!(t.len() == 6 && d.len() == 9, "{l}");
+            ([t[0], t[1], t[2], t[3], t[4], t[5]], [d[2], d[3], d[4], d[5], d[6], d[7], d[1], d[8]])
         });
     }
     by_rank
@@ -175,7 +177,7 @@ fn heavy_loss_still_delivers_every_byte() {
         let t = std::time::Instant::now();
         let se = ok(np, "ptp", "pairs", &e);
         let c = rdma_counts(&se, np);
-        let sum = |f: fn(&([u64; 6], [u64; 7])) -> u64| c.iter().map(f).sum::<u64>();
+        let sum = |f: fn(&([u64; 6], [u64; 8])) -> u64| c.iter().map(f).sum::<u64>();
         let (lost, by_mpr, by_device, failed) = (sum(|c| c.1[0]), sum(|c| c.0[2]), sum(|c| c.1[1]), sum(|c| c.1[4]));
         let what = format!("{kind}, loss {loss} on {np} ranks");
         assert!(lost > 0, "{what}: frames were lost: {c:?}");

@@ -20,8 +20,11 @@
 //! regions, 10 queue pairs, 100 regions, 32 work requests in flight per queue and direction
 //! (a request holds its slot until its completion is polled), messages (and receives) of at
 //! most one 4 KiB frame as on macOS 26.2, or 16,773,120 bytes when it imitates 26.3 or later
-//! ([`SoftConfig::macos`]). A message whose first frame finds no posted receive
-//! is dropped (there is no receiver-not-ready retry: the runtime must hand out credits); a
+//! ([`SoftConfig::macos`]). A SEND waits for a posted receive (TN3205's credit flow
+//! control): the receiver's ACKs carry its receive credit, and a SEND starts only within it
+//! (`qp/mod.rs`); a message that finds no receive all the same (sent to a peer silent for
+//! a second, which may be stopped rather than dead) is dropped, as there is no
+//! receiver-not-ready retry; a
 //! message too long for the receive, or spanning another number of 4 KiB frames than the
 //! receive (TN3205: a SEND and its RECV span the same frames), completes it with
 //! [`WcStatus::LocalLength`]; a message
@@ -191,6 +194,8 @@ pub(crate) struct SoftStats {
     pub(crate) strays: u64,
     /// Sends the socket failed other than with EAGAIN (counted as lost).
     pub(crate) send_errors: u64,
+    /// UC: requests for the peer's receive credit (a SEND waited for a posted receive).
+    pub(crate) credit_requests: u64,
 }
 
 /// A small seeded generator (SplitMix64): loss decisions, keys, first psns.
@@ -450,13 +455,14 @@ impl Provider for SoftDevice {
     fn report(&self) -> Option<String> {
         let s = self.stats();
         Some(format!(
-            "{} frames lost (injected), {} frames sent again after {} timeouts, {} messages dropped for want of a receive or a frame, {} receives failed, largest message {} B",
+            "{} frames lost (injected), {} frames sent again after {} timeouts, {} messages dropped for a missing frame, {} receives failed, largest message {} B, {} SENDs found no receive",
             s.injected_losses,
             s.retransmits,
             s.timeouts,
-            s.no_recv_drops + s.incomplete_drops,
+            s.incomplete_drops,
             s.failed_recvs,
-            s.largest_send
+            s.largest_send,
+            s.no_recv_drops,
         ))
     }
 

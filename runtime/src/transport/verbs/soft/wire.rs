@@ -3,9 +3,12 @@
 //!
 //! ```text
 //!  0 u16 magic "SV"     2 u8 version    3 u8 kind
-//!  4 u8 qp type (0 UC, 1 RC)            5 u8 code (NAK reason)    6 u16 zero
+//!  4 u8 qp type (0 UC, 1 RC)    5 u8 code (NAK: reason; ACK: 1 asks for the receive credit)
+//!  6 u16 zero
 //!  8 u32 psn: the sender's frame sequence number (ACK, NAK: the next psn the receiver expects)
-//! 12 u32 msg: message sequence number (READ_RESP, RESP_ERR: the READ request's)
+//! 12 u32 msg: message sequence number (READ_RESP, RESP_ERR: the READ request's; UC ACK: the
+//!     receive credit, messages before it may start; UC ACK asking for it: the asker's first
+//!     message not yet started)
 //! 16 u32 idx: frame index within the message
 //! 20 u32 len: message length in bytes (READ_REQ: bytes to read)
 //! 24 u32 rkey    28 u32 zero    32 u64 raddr: remote start address (WRITE, READ_REQ)
@@ -40,7 +43,8 @@ pub(super) enum Kind {
     ReadResp = 4,
     /// The responder could not finish READ request `msg` (its region went away).
     RespErr = 5,
-    /// Every frame before `psn` arrived (UC: a link credit; RC: an acknowledgement).
+    /// Every frame before `psn` arrived (UC: a link credit, and the receive credit in `msg`;
+    /// RC: an acknowledgement).
     Ack = 6,
     /// RC: frames before `psn` arrived, frame `psn` was not accepted for reason `code`.
     Nak = 7,
@@ -109,6 +113,10 @@ pub(super) struct Header {
     pub(super) raddr: u64,
 }
 
+/// ACK `code`: the sender waits for a receive credit and asks for it (UC); `msg` is its first
+/// message not yet started (every one before it is on the wire).
+pub(super) const CREDIT_REQUEST: u8 = 1;
+
 /// Frames a message of `len` bytes takes (an empty message still takes one).
 pub(super) fn frames(len: u32) -> u32 {
     (len as usize).div_ceil(FRAME).max(1) as u32
@@ -161,7 +169,12 @@ impl Header {
             rkey: u32_at(24),
             raddr: u64::from_le_bytes(head[32..40].try_into().unwrap()),
         };
-        if (h.kind == Kind::Nak && Nak::from_u8(h.code).is_none()) || (h.kind != Kind::Nak && h.code != 0) {
+        let code_ok = match h.kind {
+            Kind::Nak => Nak::from_u8(h.code).is_some(),
+            Kind::Ack => h.code == 0 || (h.code == CREDIT_REQUEST && !h.rc),
+            _ => h.code == 0,
+        };
+        if !code_ok {
             return None;
         }
         let want = if h.kind.has_payload() {
@@ -192,10 +205,15 @@ mod tests {
             2 => rng.gen_range(1..64 * FRAME as u32),
             _ => rng.gen(),
         };
+        let rc = rng.gen();
         Header {
             kind,
-            rc: rng.gen(),
-            code: if kind == Kind::Nak { rng.gen_range(1..=3) } else { 0 },
+            rc,
+            code: match kind {
+                Kind::Nak => rng.gen_range(1..=3),
+                Kind::Ack if !rc => rng.gen_range(0..=1),
+                _ => 0,
+            },
             psn: rng.gen(),
             msg: rng.gen(),
             idx: if kind.has_payload() { rng.gen_range(0..frames(len)) } else { rng.gen() },

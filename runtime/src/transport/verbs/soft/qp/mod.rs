@@ -9,9 +9,13 @@
 //! Invariants: every frame of a direction carries the next psn of that direction, starting
 //! at the psn published in [`QpAddr`]. At most [`WINDOW`] frames are sent and not yet
 //! acknowledged (UC: the link credit, lifted while the peer is silent; RC: the retransmit
-//! window). Send-queue completions come out in posting order. A work request holds its
-//! slot until its completion is polled (as with mlx5), so at most `max_wr` are in flight per
-//! direction.
+//! window). UC: a SEND starts only when the peer has a receive for it (TN3205's credit flow
+//! control): its ACKs carry the receive credit, one past the last message number it can take
+//! (messages it has seen, plus the receives it has free); a sender without credit asks for it
+//! (saying which messages went out, so that one lost whole gives its credit back), and only a
+//! peer silent for [`CREDIT_STALL`] is sent to without it. Send-queue completions come out in
+//! posting order. A work request holds its slot until its completion is polled (as with
+//! mlx5), so at most `max_wr` are in flight per direction.
 
 mod rx;
 mod tx;
@@ -32,6 +36,14 @@ const WINDOW: u32 = 32;
 const ACK_EVERY: u32 = 8;
 /// UC: a sender blocked on the window this long without a credit stops waiting for them.
 const UC_STALL: Duration = Duration::from_millis(100);
+/// UC: a sender without receive credit asks for it at once, then after this, doubling up to
+/// [`UC_STALL`].
+const CREDIT_ASK: Duration = Duration::from_millis(1);
+/// UC: a sender waiting this long for receive credit with no ACK at all from the peer (which
+/// answers every request for credit, busy or not) takes it for gone and sends without credit
+/// until it hears from it again. Long enough that a peer starved of the CPU on a loaded
+/// machine is not taken for gone.
+const CREDIT_STALL: Duration = Duration::from_secs(1);
 /// RC retransmission timeout: first, and the cap of its doubling.
 const RTO_MIN: Duration = Duration::from_millis(10);
 const RTO_MAX: Duration = Duration::from_millis(200);
@@ -95,6 +107,15 @@ struct ReadResp {
     next: u32,
 }
 
+/// UC: a sender waiting for a receive credit.
+#[derive(Clone, Copy, Debug)]
+struct CreditWait {
+    since: Instant,
+    /// When to ask the peer for its credit again, and how long after that the next time.
+    ask_at: Instant,
+    every: Duration,
+}
+
 /// The message being received.
 #[derive(Debug)]
 struct Incoming {
@@ -141,6 +162,14 @@ pub(super) struct Qp {
     blocked_since: Option<Instant>,
     /// UC: no credits came within [`UC_STALL`]; send without a window until one does.
     silent: bool,
+    /// UC: the peer's receive credit: messages numbered before it may start.
+    recv_credit: u32,
+    credit_wait: Option<CreditWait>,
+    /// UC: no ACK came within [`CREDIT_STALL`] of waiting for credit; send without it until
+    /// one does.
+    credit_silent: bool,
+    /// UC: when the peer last sent an ACK.
+    heard_at: Instant,
     /// The socket refused a frame; retry at this time.
     backlog_at: Option<Instant>,
     // Receive sequencing.
@@ -150,6 +179,9 @@ pub(super) struct Qp {
     ack_due: bool,
     nak_sent: bool,
     incoming: Option<Incoming>,
+    /// UC: one past the highest message number seen (frames of it, or the sender's word that
+    /// it went out).
+    msg_seen: u32,
 }
 
 impl Qp {
@@ -179,12 +211,17 @@ impl Qp {
             progress_at: now,
             blocked_since: None,
             silent: false,
+            recv_credit: 0,
+            credit_wait: None,
+            credit_silent: false,
+            heard_at: now,
             backlog_at: None,
             expected: 0,
             rx_unacked: 0,
             ack_due: false,
             nak_sent: false,
             incoming: None,
+            msg_seen: 0,
         }
     }
 
@@ -249,7 +286,17 @@ impl Qp {
             ctx.complete(self.id, wr_id, Opcode::Recv, WcStatus::Flushed, 0);
         } else {
             self.rq.push_back(RecvWr { wr_id, sge });
+            if !self.rc() && self.state == State::Ready {
+                self.send_ack(ctx); // The new receive is a credit.
+            }
         }
+    }
+
+    /// UC: the receive credit this side gives: one past the last message number it can take.
+    fn recv_limit(&self) -> u32 {
+        let bound = self.incoming.as_ref().is_some_and(|m| !m.discard);
+        let free = self.rq.len() - usize::from(bound);
+        self.msg_seen.wrapping_add(free as u32)
     }
 
     /// A completion of this queue pair was polled: its slot is free again.
@@ -288,6 +335,7 @@ impl Qp {
         self.incoming = None;
         (self.resend, self.hold_until, self.rto_at, self.blocked_since, self.backlog_at) =
             (None, None, None, None, None);
+        self.credit_wait = None;
         self.probe = false;
     }
 
@@ -310,6 +358,15 @@ impl Qp {
                 self.acked = self.next_psn;
                 self.silent = true;
                 self.blocked_since = None;
+            }
+            if let Some(w) = self.credit_wait {
+                if now >= w.since + CREDIT_STALL && self.heard_at <= w.since {
+                    ctx.log(|| format!("queue pair {}: the peer is silent; sending without its credit", self.id.0));
+                    self.credit_silent = true;
+                    self.credit_wait = None;
+                } else if now >= w.ask_at {
+                    self.ask_credit(ctx, now);
+                }
             }
             return;
         }
@@ -349,6 +406,7 @@ impl Qp {
             take(self.outstanding().then(|| self.progress_at + ctx.retry_timeout));
         } else {
             take(self.blocked_since.map(|t| t + UC_STALL));
+            take(self.credit_wait.map(|w| w.ask_at.min(w.since + CREDIT_STALL)));
         }
         at
     }

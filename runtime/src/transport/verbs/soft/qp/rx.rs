@@ -54,6 +54,7 @@ impl Qp {
 
     fn on_frame(&mut self, ctx: &mut Ctx, h: &Header, payload: &[u8], now: Instant) {
         match h.kind {
+            Kind::Ack if !self.rc() => self.on_uc_ack(ctx, h, now),
             Kind::Ack => self.on_ack(ctx, h.psn, now),
             Kind::Nak => {
                 if let Some(why) = Nak::from_u8(h.code) {
@@ -64,6 +65,9 @@ impl Qp {
             Kind::Send => {
                 if !before(h.psn, self.expected) {
                     self.expected = h.psn.wrapping_add(1);
+                }
+                if !before(h.msg, self.msg_seen) {
+                    self.msg_seen = h.msg.wrapping_add(1);
                 }
                 self.rx_unacked += 1;
                 if self.rx_unacked >= ACK_EVERY {

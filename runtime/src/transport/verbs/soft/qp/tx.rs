@@ -9,9 +9,11 @@
 use std::time::Instant;
 
 use super::super::super::provider::{Opcode, WcStatus};
-use super::super::wire::{payload_len, Header, Kind, Nak, FRAME, HEADER};
+use super::super::wire::{payload_len, Header, Kind, Nak, CREDIT_REQUEST, FRAME, HEADER};
 use super::super::Ctx;
-use super::{before, Qp, State, BACKLOG_RETRY, LOC_PROT_ERR, RNR_DELAY, RTO_MIN, WINDOW};
+use super::{
+    before, CreditWait, Qp, State, BACKLOG_RETRY, CREDIT_ASK, LOC_PROT_ERR, RNR_DELAY, RTO_MIN, UC_STALL, WINDOW,
+};
 
 impl Qp {
     fn window_full(&self) -> bool {
@@ -51,6 +53,15 @@ impl Qp {
                 }
                 return;
             }
+            if self.needs_credit() {
+                let first = self.credit_wait.is_none();
+                self.credit_wait.get_or_insert(CreditWait { since: now, ask_at: now, every: CREDIT_ASK });
+                if first {
+                    self.ask_credit(ctx, now);
+                }
+                return;
+            }
+            self.credit_wait = None;
             let Some(n) = self.build(ctx, buf) else { return };
             if !ctx.transmit(&self.sock, &buf[..HEADER + n], true) {
                 self.backlog_at = Some(now + BACKLOG_RETRY);
@@ -141,6 +152,45 @@ impl Qp {
         }
     }
 
+    /// UC: the next frame starts a SEND the peer has no receive for (as far as this side knows).
+    fn needs_credit(&self) -> bool {
+        !self.rc()
+            && !self.credit_silent
+            && self.pending.front().is_some_and(|w| w.next == 0 && !before(w.msg, self.recv_credit))
+    }
+
+    /// UC: asks the peer for its receive credit, telling it the first message not yet started.
+    pub(super) fn ask_credit(&mut self, ctx: &mut Ctx, now: Instant) {
+        let Some(first) = self.pending.front().map(|w| w.msg) else { return };
+        let mut h = Header::new(Kind::Ack, false);
+        (h.psn, h.code, h.msg) = (self.expected, CREDIT_REQUEST, first);
+        let mut d = [0u8; HEADER];
+        h.encode(&mut d);
+        ctx.transmit(&self.sock, &d, false);
+        ctx.stats.credit_requests += 1;
+        if let Some(w) = &mut self.credit_wait {
+            w.ask_at = now + w.every;
+            w.every = (w.every * 2).min(UC_STALL);
+        }
+    }
+
+    /// UC: an ACK: a link credit (every frame before `h.psn` arrived) with the receive
+    /// credit, or the peer's request for this side's receive credit.
+    pub(super) fn on_uc_ack(&mut self, ctx: &mut Ctx, h: &Header, now: Instant) {
+        self.on_ack(ctx, h.psn, now);
+        (self.heard_at, self.credit_silent) = (now, false);
+        if h.code == CREDIT_REQUEST {
+            // Every message before `h.msg` went out: one never seen was lost whole, and the
+            // receive it would have taken is free for the next.
+            if before(self.msg_seen, h.msg) {
+                self.msg_seen = h.msg;
+            }
+            self.send_ack(ctx);
+        } else if before(self.recv_credit, h.msg) {
+            self.recv_credit = h.msg;
+        }
+    }
+
     /// UC credit or RC acknowledgement: every frame before `psn` arrived.
     pub(super) fn on_ack(&mut self, ctx: &mut Ctx, psn: u32, now: Instant) {
         if !self.rc() {
@@ -207,6 +257,9 @@ impl Qp {
     pub(super) fn send_ack(&mut self, ctx: &mut Ctx) {
         let mut h = Header::new(Kind::Ack, self.rc());
         h.psn = self.expected;
+        if !self.rc() {
+            h.msg = self.recv_limit();
+        }
         let mut d = [0u8; HEADER];
         h.encode(&mut d);
         // UC credits model link-level flow control, which loses nothing; RC acks can be lost.
