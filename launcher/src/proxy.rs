@@ -37,7 +37,7 @@ use crate::control::{auth, heartbeat_interval};
 use crate::pmi::conn::ReadState;
 use crate::ranks::{Limit, Ranks, STDERR, STDOUT};
 use crate::spawn::{set_nonblocking, spawn, spawn_error_code, Program, RankStdin, Slot};
-use crate::status::{reap, signal_name, Exit};
+use crate::status::{reap, reap_all, signal_name, Exit};
 use crate::stdio::say;
 use crate::{program, shm};
 
@@ -600,7 +600,7 @@ impl Proxy {
     }
 
     fn reap(&mut self) {
-        while let Some((pid, exit)) = reap(false) {
+        for (pid, exit) in reap_all() {
             let Some(local) = self.ranks.exited(pid, exit) else {
                 continue;
             };

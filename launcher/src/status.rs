@@ -46,6 +46,16 @@ pub(crate) fn signal_name(signal: i32) -> String {
     }
 }
 
+/// Reaps every child that has ended, those killed by a signal first. A rank killed by a
+/// signal is most often why its peers failed soon after it (its connections reset under
+/// them), and when both have ended by the time mprun looks, the order the system returns them
+/// in says nothing: the first failure named must be the death, not its echo.
+pub(crate) fn reap_all() -> Vec<(Pid, Exit)> {
+    let mut ended: Vec<(Pid, Exit)> = std::iter::from_fn(|| reap(false)).collect();
+    ended.sort_by_key(|(_, exit)| !matches!(exit, Exit::Signal(_)));
+    ended
+}
+
 /// Reaps one ended child. Without `block`, returns `None` at once if no child has ended;
 /// with it, waits for one. `None` also when there are no children.
 ///

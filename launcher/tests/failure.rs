@@ -56,6 +56,36 @@ fn a_rank_killed_by_a_signal_stops_the_job_with_128_plus_the_signal() {
     assert_all_gone(&pids);
 }
 
+/// A rank killed by a signal makes its peers fail (their connections to it reset); when both
+/// have ended by the time mprun looks, it names the killed rank, not the echo. mprun is
+/// stopped while rank 1 is killed and rank 0 then exits 1, so both are waiting to be reaped,
+/// rank 0 (the older child, which the system returns first) among them.
+#[test]
+fn a_rank_killed_by_a_signal_is_named_before_the_peer_that_failed_after_it() {
+    let dir = TempDir::new("sigkill-echo");
+    let dead = dir.path().join("dead");
+    let script = format!(
+        "{}; if [ $MPR_RANK = 0 ]; then while [ ! -f {} ]; do sleep 0.01; done; exit 1; fi; exec sleep 30",
+        record_pid(&dir),
+        dead.display()
+    );
+    let child = mprun(&["-np", "2", "sh", "-c", &script]).spawn().unwrap();
+    let mprun_pid = Pid::from_raw(child.id() as i32);
+    let pids = dir.pids(2);
+    kill(mprun_pid, Signal::SIGSTOP).unwrap();
+    kill(Pid::from_raw(pids[1]), Signal::SIGKILL).unwrap();
+    assert!(gone(pids[1]), "rank 1 survived SIGKILL");
+    std::fs::write(&dead, "").unwrap();
+    assert!(gone(pids[0]), "rank 0 did not exit");
+    kill(mprun_pid, Signal::SIGCONT).unwrap();
+    let out = wait(child);
+    assert_eq!(code(&out), 137, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("mprun: rank 1 (pid {}) was killed by signal SIGKILL; stopping the job\n", pids[1])
+    );
+}
+
 #[test]
 fn a_rank_ignoring_sigterm_is_killed_after_the_grace() {
     let dir = TempDir::new("ignore-term");

@@ -48,7 +48,7 @@ use crate::pmi::conn::ReadState;
 use crate::pmi::server::{Action, Server};
 use crate::ranks::{Limit, Ranks, STDERR, STDOUT};
 use crate::spawn::{spawn, spawn_error_code, Program, RankStdin, Slot};
-use crate::status::{reap, signal_name};
+use crate::status::{reap, reap_all, signal_name};
 use crate::stdio::{say, Sink};
 use remote::{Pending, Remote, StdinFeed};
 
@@ -477,7 +477,7 @@ impl<'a> Job<'a> {
     /// Reaps every ended child: local ranks (the first failure stops the job) and launcher
     /// commands.
     fn reap(&mut self) {
-        while let Some((pid, exit)) = reap(false) {
+        for (pid, exit) in reap_all() {
             if let Some(local) = self.ranks.exited(pid, exit) {
                 let rank = self.ranks.rank(local);
                 self.verbose(|| format!("rank {rank} (pid {pid}) {exit}"));

@@ -61,14 +61,16 @@ enum Fault {
 }
 
 impl Fault {
-    /// The longest a job may take to end after this fault and still end clean.
-    fn bound(self) -> Duration {
+    /// The longest a job may take to end after this fault and still end clean (`succeeded`:
+    /// the job ran to its end all the same).
+    fn bound(self, succeeded: bool) -> Duration {
         match self {
             // mprun acts on a signal within 1 s (the README's promise), and a rank's death is
             // seen at once.
             Fault::Signal(_) | Fault::KillRank | Fault::KillMprun => Duration::from_secs(1),
-            // A peer's wait fails after the timeout and mprun stops the job; or the rank goes
-            // on and the job finishes.
+            // A peer's wait fails after the timeout and mprun stops the job at once; or the
+            // rank goes on and the job finishes its work (slow at 30% loss).
+            Fault::StopRank if succeeded => STOPPED_FOR + Duration::from_secs(15),
             Fault::StopRank => STOPPED_FOR + Duration::from_secs(3),
             Fault::None | Fault::Flood => HUNG,
         }
@@ -369,11 +371,11 @@ fn execute(run: &Run, rng: &mut SmallRng) -> Outcome {
             expect(succeeded || timed_out, "a wait on the stopped rank should time out and end the job", &mut trouble);
         }
     }
-    if fault_at.is_some() && end > run.fault.bound() {
+    if fault_at.is_some() && end > run.fault.bound(succeeded) {
         trouble.push(format!(
             "ended {:.2} s after the fault (bound {} s)",
             end.as_secs_f64(),
-            run.fault.bound().as_secs()
+            run.fault.bound(succeeded).as_secs()
         ));
     }
     let leftovers = left.len() + files.len();
