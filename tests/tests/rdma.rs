@@ -279,6 +279,14 @@ fn forcing_rdma_without_a_device_is_a_clear_error() {
     let se = text(&out.stderr);
     assert!(!out.status.success());
     assert!(se.contains("RDMA unavailable: interfaces no-such-iface0: none has an IPv4 address"), "{se}");
+    // The GID forced to index 1, the 169.254 address of the device's table (what MLX fell
+    // back to): the queue pairs cannot reach it, and RTR fails with the reason, at start-up.
+    let mut env = soft("soft");
+    env.push(("MPR_RDMA_GID_INDEX", "1"));
+    let out = run(2, "ptp", &["ring"], &env);
+    let se = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{se}");
+    assert!(se.contains("modify_qp to RTR: the peer's GID 169.254.") && se.contains("not a routable IPv4"), "{se}");
 }
 
 #[test]

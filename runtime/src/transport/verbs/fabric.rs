@@ -201,6 +201,14 @@ pub(crate) fn link_local_gid(gid: &[u8; 16]) -> bool {
     (gid[0] == 0xfe && gid[1] & 0xc0 == 0x80) || gid_ipv4(gid).is_some_and(|ip| ip.is_link_local())
 }
 
+/// A GID as an address: dotted IPv4 when it is IPv4-mapped, else IPv6.
+pub(crate) fn gid_text(gid: &[u8; 16]) -> String {
+    match gid_ipv4(gid) {
+        Some(ip) => ip.to_string(),
+        None => std::net::Ipv6Addr::from(*gid).to_string(),
+    }
+}
+
 /// The error of a Thunderbolt interface without a routable IPv4 address (`have`: the
 /// addresses it has), with the command that gives it one.
 pub(crate) fn no_address(iface: &str, device: &str, have: &[String]) -> String {

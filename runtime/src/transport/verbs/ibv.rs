@@ -28,7 +28,7 @@
 //! - `probe`: every device and port, for `mpr-info`.
 
 mod device;
-mod flavor;
+pub(crate) mod flavor;
 mod probe;
 
 use std::collections::{BTreeMap, HashMap};
@@ -161,13 +161,7 @@ impl fmt::Debug for Ibv {
 /// the command that gives it one.
 fn no_ipv4(device: &str, table: &[GidEntry]) -> String {
     let iface = device.strip_prefix("rdma_").unwrap_or(device);
-    let have: Vec<String> = table
-        .iter()
-        .map(|e| match super::fabric::gid_ipv4(&e.gid) {
-            Some(ip) => ip.to_string(),
-            None => std::net::Ipv6Addr::from(e.gid).to_string(),
-        })
-        .collect();
+    let have: Vec<String> = table.iter().map(|e| super::fabric::gid_text(&e.gid)).collect();
     super::fabric::no_address(iface, device, &have)
 }
 

@@ -68,6 +68,7 @@ pub(crate) fn open(bind: IpAddr, rank: usize) -> Result<Result<Opened, String>, 
             let mut cfg = if kind == "soft" { SoftConfig::new(v4) } else { SoftConfig::rc(v4) };
             // Validated with the other numeric settings at start-up (env::check).
             cfg.loss = crate::env::parsed("MPR_SOFT_LOSS").unwrap_or(cfg.loss);
+            cfg.gid_index = crate::env::parsed("MPR_RDMA_GID_INDEX");
             cfg.seed = crate::env::parsed::<u64>("MPR_SOFT_SEED").unwrap_or(cfg.seed)
                 ^ (rank as u64).wrapping_mul(0x9e37_79b9);
             if let Ok(v) = std::env::var("MPR_SOFT_MACOS") {

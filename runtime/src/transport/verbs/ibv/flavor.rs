@@ -267,10 +267,10 @@ pub(super) fn is_ipv4_mapped(gid: &[u8; 16]) -> bool {
 /// One GID table entry as seen when choosing: its index, value and, where sysfs says, whether
 /// it is a RoCE v2 GID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct GidEntry {
-    pub(super) index: u8,
-    pub(super) gid: [u8; 16],
-    pub(super) roce_v2: Option<bool>,
+pub(crate) struct GidEntry {
+    pub(crate) index: u8,
+    pub(crate) gid: [u8; 16],
+    pub(crate) roce_v2: Option<bool>,
 }
 
 /// The GID index to use when none is configured: the first IPv4-mapped entry (a RoCE v2 one
@@ -283,7 +283,7 @@ pub(super) struct GidEntry {
 /// port shares the subnet), and a queue pair on one fails in RTR. `None` there: the
 /// interface needs an address (JACCL stops likewise; MLX PR 3468's fallback to index 1 is
 /// what failed later).
-pub(super) fn choose_gid(flavor: Flavor, link_layer: u8, table: &[GidEntry]) -> Option<u8> {
+pub(crate) fn choose_gid(flavor: Flavor, link_layer: u8, table: &[GidEntry]) -> Option<u8> {
     if flavor == Flavor::RdmaCore && link_layer == ffi::IBV_LINK_LAYER_INFINIBAND {
         return Some(0);
     }

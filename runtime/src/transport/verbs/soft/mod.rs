@@ -77,6 +77,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::ffi::IBV_LINK_LAYER_ETHERNET;
+use super::ibv::flavor::{choose_gid, Flavor, GidEntry};
 use super::provider::{
     thunderbolt_max_msg, Completion, DeviceCaps, MacosVersion, Mr, Opcode, Provider, QpAddr, QpId, QpType, Remote, Sge,
     VerbsError, WcStatus,
@@ -122,6 +124,9 @@ pub(crate) struct SoftConfig {
     /// [`thunderbolt_max_msg`]). Default 26.2, the first with RDMA over Thunderbolt and the
     /// strictest (`MPR_SOFT_MACOS`).
     pub(crate) macos: MacosVersion,
+    /// The GID table entry the queue pairs publish (`MPR_RDMA_GID_INDEX`); `None`: chosen as
+    /// the real provider chooses (`choose_gid`).
+    pub(crate) gid_index: Option<u8>,
 }
 
 impl SoftConfig {
@@ -136,12 +141,56 @@ impl SoftConfig {
             retry_timeout: Duration::from_secs(2),
             debug: crate::env::parsed::<u32>("MPR_VERBOSE").is_some_and(|v| v >= 2),
             macos: (26, 2),
+            gid_index: None,
         }
     }
 
     /// An RC (Linux NIC-like) device on `addr`, no loss.
     pub(crate) fn rc(addr: Ipv4Addr) -> SoftConfig {
         SoftConfig { mode: SoftMode::Rc, ..SoftConfig::new(addr) }
+    }
+
+    /// The device's GID table, as the hardware it imitates fills it. UC (Apple's Thunderbolt
+    /// ports): the interface's fe80:: address, the 169.254/16 address macOS gives every
+    /// Thunderbolt interface, then the IPv4 address (index 2, not 1). RC (a RoCE NIC on
+    /// Linux): the fe80:: address, then the IPv4 one. A link-local `addr` is the only IPv4 one.
+    pub(crate) fn gid_table(&self) -> Vec<[u8; 16]> {
+        let [a, b, c, d] = self.addr.octets();
+        let mut fe80 = [0u8; 16];
+        fe80[..2].copy_from_slice(&[0xfe, 0x80]);
+        fe80[8..].copy_from_slice(&[0x02, a, b, 0xff, 0xfe, c, d, 0x01]);
+        let mapped = |ip: Ipv4Addr| ip.to_ipv6_mapped().octets();
+        let mut t = vec![fe80];
+        if self.mode == SoftMode::Uc && !self.addr.is_link_local() {
+            t.push(mapped(Ipv4Addr::new(169, 254, a ^ c, (b ^ d) | 1)));
+        }
+        t.push(mapped(self.addr));
+        t
+    }
+
+    /// The GID the queue pairs publish: `gid_index`, or the real provider's choice; an error
+    /// where that finds no routable address, as the real provider's.
+    fn gid(&self) -> Result<[u8; 16], VerbsError> {
+        let table = self.gid_table();
+        if let Some(i) = self.gid_index {
+            return table.get(usize::from(i)).copied().ok_or_else(|| {
+                VerbsError::Invalid(format!("GID index {i}: the device's table has {} entries", table.len()))
+            });
+        }
+        let flavor = if self.mode == SoftMode::Uc { Flavor::AppleRdma } else { Flavor::RdmaCore };
+        let entries: Vec<GidEntry> =
+            table.iter().enumerate().map(|(i, &gid)| GidEntry { index: i as u8, gid, roce_v2: None }).collect();
+        match choose_gid(flavor, IBV_LINK_LAYER_ETHERNET, &entries) {
+            Some(i) => Ok(table[usize::from(i)]),
+            None => {
+                let have: Vec<String> = table.iter().map(super::fabric::gid_text).collect();
+                Err(VerbsError::Unavailable(super::fabric::no_address(
+                    &self.addr.to_string(),
+                    &format!("soft-uc:{}", self.addr),
+                    &have,
+                )))
+            }
+        }
     }
 
     /// What a device of this configuration reports.
@@ -297,6 +346,8 @@ pub(crate) struct SoftDevice {
     /// UC on an interface: its share of the host-wide count of queue pairs and regions
     /// (`host.rs`); otherwise each process's device is a Mac of its own.
     host: Option<host::HostShare>,
+    /// The GID its queue pairs publish (from [`SoftConfig::gid_table`]).
+    gid: [u8; 16],
 }
 
 impl fmt::Debug for SoftDevice {
@@ -316,6 +367,7 @@ impl SoftDevice {
         }
         std::net::UdpSocket::bind((config.addr, 0))
             .map_err(|e| VerbsError::Unavailable(format!("no UDP socket on {}: {e}", config.addr)))?;
+        let gid = config.gid()?;
         let dev_err = |e: std::io::Error| VerbsError::Device(format!("soft device event loop: {e}"));
         let poll = mio::Poll::new().map_err(dev_err)?;
         let registry = poll.registry().try_clone().map_err(dev_err)?;
@@ -354,7 +406,7 @@ impl SoftDevice {
             .name("mpr-soft-verbs".into())
             .spawn(move || service::run(poll, &c, &s))
             .map_err(|e| VerbsError::Device(format!("soft device service thread: {e}")))?;
-        Ok(SoftDevice { config, iface: None, core, stop, waker, thread: Some(thread), host: None })
+        Ok(SoftDevice { config, iface: None, core, stop, waker, thread: Some(thread), host: None, gid })
     }
 
     /// Names the device after the network interface it models a device of. A UC device (a
@@ -397,7 +449,7 @@ impl SoftDevice {
             .map_err(|e| io("register", e))?;
         core.next_qp += 1;
         let psn = core.ids.next() as u32 & 0xff_ffff;
-        let local = QpAddr { lid: 0, qpn: port as u32, psn, gid: self.config.addr.to_ipv6_mapped().octets() };
+        let local = QpAddr { lid: 0, qpn: port as u32, psn, gid: self.gid };
         core.qps.insert(id, Qp::new(QpId(id), ty, sock, local, Instant::now()));
         Ok((QpId(id), local))
     }
@@ -509,6 +561,15 @@ impl Provider for SoftDevice {
     }
 
     fn connect(&mut self, qp: QpId, peer: &QpAddr) -> Result<(), VerbsError> {
+        // As on the hardware, a queue pair cannot reach a link-local GID: RTR fails (MLX's
+        // PR 3468 fell back to GID index 1, the 169.254 address, and failed here).
+        if super::fabric::link_local_gid(&peer.gid) {
+            return Err(VerbsError::Device(format!(
+                "modify_qp to RTR: the peer's GID {} is not a routable IPv4 address (a link-local GID \
+                 reaches no one; the interface needs an IPv4 address of its own)",
+                super::fabric::gid_text(&peer.gid)
+            )));
+        }
         let ip = match IpAddr::from(peer.gid) {
             IpAddr::V6(v6) => v6.to_ipv4_mapped(),
             IpAddr::V4(v4) => Some(v4),

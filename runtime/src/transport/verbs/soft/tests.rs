@@ -650,3 +650,35 @@ fn uc_on_an_interface_counts_queue_pairs_across_the_host() {
         d.create_qp(QpType::Uc).unwrap();
     }
 }
+
+/// The UC device's GID table is a Thunderbolt port's: fe80::, the 169.254 address macOS
+/// gives the interface, then the IPv4 address at index 2 (not 1). Queue pairs publish the
+/// IPv4 one, as the real provider chooses; forced to index 1 (the 169.254 address, which MLX
+/// fell back to), the peer's RTR fails as on the hardware; an index past the table is
+/// refused; an address that is link-local only leaves nothing to choose.
+#[test]
+fn uc_gid_table_is_a_thunderbolt_ports_and_a_link_local_gid_fails_rtr() {
+    let cfg = SoftConfig::new(LO);
+    let table = cfg.gid_table();
+    assert_eq!(table.len(), 3);
+    assert_eq!(&table[0][..2], &[0xfe, 0x80]);
+    assert_eq!(super::super::fabric::gid_ipv4(&table[1]).map(|ip| ip.octets()[..2].to_vec()), Some(vec![169, 254]));
+    assert_eq!(table[2], LO.to_ipv6_mapped().octets());
+    let mut good = SoftDevice::open(cfg).unwrap();
+    let (qg, addr_g) = good.create_qp(QpType::Uc).unwrap();
+    assert_eq!(addr_g.gid, table[2]);
+    let mut forced = SoftDevice::open(SoftConfig { gid_index: Some(1), ..cfg }).unwrap();
+    let (qf, addr_f) = forced.create_qp(QpType::Uc).unwrap();
+    assert_eq!(addr_f.gid, table[1]);
+    let e = good.connect(qg, &addr_f).unwrap_err().to_string();
+    assert!(e.contains("RTR") && e.contains("169.254."), "{e}");
+    assert!(forced.connect(qf, &addr_g).is_ok(), "the forced side may reach a routable GID");
+    let e = SoftDevice::open(SoftConfig { gid_index: Some(3), ..cfg }).unwrap_err().to_string();
+    assert!(e.contains("GID index 3: the device's table has 3 entries"), "{e}");
+    let e = SoftConfig::new(std::net::Ipv4Addr::new(169, 254, 7, 9)).gid().unwrap_err().to_string();
+    assert!(e.contains("has no IPv4 address but link-local ones") && e.contains("169.254.7.9"), "{e}");
+    // A RoCE NIC's table: fe80::, then the IPv4 address, chosen.
+    let rc = SoftConfig::rc(LO);
+    assert_eq!(rc.gid_table().len(), 2);
+    assert_eq!(rc.gid().unwrap(), LO.to_ipv6_mapped().octets());
+}
