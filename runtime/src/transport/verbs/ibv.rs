@@ -165,6 +165,10 @@ fn no_ipv4(device: &str, table: &[GidEntry]) -> String {
     super::fabric::no_address(iface, device, &have)
 }
 
+/// What [`Ibv::open_active`] found: each active device opened (or why it could not be, with
+/// its name), and the devices left out, with why.
+pub(crate) type OpenedActive = (Vec<Result<Ibv, (String, VerbsError)>>, Vec<String>);
+
 impl Ibv {
     /// Opens `config.device` (or the first device whose port 1 is active), with its protection
     /// domain and completion queue. `Unavailable` when there is no library, no kernel support,
@@ -175,6 +179,46 @@ impl Ibv {
         let list = DeviceList::get(api)?;
         let (device, ctx) = Self::pick(&list, config)?;
         drop(list);
+        Self::on_context(api, device, ctx, config)
+    }
+
+    /// Every device whose port is active, each opened once (its context serves both the port
+    /// query and the device): the devices, or why one could not be set up, by name; apart,
+    /// the devices whose port is not active, with its state.
+    pub(crate) fn open_active(config: &IbvConfig) -> Result<OpenedActive, VerbsError> {
+        let api = api(Flavor::HOST)?;
+        let list = DeviceList::get(api)?;
+        let (mut opened, mut not) = (Vec::new(), Vec::new());
+        for &dev in list.devices() {
+            let name = list.name(dev);
+            let ctx = match list.open(dev) {
+                Ok(ctx) => ctx,
+                Err(e) => {
+                    not.push(format!("{name}: {e}"));
+                    continue;
+                }
+            };
+            match (Device { api, ctx: &ctx }).port(PORT) {
+                Ok(p) if p.state == ffi::IBV_PORT_ACTIVE => {
+                    let config = IbvConfig { device: Some(name.clone()), ..config.clone() };
+                    opened.push(Self::on_context(api, name.clone(), ctx, &config).map_err(|e| (name, e)));
+                }
+                Ok(p) => not.push(format!("{name}: port {PORT} {}", port_state_name(p.state))),
+                Err(e) => not.push(format!("{name}: {e}")),
+            }
+        }
+        Ok((opened, not))
+    }
+
+    /// The device `device`, whose context `ctx` is open: its port, GID, limits, protection
+    /// domain and completion queue.
+    fn on_context(
+        api: &'static ffi::Api,
+        device: String,
+        ctx: Owned<ffi::ibv_context>,
+        config: &IbvConfig,
+    ) -> Result<Ibv, VerbsError> {
+        let flavor = Flavor::HOST;
         let dev = Device { api, ctx: &ctx };
 
         let limits = match dev.attr() {
@@ -237,19 +281,9 @@ impl Ibv {
         })
     }
 
-    /// The names of the devices whose port is active, and why the others are left out.
-    pub(crate) fn active_devices() -> Result<(Vec<String>, Vec<String>), VerbsError> {
-        let list = DeviceList::get(api(Flavor::HOST)?)?;
-        let (mut active, mut not) = (Vec::new(), Vec::new());
-        for &dev in list.devices() {
-            let name = list.name(dev);
-            match list.open(dev).and_then(|ctx| Device { api: list.api, ctx: &ctx }.port(PORT)) {
-                Ok(p) if p.state == ffi::IBV_PORT_ACTIVE => active.push(name),
-                Ok(p) => not.push(format!("{name}: port {PORT} {}", port_state_name(p.state))),
-                Err(e) => not.push(format!("{name}: {e}")),
-            }
-        }
-        Ok((active, not))
+    /// The device's name (`rdma_en3`, `mlx5_0`).
+    pub(crate) fn device(&self) -> &str {
+        &self.device
     }
 
     /// The IPv4 address in this device's GID, if it holds one (Thunderbolt: its paired

@@ -194,18 +194,21 @@ fn open_verbs(named: Option<(Vec<String>, fabric::Named)>) -> Result<Opened, Str
     if super::ibv::Flavor::HOST != super::ibv::Flavor::AppleRdma {
         return first();
     }
-    let (active, _) = Ibv::active_devices().map_err(|e| why(e, None, ""))?;
+    // Each device is opened once: the context that finds its port active is the device's.
+    let (opened, _) = Ibv::open_active(&config).map_err(|e| why(e, None, ""))?;
+    let active: Vec<String> =
+        opened.iter().map(|d| d.as_ref().map_or_else(|e| e.0.clone(), |d| d.device().to_string())).collect();
     let (ifaces, _) = interfaces("*").map_err(|e| e.to_string())?;
     let (mut devs, mut links): DevicesOnLinks = (Vec::new(), Vec::new());
     let mut unusable = Vec::new();
-    for name in &active {
+    for d in opened {
         // A port whose interface has no routable IPv4 address (a cable to no Mac of the job,
         // or one not set up) names no link and is left out; if every port is so, that is why
         // there is no RDMA.
-        let d = match open(name) {
+        let d = match d {
             Ok(d) => d,
-            Err(e) => {
-                unusable.push(why(e, Some(name), "the device list"));
+            Err((name, e)) => {
+                unusable.push(why(e, Some(&name), "the device list"));
                 continue;
             }
         };

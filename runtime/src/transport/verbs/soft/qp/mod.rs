@@ -20,7 +20,7 @@
 mod rx;
 mod tx;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -36,8 +36,9 @@ const WINDOW: u32 = 32;
 const ACK_EVERY: u32 = 8;
 /// UC: a sender blocked on the window this long without a credit stops waiting for them.
 const UC_STALL: Duration = Duration::from_millis(100);
-/// UC: a sender without receive credit asks for it at once, then after this, doubling up to
-/// [`UC_STALL`].
+/// UC: a sender without receive credit asks for it after this, then after twice as long,
+/// doubling up to [`UC_STALL`] (the receiver's credit comes by itself as it posts receives;
+/// asking tells it of messages lost whole, and must come after every frame sent before it).
 const CREDIT_ASK: Duration = Duration::from_millis(1);
 /// UC: a sender waiting this long for receive credit with no ACK at all from the peer (which
 /// answers every request for credit, busy or not) takes it for gone and sends without credit
@@ -179,9 +180,54 @@ pub(super) struct Qp {
     ack_due: bool,
     nak_sent: bool,
     incoming: Option<Incoming>,
-    /// UC: one past the highest message number seen (frames of it, or the sender's word that
-    /// it went out).
-    msg_seen: u32,
+    /// UC: the messages settled, for the receive credit.
+    settled: Settled,
+}
+
+/// UC receive side: which of the peer's messages are settled, so that the receive credit
+/// counts exactly the receives still to be taken: every message before `done` and those in
+/// `ahead` arrived (datagrams may overtake one another between the CPUs of a host), or were
+/// given up for lost on the sender's word that they went out (`given_up`: one of those that
+/// comes after all is too late, and is dropped: its receive was given to another).
+#[derive(Debug, Default)]
+struct Settled {
+    done: u32,
+    ahead: BTreeSet<u32>,
+    given_up: BTreeSet<u32>,
+}
+
+impl Settled {
+    /// A frame of message `m` arrived; false if `m` was given up for lost (drop it).
+    fn arrive(&mut self, m: u32) -> bool {
+        if self.given_up.contains(&m) {
+            return false;
+        }
+        if !before(m, self.done) {
+            self.ahead.insert(m);
+            self.advance();
+        }
+        true
+    }
+
+    /// The sender says every message before `first` went out: those not arrived are lost.
+    fn give_up_before(&mut self, first: u32) {
+        while before(self.done, first) {
+            if !self.ahead.remove(&self.done) {
+                self.given_up.insert(self.done);
+            }
+            self.done = self.done.wrapping_add(1);
+        }
+        self.advance();
+        // A frame overtaken by so many messages no longer comes.
+        let done = self.done;
+        self.given_up.retain(|&m| done.wrapping_sub(m) < 1 << 12);
+    }
+
+    fn advance(&mut self) {
+        while self.ahead.remove(&self.done) {
+            self.done = self.done.wrapping_add(1);
+        }
+    }
 }
 
 impl Qp {
@@ -221,7 +267,7 @@ impl Qp {
             ack_due: false,
             nak_sent: false,
             incoming: None,
-            msg_seen: 0,
+            settled: Settled::default(),
         }
     }
 
@@ -292,11 +338,12 @@ impl Qp {
         }
     }
 
-    /// UC: the receive credit this side gives: one past the last message number it can take.
-    fn recv_limit(&self) -> u32 {
+    /// UC: the receive credit this side gives: one past the last message number it can take
+    /// (a message not yet settled may still take a receive, so it counts as taken).
+    pub(super) fn recv_limit(&self) -> u32 {
         let bound = self.incoming.as_ref().is_some_and(|m| !m.discard);
         let free = self.rq.len() - usize::from(bound);
-        self.msg_seen.wrapping_add(free as u32)
+        self.settled.done.wrapping_add(free as u32)
     }
 
     /// A completion of this queue pair was polled: its slot is free again.

@@ -66,14 +66,19 @@ impl Qp {
                 if !before(h.psn, self.expected) {
                     self.expected = h.psn.wrapping_add(1);
                 }
-                if !before(h.msg, self.msg_seen) {
-                    self.msg_seen = h.msg.wrapping_add(1);
-                }
                 self.rx_unacked += 1;
+                if !self.settled.arrive(h.msg) {
+                    // Given up for lost when its sender asked for credit: its receive went to
+                    // the credit, so it is lost now.
+                    ctx.stats.incomplete_drops += 1;
+                    ctx.log(|| format!("queue pair {}: message {} came after it was given up", self.id.0, h.msg));
+                    return;
+                }
+                self.uc_send(ctx, h, payload);
+                // After the frame took its receive: the credit the ACK carries counts it.
                 if self.rx_unacked >= ACK_EVERY {
                     self.send_ack(ctx);
                 }
-                self.uc_send(ctx, h, payload);
             }
             _ => ctx.stats.strays += 1,
         }
@@ -127,7 +132,13 @@ impl Qp {
             ctx.stats.no_recv_drops += 1;
             let n = ctx.stats.no_recv_drops;
             ctx.log(|| {
-                format!("queue pair {}: dropped a message of {} B: no receive posted ({n} so far)", self.id.0, h.len)
+                format!(
+                    "queue pair {}: dropped message {} of {} B: no receive posted (credit given up to {}; {n} so far)",
+                    self.id.0,
+                    h.msg,
+                    h.len,
+                    self.recv_limit()
+                )
             });
             self.incoming = (!last).then_some(discard);
             return false;

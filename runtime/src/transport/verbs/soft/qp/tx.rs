@@ -54,11 +54,11 @@ impl Qp {
                 return;
             }
             if self.needs_credit() {
-                let first = self.credit_wait.is_none();
-                self.credit_wait.get_or_insert(CreditWait { since: now, ask_at: now, every: CREDIT_ASK });
-                if first {
-                    self.ask_credit(ctx, now);
-                }
+                self.credit_wait.get_or_insert(CreditWait {
+                    since: now,
+                    ask_at: now + CREDIT_ASK,
+                    every: CREDIT_ASK * 2,
+                });
                 return;
             }
             self.credit_wait = None;
@@ -182,9 +182,7 @@ impl Qp {
         if h.code == CREDIT_REQUEST {
             // Every message before `h.msg` went out: one never seen was lost whole, and the
             // receive it would have taken is free for the next.
-            if before(self.msg_seen, h.msg) {
-                self.msg_seen = h.msg;
-            }
+            self.settled.give_up_before(h.msg);
             self.send_ack(ctx);
         } else if before(self.recv_credit, h.msg) {
             self.recv_credit = h.msg;
