@@ -112,3 +112,16 @@ pub fn shm_files(jobid: &str) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// The TCP listening addresses (`127.0.0.1:PORT`) of the children of process `parent` (the
+/// ranks mprun started), as `ss` names their owners; other jobs' listeners are left out.
+pub fn listeners_of(parent: u32) -> Vec<String> {
+    let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).unwrap_or_default();
+    let ours: Vec<String> = children.split_whitespace().map(|pid| format!("pid={pid},")).collect();
+    let ss = Command::new("ss").args(["-ltnpH"]).output().map(|o| o.stdout).unwrap_or_default();
+    String::from_utf8_lossy(&ss)
+        .lines()
+        .filter(|l| ours.iter().any(|p| l.contains(p.as_str())))
+        .filter_map(|l| l.split_whitespace().nth(3).map(String::from))
+        .collect()
+}

@@ -382,7 +382,7 @@ mod over_tcp {
         let t0 = std::time::Instant::now();
         while hit == 0 && t0.elapsed() < std::time::Duration::from_secs(2) {
             std::thread::sleep(std::time::Duration::from_millis(300));
-            for addr in listeners_of(&child) {
+            for addr in mpr_tests::listeners_of(child.id()) {
                 if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
                     let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\nMPR1\x00\x00\x00\x00forged-nonce-xx");
                     hit += 1;
@@ -418,7 +418,7 @@ mod over_tcp {
         let mut listeners = std::collections::BTreeSet::new();
         while listeners.len() < 2 && t0.elapsed() < std::time::Duration::from_secs(2) {
             std::thread::sleep(std::time::Duration::from_millis(50));
-            for addr in listeners_of(&child) {
+            for addr in mpr_tests::listeners_of(child.id()) {
                 if !listeners.insert(addr.clone()) {
                     continue;
                 }
@@ -530,24 +530,10 @@ mod over_tcp {
         let mut listeners = Vec::new();
         while listeners.len() < 2 && t0.elapsed() < std::time::Duration::from_secs(2) {
             std::thread::sleep(std::time::Duration::from_millis(100));
-            listeners = listeners_of(child);
+            listeners = mpr_tests::listeners_of(child.id());
         }
         assert_eq!(listeners.len(), 2, "{listeners:?}");
         listeners
-    }
-
-    /// The TCP listeners of the ranks of the job `mprun` started (`ss` names the owning
-    /// processes; other tests run ranks of their own meanwhile).
-    fn listeners_of(mprun: &std::process::Child) -> Vec<String> {
-        let children = format!("/proc/{}/task/{}/children", mprun.id(), mprun.id());
-        let ranks = std::fs::read_to_string(children).unwrap_or_default();
-        let ours: Vec<String> = ranks.split_whitespace().map(|pid| format!("pid={pid},")).collect();
-        let ss = std::process::Command::new("ss").args(["-ltnpH"]).output().expect("ss (iproute2)");
-        String::from_utf8_lossy(&ss.stdout)
-            .lines()
-            .filter(|l| ours.iter().any(|p| l.contains(p.as_str())))
-            .filter_map(|l| l.split_whitespace().nth(3).map(String::from))
-            .collect()
     }
 
     #[test]

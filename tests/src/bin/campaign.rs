@@ -22,7 +22,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mpr_tests::{bin_dir, processes_with, shm_files};
+use mpr_tests::{bin_dir, listeners_of, processes_with, shm_files};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -447,17 +447,7 @@ fn wait_for_rank(child: &mut Child, marker: &str, rng: &mut SmallRng) -> Option<
 fn wait_for_listeners(child: &mut Child, np: usize) -> Vec<u16> {
     let mut ports = Vec::new();
     while alive(child) {
-        let ours: Vec<String> = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()))
-            .unwrap_or_default()
-            .split_whitespace()
-            .map(|p| format!("pid={p},"))
-            .collect();
-        let ss = Command::new("ss").args(["-ltnpH"]).output().map(|o| o.stdout).unwrap_or_default();
-        ports = String::from_utf8_lossy(&ss)
-            .lines()
-            .filter(|l| ours.iter().any(|p| l.contains(p.as_str())))
-            .filter_map(|l| l.split_whitespace().nth(3)?.rsplit(':').next()?.parse().ok())
-            .collect();
+        ports = listeners_of(child.id()).iter().filter_map(|a| a.rsplit(':').next()?.parse().ok()).collect();
         if ports.len() >= np {
             break;
         }
